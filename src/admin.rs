@@ -1,0 +1,70 @@
+//! The admin listener: `/healthz`, `/readyz` (and `/metrics`).
+//!
+//! It listens apart from the proxy so that probes and scrapes never compete
+//! with, or are exposed to, the public listener.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Response;
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+
+use crate::store::Store;
+
+pub struct AdminApp {
+    store: Arc<Store>,
+}
+
+impl AdminApp {
+    pub fn new(store: Arc<Store>) -> AdminApp {
+        AdminApp { store }
+    }
+}
+
+fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(status)
+        .header("Content-Type", content_type)
+        .header("Content-Length", body.len())
+        .header("Cache-Control", "no-store")
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Vec::new()))
+}
+
+fn json(status: u16, body: &str) -> Response<Vec<u8>> {
+    reply(status, "application/json", body.as_bytes().to_vec())
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let header = session.req_header();
+        if header.method != http::Method::GET && header.method != http::Method::HEAD {
+            return json(
+                405,
+                r#"{"error":"method_not_allowed","message":"The admin endpoints only accept GET."}"#,
+            );
+        }
+        match header.uri.path() {
+            // The process runs and its runtime answers.
+            "/healthz" => json(200, r#"{"status":"ok"}"#),
+            // Ready only while Redis answers: a load balancer should not send
+            // queue traffic to an instance that can only answer 503.
+            "/readyz" => match self.store.ping().await {
+                Ok(()) => json(200, r#"{"status":"ready"}"#),
+                Err(e) => {
+                    tracing::debug!(%e, "not ready");
+                    json(
+                        503,
+                        r#"{"error":"redis_unavailable","message":"Redis does not answer."}"#,
+                    )
+                }
+            },
+            _ => json(
+                404,
+                r#"{"error":"not_found","message":"Try /healthz, /readyz or /metrics."}"#,
+            ),
+        }
+    }
+}

@@ -1,0 +1,728 @@
+//! The YAML configuration, parsed into one validated [`Config`].
+//!
+//! Parsing happens in two steps, as `waitgate -t` and start-up both need:
+//! serde reads the file into plain structs that reject unknown keys, then
+//! [`Config::from_yaml`] checks every value once and names the offending key
+//! in its error. Nothing after this module needs to re-check a value.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Why a configuration was refused. The message always names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+fn invalid(key: impl Into<String>, problem: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        problem: problem.to_string(),
+    }
+}
+
+/// The whole, validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the proxy (queue API and protected routes) listens.
+    pub listen: SocketAddr,
+    /// Where `/metrics`, `/healthz` and `/readyz` listen: kept apart from
+    /// `listen` so that the public listener never exposes them.
+    pub admin_listen: SocketAddr,
+    /// Worker threads of the proxy service.
+    pub threads: usize,
+    /// SIGTERM: stop accepting, drain in-flight requests, exit within this.
+    pub grace_period: Duration,
+    pub redis: RedisConfig,
+    pub jwt: JwtConfig,
+    /// Queues by name, in name order.
+    pub queues: BTreeMap<String, QueueConfig>,
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    /// In file order: the first matching prefix wins.
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Upper bound on any one Redis call made for a client request; past it
+    /// the client gets a 503 rather than waiting on a sick Redis.
+    pub command_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub issuer: String,
+    pub audience: String,
+    pub ttl: Duration,
+    pub leeway: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub heartbeat: HeartbeatConfig,
+    pub admission: AdmissionConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct HeartbeatConfig {
+    /// A waiting user whose last rank poll is older than this is removed.
+    pub timeout: Duration,
+    pub cleanup_interval: Duration,
+    pub cleanup_batch_size: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    pub interval: Duration,
+    pub batch_size: u32,
+    /// How long an admitted user stays active (and the latest any token of
+    /// theirs may expire).
+    pub active_ttl: Duration,
+    /// 0 = no cap.
+    pub max_active: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// `host:port` as written in the file.
+    pub address: String,
+    pub tls: bool,
+    /// Server name for TLS; defaults to the host part of `address`.
+    pub sni: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub prefix: String,
+    pub upstream: String,
+    pub queue: String,
+}
+
+// ---------------------------------------------------------------------------
+// The file as written. Every struct rejects unknown keys so that a typo is an
+// error at start, not a silently ignored setting.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    #[serde(default = "defaults::listen")]
+    listen: String,
+    #[serde(default = "defaults::admin_listen")]
+    admin_listen: String,
+    #[serde(default = "defaults::threads")]
+    threads: u64,
+    #[serde(default = "defaults::grace_period_s")]
+    grace_period_s: u64,
+    redis: RawRedis,
+    #[serde(default)]
+    jwt: RawJwt,
+    queues: BTreeMap<String, RawQueue>,
+    upstreams: BTreeMap<String, RawUpstream>,
+    routes: Vec<RawRoute>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRedis {
+    url: String,
+    #[serde(default = "defaults::command_timeout_ms")]
+    command_timeout_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawJwt {
+    issuer: String,
+    audience: String,
+    ttl_ms: u64,
+    leeway_s: u64,
+}
+
+impl Default for RawJwt {
+    fn default() -> Self {
+        RawJwt {
+            issuer: "waitgate".into(),
+            audience: "ticketing".into(),
+            ttl_ms: 600_000,
+            leeway_s: 5,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawQueue {
+    heartbeat: RawHeartbeat,
+    admission: RawAdmission,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawHeartbeat {
+    timeout_ms: u64,
+    cleanup_interval_ms: u64,
+    cleanup_batch_size: u64,
+}
+
+impl Default for RawHeartbeat {
+    fn default() -> Self {
+        RawHeartbeat {
+            timeout_ms: 30_000,
+            cleanup_interval_ms: 10_000,
+            cleanup_batch_size: 500,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawAdmission {
+    interval_ms: u64,
+    batch_size: u64,
+    active_ttl_ms: u64,
+    max_active: u64,
+}
+
+impl Default for RawAdmission {
+    fn default() -> Self {
+        RawAdmission {
+            interval_ms: 3_000,
+            batch_size: 100,
+            active_ttl_ms: 600_000,
+            max_active: 0,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawUpstream {
+    address: String,
+    #[serde(default)]
+    tls: bool,
+    #[serde(default)]
+    sni: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawRoute {
+    prefix: String,
+    upstream: String,
+    queue: String,
+}
+
+mod defaults {
+    pub fn listen() -> String {
+        "127.0.0.1:8080".into()
+    }
+    pub fn admin_listen() -> String {
+        "127.0.0.1:9091".into()
+    }
+    pub fn threads() -> u64 {
+        2
+    }
+    pub fn grace_period_s() -> u64 {
+        5
+    }
+    pub fn command_timeout_ms() -> u64 {
+        500
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bounds. Lower bounds keep the background loops from spinning; upper bounds
+// keep one Lua script call short (Redis runs scripts one at a time, so a huge
+// batch would stall every other client).
+
+const MAX_BATCH: u64 = 10_000;
+const MIN_INTERVAL_MS: u64 = 10;
+const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
+const MAX_NAME_LEN: usize = 64;
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text)
+    }
+
+    /// Parses and validates a configuration held in memory.
+    pub fn from_yaml(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            serde_yaml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        raw.validate()
+    }
+
+    /// The queue a request names, or the only one when it names none.
+    pub fn single_queue(&self) -> Option<&str> {
+        match self.queues.len() {
+            1 => self.queues.keys().next().map(String::as_str),
+            _ => None,
+        }
+    }
+}
+
+impl RawConfig {
+    fn validate(self) -> Result<Config, ConfigError> {
+        let listen = socket_addr("listen", &self.listen)?;
+        let admin_listen = socket_addr("admin-listen", &self.admin_listen)?;
+        if listen == admin_listen {
+            return Err(invalid(
+                "admin-listen",
+                format!("must differ from listen ({listen})"),
+            ));
+        }
+        let threads = ranged("threads", self.threads, 1, 256)? as usize;
+        let grace_period =
+            Duration::from_secs(ranged("grace-period-s", self.grace_period_s, 0, 300)?);
+
+        let redis = self.redis.validate()?;
+        let jwt = self.jwt.validate()?;
+
+        if self.queues.is_empty() {
+            return Err(invalid("queues", "at least one queue is required"));
+        }
+        let mut queues = BTreeMap::new();
+        for (name, raw) in self.queues {
+            let key = format!("queues.{name}");
+            check_name(&key, &name)?;
+            let queue = raw.validate(&key)?;
+            queues.insert(name, queue);
+        }
+
+        let mut upstreams = BTreeMap::new();
+        for (name, raw) in self.upstreams {
+            let key = format!("upstreams.{name}");
+            check_name(&key, &name)?;
+            upstreams.insert(name, raw.validate(&key)?);
+        }
+
+        let mut routes = Vec::with_capacity(self.routes.len());
+        for (i, raw) in self.routes.into_iter().enumerate() {
+            let key = format!("routes[{i}]");
+            check_route_prefix(&format!("{key}.prefix"), &raw.prefix)?;
+            if !upstreams.contains_key(&raw.upstream) {
+                return Err(invalid(
+                    format!("{key}.upstream"),
+                    format!("names no upstream: `{}`", raw.upstream),
+                ));
+            }
+            if !queues.contains_key(&raw.queue) {
+                return Err(invalid(
+                    format!("{key}.queue"),
+                    format!("names no queue: `{}`", raw.queue),
+                ));
+            }
+            if let Some(earlier) = routes
+                .iter()
+                .position(|r: &RouteConfig| r.prefix == raw.prefix)
+            {
+                return Err(invalid(
+                    format!("{key}.prefix"),
+                    format!(
+                        "`{}` is already the prefix of routes[{earlier}]",
+                        raw.prefix
+                    ),
+                ));
+            }
+            routes.push(RouteConfig {
+                prefix: raw.prefix,
+                upstream: raw.upstream,
+                queue: raw.queue,
+            });
+        }
+
+        Ok(Config {
+            listen,
+            admin_listen,
+            threads,
+            grace_period,
+            redis,
+            jwt,
+            queues,
+            upstreams,
+            routes,
+        })
+    }
+}
+
+impl RawRedis {
+    fn validate(self) -> Result<RedisConfig, ConfigError> {
+        let url = self.url.trim().to_string();
+        let scheme_ok = url.starts_with("redis://") || url.starts_with("rediss://");
+        if !scheme_ok {
+            return Err(invalid(
+                "redis.url",
+                "must start with redis:// or rediss://",
+            ));
+        }
+        if let Err(e) = redis::Client::open(url.as_str()) {
+            return Err(invalid("redis.url", format!("not a valid Redis URL: {e}")));
+        }
+        let ms = ranged(
+            "redis.command-timeout-ms",
+            self.command_timeout_ms,
+            1,
+            60_000,
+        )?;
+        Ok(RedisConfig {
+            url,
+            command_timeout: Duration::from_millis(ms),
+        })
+    }
+}
+
+impl RawJwt {
+    fn validate(self) -> Result<JwtConfig, ConfigError> {
+        if self.issuer.trim().is_empty() {
+            return Err(invalid("jwt.issuer", "must not be empty"));
+        }
+        if self.audience.trim().is_empty() {
+            return Err(invalid("jwt.audience", "must not be empty"));
+        }
+        let ttl = ranged("jwt.ttl-ms", self.ttl_ms, 1_000, MAX_DURATION_MS)?;
+        let leeway = ranged("jwt.leeway-s", self.leeway_s, 0, 300)?;
+        Ok(JwtConfig {
+            issuer: self.issuer,
+            audience: self.audience,
+            ttl: Duration::from_millis(ttl),
+            leeway: Duration::from_secs(leeway),
+        })
+    }
+}
+
+impl RawQueue {
+    fn validate(self, key: &str) -> Result<QueueConfig, ConfigError> {
+        let h = self.heartbeat;
+        let a = self.admission;
+        let heartbeat = HeartbeatConfig {
+            timeout: millis(&format!("{key}.heartbeat.timeout-ms"), h.timeout_ms)?,
+            cleanup_interval: millis(
+                &format!("{key}.heartbeat.cleanup-interval-ms"),
+                h.cleanup_interval_ms,
+            )?,
+            cleanup_batch_size: ranged(
+                &format!("{key}.heartbeat.cleanup-batch-size"),
+                h.cleanup_batch_size,
+                1,
+                MAX_BATCH,
+            )? as u32,
+        };
+        let admission = AdmissionConfig {
+            interval: millis(&format!("{key}.admission.interval-ms"), a.interval_ms)?,
+            batch_size: ranged(
+                &format!("{key}.admission.batch-size"),
+                a.batch_size,
+                1,
+                MAX_BATCH,
+            )? as u32,
+            active_ttl: millis(&format!("{key}.admission.active-ttl-ms"), a.active_ttl_ms)?,
+            max_active: a.max_active,
+        };
+        Ok(QueueConfig {
+            heartbeat,
+            admission,
+        })
+    }
+}
+
+impl RawUpstream {
+    fn validate(self, key: &str) -> Result<UpstreamConfig, ConfigError> {
+        let address = self.address.trim().to_string();
+        let host = split_host_port(&address)
+            .ok_or_else(|| invalid(format!("{key}.address"), "must be host:port"))?;
+        let sni = match self.sni {
+            Some(sni) if sni.trim().is_empty() => {
+                return Err(invalid(format!("{key}.sni"), "must not be empty"))
+            }
+            Some(sni) => sni,
+            None => host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+        };
+        Ok(UpstreamConfig {
+            address,
+            tls: self.tls,
+            sni,
+        })
+    }
+}
+
+/// `host:port` or `[v6]:port` → the host part, if the port is a valid one.
+fn split_host_port(address: &str) -> Option<&str> {
+    let (host, port) = address.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    if port == 0 || host.is_empty() {
+        return None;
+    }
+    if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+        return None;
+    }
+    Some(host)
+}
+
+fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, format!("`{value}` is not an ip:port address")))
+}
+
+fn ranged(key: &str, value: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
+    if value < min || value > max {
+        return Err(invalid(
+            key,
+            format!("must be between {min} and {max} (got {value})"),
+        ));
+    }
+    Ok(value)
+}
+
+fn millis(key: &str, value: u64) -> Result<Duration, ConfigError> {
+    ranged(key, value, MIN_INTERVAL_MS, MAX_DURATION_MS).map(Duration::from_millis)
+}
+
+/// Queue and upstream names end up in Redis keys and metric labels: keep them
+/// plain. Braces in particular would break the `{queue}` hash tag.
+fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_LEN
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("name must be 1..{MAX_NAME_LEN} characters of A-Z a-z 0-9 _ -"),
+        ))
+    }
+}
+
+fn check_route_prefix(key: &str, prefix: &str) -> Result<(), ConfigError> {
+    if !prefix.starts_with('/') {
+        return Err(invalid(key, "must start with /"));
+    }
+    if prefix.len() > 1 && prefix.ends_with('/') {
+        return Err(invalid(
+            key,
+            "must not end with / (prefixes match at segment boundaries already)",
+        ));
+    }
+    if crate::proxy::path::classify(prefix.as_bytes()).is_err() {
+        return Err(invalid(
+            key,
+            "must be a plain path (no empty, . or .. segments, no %, ;, \\ or control bytes)",
+        ));
+    }
+    if crate::queue::is_queue_api_path(prefix) {
+        return Err(invalid(
+            key,
+            "overlaps the queue API (/api/v1/queue), which waitgate answers itself",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "
+redis:
+  url: redis://127.0.0.1:6379/0
+queues:
+  baseball: {}
+upstreams: {}
+routes: []
+";
+
+    fn with(extra: &str) -> String {
+        format!("{MINIMAL}{extra}")
+    }
+
+    fn error_of(text: &str) -> String {
+        Config::from_yaml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn minimal_file_takes_the_seed_defaults() {
+        let c = Config::from_yaml(MINIMAL).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");
+        assert_eq!(c.threads, 2);
+        assert_eq!(c.grace_period, Duration::from_secs(5));
+        assert_eq!(c.redis.command_timeout, Duration::from_millis(500));
+        assert_eq!(c.jwt.ttl, Duration::from_secs(600));
+        assert_eq!(c.jwt.leeway, Duration::from_secs(5));
+        let q = &c.queues["baseball"];
+        assert_eq!(q.heartbeat.timeout, Duration::from_secs(30));
+        assert_eq!(q.heartbeat.cleanup_interval, Duration::from_secs(10));
+        assert_eq!(q.heartbeat.cleanup_batch_size, 500);
+        assert_eq!(q.admission.interval, Duration::from_secs(3));
+        assert_eq!(q.admission.batch_size, 100);
+        assert_eq!(q.admission.active_ttl, Duration::from_secs(600));
+        assert_eq!(q.admission.max_active, 0);
+        assert_eq!(c.single_queue(), Some("baseball"));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let e = error_of(&with("treads: 4\n"));
+        assert!(e.contains("treads"), "{e}");
+        let e = error_of(
+            "redis: {url: 'redis://x:1', timeout: 3}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n",
+        );
+        assert!(e.contains("timeout"), "{e}");
+        let e = error_of(
+            "redis: {url: 'redis://x:1'}\nqueues: {a: {admission: {batch: 3}}}\nupstreams: {}\nroutes: []\n",
+        );
+        assert!(e.contains("batch"), "{e}");
+    }
+
+    #[test]
+    fn required_keys_are_named_when_missing() {
+        let e = error_of("queues: {a: {}}\nupstreams: {}\nroutes: []\n");
+        assert!(e.contains("redis"), "{e}");
+        let e = error_of("redis: {url: 'redis://x:1'}\nupstreams: {}\nroutes: []\n");
+        assert!(e.contains("queues"), "{e}");
+        let e = error_of("redis: {url: 'redis://x:1'}\nqueues: {}\nupstreams: {}\nroutes: []\n");
+        assert!(e.starts_with("queues:"), "{e}");
+    }
+
+    #[test]
+    fn values_out_of_range_name_their_key() {
+        let cases = [
+            ("threads: 0\n", "threads:"),
+            ("grace-period-s: 100000\n", "grace-period-s:"),
+            ("listen: localhost\n", "listen:"),
+            ("admin-listen: 127.0.0.1:8080\n", "admin-listen:"),
+        ];
+        for (extra, key) in cases {
+            let e = error_of(&with(extra));
+            assert!(e.starts_with(key), "{extra:?} gave {e}");
+        }
+        let bad_queue = |body: &str| {
+            error_of(&format!(
+                "redis: {{url: 'redis://x:1'}}\nqueues: {{q: {body}}}\nupstreams: {{}}\nroutes: []\n"
+            ))
+        };
+        let e = bad_queue("{admission: {batch-size: 0}}");
+        assert!(e.starts_with("queues.q.admission.batch-size:"), "{e}");
+        let e = bad_queue("{admission: {interval-ms: 0}}");
+        assert!(e.starts_with("queues.q.admission.interval-ms:"), "{e}");
+        let e = bad_queue("{heartbeat: {timeout-ms: 1}}");
+        assert!(e.starts_with("queues.q.heartbeat.timeout-ms:"), "{e}");
+        let e = bad_queue("{heartbeat: {cleanup-batch-size: 0}}");
+        assert!(
+            e.starts_with("queues.q.heartbeat.cleanup-batch-size:"),
+            "{e}"
+        );
+        let e = bad_queue("{admission: {batch-size: -3}}");
+        assert!(e.contains("batch-size"), "{e}");
+    }
+
+    #[test]
+    fn redis_url_is_checked() {
+        let e =
+            error_of("redis: {url: 'http://x:1'}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n");
+        assert!(e.starts_with("redis.url:"), "{e}");
+        let e = error_of(
+            "redis: {url: 'redis://x:1', command-timeout-ms: 0}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n",
+        );
+        assert!(e.starts_with("redis.command-timeout-ms:"), "{e}");
+    }
+
+    #[test]
+    fn queue_names_cannot_break_the_hash_tag() {
+        let e = error_of(
+            "redis: {url: 'redis://x:1'}\nqueues: {'a}b': {}}\nupstreams: {}\nroutes: []\n",
+        );
+        assert!(e.starts_with("queues.a}b:"), "{e}");
+    }
+
+    #[test]
+    fn routes_must_name_known_upstreams_and_queues() {
+        let base = "redis: {url: 'redis://x:1'}\nqueues: {q: {}}\nupstreams: {up: {address: '127.0.0.1:9000'}}\n";
+        let ok = format!("{base}routes: [{{prefix: /api/v1/follow-up, upstream: up, queue: q}}]\n");
+        let c = Config::from_yaml(&ok).unwrap();
+        assert_eq!(c.routes[0].prefix, "/api/v1/follow-up");
+        assert_eq!(c.upstreams["up"].sni, "127.0.0.1");
+
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /x, upstream: nope, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].upstream:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /x, upstream: up, queue: nope}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].queue:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: x, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].prefix:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /x/, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].prefix:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /a/../b, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].prefix:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /api/v1/queue/x, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[0].prefix:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /x, upstream: up, queue: q}}, {{prefix: /x, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[1].prefix:"), "{e}");
+    }
+
+    #[test]
+    fn upstream_address_needs_a_port() {
+        let base = "redis: {url: 'redis://x:1'}\nqueues: {q: {}}\nroutes: []\n";
+        let e = error_of(&format!(
+            "{base}upstreams: {{up: {{address: 'backend'}}}}\n"
+        ));
+        assert!(e.starts_with("upstreams.up.address:"), "{e}");
+        let e = error_of(&format!(
+            "{base}upstreams: {{up: {{address: 'backend:0'}}}}\n"
+        ));
+        assert!(e.starts_with("upstreams.up.address:"), "{e}");
+        let c = Config::from_yaml(&format!(
+            "{base}upstreams: {{up: {{address: '[::1]:443', tls: true}}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(c.upstreams["up"].sni, "::1");
+    }
+
+    #[test]
+    fn several_queues_have_no_default() {
+        let c = Config::from_yaml(
+            "redis: {url: 'redis://x:1'}\nqueues: {a: {}, b: {}}\nupstreams: {}\nroutes: []\n",
+        )
+        .unwrap();
+        assert_eq!(c.single_queue(), None);
+    }
+}

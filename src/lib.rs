@@ -1,0 +1,29 @@
+//! waitgate: a virtual waiting room that runs as a reverse proxy.
+//!
+//! Users register in a queue held in Redis, are admitted in batches to an
+//! *active* state, trade that state for a short-lived JWT, and only then
+//! reach the protected backend, which waitgate checks at the edge and
+//! forwards to. The layout follows a request:
+//!
+//! - [`config`]: the YAML file, parsed into one validated `Config` (what
+//!   `waitgate -t` runs).
+//! - [`server`]: assembles the Pingora services from the config.
+//! - [`proxy`]: the `ProxyHttp` dispatcher and the path classifier.
+//! - [`queue`]: the queue API (register, rank, dropout), one file per
+//!   endpoint.
+//! - [`edge`]: the signing key and the JWT checks at the edge.
+//! - [`store`]: Redis, as typed calls over the Lua scripts in `lua/`.
+//! - [`admin`]: `/healthz`, `/readyz` and metrics on their own listener.
+//! - [`reply`]: the one writer of the replies waitgate makes itself.
+//! - [`cli`] and [`logging`]: the command line and log set-up.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod edge;
+pub mod logging;
+pub mod proxy;
+pub mod queue;
+pub mod reply;
+pub mod server;
+pub mod store;

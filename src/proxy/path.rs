@@ -1,0 +1,202 @@
+//! The path classifier: which request targets are too ambiguous to route.
+//!
+//! Pingora forwards the request target as it was received and does no
+//! normalisation, while backends (Spring, Tomcat, nginx, Express) each
+//! normalise in their own way. A path that two parsers could read
+//! differently is how prefix checks get bypassed (`/public/..;/admin`,
+//! `/a/%2e%2e/b`, `//admin`). So instead of normalising, waitgate refuses
+//! every form that would need it: what is checked is exactly what is
+//! forwarded.
+
+/// Why a path was refused. Each becomes a 400 with its own message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathReject {
+    /// Not origin-form: does not start with `/`.
+    NotAbsolute,
+    /// A NUL, control or non-ASCII byte, raw or percent-encoded.
+    ControlByte,
+    /// An empty segment (`//`).
+    EmptySegment,
+    /// A `.` or `..` segment.
+    DotSegment,
+    /// `\`, which some servers read as `/`.
+    Backslash,
+    /// `;`, which servlet containers strip as a path parameter.
+    Semicolon,
+    /// A percent-encoded `/`, `\`, `.` or `%` (the last covers double encoding).
+    EncodedSeparator,
+    /// A `%` not followed by two hex digits.
+    BadPercent,
+}
+
+impl PathReject {
+    pub fn message(self) -> &'static str {
+        match self {
+            PathReject::NotAbsolute => "The request path must start with /.",
+            PathReject::ControlByte => "The request path contains a control or non-ASCII byte.",
+            PathReject::EmptySegment => "The request path contains an empty segment (//).",
+            PathReject::DotSegment => "The request path contains a . or .. segment.",
+            PathReject::Backslash => "The request path contains a backslash.",
+            PathReject::Semicolon => "The request path contains a semicolon.",
+            PathReject::EncodedSeparator => {
+                "The request path contains a percent-encoded /, \\, . or %."
+            }
+            PathReject::BadPercent => "The request path contains a malformed percent escape.",
+        }
+    }
+}
+
+/// Checks a request target (path and optional `?query`) as raw bytes.
+///
+/// The path must be origin-form and need no normalisation. The query is only
+/// checked for control bytes: it is not part of routing.
+pub fn classify(target: &[u8]) -> Result<(), PathReject> {
+    let (path, query) = match target.iter().position(|&b| b == b'?') {
+        Some(i) => (&target[..i], &target[i + 1..]),
+        None => (target, &[][..]),
+    };
+    if query.iter().any(|&b| is_control(b)) {
+        return Err(PathReject::ControlByte);
+    }
+    if path.first() != Some(&b'/') {
+        return Err(PathReject::NotAbsolute);
+    }
+    let mut i = 0;
+    while i < path.len() {
+        match path[i] {
+            b if is_control(b) => return Err(PathReject::ControlByte),
+            b'\\' => return Err(PathReject::Backslash),
+            b';' => return Err(PathReject::Semicolon),
+            b'%' => {
+                let decoded = match (path.get(i + 1), path.get(i + 2)) {
+                    (Some(&h), Some(&l)) => match (hex(h), hex(l)) {
+                        (Some(h), Some(l)) => h << 4 | l,
+                        _ => return Err(PathReject::BadPercent),
+                    },
+                    _ => return Err(PathReject::BadPercent),
+                };
+                match decoded {
+                    b'/' | b'\\' | b'.' | b'%' => return Err(PathReject::EncodedSeparator),
+                    b if is_control(b) => return Err(PathReject::ControlByte),
+                    _ => {}
+                }
+                i += 2;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    // Segment checks on the raw path: every segment sits between two `/`s.
+    for segment in path[1..].split(|&b| b == b'/') {
+        match segment {
+            b"." | b".." => return Err(PathReject::DotSegment),
+            _ => {}
+        }
+    }
+    // `/` alone is fine; otherwise an empty segment means `//` (or a trailing
+    // `/`, which is allowed: `/a/` is a distinct, unambiguous resource).
+    if path.windows(2).any(|w| w == b"//") {
+        return Err(PathReject::EmptySegment);
+    }
+    Ok(())
+}
+
+/// Control bytes (C0 and DEL), plus raw bytes outside ASCII: RFC 3986 wants
+/// those percent-encoded, and accepting them raw invites parser differences.
+fn is_control(b: u8) -> bool {
+    !(0x20..0x7f).contains(&b)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// Does `path` fall under `prefix`, at a segment boundary?
+///
+/// `/api/v1/follow-up` matches itself, `/api/v1/follow-up/x` and
+/// `/api/v1/follow-up?x`, but not `/api/v1/follow-upx`. Case-sensitive, as
+/// paths are (RFC 3986 §6.2.2.1 only folds the scheme and host).
+pub fn under_prefix(path: &str, prefix: &str) -> bool {
+    if prefix == "/" {
+        return path.starts_with('/');
+    }
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_paths_pass() {
+        for p in [
+            "/",
+            "/api/v1/follow-up",
+            "/api/v1/follow-up/",
+            "/api/v1/follow-up/access?x=1&y=%2F",
+            "/a/b.c/d..e/.well-known",
+            "/a/%41%7e",
+            "/a?b=/../c",
+        ] {
+            assert_eq!(classify(p.as_bytes()), Ok(()), "{p}");
+        }
+    }
+
+    #[test]
+    fn ambiguous_paths_are_refused() {
+        use PathReject::*;
+        let cases: &[(&[u8], PathReject)] = &[
+            (b"api", NotAbsolute),
+            (b"*", NotAbsolute),
+            (b"http://evil/api", NotAbsolute),
+            (b"/a/../b", DotSegment),
+            (b"/a/./b", DotSegment),
+            (b"/a/..", DotSegment),
+            (b"/.", DotSegment),
+            (b"/a//b", EmptySegment),
+            (b"//a", EmptySegment),
+            (b"/a\\b", Backslash),
+            (b"/a/..;/b", Semicolon),
+            (b"/a;jsessionid=1", Semicolon),
+            (b"/a\0b", ControlByte),
+            (b"/a\tb", ControlByte),
+            (b"/a\x7fb", ControlByte),
+            (b"/caf\xc3\xa9", ControlByte),
+            (b"/a?b=\x01", ControlByte),
+            (b"/a/%2e%2e/b", EncodedSeparator),
+            (b"/a/%2E/b", EncodedSeparator),
+            (b"/a%2fb", EncodedSeparator),
+            (b"/a%2Fb", EncodedSeparator),
+            (b"/a%5cb", EncodedSeparator),
+            (b"/a%252e%252e/b", EncodedSeparator),
+            (b"/a%25", EncodedSeparator),
+            (b"/a%00", ControlByte),
+            (b"/a%0a", ControlByte),
+            (b"/a%", BadPercent),
+            (b"/a%2", BadPercent),
+            (b"/a%zz", BadPercent),
+        ];
+        for (p, why) in cases {
+            assert_eq!(classify(p), Err(*why), "{}", String::from_utf8_lossy(p));
+        }
+    }
+
+    #[test]
+    fn prefixes_match_at_segment_boundaries_only() {
+        let prefix = "/api/v1/follow-up";
+        assert!(under_prefix("/api/v1/follow-up", prefix));
+        assert!(under_prefix("/api/v1/follow-up/x", prefix));
+        assert!(!under_prefix("/api/v1/follow-upx", prefix));
+        assert!(!under_prefix("/api/v1/Follow-up/x", prefix));
+        assert!(!under_prefix("/api/v1", prefix));
+        assert!(under_prefix("/anything", "/"));
+    }
+}

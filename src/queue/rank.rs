@@ -1,0 +1,41 @@
+//! `GET /api/v1/queue/rank?userId=&queue=`: the user's place, and a heartbeat.
+
+use pingora::proxy::Session;
+
+use super::{active_reply, input, unavailable, waiting_reply, Endpoint, QueueApi};
+use crate::reply::Reply;
+use crate::store::Position;
+
+pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
+    match rank(api, session).await {
+        Ok(reply) | Err(reply) => reply,
+    }
+}
+
+async fn rank(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
+    let query = input::parse_query(session.req_header().uri.query())?;
+    let user = query.user_id.ok_or_else(|| {
+        Reply::error(
+            400,
+            "invalid_request",
+            "The query parameter userId is required.",
+        )
+    })?;
+    input::check_user_id(&user)?;
+    let queue = api.queue(query.queue.as_deref())?;
+
+    let position = api
+        .store()
+        .rank(&queue.keys, &user)
+        .await
+        .map_err(|e| unavailable(Endpoint::Rank, e))?;
+    Ok(match position {
+        Position::Waiting { rank } => waiting_reply(queue, &user, rank, None),
+        Position::Active { .. } => active_reply(queue, &user),
+        Position::NotQueued => Reply::error(
+            404,
+            "user_not_queued",
+            "The user is not in this queue; register first.",
+        ),
+    })
+}

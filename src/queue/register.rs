@@ -1,0 +1,53 @@
+//! `POST /api/v1/queue/register` with `{"userId","queue"?}`.
+
+use pingora::proxy::Session;
+use serde::Deserialize;
+
+use super::{active_reply, credential, input, unavailable, waiting_reply, Endpoint, QueueApi};
+use crate::reply::Reply;
+use crate::store::Registration;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Body {
+    user_id: String,
+    #[serde(default)]
+    queue: Option<String>,
+}
+
+pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
+    match register(api, session).await {
+        Ok(reply) | Err(reply) => reply,
+    }
+}
+
+async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
+    let body = input::read_json_body(session).await?;
+    let body: Body = input::parse_json(&body)?;
+    input::check_user_id(&body.user_id)?;
+    let queue = api.queue(body.queue.as_deref())?;
+
+    // The credential is made before the call so that the script can store it
+    // in the same atomic step; it is only sent back if the user is new.
+    let fresh = credential::generate().map_err(|e| {
+        tracing::error!(%e, "cannot make a queue credential");
+        Reply::error(
+            503,
+            "unavailable",
+            "No credential could be made; retry shortly.",
+        )
+    })?;
+    let registration = api
+        .store()
+        .register(&queue.keys, &body.user_id, &fresh.digest)
+        .await
+        .map_err(|e| unavailable(Endpoint::Register, e))?;
+
+    Ok(match registration {
+        Registration::New { rank } => {
+            waiting_reply(queue, &body.user_id, rank, Some(&fresh.credential))
+        }
+        Registration::AlreadyWaiting { rank } => waiting_reply(queue, &body.user_id, rank, None),
+        Registration::Active { .. } => active_reply(queue, &body.user_id),
+    })
+}

@@ -1,0 +1,150 @@
+//! The one writer of replies that waitgate makes itself.
+//!
+//! Handlers and checks return a [`Reply`] value; only [`Reply::send`] touches
+//! the session. Every reply is JSON (or empty), carries Content-Length and
+//! `Cache-Control: no-store`, and errors share one shape:
+//! `{"error":"<snake_case_code>","message":"<one sentence>"}`.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use serde::Serialize;
+
+/// `Retry-After` for 503s: Redis outages are usually a restart or failover,
+/// which take seconds.
+pub const RETRY_AFTER_S: &str = "1";
+
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Bytes,
+    /// Extra headers (`Allow`, `Retry-After`, `WWW-Authenticate`, ...).
+    pub headers: Vec<(&'static str, String)>,
+    /// Close the connection after this reply. Set when the request body was
+    /// not read: draining an unread (possibly huge) body to keep the
+    /// connection would cost more than a new connection.
+    pub close: bool,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    message: &'a str,
+}
+
+impl Reply {
+    /// A JSON body. Serialising our own plain structs cannot fail; if it ever
+    /// did, the client still gets a well-formed error instead of a panic.
+    pub fn json<T: Serialize>(status: u16, value: &T) -> Reply {
+        match serde_json::to_vec(value) {
+            Ok(body) => Reply::raw(status, Bytes::from(body)),
+            Err(_) => Reply::error(503, "internal_error", "The reply could not be encoded."),
+        }
+    }
+
+    /// The `{"error","message"}` body every failure uses.
+    pub fn error(status: u16, code: &str, message: &str) -> Reply {
+        let body = serde_json::to_vec(&ErrorBody {
+            error: code,
+            message,
+        })
+        .unwrap_or_default();
+        let mut reply = Reply::raw(status, Bytes::from(body));
+        if status == 503 {
+            reply = reply.header("Retry-After", RETRY_AFTER_S);
+        }
+        reply
+    }
+
+    pub fn no_content() -> Reply {
+        Reply::raw(204, Bytes::new())
+    }
+
+    fn raw(status: u16, body: Bytes) -> Reply {
+        Reply {
+            status,
+            body,
+            headers: Vec::new(),
+            close: false,
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn closing(mut self) -> Reply {
+        self.close = true;
+        self
+    }
+
+    /// Builds the response header: status, JSON type, length, no caching.
+    pub fn response_header(&self) -> pingora::Result<ResponseHeader> {
+        let mut header = ResponseHeader::build(self.status, Some(4 + self.headers.len()))?;
+        if self.status != 204 {
+            header.insert_header("Content-Type", "application/json")?;
+            header.insert_header("Content-Length", self.body.len().to_string())?;
+        }
+        header.insert_header("Cache-Control", "no-store")?;
+        for (name, value) in &self.headers {
+            header.append_header(*name, value.as_str())?;
+        }
+        if self.close {
+            header.insert_header("Connection", "close")?;
+        }
+        Ok(header)
+    }
+
+    /// Writes the reply to the client.
+    pub async fn send(self, session: &mut Session) -> pingora::Result<()> {
+        if self.close {
+            session.set_keepalive(None);
+        }
+        let header = self.response_header()?;
+        let empty = self.body.is_empty();
+        session
+            .write_response_header(Box::new(header), empty)
+            .await?;
+        if !empty {
+            session.write_response_body(Some(self.body), true).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_have_one_shape() {
+        let r = Reply::error(404, "user_not_queued", "The user is not in the queue.");
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"], "user_not_queued");
+        assert_eq!(v["message"], "The user is not in the queue.");
+        assert_eq!(v.as_object().unwrap().len(), 2);
+        let h = r.response_header().unwrap();
+        assert_eq!(
+            h.headers["content-length"],
+            r.body.len().to_string().as_str()
+        );
+        assert_eq!(h.headers["content-type"], "application/json");
+    }
+
+    #[test]
+    fn unavailable_says_when_to_retry() {
+        let r = Reply::error(503, "redis_unavailable", "Try again.");
+        let h = r.response_header().unwrap();
+        assert_eq!(h.headers["retry-after"], RETRY_AFTER_S);
+    }
+
+    #[test]
+    fn closing_replies_say_so() {
+        let h = Reply::error(413, "body_too_large", "Too big.")
+            .closing()
+            .response_header()
+            .unwrap();
+        assert_eq!(h.headers["connection"], "close");
+    }
+}

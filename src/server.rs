@@ -1,0 +1,162 @@
+//! Assembles the Pingora server: the proxy, the admin listener and the
+//! background services, from one validated [`Config`].
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownWatch};
+use pingora::services::background::{background_service, BackgroundService};
+use pingora::services::listening::Service;
+
+use crate::admin::AdminApp;
+use crate::config::Config;
+use crate::edge::secret::Secret;
+use crate::proxy::Gate;
+use crate::queue::QueueApi;
+use crate::store::Store;
+
+/// Why the server could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{key}: cannot listen on {addr}: {source}")]
+    Listen {
+        key: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("redis.url: {0}")]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Builds the whole server, ready to [`run`].
+pub fn build(config: &Config, _secret: &Secret) -> Result<Server, StartError> {
+    // Pingora reports a port in use by panicking in a service thread; check
+    // first so the operator gets one line that names the key.
+    check_bindable("listen", config.listen)?;
+    check_bindable("admin-listen", config.admin_listen)?;
+
+    // SIGTERM: Pingora waits out the grace period, then gives runtimes a
+    // moment to stop. The drain service below exits earlier once nothing is
+    // in flight.
+    let conf = ServerConf {
+        threads: config.threads,
+        grace_period_seconds: Some(config.grace_period.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+
+    let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
+    let in_flight = Arc::new(InFlight::default());
+
+    let api = QueueApi::new(config, store.clone());
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        Gate::new(api, in_flight.clone()),
+        "waitgate proxy",
+    );
+    proxy.add_tcp(&config.listen.to_string());
+    server.add_service(proxy);
+
+    let mut admin = Service::new("waitgate admin".to_string(), AdminApp::new(store));
+    admin.add_tcp(&config.admin_listen.to_string());
+    // One thread is plenty for scrapes and probes.
+    admin.threads = Some(1);
+    server.add_service(admin);
+
+    server.add_service(background_service(
+        "drain",
+        Drain {
+            in_flight,
+            grace: config.grace_period,
+        },
+    ));
+    Ok(server)
+}
+
+/// Runs until SIGINT (at once) or SIGTERM (after draining).
+pub fn run(server: Server) {
+    server.run(RunArgs::default());
+}
+
+fn check_bindable(key: &'static str, addr: SocketAddr) -> Result<(), StartError> {
+    TcpListener::bind(addr)
+        .map(drop)
+        .map_err(|source| StartError::Listen { key, addr, source })
+}
+
+/// The number of requests under way.
+#[derive(Default)]
+pub struct InFlight(AtomicUsize);
+
+/// One request under way; dropping it ends the request.
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard(self.clone())
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Ends the process as soon as a SIGTERM drain is complete.
+///
+/// Pingora sleeps the whole grace period after SIGTERM whatever is left to
+/// do. Listeners are closed and idle keep-alive connections released as soon
+/// as the shutdown starts, so once no request is in flight there is nothing
+/// left to wait for: this service then exits the process.
+struct Drain {
+    in_flight: Arc<InFlight>,
+    grace: Duration,
+}
+
+/// How long the in-flight count must stay at zero before exiting: covers a
+/// request whose header was read just as the shutdown began.
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+
+#[async_trait]
+impl BackgroundService for Drain {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+        let started = Instant::now();
+        tracing::info!(
+            in_flight = self.in_flight.count(),
+            grace_s = self.grace.as_secs(),
+            "draining"
+        );
+        let mut quiet_since: Option<Instant> = None;
+        while started.elapsed() < self.grace {
+            if self.in_flight.count() == 0 {
+                let since = *quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN_QUIET {
+                    tracing::info!(
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "drained, exiting"
+                    );
+                    std::process::exit(0);
+                }
+            } else {
+                quiet_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Grace period over: Pingora's own shutdown takes it from here.
+    }
+}

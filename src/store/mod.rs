@@ -1,0 +1,243 @@
+//! Redis: the scripts of `lua/` behind typed calls.
+//!
+//! Every change to queue state is one Lua script, so each API call is one
+//! round-trip and no reader ever sees half a change. Scripts are sent with
+//! EVALSHA; on NOSCRIPT (a restarted or flushed Redis) `redis::Script` loads
+//! the script and retries, so waitgate recovers without a restart.
+//!
+//! Every call is bounded by `redis.command-timeout-ms`. A Redis that is down,
+//! hung or slow turns into [`StoreError::Unavailable`] within that time, and
+//! the caller answers 503 instead of queueing work behind it.
+
+mod keys;
+
+use std::sync::{LazyLock, OnceLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, Script, ScriptInvocation};
+
+pub use keys::QueueKeys;
+
+/// Why a store call failed. Both kinds become a 503 for the client; they
+/// differ in what the operator needs to know.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis did not answer in time, refused the connection or dropped it.
+    #[error("redis unavailable: {0}")]
+    Unavailable(String),
+    /// Redis answered with an error or a reply the script never gives:
+    /// something outside waitgate changed the keys, or a bug.
+    #[error("redis error: {0}")]
+    Failed(String),
+}
+
+/// The scripts, compiled into the binary so that what runs is what was built.
+static REGISTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/register.lua")));
+static RANK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/rank.lua")));
+static DROPOUT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/dropout.lua")));
+
+/// A SHA-256 digest of a queueCredential, the only form Redis ever holds.
+pub type Digest = [u8; 32];
+
+/// The outcome of `register`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    /// Added at the tail; the credential was stored.
+    New { rank: u64 },
+    /// Was already waiting; place and credential unchanged.
+    AlreadyWaiting { rank: u64 },
+    /// Is active until this time (Redis clock, ms since the epoch).
+    Active { expires_at_ms: u64 },
+}
+
+/// The outcome of `rank`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    Waiting { rank: u64 },
+    Active { expires_at_ms: u64 },
+    NotQueued,
+}
+
+/// The outcome of `dropout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropout {
+    Removed,
+    NotQueued,
+    CredentialMismatch,
+}
+
+/// The store: one lazily opened, self-reconnecting multiplexed connection.
+pub struct Store {
+    client: redis::Client,
+    /// Opened on first use, inside whichever Pingora runtime gets there
+    /// first: a Redis connection must be created inside a runtime, and
+    /// Pingora's runtimes only exist once the server runs.
+    connection: OnceLock<ConnectionManager>,
+    timeout: Duration,
+}
+
+impl Store {
+    pub fn new(url: &str, timeout: Duration) -> Result<Store, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| StoreError::Failed(e.to_string()))?;
+        Ok(Store {
+            client,
+            connection: OnceLock::new(),
+            timeout,
+        })
+    }
+
+    fn connection(&self) -> Result<ConnectionManager, StoreError> {
+        if let Some(c) = self.connection.get() {
+            return Ok(c.clone());
+        }
+        // Retries are few and short: a caller never waits past `timeout`
+        // anyway, and the next call starts a new reconnect if this one fails.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
+            .map_err(|e| StoreError::Failed(e.to_string()))?;
+        Ok(self.connection.get_or_init(|| manager).clone())
+    }
+
+    /// Runs one script invocation within the command timeout.
+    async fn run<T: FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection()?;
+        match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {} ms",
+                self.timeout.as_millis()
+            ))),
+            Ok(Err(e)) => Err(classify(e)),
+            Ok(Ok(value)) => Ok(value),
+        }
+    }
+
+    /// Answers while Redis answers: for `/readyz`.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection()?;
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(self.timeout, ping.query_async::<String>(&mut connection)).await
+        {
+            Err(_) => Err(StoreError::Unavailable("PING timed out".into())),
+            Ok(Err(e)) => Err(classify(e)),
+            Ok(Ok(_)) => Ok(()),
+        }
+    }
+
+    pub async fn register(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        digest: &Digest,
+    ) -> Result<Registration, StoreError> {
+        let mut invocation = REGISTER.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .arg(user)
+            .arg(&digest[..]);
+        let (code, value): (i64, i64) = self.run(invocation).await?;
+        match code {
+            1 => Ok(Registration::New {
+                rank: count(value)?,
+            }),
+            2 => Ok(Registration::AlreadyWaiting {
+                rank: count(value)?,
+            }),
+            3 => Ok(Registration::Active {
+                expires_at_ms: count(value)?,
+            }),
+            _ => Err(unexpected("register", code)),
+        }
+    }
+
+    pub async fn rank(&self, keys: &QueueKeys, user: &str) -> Result<Position, StoreError> {
+        let mut invocation = RANK.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.active)
+            .arg(user);
+        let (code, value): (i64, i64) = self.run(invocation).await?;
+        match code {
+            0 => Ok(Position::NotQueued),
+            1 => Ok(Position::Waiting {
+                rank: count(value)?,
+            }),
+            3 => Ok(Position::Active {
+                expires_at_ms: count(value)?,
+            }),
+            _ => Err(unexpected("rank", code)),
+        }
+    }
+
+    pub async fn dropout(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        digest: &Digest,
+    ) -> Result<Dropout, StoreError> {
+        let mut invocation = DROPOUT.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .arg(user)
+            .arg(&digest[..]);
+        let code: i64 = self.run(invocation).await?;
+        match code {
+            1 => Ok(Dropout::Removed),
+            0 => Ok(Dropout::NotQueued),
+            -1 => Ok(Dropout::CredentialMismatch),
+            _ => Err(unexpected("dropout", code)),
+        }
+    }
+}
+
+fn classify(e: redis::RedisError) -> StoreError {
+    use redis::{ErrorKind, ServerErrorKind};
+    // A Redis that is loading its AOF after a restart, failing over or busy
+    // with a long script is unavailable for now, not broken.
+    let transient = matches!(
+        e.kind(),
+        ErrorKind::Io
+            | ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::ClusterDown
+            )
+    );
+    if transient
+        || e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+    {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Failed(e.to_string())
+    }
+}
+
+fn count(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Failed(format!("negative count {value}")))
+}
+
+fn unexpected(script: &str, code: i64) -> StoreError {
+    StoreError::Failed(format!("{script} script returned unknown code {code}"))
+}
