@@ -85,8 +85,21 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
     }
 }
 
-/// Parses a JSON body into `T`, telling syntax errors from field errors.
+/// Parses a JSON object body into `T`, telling syntax errors from field
+/// errors.
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+    // serde would also read a struct from an array (`["user"]`); the API
+    // takes named fields only.
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{')
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+    {
+        return Err(Reply::error(
+            400,
+            "invalid_request",
+            "The body must be a JSON object.",
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
@@ -257,6 +270,10 @@ mod tests {
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
         let (s, c) = code(parse_json::<Body>(br#"{"userId":"a","x":1}"#).unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
+        let (s, c) = code(parse_json::<Body>(br#" ["a"]"#).unwrap_err());
+        assert_eq!((s, c.as_str()), (400, "invalid_request"));
+        let (s, c) = code(parse_json::<Body>(br#"["a""#).unwrap_err());
+        assert_eq!((s, c.as_str()), (400, "invalid_json"));
         assert!(parse_json::<Body>(br#"{"userId":"a"}"#).is_ok());
     }
 

@@ -1,0 +1,160 @@
+//! The command line (SPEC §1) and the shipped configuration files.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+fn conf_files() -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("conf"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Golden test: every shipped config passes `-t`.
+#[test]
+fn every_shipped_config_is_valid() {
+    let files = conf_files();
+    assert!(!files.is_empty());
+    for file in files {
+        let out = run_binary(&["-c", file.to_str().unwrap(), "-t"], Some(SECRET_B64));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("OK"), "{stdout}");
+    }
+}
+
+/// Golden test: the example config holds the seed's defaults.
+#[test]
+fn example_config_holds_the_seed_defaults() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/waitgate.yaml");
+    let c = waitgate::config::Config::load(&path).unwrap();
+    let q = &c.queues["baseball"];
+    assert_eq!(q.heartbeat.timeout.as_millis(), 30_000);
+    assert_eq!(q.heartbeat.cleanup_interval.as_millis(), 10_000);
+    assert_eq!(q.heartbeat.cleanup_batch_size, 500);
+    assert_eq!(q.admission.interval.as_millis(), 3_000);
+    assert_eq!(q.admission.batch_size, 100);
+    assert_eq!(q.admission.active_ttl.as_millis(), 600_000);
+    assert_eq!(c.jwt.ttl.as_millis(), 600_000);
+    assert_eq!(c.routes[0].prefix, "/api/v1/follow-up");
+}
+
+fn check_fails(config: &str, secret: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], secret);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("backtrace"), "{stderr}");
+    stderr
+}
+
+const GOOD: &str =
+    "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\nupstreams: {}\nroutes: []\n";
+
+#[test]
+fn a_bad_config_is_one_line_naming_the_key() {
+    let e = check_fails(&format!("{GOOD}treads: 3\n"), Some(SECRET_B64));
+    assert!(e.contains("treads"), "{e}");
+    let e = check_fails(
+        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {admission: {batch-size: 0}}}\nupstreams: {}\nroutes: []\n",
+        Some(SECRET_B64),
+    );
+    assert!(e.contains("queues.q.admission.batch-size"), "{e}");
+    let e = check_fails("queues: [", Some(SECRET_B64));
+    assert!(e.starts_with("waitgate: "), "{e}");
+}
+
+#[test]
+fn a_missing_short_or_garbled_secret_stops_start_up() {
+    let e = check_fails(GOOD, None);
+    assert!(e.contains("JWT_SECRET"), "{e}");
+    let e = check_fails(GOOD, Some("c2hvcnQ=")); // "short"
+    assert!(e.contains("JWT_SECRET") && e.contains("32"), "{e}");
+    let e = check_fails(GOOD, Some("***not base64***"));
+    assert!(e.contains("JWT_SECRET") && e.contains("Base64"), "{e}");
+    // The secret is never echoed.
+    assert!(!e.contains("***not"), "{e}");
+
+    // Without -t the server refuses to start the same way.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SECRET"));
+}
+
+#[test]
+fn a_port_in_use_is_one_line_naming_the_key() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let config = format!(
+        "listen: 127.0.0.1:{port}\nadmin-listen: 127.0.0.1:{}\n{GOOD}",
+        free_port()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap()], Some(SECRET_B64));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("listen") && stderr.contains(&port.to_string()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sigterm_drains_in_flight_requests_then_exits_quickly() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let mut wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "a").status, 200);
+
+    // A request in flight: headers sent, body still to come.
+    use std::io::Write;
+    let mut slow = std::net::TcpStream::connect(wg.addr).unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let body = br#"{"userId":"late"}"#;
+    write!(
+        slow,
+        "POST /api/v1/queue/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+
+    let start = std::time::Instant::now();
+    wg.signal("TERM");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(wg.is_running(), "exited with a request in flight");
+    // New connections are refused while draining.
+    assert!(std::net::TcpStream::connect(wg.addr).is_err());
+    // The in-flight request completes.
+    slow.write_all(body).unwrap();
+    let r = read_response(&mut std::io::BufReader::new(slow)).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["userId"], "late");
+    // Then the process exits well within the 3 s grace period.
+    let status = wg
+        .wait_exit(std::time::Duration::from_secs(3))
+        .expect("exits within the grace period");
+    assert!(status.success(), "{status}");
+    println!("exited {:?} after SIGTERM", start.elapsed());
+}

@@ -1,0 +1,626 @@
+//! The integration-test harness: a real `redis-server` on a free port, the
+//! real `waitgate` binary on free ports, a recording upstream, and a small
+//! HTTP/1.1 client that can also send malformed requests.
+//!
+//! Nothing here talks to the Redis on 6379: every test owns its Redis.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A fixed test key (Base64 of 32 bytes), so tests can sign their own tokens.
+pub const SECRET_B64: &str = "dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx";
+
+pub fn secret_bytes() -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(SECRET_B64)
+        .unwrap()
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("{what} not ready within {timeout:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Redis
+
+/// A `redis-server` of the test's own, killed on drop.
+pub struct Redis {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// Starts with extra `redis-server` arguments (e.g. AOF settings).
+    pub fn start_with(extra: &[&str]) -> Redis {
+        let mut redis = Redis {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        redis.spawn();
+        redis
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.child = Some(cmd.spawn().expect("redis-server must be installed"));
+        let port = self.port;
+        wait_until("redis-server", Duration::from_secs(10), || {
+            redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        });
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap()
+    }
+
+    /// SIGKILL: no chance to save or close connections.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and directory (an AOF, if any, is
+    /// replayed).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // A stopped process would ignore SIGKILL until continued on some
+        // kernels' process accounting; continue it first.
+        self.signal("CONT");
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// waitgate
+
+/// The ports and Redis a config is written for.
+pub struct Ports {
+    pub listen: u16,
+    pub admin: u16,
+}
+
+impl Ports {
+    pub fn new() -> Ports {
+        Ports {
+            listen: free_port(),
+            admin: free_port(),
+        }
+    }
+}
+
+/// A config with one queue `baseball` (the seed defaults unless `queue_yaml`
+/// overrides them), one upstream `ticketing` and one route.
+pub fn config(redis_url: &str, ports: &Ports, upstream_port: u16) -> String {
+    config_with(redis_url, ports, upstream_port, "baseball: {}")
+}
+
+pub fn config_with(redis_url: &str, ports: &Ports, upstream_port: u16, queues: &str) -> String {
+    format!(
+        "listen: 127.0.0.1:{listen}
+admin-listen: 127.0.0.1:{admin}
+threads: 2
+grace-period-s: 3
+redis:
+  url: {redis_url}
+  command-timeout-ms: 300
+jwt:
+  issuer: waitgate
+  audience: ticketing
+  ttl-ms: 600000
+  leeway-s: 5
+queues:
+{queues}
+upstreams:
+  ticketing:
+    address: 127.0.0.1:{upstream_port}
+routes:
+  - prefix: /api/v1/follow-up
+    upstream: ticketing
+    queue: baseball
+",
+        listen = ports.listen,
+        admin = ports.admin,
+        queues = indent(queues),
+    )
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect::<String>()
+}
+
+/// A running `waitgate` binary, killed on drop.
+pub struct Waitgate {
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_waitgate"))
+}
+
+impl Waitgate {
+    /// Writes `config` to a file, starts the binary, and waits until both
+    /// listeners answer.
+    pub fn start(config: &str, ports: &Ports) -> Waitgate {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waitgate.yaml");
+        std::fs::write(&path, config).unwrap();
+        let log = std::fs::File::create(dir.path().join("waitgate.log")).unwrap();
+        let child = Command::new(binary())
+            .arg("-c")
+            .arg(&path)
+            .env("JWT_SECRET", SECRET_B64)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut wg = Waitgate {
+            addr: SocketAddr::from(([127, 0, 0, 1], ports.listen)),
+            admin: SocketAddr::from(([127, 0, 0, 1], ports.admin)),
+            child: Some(child),
+            dir,
+        };
+        let admin = wg.admin;
+        let started = Instant::now();
+        loop {
+            if get(admin, "/healthz").is_ok_and(|r| r.status == 200)
+                && TcpStream::connect(wg.addr).is_ok()
+            {
+                break;
+            }
+            if let Some(status) = wg.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("waitgate exited with {status}: {}", wg.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "waitgate did not start: {}",
+                wg.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        wg
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("waitgate.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits for the process to end; `None` if it outlives `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Waitgate {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs the binary to completion (for `-t` and start-up failures).
+pub fn run_binary(args: &[&str], secret: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(binary());
+    cmd.args(args).env_remove("JWT_SECRET");
+    if let Some(secret) = secret {
+        cmd.env("JWT_SECRET", secret);
+    }
+    cmd.output().unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// HTTP client
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    /// The `error` code of an error body, checking its shape on the way.
+    pub fn error_code(&self) -> String {
+        let v = self.json();
+        let obj = v.as_object().expect("error body is an object");
+        assert_eq!(
+            obj.len(),
+            2,
+            "error body has exactly error and message: {v}"
+        );
+        assert!(
+            obj["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{:?}",
+            self.headers
+        );
+        obj["error"]
+            .as_str()
+            .expect("error is a string")
+            .to_string()
+    }
+}
+
+/// Sends raw bytes on a new connection and reads one response.
+pub fn raw(addr: SocketAddr, request: &[u8]) -> std::io::Result<Response> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(request)?;
+    read_response(&mut BufReader::new(stream))
+}
+
+/// Reads one response (Content-Length, chunked, or until close).
+pub fn read_response(reader: &mut impl BufRead) -> std::io::Result<Response> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed before a response",
+        ));
+    }
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line)?;
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = l.split_once(':') {
+            headers.push((n.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _): &&(String, String)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let mut body = Vec::new();
+    if status == 204 || status == 304 || (100..200).contains(&status) {
+        // no body
+    } else if let Some(len) = find("content-length") {
+        let len: usize = len.parse().unwrap();
+        body.resize(len, 0);
+        reader.read_exact(&mut body)?;
+    } else if find("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        loop {
+            line.clear();
+            reader.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim(), 16).unwrap_or(0);
+            if size == 0 {
+                line.clear();
+                reader.read_line(&mut line)?;
+                break;
+            }
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk)?;
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        reader.read_to_end(&mut body)?;
+    }
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<Response> {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    if let Some(body) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    if let Some(body) = body {
+        bytes.extend_from_slice(body);
+    }
+    raw(addr, &bytes)
+}
+
+pub fn get(addr: SocketAddr, target: &str) -> std::io::Result<Response> {
+    request(addr, "GET", target, &[], None)
+}
+
+pub fn post_json(addr: SocketAddr, target: &str, body: &str) -> std::io::Result<Response> {
+    request(
+        addr,
+        "POST",
+        target,
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    )
+}
+
+pub fn delete(
+    addr: SocketAddr,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<Response> {
+    request(addr, "DELETE", target, headers, None)
+}
+
+// Queue API shortcuts.
+
+pub fn register(addr: SocketAddr, user: &str) -> Response {
+    post_json(
+        addr,
+        "/api/v1/queue/register",
+        &serde_json::json!({ "userId": user }).to_string(),
+    )
+    .unwrap()
+}
+
+pub fn rank(addr: SocketAddr, user: &str) -> Response {
+    get(addr, &format!("/api/v1/queue/rank?userId={user}")).unwrap()
+}
+
+pub fn dropout(addr: SocketAddr, user: &str, credential: &str) -> Response {
+    delete(
+        addr,
+        &format!("/api/v1/queue/dropout?userId={user}"),
+        &[("X-Queue-Credential", credential)],
+    )
+    .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// A recording upstream
+
+/// One request as the upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn headers_named(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+}
+
+/// An HTTP/1.1 upstream that records every request it receives and answers
+/// 200 `{"upstream":"ok"}`. Keep-alive is supported, so connection reuse can
+/// be observed through [`Upstream::connections`].
+pub struct Upstream {
+    pub port: u16,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    connections: Arc<Mutex<usize>>,
+    /// Delay before answering, for slow-upstream tests.
+    pub delay: Arc<Mutex<Duration>>,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(Mutex::new(0));
+        let delay = Arc::new(Mutex::new(Duration::ZERO));
+        let (s, c, d) = (seen.clone(), connections.clone(), delay.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                *c.lock().unwrap() += 1;
+                let (s, d) = (s.clone(), d.clone());
+                std::thread::spawn(move || serve_upstream(stream, s, d));
+            }
+        });
+        Upstream {
+            port,
+            seen,
+            connections,
+            delay,
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn connections(&self) -> usize {
+        *self.connections.lock().unwrap()
+    }
+}
+
+fn serve_upstream(stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, delay: Arc<Mutex<Duration>>) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((n, v)) = h.split_once(':') {
+                headers.push((n.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let len = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        seen.lock().unwrap().push(Seen {
+            method,
+            target,
+            headers,
+            body,
+        });
+        let pause = *delay.lock().unwrap();
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        let reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"upstream\":\"ok\"}";
+        if writer.write_all(reply).is_err() {
+            return;
+        }
+    }
+}

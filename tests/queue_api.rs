@@ -1,0 +1,532 @@
+//! The queue API against a real Redis and the real binary (SPEC §3, §5).
+
+mod common;
+
+use common::*;
+use redis::Commands;
+
+const WAITING: &str = "queue:{baseball}:waiting";
+const HEARTBEAT: &str = "queue:{baseball}:heartbeat";
+const CREDENTIAL: &str = "queue:{baseball}:credential";
+const ACTIVE: &str = "queue:{baseball}:active";
+
+struct Setup {
+    redis: Redis,
+    wg: Waitgate,
+}
+
+fn setup() -> Setup {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    Setup { redis, wg }
+}
+
+fn zscore(c: &mut redis::Connection, key: &str, user: &str) -> Option<f64> {
+    c.zscore(key, user).unwrap()
+}
+
+fn has_credential(c: &mut redis::Connection, user: &str) -> bool {
+    c.hexists(CREDENTIAL, user).unwrap()
+}
+
+/// Every key in the test Redis, to show that a refused request wrote nothing.
+fn all_keys(c: &mut redis::Connection) -> Vec<String> {
+    let mut keys: Vec<String> = c.keys("*").unwrap();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn first_registration_creates_waiting_heartbeat_and_credential() {
+    let s = setup();
+    let r = register(s.wg.addr, "user_10");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["userId"], "user_10");
+    assert_eq!(v["queue"], "baseball");
+    assert_eq!(v["status"], "WAITING");
+    assert_eq!(v["rank"], 0);
+    assert_eq!(v["estimatedWaitingCount"], 1);
+    assert!(v["estimatedWaitSeconds"].is_u64());
+    let credential = v["queueCredential"].as_str().unwrap();
+    // >= 128 bits, URL-safe.
+    assert!(credential.len() >= 22, "{credential}");
+    assert!(credential
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+
+    let mut c = s.redis.conn();
+    assert!(zscore(&mut c, WAITING, "user_10").is_some());
+    assert!(zscore(&mut c, HEARTBEAT, "user_10").is_some());
+    assert!(has_credential(&mut c, "user_10"));
+    // Redis holds a digest, never the credential itself.
+    let stored: Vec<u8> = c.hget(CREDENTIAL, "user_10").unwrap();
+    assert_eq!(stored.len(), 32);
+    assert_ne!(stored, credential.as_bytes());
+}
+
+#[test]
+fn registering_again_keeps_the_place_and_returns_no_credential() {
+    let s = setup();
+    let first = register(s.wg.addr, "a");
+    assert!(first.json()["queueCredential"].is_string());
+    register(s.wg.addr, "b");
+    let mut c = s.redis.conn();
+    let score = zscore(&mut c, WAITING, "a").unwrap();
+    let stored: Vec<u8> = c.hget(CREDENTIAL, "a").unwrap();
+
+    let again = register(s.wg.addr, "a");
+    assert_eq!(again.status, 200);
+    let v = again.json();
+    assert_eq!(v["status"], "WAITING");
+    assert_eq!(v["rank"], 0);
+    assert!(v.get("queueCredential").is_none(), "{v}");
+    assert_eq!(zscore(&mut c, WAITING, "a"), Some(score));
+    let stored_again: Vec<u8> = c.hget(CREDENTIAL, "a").unwrap();
+    assert_eq!(stored, stored_again);
+    // The original credential still works.
+    let cred = first.json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(dropout(s.wg.addr, "a", &cred).status, 204);
+}
+
+#[test]
+fn order_is_strict_fifo_even_within_one_millisecond() {
+    let s = setup();
+    // Concurrent registrations land in the same millisecond; every one must
+    // still get a distinct score and rank.
+    let addr = s.wg.addr;
+    let handles: Vec<_> = (0..40)
+        .map(|i| std::thread::spawn(move || register(addr, &format!("u{i}")).json()))
+        .collect();
+    let mut ranks: Vec<u64> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap()["rank"].as_u64().unwrap())
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, (0..40).collect::<Vec<_>>());
+
+    let mut c = s.redis.conn();
+    let members: Vec<(String, f64)> = c.zrange_withscores(WAITING, 0, -1).unwrap();
+    let mut scores: Vec<f64> = members.iter().map(|(_, s)| *s).collect();
+    scores.dedup();
+    assert_eq!(scores.len(), 40, "no two users share a score");
+
+    // And sequential registrations keep arrival order.
+    for i in 0..5 {
+        register(addr, &format!("seq{i}"));
+    }
+    let tail: Vec<String> = c.zrange(WAITING, -5, -1).unwrap();
+    assert_eq!(tail, ["seq0", "seq1", "seq2", "seq3", "seq4"]);
+}
+
+#[test]
+fn rank_reports_the_place_and_refreshes_the_heartbeat() {
+    let s = setup();
+    register(s.wg.addr, "first");
+    register(s.wg.addr, "second");
+    let mut c = s.redis.conn();
+    let before = zscore(&mut c, HEARTBEAT, "second").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+
+    let r = rank(s.wg.addr, "second");
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["status"], "WAITING");
+    assert_eq!(v["rank"], 1);
+    assert_eq!(v["estimatedWaitingCount"], 2);
+    assert!(v.get("queueCredential").is_none());
+    let after = zscore(&mut c, HEARTBEAT, "second").unwrap();
+    assert!(after > before, "heartbeat {before} -> {after}");
+}
+
+#[test]
+fn rank_of_an_unknown_user_is_404_and_creates_nothing() {
+    let s = setup();
+    let r = rank(s.wg.addr, "ghost");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "user_not_queued");
+    let mut c = s.redis.conn();
+    assert!(zscore(&mut c, HEARTBEAT, "ghost").is_none());
+    assert!(all_keys(&mut c).is_empty());
+}
+
+#[test]
+fn an_active_user_is_told_so() {
+    let s = setup();
+    let mut c = s.redis.conn();
+    let future_ms = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000) as f64;
+    let _: () = c.zadd(ACTIVE, "vip", future_ms).unwrap();
+    let r = rank(s.wg.addr, "vip");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["status"], "ACTIVE");
+    // Registering while active does not queue the user again.
+    let r = register(s.wg.addr, "vip");
+    assert_eq!(r.json()["status"], "ACTIVE");
+    assert!(r.json().get("queueCredential").is_none());
+    assert!(zscore(&mut c, WAITING, "vip").is_none());
+    assert!(zscore(&mut c, HEARTBEAT, "vip").is_none());
+}
+
+#[test]
+fn dropout_removes_all_three_together() {
+    let s = setup();
+    let cred = register(s.wg.addr, "leaver").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    register(s.wg.addr, "stayer");
+    let r = dropout(s.wg.addr, "leaver", &cred);
+    assert_eq!(r.status, 204);
+    assert!(r.body.is_empty());
+    let mut c = s.redis.conn();
+    assert!(zscore(&mut c, WAITING, "leaver").is_none());
+    assert!(zscore(&mut c, HEARTBEAT, "leaver").is_none());
+    assert!(!has_credential(&mut c, "leaver"));
+    // The other user moves up.
+    assert_eq!(rank(s.wg.addr, "stayer").json()["rank"], 0);
+    // And a second dropout finds nobody.
+    let r = dropout(s.wg.addr, "leaver", &cred);
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "user_not_queued");
+}
+
+#[test]
+fn dropout_needs_the_right_credential() {
+    let s = setup();
+    let cred = register(s.wg.addr, "victim").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut c = s.redis.conn();
+    let before = all_keys(&mut c);
+
+    let wrong = dropout(s.wg.addr, "victim", "not-the-credential");
+    assert_eq!(wrong.status, 403);
+    assert_eq!(wrong.error_code(), "credential_mismatch");
+    // A credential of another user does not work either.
+    let other = register(s.wg.addr, "other").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(dropout(s.wg.addr, "victim", &other).status, 403);
+
+    let missing = delete(s.wg.addr, "/api/v1/queue/dropout?userId=victim", &[]).unwrap();
+    assert_eq!(missing.status, 400);
+    assert_eq!(missing.error_code(), "invalid_request");
+    let twice = delete(
+        s.wg.addr,
+        "/api/v1/queue/dropout?userId=victim",
+        &[("X-Queue-Credential", &cred), ("X-Queue-Credential", &cred)],
+    )
+    .unwrap();
+    assert_eq!(twice.status, 400);
+
+    assert!(zscore(&mut c, WAITING, "victim").is_some());
+    assert!(has_credential(&mut c, "victim"));
+    assert_eq!(before.len(), 3);
+    assert_eq!(dropout(s.wg.addr, "victim", &cred).status, 204);
+}
+
+#[test]
+fn several_queues_need_a_queue_name() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let cfg = config_with(
+        &redis.url(),
+        &ports,
+        free_port(),
+        "baseball: {}\nsoccer: {}",
+    );
+    let wg = Waitgate::start(&cfg, &ports);
+
+    let r = register(wg.addr, "fan");
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error_code(), "invalid_request");
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/register",
+        r#"{"userId":"fan","queue":"soccer"}"#,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["queue"], "soccer");
+    let r = get(wg.addr, "/api/v1/queue/rank?userId=fan&queue=soccer").unwrap();
+    assert_eq!(r.json()["rank"], 0);
+    let r = get(wg.addr, "/api/v1/queue/rank?userId=fan&queue=baseball").unwrap();
+    assert_eq!(r.status, 404);
+    let mut c = redis.conn();
+    let soccer: Option<f64> = c.zscore("queue:{soccer}:waiting", "fan").unwrap();
+    assert!(soccer.is_some());
+}
+
+/// Every row of the SPEC §3 status table, each with an `{"error","message"}`
+/// body, and none of them writes anything.
+#[test]
+fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
+    let s = setup();
+    let addr = s.wg.addr;
+    let json = [("Content-Type", "application/json")];
+    let big = format!(r#"{{"userId":"a","pad":"{}"}}"#, "x".repeat(5000));
+    let long_id = "u".repeat(129);
+    let cases: Vec<(&str, Response, u16, &str)> = vec![
+        (
+            "not JSON",
+            request(
+                addr,
+                "POST",
+                "/api/v1/queue/register",
+                &json,
+                Some(b"{userId:"),
+            )
+            .unwrap(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "empty body",
+            request(addr, "POST", "/api/v1/queue/register", &json, Some(b"")).unwrap(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "missing userId",
+            post_json(addr, "/api/v1/queue/register", r#"{"queue":"baseball"}"#).unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "userId not a string",
+            post_json(addr, "/api/v1/queue/register", r#"{"userId":42}"#).unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "JSON array",
+            post_json(addr, "/api/v1/queue/register", r#"["a"]"#).unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "unknown field",
+            post_json(
+                addr,
+                "/api/v1/queue/register",
+                r#"{"userId":"a","userid":"b"}"#,
+            )
+            .unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "duplicate field",
+            post_json(
+                addr,
+                "/api/v1/queue/register",
+                r#"{"userId":"a","userId":"b"}"#,
+            )
+            .unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "empty userId",
+            post_json(addr, "/api/v1/queue/register", r#"{"userId":""}"#).unwrap(),
+            400,
+            "invalid_user_id",
+        ),
+        (
+            "userId with a space",
+            post_json(addr, "/api/v1/queue/register", r#"{"userId":"a b"}"#).unwrap(),
+            400,
+            "invalid_user_id",
+        ),
+        (
+            "userId with a brace",
+            post_json(addr, "/api/v1/queue/register", r#"{"userId":"a}b"}"#).unwrap(),
+            400,
+            "invalid_user_id",
+        ),
+        (
+            "userId of 129 characters",
+            post_json(
+                addr,
+                "/api/v1/queue/register",
+                &format!(r#"{{"userId":"{long_id}"}}"#),
+            )
+            .unwrap(),
+            400,
+            "invalid_user_id",
+        ),
+        (
+            "rank without userId",
+            get(addr, "/api/v1/queue/rank").unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "rank with a bad userId",
+            get(addr, "/api/v1/queue/rank?userId=a%20b").unwrap(),
+            400,
+            "invalid_user_id",
+        ),
+        (
+            "rank with userId twice",
+            get(addr, "/api/v1/queue/rank?userId=a&userId=b").unwrap(),
+            400,
+            "invalid_request",
+        ),
+        (
+            "bad path",
+            get(addr, "/api/v1/queue/./rank?userId=a").unwrap(),
+            400,
+            "bad_path",
+        ),
+        (
+            "wrong credential",
+            dropout(addr, "nobody", "x"),
+            404,
+            "user_not_queued",
+        ),
+        (
+            "unknown queue (register)",
+            post_json(
+                addr,
+                "/api/v1/queue/register",
+                r#"{"userId":"a","queue":"tennis"}"#,
+            )
+            .unwrap(),
+            404,
+            "unknown_queue",
+        ),
+        (
+            "unknown queue (rank)",
+            get(addr, "/api/v1/queue/rank?userId=a&queue=tennis").unwrap(),
+            404,
+            "unknown_queue",
+        ),
+        ("unknown user", rank(addr, "nobody"), 404, "user_not_queued"),
+        (
+            "no such route",
+            get(addr, "/api/v1/queue/nothing").unwrap(),
+            404,
+            "not_found",
+        ),
+        (
+            "no such route outside the API",
+            get(addr, "/index.html").unwrap(),
+            404,
+            "not_found",
+        ),
+        (
+            "GET register",
+            get(addr, "/api/v1/queue/register").unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "POST rank",
+            post_json(addr, "/api/v1/queue/rank?userId=a", "{}").unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET dropout",
+            get(addr, "/api/v1/queue/dropout?userId=a").unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "body over 4 KiB",
+            post_json(addr, "/api/v1/queue/register", &big).unwrap(),
+            413,
+            "body_too_large",
+        ),
+        (
+            "no content type",
+            request(
+                addr,
+                "POST",
+                "/api/v1/queue/register",
+                &[],
+                Some(br#"{"userId":"a"}"#),
+            )
+            .unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            "text/plain",
+            request(
+                addr,
+                "POST",
+                "/api/v1/queue/register",
+                &[("Content-Type", "text/plain")],
+                Some(br#"{"userId":"a"}"#),
+            )
+            .unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+    ];
+    for (what, response, status, code) in cases {
+        assert_eq!(response.status, status, "{what}: {response:?}");
+        assert_eq!(response.error_code(), code, "{what}");
+    }
+    let r = get(addr, "/api/v1/queue/register").unwrap();
+    assert_eq!(r.header("allow"), Some("POST"));
+
+    // A chunked body over the cap is cut off without being read to the end.
+    let mut chunked = b"POST /api/v1/queue/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..5 {
+        chunked.extend_from_slice(b"400\r\n");
+        chunked.extend_from_slice(&[b' '; 0x400]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let r = raw(addr, &chunked).unwrap();
+    assert_eq!(r.status, 413);
+    assert_eq!(r.error_code(), "body_too_large");
+
+    let mut c = s.redis.conn();
+    assert!(all_keys(&mut c).is_empty(), "{:?}", all_keys(&mut c));
+    assert!(s.wg.log().contains("waitgate starting"));
+}
+
+#[test]
+fn a_body_of_exactly_4_kib_is_accepted() {
+    let s = setup();
+    let prefix = r#"{"userId":"edge","queue":"baseball"}"#;
+    let body = format!("{prefix}{}", " ".repeat(4096 - prefix.len()));
+    assert_eq!(body.len(), 4096);
+    let r = post_json(s.wg.addr, "/api/v1/queue/register", &body).unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+}
+
+#[test]
+fn keep_alive_carries_several_api_calls() {
+    use std::io::{BufReader, Write};
+    let s = setup();
+    let stream = std::net::TcpStream::connect(s.wg.addr).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    for user in ["k1", "k2", "k3"] {
+        let body = format!(r#"{{"userId":"{user}"}}"#);
+        write!(
+            writer,
+            "POST /api/v1/queue/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let r = read_response(&mut reader).unwrap();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.json()["userId"], user);
+    }
+}

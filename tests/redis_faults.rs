@@ -1,0 +1,113 @@
+//! Redis outages: fast 503s, and recovery without a restart.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The harness config sets `command-timeout-ms: 300`; a 503 must come within
+/// it, plus scheduling slack.
+const FAST: Duration = Duration::from_millis(900);
+
+fn assert_fast_503(addr: std::net::SocketAddr) {
+    for (what, call) in [
+        (
+            "register",
+            Box::new(move || register(addr, "u")) as Box<dyn Fn() -> Response>,
+        ),
+        ("rank", Box::new(move || rank(addr, "u"))),
+        ("dropout", Box::new(move || dropout(addr, "u", "c"))),
+    ] {
+        let start = Instant::now();
+        let r = call();
+        let took = start.elapsed();
+        assert_eq!(r.status, 503, "{what}: {r:?}");
+        assert_eq!(r.error_code(), "redis_unavailable", "{what}");
+        assert!(r.header("retry-after").is_some(), "{what}: {:?}", r.headers);
+        assert!(took < FAST, "{what} took {took:?}");
+    }
+}
+
+/// Retries `register` until it answers 200, and returns how long that took.
+fn recovers(addr: std::net::SocketAddr, user: &str) -> Duration {
+    let start = Instant::now();
+    loop {
+        let r = register(addr, user);
+        if r.status == 200 {
+            return start.elapsed();
+        }
+        assert_eq!(r.status, 503, "{r:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no recovery after 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn redis_down_gives_fast_503_and_a_restart_is_recovered_from() {
+    let mut redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "before").status, 200);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
+
+    redis.kill();
+    assert_fast_503(wg.addr);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/healthz").unwrap().status, 200);
+
+    // The new Redis is empty: no data and no scripts loaded (NOSCRIPT).
+    redis.restart();
+    let took = recovers(wg.addr, "after");
+    println!("recovered {took:?} after the restart");
+    let r = rank(wg.addr, "after");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["rank"], 0);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
+}
+
+#[test]
+fn flushed_script_cache_is_reloaded() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "a").status, 200);
+    let mut c = redis.conn();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    let r = register(wg.addr, "b");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["rank"], 1);
+}
+
+#[test]
+fn hung_redis_gives_fast_503_then_recovers() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "before").status, 200);
+
+    redis.signal("STOP");
+    assert_fast_503(wg.addr);
+    let start = Instant::now();
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert!(start.elapsed() < FAST);
+
+    redis.signal("CONT");
+    recovers(wg.addr, "after");
+    assert_eq!(rank(wg.addr, "before").json()["rank"], 0);
+}
+
+#[test]
+fn waitgate_starts_without_redis_and_serves_once_it_comes() {
+    let mut redis = Redis::start();
+    redis.kill();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_fast_503(wg.addr);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    redis.restart();
+    recovers(wg.addr, "late");
+}
