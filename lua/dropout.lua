@@ -1,4 +1,5 @@
 -- dropout: a user leaves, proving it with its queueCredential.
+-- (Loaded after lib.lua, which defines same_digest.)
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] credential HASH,
 -- KEYS[4] active ZSET
@@ -18,17 +19,7 @@ if not stored then
   return 0
 end
 
--- Compare every byte whatever the first difference: the time taken must not
--- tell how much of a guess was right. (Digests are compared, not the
--- credentials, so even a leak would say nothing about the credential.)
-local diff = 0
-if #stored ~= #digest then
-  diff = 1
-end
-for i = 1, #digest do
-  diff = bit.bor(diff, bit.bxor(string.byte(digest, i), string.byte(stored, i) or 0))
-end
-if diff ~= 0 then
+if not same_digest(stored, digest) then
   return -1
 end
 

@@ -14,7 +14,9 @@ use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
 use crate::config::Config;
+use crate::edge::jwt::Tokens;
 use crate::edge::secret::Secret;
+use crate::proxy::routes::RouteTable;
 use crate::proxy::Gate;
 use crate::queue::QueueApi;
 use crate::store::Store;
@@ -30,10 +32,12 @@ pub enum StartError {
     },
     #[error("redis.url: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Resolve(#[from] crate::proxy::routes::ResolveError),
 }
 
 /// Builds the whole server, ready to [`run`].
-pub fn build(config: &Config, _secret: &Secret) -> Result<Server, StartError> {
+pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     // Pingora reports a port in use by panicking in a service thread; check
     // first so the operator gets one line that names the key.
     check_bindable("listen", config.listen)?;
@@ -54,12 +58,13 @@ pub fn build(config: &Config, _secret: &Secret) -> Result<Server, StartError> {
     let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
     let in_flight = Arc::new(InFlight::default());
 
-    let api = QueueApi::new(config, store.clone());
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        Gate::new(api, in_flight.clone()),
-        "waitgate proxy",
-    );
+    let tokens = Arc::new(Tokens::new(secret, &config.jwt));
+    let routes = RouteTable::build(config)?;
+
+    let api = QueueApi::new(config, store.clone(), tokens.clone());
+    let gate = Gate::new(api, routes, tokens, in_flight.clone());
+    let mut proxy =
+        pingora::proxy::http_proxy_service_with_name(&server.configuration, gate, "waitgate proxy");
     proxy.add_tcp(&config.listen.to_string());
     server.add_service(proxy);
 

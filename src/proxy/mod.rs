@@ -1,30 +1,52 @@
 //! The `ProxyHttp` implementation: a dispatcher.
 //!
-//! A request flows one way: path check, then route, then either the queue
-//! API (answered here, never forwarded) or a protected route. Decisions are
-//! plain values from plain functions ([`Gate::route`]); the phases below only
-//! act on them.
+//! A request flows one way: framing and path checks, then routing, then
+//! either the queue API (answered here, never forwarded) or a protected
+//! route (JWT checked at the edge, then forwarded). [`Gate::decide`] makes
+//! that decision from the request header alone, as a plain value; the phases
+//! below only act on it.
 
+pub mod framing;
 pub mod path;
+pub mod routes;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use pingora::http::RequestHeader;
 use pingora::prelude::HttpPeer;
-use pingora::proxy::{ProxyHttp, Session};
-use pingora::{Error, ErrorType, Result};
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorSource, ErrorType, Result};
 
+use crate::edge::jwt::{self, Identity, Reject, Tokens};
 use crate::queue::{self, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::server::{InFlight, InFlightGuard};
+use routes::RouteTable;
 
-/// Where a request goes, decided from its header alone.
+/// The headers through which the upstream learns who is calling. Copies sent
+/// by the client are removed before waitgate sets its own.
+pub const USER_HEADER: &str = "x-waitgate-user";
+pub const QUEUE_HEADER: &str = "x-waitgate-queue";
+
+/// What to do with a request, decided from its header alone.
 #[derive(Debug)]
-pub enum Route {
+pub enum Decision {
     /// Answered by the queue API.
     Queue(Endpoint),
-    /// Answered at once with this reply (bad path, no such route).
+    /// Forward to the route's upstream on behalf of `identity`. `origin` is
+    /// set when the target was absolute-form and must be rewritten to the
+    /// path that was checked.
+    Forward {
+        route: usize,
+        identity: Identity,
+        origin: Option<Vec<u8>>,
+    },
+    /// Refused at the edge (401/403).
+    Deny(Reject),
+    /// Answered at once (bad framing or path, no such route).
     Respond(Reply),
 }
 
@@ -32,8 +54,12 @@ pub enum Route {
 pub struct RequestCtx {
     /// When the request header was read: for the latency metric and logs.
     pub started: Instant,
-    /// The label this request is counted under.
-    pub route: &'static str,
+    /// The queue API endpoint, when the request was one.
+    pub endpoint: Option<Endpoint>,
+    /// The protected route, once chosen.
+    pub route: Option<usize>,
+    /// Who the verified token speaks for, for the identity headers.
+    pub identity: Option<Identity>,
     /// Set when waitgate wrote the reply itself.
     pub status: Option<u16>,
     /// Held for the life of the request; dropping it ends the request for
@@ -44,36 +70,93 @@ pub struct RequestCtx {
 /// The proxy: the queue API plus the protected routes.
 pub struct Gate {
     api: QueueApi,
+    routes: RouteTable,
+    tokens: Arc<Tokens>,
     /// Counts requests under way, so that SIGTERM can exit as soon as they
     /// are done instead of sleeping out the whole grace period.
     in_flight: Arc<InFlight>,
 }
 
 impl Gate {
-    pub fn new(api: QueueApi, in_flight: Arc<InFlight>) -> Gate {
-        Gate { api, in_flight }
+    pub fn new(
+        api: QueueApi,
+        routes: RouteTable,
+        tokens: Arc<Tokens>,
+        in_flight: Arc<InFlight>,
+    ) -> Gate {
+        Gate {
+            api,
+            routes,
+            tokens,
+            in_flight,
+        }
     }
 
-    /// Decides where a request goes from its target alone.
-    pub fn route(target: &[u8]) -> Route {
-        if let Err(why) = path::classify(target) {
-            return Route::Respond(Reply::error(400, "bad_path", why.message()));
+    /// Decides what to do with a request. `now` is the proxy's clock in
+    /// seconds, for the token's `exp` and `iat`.
+    pub fn decide(&self, header: &RequestHeader, now: u64) -> Decision {
+        if let Err(why) = framing::check(&header.headers) {
+            return Decision::Respond(Reply::error(400, "bad_request", why));
+        }
+        let raw = header.raw_path();
+        let Some(target) = path::origin_form(raw) else {
+            return Decision::Respond(Reply::error(
+                400,
+                "bad_path",
+                "The request target must be a path or an absolute http(s) URL.",
+            ));
+        };
+        if let Err(why) = path::classify(&target) {
+            return Decision::Respond(Reply::error(400, "bad_path", why.message()));
         }
         // classify() accepted only ASCII, so this cannot fail.
-        let target = std::str::from_utf8(target).unwrap_or("/");
-        let path = target.split('?').next().unwrap_or(target);
+        let target_str = std::str::from_utf8(&target).unwrap_or("/");
+        let path = target_str.split('?').next().unwrap_or(target_str);
+
         if queue::is_queue_api_path(path) {
             return match Endpoint::from_path(path) {
-                Some(endpoint) => Route::Queue(endpoint),
-                None => Route::Respond(not_found()),
+                Some(endpoint) => Decision::Queue(endpoint),
+                None => Decision::Respond(not_found()),
             };
         }
-        Route::Respond(not_found())
+        let Some(index) = self.routes.find(path) else {
+            return Decision::Respond(not_found());
+        };
+        let Some(route) = self.routes.get(index) else {
+            return Decision::Respond(not_found());
+        };
+        let authorization = header
+            .headers
+            .get_all(http::header::AUTHORIZATION)
+            .into_iter()
+            .map(|v| v.as_bytes());
+        match self.tokens.check(authorization, &route.queue, now) {
+            Ok(identity) => Decision::Forward {
+                route: index,
+                identity,
+                origin: match target {
+                    Cow::Owned(rewritten) => Some(rewritten),
+                    Cow::Borrowed(b) if b.len() != raw.len() => Some(b.to_vec()),
+                    Cow::Borrowed(_) => None,
+                },
+            },
+            Err(reject) => Decision::Deny(reject),
+        }
     }
 }
 
 fn not_found() -> Reply {
     Reply::error(404, "not_found", "No route serves this path.")
+}
+
+/// 401 (with the RFC 6750 challenge) or 403 for a refused token.
+pub fn deny_reply(reject: Reject) -> Reply {
+    match reject.status() {
+        403 => Reply::error(403, "insufficient_scope", reject.message())
+            .header("WWW-Authenticate", r#"Bearer error="insufficient_scope""#),
+        status => Reply::error(status, "invalid_token", reject.message())
+            .header("WWW-Authenticate", r#"Bearer error="invalid_token""#),
+    }
 }
 
 #[async_trait]
@@ -83,7 +166,9 @@ impl ProxyHttp for Gate {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             started: Instant::now(),
-            route: "other",
+            endpoint: None,
+            route: None,
+            identity: None,
             status: None,
             _in_flight: self.in_flight.enter(),
         }
@@ -91,12 +176,25 @@ impl ProxyHttp for Gate {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         ctx.started = Instant::now();
-        let mut reply = match Gate::route(session.req_header().raw_path()) {
-            Route::Respond(reply) => reply,
-            Route::Queue(endpoint) => {
-                ctx.route = endpoint.name();
+        let mut reply = match self.decide(session.req_header(), jwt::now_s()) {
+            Decision::Forward {
+                route,
+                identity,
+                origin,
+            } => {
+                if let Some(origin) = origin {
+                    session.req_header_mut().set_raw_path(&origin)?;
+                }
+                ctx.route = Some(route);
+                ctx.identity = Some(identity);
+                return Ok(false);
+            }
+            Decision::Queue(endpoint) => {
+                ctx.endpoint = Some(endpoint);
                 self.api.serve(endpoint, session).await
             }
+            Decision::Deny(reject) => deny_reply(reject),
+            Decision::Respond(reply) => reply,
         };
         // An unread body would have to be drained before the connection could
         // carry another request; closing is cheaper and safer.
@@ -111,13 +209,80 @@ impl ProxyHttp for Gate {
     async fn upstream_peer(
         &self,
         _session: &mut Session,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        // request_filter answers every request until routes are wired.
-        Err(Error::explain(
-            ErrorType::InternalError,
-            "no upstream chosen",
-        ))
+        ctx.route
+            .and_then(|i| self.routes.get(i))
+            .map(|route| route.peer())
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route chosen"))
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        upstream_request.remove_header(USER_HEADER);
+        upstream_request.remove_header(QUEUE_HEADER);
+        if let Some(identity) = &ctx.identity {
+            upstream_request.insert_header(USER_HEADER, identity.user.as_str())?;
+            upstream_request.insert_header(QUEUE_HEADER, identity.queue.as_str())?;
+        }
+        Ok(())
+    }
+
+    /// Upstream failures get the same JSON error shape as everything else.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let (status, code, message) = match e.etype() {
+            ErrorType::HTTPStatus(status) if *status < 500 => (
+                *status,
+                "bad_request",
+                "The request could not be processed.",
+            ),
+            ErrorType::HTTPStatus(status) => {
+                (*status, "upstream_unavailable", "The upstream failed.")
+            }
+            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout
+                if e.esource() == &ErrorSource::Upstream =>
+            {
+                (
+                    504,
+                    "upstream_timeout",
+                    "The upstream did not answer in time.",
+                )
+            }
+            _ => match e.esource() {
+                ErrorSource::Upstream => (502, "upstream_unavailable", "The upstream failed."),
+                ErrorSource::Downstream => match e.etype() {
+                    ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => {
+                        (0, "", "")
+                    }
+                    _ => (400, "bad_request", "The request could not be read."),
+                },
+                ErrorSource::Internal | ErrorSource::Unset => (
+                    502,
+                    "upstream_unavailable",
+                    "The request could not be forwarded.",
+                ),
+            },
+        };
+        if status > 0 {
+            ctx.status = Some(status);
+            let _ = Reply::error(status, code, message)
+                .closing()
+                .send(session)
+                .await;
+        }
+        FailToProxy {
+            error_code: status,
+            can_reuse_downstream: false,
+        }
     }
 
     async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut RequestCtx) {
@@ -125,21 +290,15 @@ impl ProxyHttp for Gate {
             .status
             .or_else(|| session.response_written().map(|r| r.status.as_u16()))
             .unwrap_or(0);
-        let elapsed = ctx.started.elapsed();
+        let route = match (ctx.endpoint, ctx.route.and_then(|i| self.routes.get(i))) {
+            (Some(endpoint), _) => endpoint.name(),
+            (None, Some(route)) => route.prefix.as_str(),
+            (None, None) => "other",
+        };
+        let elapsed_us = ctx.started.elapsed().as_micros() as u64;
         match error {
-            Some(e) => tracing::warn!(
-                route = ctx.route,
-                status,
-                elapsed_us = elapsed.as_micros() as u64,
-                error = %e,
-                "request failed"
-            ),
-            None => tracing::debug!(
-                route = ctx.route,
-                status,
-                elapsed_us = elapsed.as_micros() as u64,
-                "request"
-            ),
+            Some(e) => tracing::warn!(route, status, elapsed_us, error = %e, "request failed"),
+            None => tracing::debug!(route, status, elapsed_us, "request"),
         }
     }
 }
@@ -147,39 +306,169 @@ impl ProxyHttp for Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::edge::secret::Secret;
+    use crate::store::Store;
 
-    fn status(target: &str) -> u16 {
-        match Gate::route(target.as_bytes()) {
-            Route::Respond(r) => r.status,
-            Route::Queue(_) => 0,
+    const CONFIG: &str = "
+redis: {url: 'redis://127.0.0.1:1/0'}
+queues: {baseball: {}, soccer: {}}
+upstreams: {ticketing: {address: '127.0.0.1:9000'}}
+routes:
+  - {prefix: /api/v1/follow-up, upstream: ticketing, queue: baseball}
+  - {prefix: /soccer, upstream: ticketing, queue: soccer}
+";
+
+    fn gate() -> (Gate, Arc<Tokens>) {
+        let config = Config::from_yaml(CONFIG).unwrap();
+        let secret = Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap();
+        let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
+        let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
+        let api = QueueApi::new(&config, store, tokens.clone());
+        let routes = RouteTable::build(&config).unwrap();
+        let gate = Gate::new(api, routes, tokens.clone(), Arc::new(InFlight::default()));
+        (gate, tokens)
+    }
+
+    fn request(target: &[u8], headers: &[(&str, &str)]) -> RequestHeader {
+        let mut h = RequestHeader::build("GET", b"/", None).unwrap();
+        h.set_raw_path(target).unwrap();
+        for (n, v) in headers {
+            h.append_header(n.to_string(), *v).unwrap();
         }
+        h
+    }
+
+    fn status(d: Decision) -> u16 {
+        match d {
+            Decision::Respond(r) => r.status,
+            Decision::Deny(r) => deny_reply(r).status,
+            Decision::Queue(_) => 1,
+            Decision::Forward { .. } => 2,
+        }
+    }
+
+    fn bearer(tokens: &Tokens, queue: &str) -> String {
+        let now = jwt::now_s();
+        let t = tokens.issue("u1", queue, (now + 60) * 1000, now).unwrap();
+        format!("Bearer {}", t.token)
     }
 
     #[test]
     fn queue_endpoints_are_recognised_exactly() {
-        assert!(matches!(
-            Gate::route(b"/api/v1/queue/register"),
-            Route::Queue(Endpoint::Register)
-        ));
-        assert!(matches!(
-            Gate::route(b"/api/v1/queue/rank?userId=a"),
-            Route::Queue(Endpoint::Rank)
-        ));
-        assert!(matches!(
-            Gate::route(b"/api/v1/queue/dropout?userId=a"),
-            Route::Queue(Endpoint::Dropout)
-        ));
-        assert_eq!(status("/api/v1/queue/register/"), 404);
-        assert_eq!(status("/api/v1/queue/Register"), 404);
-        assert_eq!(status("/api/v1/queue"), 404);
-        assert_eq!(status("/api/v1/queuex"), 404);
-        assert_eq!(status("/"), 404);
+        let (g, _) = gate();
+        let now = jwt::now_s();
+        for (target, want) in [
+            ("/api/v1/queue/register", Endpoint::Register),
+            ("/api/v1/queue/rank?userId=a", Endpoint::Rank),
+            ("/api/v1/queue/dropout?userId=a", Endpoint::Dropout),
+            ("/api/v1/queue/active/token", Endpoint::Token),
+        ] {
+            match g.decide(&request(target.as_bytes(), &[]), now) {
+                Decision::Queue(e) => assert_eq!(e, want),
+                other => panic!("{target}: {other:?}"),
+            }
+        }
+        for target in [
+            "/api/v1/queue/register/",
+            "/api/v1/queue/Register",
+            "/api/v1/queue",
+            "/api/v1/queuex",
+            "/",
+        ] {
+            assert_eq!(
+                status(g.decide(&request(target.as_bytes(), &[]), now)),
+                404,
+                "{target}"
+            );
+        }
     }
 
     #[test]
-    fn bad_paths_are_refused_before_routing() {
-        assert_eq!(status("/api/v1/queue/../queue/register"), 400);
-        assert_eq!(status("/api/v1/queue/%72egister"), 404);
-        assert_eq!(status("/api/v1//queue/register"), 400);
+    fn protected_routes_need_a_token_of_their_queue() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let baseball = bearer(&tokens, "baseball");
+        match g.decide(
+            &request(b"/api/v1/follow-up/x", &[("authorization", &baseball)]),
+            now,
+        ) {
+            Decision::Forward {
+                route,
+                identity,
+                origin,
+            } => {
+                assert_eq!(route, 0);
+                assert_eq!(identity.user, "u1");
+                assert_eq!(origin, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide(
+            &request(b"/soccer/seat", &[("authorization", &baseball)]),
+            now,
+        );
+        assert!(matches!(d, Decision::Deny(Reject::Queue)), "{d:?}");
+        let d = g.decide(&request(b"/api/v1/follow-up", &[]), now);
+        assert!(matches!(d, Decision::Deny(Reject::Missing)), "{d:?}");
+        assert_eq!(
+            status(g.decide(
+                &request(b"/api/v1/follow-upx", &[("authorization", &baseball)]),
+                now
+            )),
+            404
+        );
+    }
+
+    #[test]
+    fn absolute_form_is_checked_and_rewritten_to_its_path() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        match g.decide(
+            &request(
+                b"http://evil.example/api/v1/follow-up/a?b=1",
+                &[("authorization", &auth)],
+            ),
+            now,
+        ) {
+            Decision::Forward { origin, .. } => {
+                assert_eq!(origin.as_deref(), Some(&b"/api/v1/follow-up/a?b=1"[..]))
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide(
+            &request(
+                b"http://x/api/v1/follow-up/../admin",
+                &[("authorization", &auth)],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused_before_routing() {
+        let (g, _) = gate();
+        let now = jwt::now_s();
+        let d = g.decide(
+            &request(
+                b"/api/v1/queue/register",
+                &[("content-length", "3"), ("transfer-encoding", "chunked")],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn denials_carry_the_bearer_challenge() {
+        let r = deny_reply(Reject::Expired);
+        assert_eq!(r.status, 401);
+        assert!(r
+            .headers
+            .iter()
+            .any(|(n, v)| *n == "WWW-Authenticate" && v == r#"Bearer error="invalid_token""#));
+        assert_eq!(deny_reply(Reject::Role).status, 403);
     }
 }

@@ -8,6 +8,8 @@
 //! every form that would need it: what is checked is exactly what is
 //! forwarded.
 
+use std::borrow::Cow;
+
 /// Why a path was refused. Each becomes a 400 with its own message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathReject {
@@ -116,6 +118,36 @@ fn hex(b: u8) -> Option<u8> {
     }
 }
 
+/// The origin-form part (`/path?query`) of a request target.
+///
+/// Origin-form is returned as it is. Absolute-form (`http://host/path`,
+/// which RFC 9112 §3.2.2 says a server must accept) is cut down to its path
+/// and query: the authority is ignored, since the upstream is always the
+/// configured one. Anything else (`*`, `host:port`) has no origin form.
+pub fn origin_form(target: &[u8]) -> Option<Cow<'_, [u8]>> {
+    if target.first() == Some(&b'/') {
+        return Some(Cow::Borrowed(target));
+    }
+    let scheme_len = if starts_with_ignore_case(target, b"http://") {
+        7
+    } else if starts_with_ignore_case(target, b"https://") {
+        8
+    } else {
+        return None;
+    };
+    let rest = &target[scheme_len..];
+    match rest.iter().position(|&b| b == b'/' || b == b'?') {
+        Some(i) if rest[i] == b'/' => Some(Cow::Borrowed(&rest[i..])),
+        // `http://host?q`: the path is empty, i.e. `/`.
+        Some(i) => Some(Cow::Owned([b"/", &rest[i..]].concat())),
+        None => Some(Cow::Borrowed(b"/")),
+    }
+}
+
+fn starts_with_ignore_case(bytes: &[u8], prefix: &[u8]) -> bool {
+    bytes.len() >= prefix.len() && bytes[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
 /// Does `path` fall under `prefix`, at a segment boundary?
 ///
 /// `/api/v1/follow-up` matches itself, `/api/v1/follow-up/x` and
@@ -187,6 +219,19 @@ mod tests {
         for (p, why) in cases {
             assert_eq!(classify(p), Err(*why), "{}", String::from_utf8_lossy(p));
         }
+    }
+
+    #[test]
+    fn absolute_form_is_cut_to_its_path() {
+        let o = |t: &[u8]| origin_form(t).map(|o| String::from_utf8_lossy(&o).into_owned());
+        assert_eq!(o(b"/a?b").as_deref(), Some("/a?b"));
+        assert_eq!(o(b"http://evil.example/a/b?c").as_deref(), Some("/a/b?c"));
+        assert_eq!(o(b"HTTPS://x:443/a").as_deref(), Some("/a"));
+        assert_eq!(o(b"http://x").as_deref(), Some("/"));
+        assert_eq!(o(b"http://x?a=/b").as_deref(), Some("/?a=/b"));
+        assert_eq!(o(b"*"), None);
+        assert_eq!(o(b"example.com:443"), None);
+        assert_eq!(o(b"ftp://x/a"), None);
     }
 
     #[test]

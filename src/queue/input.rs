@@ -17,13 +17,16 @@ pub const MAX_BODY: usize = 4096;
 pub const MAX_USER_ID: usize = 128;
 
 /// `userId`: 1..128 characters of `A-Z a-z 0-9 . _ : @ -`.
-pub fn check_user_id(user: &str) -> Result<(), Reply> {
-    let ok = !user.is_empty()
+pub fn is_valid_user_id(user: &str) -> bool {
+    !user.is_empty()
         && user.len() <= MAX_USER_ID
         && user
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'));
-    if ok {
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
+}
+
+pub fn check_user_id(user: &str) -> Result<(), Reply> {
+    if is_valid_user_id(user) {
         Ok(())
     } else {
         Err(Reply::error(

@@ -1,6 +1,6 @@
 //! The queue API that waitgate answers itself (SPEC §3).
 //!
-//! One file per endpoint: [`register`], [`rank`], [`dropout`]. Each reads
+//! One file per endpoint: `register`, `rank`, `dropout`, `token`. Each reads
 //! its input through [`input`], makes exactly one store call, and returns a
 //! [`Reply`]. Status bodies are built here so that register and rank always
 //! describe a user the same way.
@@ -11,6 +11,7 @@ pub mod estimate;
 pub mod input;
 mod rank;
 mod register;
+mod token;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use pingora::proxy::Session;
 use serde::Serialize;
 
 use crate::config::{AdmissionConfig, Config};
+use crate::edge::jwt::Tokens;
 use crate::proxy::path::under_prefix;
 use crate::reply::Reply;
 use crate::store::{QueueKeys, Store, StoreError};
@@ -38,6 +40,7 @@ pub enum Endpoint {
     Register,
     Rank,
     Dropout,
+    Token,
 }
 
 impl Endpoint {
@@ -46,6 +49,7 @@ impl Endpoint {
             "/api/v1/queue/register" => Some(Endpoint::Register),
             "/api/v1/queue/rank" => Some(Endpoint::Rank),
             "/api/v1/queue/dropout" => Some(Endpoint::Dropout),
+            "/api/v1/queue/active/token" => Some(Endpoint::Token),
             _ => None,
         }
     }
@@ -55,6 +59,7 @@ impl Endpoint {
             Endpoint::Register => Method::POST,
             Endpoint::Rank => Method::GET,
             Endpoint::Dropout => Method::DELETE,
+            Endpoint::Token => Method::POST,
         }
     }
 
@@ -64,6 +69,7 @@ impl Endpoint {
             Endpoint::Register => "register",
             Endpoint::Rank => "rank",
             Endpoint::Dropout => "dropout",
+            Endpoint::Token => "token",
         }
     }
 }
@@ -82,10 +88,11 @@ pub struct QueueApi {
     /// The queue used when a request names none (only with exactly one queue).
     default_queue: Option<String>,
     store: Arc<Store>,
+    tokens: Arc<Tokens>,
 }
 
 impl QueueApi {
-    pub fn new(config: &Config, store: Arc<Store>) -> QueueApi {
+    pub fn new(config: &Config, store: Arc<Store>, tokens: Arc<Tokens>) -> QueueApi {
         let queues = config
             .queues
             .iter()
@@ -102,6 +109,7 @@ impl QueueApi {
             queues,
             default_queue: config.single_queue().map(str::to_string),
             store,
+            tokens,
         }
     }
 
@@ -120,6 +128,7 @@ impl QueueApi {
             Endpoint::Register => register::handle(self, session).await,
             Endpoint::Rank => rank::handle(self, session).await,
             Endpoint::Dropout => dropout::handle(self, session).await,
+            Endpoint::Token => token::handle(self, session).await,
         }
     }
 
@@ -143,6 +152,10 @@ impl QueueApi {
     pub fn store(&self) -> &Store {
         &self.store
     }
+
+    pub fn tokens(&self) -> &Tokens {
+        &self.tokens
+    }
 }
 
 fn endpoint_path(endpoint: Endpoint) -> &'static str {
@@ -150,6 +163,7 @@ fn endpoint_path(endpoint: Endpoint) -> &'static str {
         Endpoint::Register => "/api/v1/queue/register",
         Endpoint::Rank => "/api/v1/queue/rank",
         Endpoint::Dropout => "/api/v1/queue/dropout",
+        Endpoint::Token => "/api/v1/queue/active/token",
     }
 }
 

@@ -33,11 +33,25 @@ pub enum StoreError {
 }
 
 /// The scripts, compiled into the binary so that what runs is what was built.
+/// Scripts that compare credentials get `lua/lib.lua` in front.
 static REGISTER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/register.lua")));
 static RANK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/rank.lua")));
-static DROPOUT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/dropout.lua")));
+static DROPOUT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../lua/lib.lua"),
+        include_str!("../../lua/dropout.lua")
+    ))
+});
+/// Read-only: the `no-writes` flag lets Redis run it on a replica and
+/// refuse it any write.
+static TOKEN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "#!lua flags=no-writes\n",
+        include_str!("../../lua/lib.lua"),
+        include_str!("../../lua/token.lua")
+    ))
+});
 
 /// A SHA-256 digest of a queueCredential, the only form Redis ever holds.
 pub type Digest = [u8; 32];
@@ -204,6 +218,24 @@ impl Store {
             -1 => Ok(Dropout::CredentialMismatch),
             _ => Err(unexpected("dropout", code)),
         }
+    }
+
+    /// The active-state expiry (Redis clock, ms) when the user is active and
+    /// the credential matches; `None` for either failure, alike.
+    pub async fn token(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        digest: &Digest,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut invocation = TOKEN.prepare_invoke();
+        invocation
+            .key(&keys.active)
+            .key(&keys.credential)
+            .arg(user)
+            .arg(&digest[..]);
+        let expiry: i64 = self.run(invocation).await?;
+        Ok(u64::try_from(expiry).ok().filter(|&ms| ms > 0))
     }
 }
 

@@ -1,0 +1,612 @@
+//! ACTIVE_USER tokens: issued by the token endpoint, checked at the edge.
+//!
+//! The check is local (signature and claims only) so protected routes need
+//! no Redis call and keep working while Redis is down. It is deliberately
+//! stricter than a generic JWT library's defaults:
+//! - HS256 only, with the one configured key (`alg:none`, RS256 and friends
+//!   are refused before any key is touched);
+//! - `exp`, `iss`, `aud` and `sub` are required, numeric claims must be JSON
+//!   numbers (a string `exp` is refused, not ignored);
+//! - a token may not claim a lifetime longer than `jwt.ttl-ms`, nor be issued
+//!   in the future beyond the leeway;
+//! - the role must be `ACTIVE_USER` and the queue the route's queue (403).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rand::TryRngCore;
+use serde::{Deserialize, Serialize};
+
+use crate::config::JwtConfig;
+use crate::edge::secret::Secret;
+
+/// The role an admitted user's token carries.
+pub const ACTIVE_USER: &str = "ACTIVE_USER";
+
+/// The longest `Authorization` header considered (SPEC §4).
+pub const MAX_AUTHORIZATION: usize = 4096;
+
+/// The claims waitgate signs.
+#[derive(Debug, Serialize)]
+struct IssuedClaims<'a> {
+    sub: &'a str,
+    role: &'static str,
+    queue: &'a str,
+    iss: &'a str,
+    aud: &'a str,
+    iat: u64,
+    exp: u64,
+    jti: String,
+}
+
+/// The claims read back at the edge. Typed fields make a claim of the wrong
+/// JSON type a parse failure rather than an absent claim. Every field is
+/// optional here because jsonwebtoken parses them before it checks which are
+/// required; its `required_spec_claims` then refuses an absent `exp` or `sub`.
+#[derive(Debug, Deserialize)]
+struct CheckedClaims {
+    #[serde(default)]
+    sub: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
+    queue: Option<String>,
+    #[serde(default)]
+    exp: Option<u64>,
+    #[serde(default)]
+    iat: Option<u64>,
+}
+
+/// A token just issued.
+#[derive(Debug)]
+pub struct Issued {
+    pub token: String,
+    /// Seconds until `exp`.
+    pub expires_in: u64,
+}
+
+/// Who a valid token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub user: String,
+    pub queue: String,
+}
+
+/// Why a request was refused at the edge. Each has a stable label for the
+/// `waitgate_jwt_rejected_total{reason}` counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    Missing,
+    Duplicate,
+    TooLarge,
+    Malformed,
+    Algorithm,
+    Signature,
+    Expired,
+    NotYetValid,
+    Issuer,
+    Audience,
+    MissingClaim,
+    InvalidClaim,
+    TooLong,
+    IssuedInFuture,
+    Role,
+    Queue,
+}
+
+impl Reject {
+    pub const ALL: [Reject; 16] = [
+        Reject::Missing,
+        Reject::Duplicate,
+        Reject::TooLarge,
+        Reject::Malformed,
+        Reject::Algorithm,
+        Reject::Signature,
+        Reject::Expired,
+        Reject::NotYetValid,
+        Reject::Issuer,
+        Reject::Audience,
+        Reject::MissingClaim,
+        Reject::InvalidClaim,
+        Reject::TooLong,
+        Reject::IssuedInFuture,
+        Reject::Role,
+        Reject::Queue,
+    ];
+
+    /// The metric label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Reject::Missing => "missing",
+            Reject::Duplicate => "duplicate_header",
+            Reject::TooLarge => "too_large",
+            Reject::Malformed => "malformed",
+            Reject::Algorithm => "algorithm",
+            Reject::Signature => "signature",
+            Reject::Expired => "expired",
+            Reject::NotYetValid => "not_yet_valid",
+            Reject::Issuer => "issuer",
+            Reject::Audience => "audience",
+            Reject::MissingClaim => "missing_claim",
+            Reject::InvalidClaim => "invalid_claim",
+            Reject::TooLong => "lifetime_too_long",
+            Reject::IssuedInFuture => "issued_in_future",
+            Reject::Role => "role",
+            Reject::Queue => "queue",
+        }
+    }
+
+    /// 401 for a token that proves nothing; 403 for a valid token that does
+    /// not grant this route.
+    pub fn status(self) -> u16 {
+        match self {
+            Reject::Role | Reject::Queue => 403,
+            _ => 401,
+        }
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Reject::Missing => "An Authorization: Bearer token is required.",
+            Reject::Duplicate => "Exactly one Authorization header is allowed.",
+            Reject::TooLarge => "The Authorization header is larger than 4096 bytes.",
+            Reject::Malformed => "The bearer token is malformed.",
+            Reject::Algorithm => "The token must be signed with HS256.",
+            Reject::Signature => "The token signature is invalid.",
+            Reject::Expired => "The token has expired.",
+            Reject::NotYetValid => "The token is not valid yet.",
+            Reject::Issuer => "The token issuer is not accepted.",
+            Reject::Audience => "The token audience is not accepted.",
+            Reject::MissingClaim => "The token lacks a required claim (exp, iss, aud, sub).",
+            Reject::InvalidClaim => "A token claim has the wrong type.",
+            Reject::TooLong => "The token lifetime is longer than allowed.",
+            Reject::IssuedInFuture => "The token is issued in the future.",
+            Reject::Role => "The token does not carry the ACTIVE_USER role.",
+            Reject::Queue => "The token is for another queue.",
+        }
+    }
+}
+
+/// Signs and checks tokens with one key and one policy.
+pub struct Tokens {
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    validation: Validation,
+    issuer: String,
+    audience: String,
+    ttl_s: u64,
+    leeway_s: u64,
+}
+
+/// Seconds since the epoch by the proxy's clock (JWT NumericDate).
+pub fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Tokens {
+    pub fn new(secret: &Secret, config: &JwtConfig) -> Tokens {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.algorithms = vec![Algorithm::HS256];
+        validation.leeway = config.leeway.as_secs();
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&config.issuer]);
+        validation.set_audience(&[&config.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        Tokens {
+            encoding: EncodingKey::from_secret(secret.as_bytes()),
+            decoding: DecodingKey::from_secret(secret.as_bytes()),
+            validation,
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            ttl_s: (config.ttl.as_millis() / 1000) as u64,
+            leeway_s: config.leeway.as_secs(),
+        }
+    }
+
+    /// Signs a token for `user`, expiring at the earlier of now + TTL and the
+    /// end of the user's active state. `None` when the active state ends
+    /// within the second: such a token would be dead on arrival.
+    pub fn issue(&self, user: &str, queue: &str, active_until_ms: u64, now: u64) -> Option<Issued> {
+        let exp = (now + self.ttl_s).min(active_until_ms / 1000);
+        if exp <= now {
+            return None;
+        }
+        let mut jti = [0u8; 16];
+        rand::rngs::OsRng.try_fill_bytes(&mut jti).ok()?;
+        let claims = IssuedClaims {
+            sub: user,
+            role: ACTIVE_USER,
+            queue,
+            iss: &self.issuer,
+            aud: &self.audience,
+            iat: now,
+            exp,
+            jti: URL_SAFE_NO_PAD.encode(jti),
+        };
+        let token = encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).ok()?;
+        Some(Issued {
+            token,
+            expires_in: exp - now,
+        })
+    }
+
+    /// Checks the `Authorization` header values of a request to a route of
+    /// `queue`.
+    pub fn check<'a>(
+        &self,
+        mut authorization: impl Iterator<Item = &'a [u8]>,
+        queue: &str,
+        now: u64,
+    ) -> Result<Identity, Reject> {
+        let value = authorization.next().ok_or(Reject::Missing)?;
+        if authorization.next().is_some() {
+            return Err(Reject::Duplicate);
+        }
+        if value.len() > MAX_AUTHORIZATION {
+            return Err(Reject::TooLarge);
+        }
+        let token = bearer_token(value)?;
+        match jsonwebtoken::decode_header(token) {
+            Ok(header) if header.alg == Algorithm::HS256 => {}
+            Ok(_) => return Err(Reject::Algorithm),
+            Err(_) => return Err(header_reject(token)),
+        }
+        let claims = decode::<CheckedClaims>(token, &self.decoding, &self.validation)
+            .map_err(|e| map_error(e.kind()))?
+            .claims;
+
+        let (Some(sub), Some(exp)) = (claims.sub, claims.exp) else {
+            return Err(Reject::MissingClaim);
+        };
+        // jsonwebtoken checked exp against its own clock; the lifetime rules
+        // are ours.
+        match claims.iat {
+            Some(iat) => {
+                if iat > now + self.leeway_s {
+                    return Err(Reject::IssuedInFuture);
+                }
+                if exp.saturating_sub(iat) > self.ttl_s {
+                    return Err(Reject::TooLong);
+                }
+            }
+            // Without iat the lifetime still may not reach past now + TTL.
+            None => {
+                if exp > now + self.ttl_s + self.leeway_s {
+                    return Err(Reject::TooLong);
+                }
+            }
+        }
+        // `sub` becomes the X-Waitgate-User header: it must be a userId.
+        if !crate::queue::input::is_valid_user_id(&sub) {
+            return Err(Reject::InvalidClaim);
+        }
+        if claims.role.as_deref() != Some(ACTIVE_USER) {
+            return Err(Reject::Role);
+        }
+        if claims.queue.as_deref() != Some(queue) {
+            return Err(Reject::Queue);
+        }
+        Ok(Identity {
+            user: sub,
+            queue: queue.to_string(),
+        })
+    }
+}
+
+/// `Bearer <token>`, scheme in any case (RFC 9110 §11.1), one or more spaces.
+fn bearer_token(value: &[u8]) -> Result<&str, Reject> {
+    let value = std::str::from_utf8(value).map_err(|_| Reject::Malformed)?;
+    let (scheme, rest) = value.split_once(' ').ok_or(Reject::Malformed)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(Reject::Malformed);
+    }
+    let token = rest.trim_matches(' ');
+    // token68 (RFC 9110 §11.2); a JWT uses only its URL-safe subset and dots.
+    let ok = !token.is_empty()
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(token)
+    } else {
+        Err(Reject::Malformed)
+    }
+}
+
+/// A header jsonwebtoken cannot read: an algorithm it does not know (`none`,
+/// `HS1024`) is still an algorithm refusal; anything else is malformed.
+fn header_reject(token: &str) -> Reject {
+    let alg = token
+        .split('.')
+        .next()
+        .and_then(|h| URL_SAFE_NO_PAD.decode(h).ok())
+        .and_then(|h| serde_json::from_slice::<serde_json::Value>(&h).ok())
+        .and_then(|h| h.get("alg").cloned());
+    match alg {
+        Some(serde_json::Value::String(_)) => Reject::Algorithm,
+        _ => Reject::Malformed,
+    }
+}
+
+fn map_error(kind: &ErrorKind) -> Reject {
+    match kind {
+        ErrorKind::InvalidSignature => Reject::Signature,
+        ErrorKind::InvalidAlgorithm
+        | ErrorKind::InvalidAlgorithmName
+        | ErrorKind::MissingAlgorithm => Reject::Algorithm,
+        ErrorKind::ExpiredSignature => Reject::Expired,
+        ErrorKind::ImmatureSignature => Reject::NotYetValid,
+        ErrorKind::InvalidIssuer => Reject::Issuer,
+        ErrorKind::InvalidAudience => Reject::Audience,
+        ErrorKind::MissingRequiredClaim(_) => Reject::MissingClaim,
+        ErrorKind::InvalidClaimFormat(_) | ErrorKind::Json(_) => Reject::InvalidClaim,
+        _ => Reject::Malformed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn config() -> JwtConfig {
+        JwtConfig {
+            issuer: "waitgate".into(),
+            audience: "ticketing".into(),
+            ttl: Duration::from_secs(600),
+            leeway: Duration::from_secs(5),
+        }
+    }
+
+    fn secret() -> Secret {
+        Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap()
+    }
+
+    fn tokens() -> Tokens {
+        Tokens::new(&secret(), &config())
+    }
+
+    fn sign(claims: serde_json::Value) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret().as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn good(now: u64) -> serde_json::Value {
+        json!({"sub":"u1","role":"ACTIVE_USER","queue":"baseball","iss":"waitgate",
+               "aud":"ticketing","iat":now,"exp":now+60,"jti":"x"})
+    }
+
+    fn check(header: &str, now: u64) -> Result<Identity, Reject> {
+        tokens().check(std::iter::once(header.as_bytes()), "baseball", now)
+    }
+
+    fn with(now: u64, f: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+        let mut v = good(now);
+        f(v.as_object_mut().unwrap());
+        format!("Bearer {}", sign(v))
+    }
+
+    #[test]
+    fn issued_tokens_pass_the_check() {
+        let now = now_s();
+        let t = tokens();
+        let issued = t.issue("u1", "baseball", (now + 3600) * 1000, now).unwrap();
+        assert_eq!(issued.expires_in, 600);
+        let id = check(&format!("Bearer {}", issued.token), now).unwrap();
+        assert_eq!(id.user, "u1");
+        assert_eq!(id.queue, "baseball");
+    }
+
+    #[test]
+    fn a_token_never_outlives_the_active_state() {
+        let now = now_s();
+        let issued = tokens()
+            .issue("u1", "baseball", (now + 42) * 1000 + 999, now)
+            .unwrap();
+        assert_eq!(issued.expires_in, 42);
+        assert!(tokens()
+            .issue("u1", "baseball", now * 1000 + 500, now)
+            .is_none());
+    }
+
+    #[test]
+    fn scheme_is_case_insensitive_and_one_header_only() {
+        let now = now_s();
+        let token = sign(good(now));
+        for scheme in ["Bearer", "bearer", "BEARER"] {
+            assert!(check(&format!("{scheme} {token}"), now).is_ok(), "{scheme}");
+        }
+        assert_eq!(
+            check(&format!("Basic {token}"), now),
+            Err(Reject::Malformed)
+        );
+        assert_eq!(check(&token, now), Err(Reject::Malformed));
+        assert_eq!(check("Bearer ", now), Err(Reject::Malformed));
+        let two = [format!("Bearer {token}"), format!("Bearer {token}")];
+        assert_eq!(
+            tokens().check(two.iter().map(|s| s.as_bytes()), "baseball", now),
+            Err(Reject::Duplicate)
+        );
+        assert_eq!(
+            tokens().check(std::iter::empty(), "baseball", now),
+            Err(Reject::Missing)
+        );
+        let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION));
+        assert_eq!(check(&huge, now), Err(Reject::TooLarge));
+    }
+
+    #[test]
+    fn claim_rules() {
+        let now = now_s();
+        let cases: Vec<(String, Reject)> = vec![
+            (
+                with(now, |c| {
+                    c.insert("exp".into(), json!(now - 60));
+                }),
+                Reject::Expired,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("exp".into(), json!((now + 60).to_string()));
+                }),
+                Reject::InvalidClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("iat".into(), json!("soon"));
+                }),
+                Reject::InvalidClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("exp");
+                }),
+                Reject::MissingClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("sub");
+                }),
+                Reject::MissingClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("iss");
+                }),
+                Reject::MissingClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("aud");
+                }),
+                Reject::MissingClaim,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("iss".into(), json!("someone"));
+                }),
+                Reject::Issuer,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("aud".into(), json!("other"));
+                }),
+                Reject::Audience,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("exp".into(), json!(now + 601));
+                }),
+                Reject::TooLong,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("iat");
+                    c.insert("exp".into(), json!(now + 700));
+                }),
+                Reject::TooLong,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("iat".into(), json!(now + 30));
+                    c.insert("exp".into(), json!(now + 90));
+                }),
+                Reject::IssuedInFuture,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("role".into(), json!("ADMIN"));
+                }),
+                Reject::Role,
+            ),
+            (
+                with(now, |c| {
+                    c.remove("role");
+                }),
+                Reject::Role,
+            ),
+            (
+                with(now, |c| {
+                    c.insert("queue".into(), json!("soccer"));
+                }),
+                Reject::Queue,
+            ),
+        ];
+        for (header, want) in cases {
+            assert_eq!(check(&header, now), Err(want), "{want:?}");
+        }
+        // Within the leeway is fine both ways.
+        assert!(check(
+            &with(now, |c| {
+                c.insert("exp".into(), json!(now - 2));
+                c.insert("iat".into(), json!(now - 30));
+            }),
+            now
+        )
+        .is_ok());
+        assert!(check(
+            &with(now, |c| {
+                c.insert("iat".into(), json!(now + 3));
+            }),
+            now
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn only_hs256_with_our_key() {
+        let now = now_s();
+        let token = sign(good(now));
+        let (head, rest) = token.split_once('.').unwrap();
+        let (payload, _) = rest.split_once('.').unwrap();
+        let none_header = URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#);
+        assert_eq!(
+            check(&format!("Bearer {none_header}.{payload}."), now),
+            Err(Reject::Algorithm)
+        );
+        let rs_header = URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256","typ":"JWT"}"#);
+        let sig = rest.split_once('.').unwrap().1;
+        assert_eq!(
+            check(&format!("Bearer {rs_header}.{payload}.{sig}"), now),
+            Err(Reject::Algorithm)
+        );
+        let other = encode(
+            &Header::new(Algorithm::HS256),
+            &good(now),
+            &EncodingKey::from_secret(&[7u8; 32]),
+        )
+        .unwrap();
+        assert_eq!(
+            check(&format!("Bearer {other}"), now),
+            Err(Reject::Signature)
+        );
+        let tampered = good(now).to_string().replace("u1", "u2");
+        let tampered = URL_SAFE_NO_PAD.encode(tampered);
+        let sig = rest.split_once('.').unwrap().1;
+        assert_eq!(
+            check(&format!("Bearer {head}.{tampered}.{sig}"), now),
+            Err(Reject::Signature)
+        );
+        assert_eq!(check("Bearer a.b.c", now), Err(Reject::Malformed));
+    }
+
+    #[test]
+    fn every_reject_has_a_label_and_status() {
+        for r in Reject::ALL {
+            assert!(!r.reason().is_empty());
+            assert!(matches!(r.status(), 401 | 403));
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! `POST /api/v1/queue/active/token` with `{"userId","queueCredential","queue"?}`:
+//! an active user trades its state for a short-lived ACTIVE_USER JWT.
+
+use pingora::proxy::Session;
+use serde::{Deserialize, Serialize};
+
+use super::{credential, input, unavailable, Endpoint, QueueApi};
+use crate::edge::jwt::now_s;
+use crate::reply::Reply;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Body {
+    user_id: String,
+    queue_credential: String,
+    #[serde(default)]
+    queue: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TokenBody<'a> {
+    access_token: &'a str,
+    token_type: &'static str,
+    expires_in: u64,
+}
+
+pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
+    match token(api, session).await {
+        Ok(reply) | Err(reply) => reply,
+    }
+}
+
+/// One answer for "not active" and "wrong credential", so that the endpoint
+/// cannot be used to learn which users are active.
+fn refused() -> Reply {
+    Reply::error(
+        403,
+        "not_active",
+        "The user is not active, or the queue credential does not match.",
+    )
+}
+
+async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
+    let body = input::read_json_body(session).await?;
+    let body: Body = input::parse_json(&body)?;
+    input::check_user_id(&body.user_id)?;
+    if body.queue_credential.is_empty() || body.queue_credential.len() > credential::MAX_LEN {
+        return Err(Reply::error(
+            400,
+            "invalid_request",
+            "queueCredential must be the credential given at registration.",
+        ));
+    }
+    let queue = api.queue(body.queue.as_deref())?;
+
+    let digest = credential::digest(&body.queue_credential);
+    let active_until_ms = api
+        .store()
+        .token(&queue.keys, &body.user_id, &digest)
+        .await
+        .map_err(|e| unavailable(Endpoint::Token, e))?
+        .ok_or_else(refused)?;
+    let issued = api
+        .tokens()
+        .issue(&body.user_id, &queue.name, active_until_ms, now_s())
+        .ok_or_else(refused)?;
+    Ok(Reply::json(
+        200,
+        &TokenBody {
+            access_token: &issued.token,
+            token_type: "Bearer",
+            expires_in: issued.expires_in,
+        },
+    ))
+}
