@@ -244,4 +244,102 @@ mod tests {
         assert!(!under_prefix("/api/v1", prefix));
         assert!(under_prefix("/anything", "/"));
     }
+
+    /// RFC 3986 normalisation as a backend would apply it: decode every
+    /// percent escape (§6.2.2.2), then remove dot segments (§5.2.4).
+    fn normalise(path: &str) -> String {
+        let bytes = path.as_bytes();
+        let mut decoded = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                if let (Some(h), Some(l)) = (
+                    bytes.get(i + 1).and_then(|&b| hex(b)),
+                    bytes.get(i + 2).and_then(|&b| hex(b)),
+                ) {
+                    decoded.push(h << 4 | l);
+                    i += 3;
+                    continue;
+                }
+            }
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+        let decoded = String::from_utf8_lossy(&decoded).into_owned();
+        let mut out: Vec<&str> = Vec::new();
+        for segment in decoded.split('/').skip(1) {
+            match segment {
+                "." => {}
+                ".." => {
+                    out.pop();
+                }
+                s => out.push(s),
+            }
+        }
+        format!("/{}", out.join("/"))
+    }
+
+    mod property {
+        use super::*;
+        use proptest::prelude::*;
+
+        const PREFIX: &str = "/api/v1/follow-up";
+
+        fn segment() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("api".to_string()),
+                Just("v1".to_string()),
+                Just("follow-up".to_string()),
+                Just("admin".to_string()),
+                Just(".".to_string()),
+                Just("..".to_string()),
+                Just(String::new()),
+                Just("%2e".to_string()),
+                Just("%2E%2e".to_string()),
+                Just("%2f".to_string()),
+                Just("%5C".to_string()),
+                Just("%25".to_string()),
+                Just("%252e".to_string()),
+                Just(";x".to_string()),
+                Just("..;".to_string()),
+                Just("\\".to_string()),
+                Just("%41".to_string()),
+                Just("%".to_string()),
+                "[a-z.%-]{1,6}",
+            ]
+        }
+
+        fn path() -> impl Strategy<Value = String> {
+            prop_oneof![
+                // Paths under the prefix with anything after it.
+                prop::collection::vec(segment(), 0..6)
+                    .prop_map(|s| format!("{PREFIX}/{}", s.join("/"))),
+                // Anything at all.
+                prop::collection::vec(segment(), 1..8).prop_map(|s| format!("/{}", s.join("/"))),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            /// Whatever the classifier accepts under a prefix stays under that
+            /// prefix once normalised: no path can climb out of its route.
+            #[test]
+            fn accepted_paths_stay_under_their_prefix(path in path()) {
+                if classify(path.as_bytes()).is_ok() && under_prefix(&path, PREFIX) {
+                    let normal = normalise(&path);
+                    prop_assert!(under_prefix(&normal, PREFIX), "{} -> {}", path, normal);
+                    // And normalisation changes nothing the backend could read differently.
+                    prop_assert_eq!(normalise(&normal), normal.clone());
+                }
+            }
+
+            /// The classifier never panics, whatever the bytes.
+            #[test]
+            fn classify_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+                let _ = classify(&bytes);
+                let _ = origin_form(&bytes);
+            }
+        }
+    }
 }
