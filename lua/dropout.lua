@@ -1,5 +1,4 @@
 -- dropout: a user leaves, proving it with its queueCredential.
--- (Loaded after lib.lua, which defines same_digest.)
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] credential HASH,
 -- KEYS[4] active ZSET

@@ -1,5 +1,18 @@
--- Shared by the scripts that check a credential: waitgate prepends this file
--- to dropout.lua and token.lua when it loads them (see src/store/mod.rs).
+-- Shared helpers: waitgate prepends this file to every script in lua/ when it
+-- loads them (see src/store/mod.rs), so each script reads as if these were
+-- defined at its top.
+
+-- Redis time, in milliseconds and microseconds. Every instance reads the same
+-- clock, so they never disagree about windows, heartbeats or expiries.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Integers past 2^31 must be sent to Redis as text without an exponent.
+local function int(n)
+  return string.format('%.0f', n)
+end
 
 -- Compares two digests in full whatever the first difference, so the time
 -- taken does not tell how much of a guess was right. Digests, not the
@@ -14,4 +27,35 @@ local function same_digest(stored, presented)
     diff = bit.bor(diff, bit.bxor(string.byte(presented, i), string.byte(stored, i) or 0))
   end
   return diff == 0
+end
+
+-- The expected wait (ms) of a user with `rank` users ahead.
+--
+-- The admission gate (admit.lua) records the last admitted window and an
+-- average of users admitted per window, in the admission hash. The user is
+-- admitted floor(rank / rate) windows after the next admission; the next
+-- admission is due at once if this window has not admitted yet, else at the
+-- start of the next window. With no record yet, the configured batch size is
+-- the rate.
+local function wait_estimate_ms(admission_key, rank, now_ms, interval_ms, batch)
+  local gate = redis.call('HMGET', admission_key, 'window', 'rate')
+  local last_window = tonumber(gate[1]) or -1
+  local rate = tonumber(gate[2]) or batch
+  if rate < 0.01 then
+    rate = 0.01
+  end
+  local window = math.floor(now_ms / interval_ms)
+  local first_ms = 0
+  if last_window >= window then
+    first_ms = (window + 1) * interval_ms - now_ms
+  end
+  return first_ms + math.floor(rank / rate) * interval_ms
+end
+
+-- Calls fn with the members of `list` at most 500 at a time: Lua's unpack
+-- has a small stack limit, and batches may be up to 10000.
+local function in_chunks(list, fn)
+  for i = 1, #list, 500 do
+    fn(unpack(list, i, math.min(i + 499, #list)))
+  end
 end

@@ -1,5 +1,5 @@
 -- token: is this user active, and does the credential match? Read-only:
--- loaded with the `no-writes` flag, after lib.lua (which defines same_digest).
+-- loaded with the `no-writes` flag.
 --
 -- KEYS[1] active ZSET (userId -> active-state expiry, ms)
 -- KEYS[2] credential HASH (userId -> SHA-256 of the queueCredential)
@@ -13,8 +13,7 @@ if #KEYS ~= 2 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128 or #ARGV[2] ~= 32
   return redis.error_reply('ERR waitgate token: bad arguments')
 end
 local user, digest = ARGV[1], ARGV[2]
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms = math.floor(now_us() / 1000)
 
 local expiry = tonumber(redis.call('ZSCORE', KEYS[1], user) or '0')
 local stored = redis.call('HGET', KEYS[2], user) or ''

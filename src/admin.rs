@@ -1,4 +1,4 @@
-//! The admin listener: `/healthz`, `/readyz` (and `/metrics`).
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! It listens apart from the proxy so that probes and scrapes never compete
 //! with, or are exposed to, the public listener.
@@ -10,15 +10,17 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::metrics::Metrics;
 use crate::store::Store;
 
 pub struct AdminApp {
     store: Arc<Store>,
+    metrics: Arc<Metrics>,
 }
 
 impl AdminApp {
-    pub fn new(store: Arc<Store>) -> AdminApp {
-        AdminApp { store }
+    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>) -> AdminApp {
+        AdminApp { store, metrics }
     }
 }
 
@@ -51,9 +53,17 @@ impl ServeHttp for AdminApp {
             "/healthz" => json(200, r#"{"status":"ok"}"#),
             // Ready only while Redis answers: a load balancer should not send
             // queue traffic to an instance that can only answer 503.
+            // Prometheus text format; the gauges come from the sampler, so a
+            // scrape never waits on Redis.
+            "/metrics" => reply(
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.metrics.encode(),
+            ),
             "/readyz" => match self.store.ping().await {
                 Ok(()) => json(200, r#"{"status":"ready"}"#),
                 Err(e) => {
+                    self.metrics.redis_error("ping");
                     tracing::debug!(%e, "not ready");
                     json(
                         503,

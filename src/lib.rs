@@ -13,15 +13,20 @@
 //!   endpoint.
 //! - [`edge`]: the signing key and the JWT checks at the edge.
 //! - [`store`]: Redis, as typed calls over the Lua scripts in `lua/`.
-//! - [`admin`]: `/healthz`, `/readyz` and metrics on their own listener.
+//! - [`background`]: the admission gate, the heartbeat cleanup and the
+//!   gauge sampler, run by every instance with no leader.
+//! - [`metrics`]: the Prometheus collectors.
+//! - [`admin`]: `/metrics`, `/healthz` and `/readyz` on their own listener.
 //! - [`reply`]: the one writer of the replies waitgate makes itself.
 //! - [`cli`] and [`logging`]: the command line and log set-up.
 
 pub mod admin;
+pub mod background;
 pub mod cli;
 pub mod config;
 pub mod edge;
 pub mod logging;
+pub mod metrics;
 pub mod proxy;
 pub mod queue;
 pub mod reply;

@@ -13,9 +13,11 @@ use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
+use crate::background::{Admission, Cleanup, Sampler, Shared};
 use crate::config::Config;
 use crate::edge::jwt::Tokens;
 use crate::edge::secret::Secret;
+use crate::metrics::Metrics;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::Gate;
 use crate::queue::QueueApi;
@@ -58,17 +60,23 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
     let in_flight = Arc::new(InFlight::default());
 
+    let metrics = Arc::new(Metrics::new(config));
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
     let routes = RouteTable::build(config)?;
 
-    let api = QueueApi::new(config, store.clone(), tokens.clone());
-    let gate = Gate::new(api, routes, tokens, in_flight.clone());
+    let api = QueueApi::new(config, store.clone(), tokens.clone(), metrics.clone());
+    let gate = Gate::new(api, routes, tokens, in_flight.clone(), metrics.clone());
     let mut proxy =
         pingora::proxy::http_proxy_service_with_name(&server.configuration, gate, "waitgate proxy");
     proxy.add_tcp(&config.listen.to_string());
     server.add_service(proxy);
 
-    let mut admin = Service::new("waitgate admin".to_string(), AdminApp::new(store));
+    let shared = Shared::new(config, store.clone(), metrics.clone());
+    server.add_service(background_service("admission", Admission(shared.clone())));
+    server.add_service(background_service("cleanup", Cleanup(shared.clone())));
+    server.add_service(background_service("sampler", Sampler(shared)));
+
+    let mut admin = Service::new("waitgate admin".to_string(), AdminApp::new(store, metrics));
     admin.add_tcp(&config.admin_listen.to_string());
     // One thread is plenty for scrapes and probes.
     admin.threads = Some(1);

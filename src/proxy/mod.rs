@@ -21,6 +21,7 @@ use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
 
 use crate::edge::jwt::{self, Identity, Reject, Tokens};
+use crate::metrics::Metrics;
 use crate::queue::{self, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::server::{InFlight, InFlightGuard};
@@ -75,6 +76,7 @@ pub struct Gate {
     /// Counts requests under way, so that SIGTERM can exit as soon as they
     /// are done instead of sleeping out the whole grace period.
     in_flight: Arc<InFlight>,
+    metrics: Arc<Metrics>,
 }
 
 impl Gate {
@@ -83,12 +85,14 @@ impl Gate {
         routes: RouteTable,
         tokens: Arc<Tokens>,
         in_flight: Arc<InFlight>,
+        metrics: Arc<Metrics>,
     ) -> Gate {
         Gate {
             api,
             routes,
             tokens,
             in_flight,
+            metrics,
         }
     }
 
@@ -193,7 +197,13 @@ impl ProxyHttp for Gate {
                 ctx.endpoint = Some(endpoint);
                 self.api.serve(endpoint, session).await
             }
-            Decision::Deny(reject) => deny_reply(reject),
+            Decision::Deny(reject) => {
+                self.metrics
+                    .jwt_rejected
+                    .with_label_values(&[reject.reason()])
+                    .inc();
+                deny_reply(reject)
+            }
             Decision::Respond(reply) => reply,
         };
         // An unread body would have to be drained before the connection could
@@ -295,7 +305,12 @@ impl ProxyHttp for Gate {
             (None, Some(route)) => route.prefix.as_str(),
             (None, None) => "other",
         };
-        let elapsed_us = ctx.started.elapsed().as_micros() as u64;
+        let elapsed = ctx.started.elapsed();
+        if status > 0 {
+            self.metrics
+                .observe_request(route, status, elapsed.as_secs_f64());
+        }
+        let elapsed_us = elapsed.as_micros() as u64;
         match error {
             Some(e) => tracing::warn!(route, status, elapsed_us, error = %e, "request failed"),
             None => tracing::debug!(route, status, elapsed_us, "request"),
@@ -324,9 +339,16 @@ routes:
         let secret = Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap();
         let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
         let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
-        let api = QueueApi::new(&config, store, tokens.clone());
+        let metrics = Arc::new(Metrics::new(&config));
+        let api = QueueApi::new(&config, store, tokens.clone(), metrics.clone());
         let routes = RouteTable::build(&config).unwrap();
-        let gate = Gate::new(api, routes, tokens.clone(), Arc::new(InFlight::default()));
+        let gate = Gate::new(
+            api,
+            routes,
+            tokens.clone(),
+            Arc::new(InFlight::default()),
+            metrics,
+        );
         (gate, tokens)
     }
 

@@ -5,7 +5,7 @@
 
 use pingora::proxy::Session;
 
-use super::{credential, input, unavailable, Endpoint, QueueApi};
+use super::{credential, input, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::store::Dropout;
 
@@ -37,7 +37,7 @@ async fn dropout(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> 
         .store()
         .dropout(&queue.keys, &user, &digest)
         .await
-        .map_err(|e| unavailable(Endpoint::Dropout, e))?;
+        .map_err(|e| api.unavailable(Endpoint::Dropout, e))?;
     Ok(match outcome {
         Dropout::Removed => Reply::no_content(),
         Dropout::NotQueued => {

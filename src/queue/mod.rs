@@ -7,7 +7,6 @@
 
 pub mod credential;
 mod dropout;
-pub mod estimate;
 pub mod input;
 mod rank;
 mod register;
@@ -22,9 +21,10 @@ use serde::Serialize;
 
 use crate::config::{AdmissionConfig, Config};
 use crate::edge::jwt::Tokens;
+use crate::metrics::Metrics;
 use crate::proxy::path::under_prefix;
 use crate::reply::Reply;
-use crate::store::{QueueKeys, Store, StoreError};
+use crate::store::{Place, QueueKeys, Store, StoreError};
 
 /// Everything under this prefix is the queue API; nothing under it is ever
 /// forwarded.
@@ -89,10 +89,16 @@ pub struct QueueApi {
     default_queue: Option<String>,
     store: Arc<Store>,
     tokens: Arc<Tokens>,
+    metrics: Arc<Metrics>,
 }
 
 impl QueueApi {
-    pub fn new(config: &Config, store: Arc<Store>, tokens: Arc<Tokens>) -> QueueApi {
+    pub fn new(
+        config: &Config,
+        store: Arc<Store>,
+        tokens: Arc<Tokens>,
+        metrics: Arc<Metrics>,
+    ) -> QueueApi {
         let queues = config
             .queues
             .iter()
@@ -110,6 +116,7 @@ impl QueueApi {
             default_queue: config.single_queue().map(str::to_string),
             store,
             tokens,
+            metrics,
         }
     }
 
@@ -156,6 +163,29 @@ impl QueueApi {
     pub fn tokens(&self) -> &Tokens {
         &self.tokens
     }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The 503 for a store failure, logged and counted here for every
+    /// endpoint.
+    fn unavailable(&self, endpoint: Endpoint, error: StoreError) -> Reply {
+        self.metrics.redis_error(endpoint.name());
+        match &error {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(op = endpoint.name(), %error, "redis call failed")
+            }
+            StoreError::Failed(_) => {
+                tracing::error!(op = endpoint.name(), %error, "redis call failed")
+            }
+        }
+        Reply::error(
+            503,
+            "redis_unavailable",
+            "The queue store is unavailable; retry shortly.",
+        )
+    }
 }
 
 fn endpoint_path(endpoint: Endpoint) -> &'static str {
@@ -165,23 +195,6 @@ fn endpoint_path(endpoint: Endpoint) -> &'static str {
         Endpoint::Dropout => "/api/v1/queue/dropout",
         Endpoint::Token => "/api/v1/queue/active/token",
     }
-}
-
-/// The 503 for a store failure, logged once here for every endpoint.
-fn unavailable(endpoint: Endpoint, error: StoreError) -> Reply {
-    match &error {
-        StoreError::Unavailable(_) => {
-            tracing::warn!(op = endpoint.name(), %error, "redis call failed")
-        }
-        StoreError::Failed(_) => {
-            tracing::error!(op = endpoint.name(), %error, "redis call failed")
-        }
-    }
-    Reply::error(
-        503,
-        "redis_unavailable",
-        "The queue store is unavailable; retry shortly.",
-    )
 }
 
 /// A waiting user, as register and rank describe it.
@@ -207,16 +220,18 @@ struct ActiveBody<'a> {
     status: &'static str,
 }
 
-fn waiting_reply(queue: &Queue, user: &str, rank: u64, credential: Option<&str>) -> Reply {
+/// `estimatedWaitSeconds` is the gate's estimate (see `lua/lib.lua`),
+/// rounded to the nearest second.
+fn waiting_reply(queue: &Queue, user: &str, place: Place, credential: Option<&str>) -> Reply {
     Reply::json(
         200,
         &WaitingBody {
             user_id: user,
             queue: &queue.name,
             status: "WAITING",
-            rank,
-            estimated_waiting_count: rank + 1,
-            estimated_wait_seconds: estimate::wait_seconds(rank, &queue.admission),
+            rank: place.rank,
+            estimated_waiting_count: place.rank + 1,
+            estimated_wait_seconds: place.wait_ms.saturating_add(500) / 1000,
             queue_credential: credential,
         },
     )

@@ -2,7 +2,7 @@
 
 use pingora::proxy::Session;
 
-use super::{active_reply, input, unavailable, waiting_reply, Endpoint, QueueApi};
+use super::{active_reply, input, waiting_reply, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::store::Position;
 
@@ -26,11 +26,11 @@ async fn rank(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
 
     let position = api
         .store()
-        .rank(&queue.keys, &user)
+        .rank(&queue.keys, &user, &queue.admission)
         .await
-        .map_err(|e| unavailable(Endpoint::Rank, e))?;
+        .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
     Ok(match position {
-        Position::Waiting { rank } => waiting_reply(queue, &user, rank, None),
+        Position::Waiting(place) => waiting_reply(queue, &user, place, None),
         Position::Active { .. } => active_reply(queue, &user),
         Position::NotQueued => Reply::error(
             404,

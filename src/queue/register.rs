@@ -3,7 +3,8 @@
 use pingora::proxy::Session;
 use serde::Deserialize;
 
-use super::{active_reply, credential, input, unavailable, waiting_reply, Endpoint, QueueApi};
+use super::{active_reply, credential, input, waiting_reply, Endpoint, QueueApi};
+use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW};
 use crate::reply::Reply;
 use crate::store::Registration;
 
@@ -39,15 +40,24 @@ async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply>
     })?;
     let registration = api
         .store()
-        .register(&queue.keys, &body.user_id, &fresh.digest)
+        .register(&queue.keys, &body.user_id, &fresh.digest, &queue.admission)
         .await
-        .map_err(|e| unavailable(Endpoint::Register, e))?;
+        .map_err(|e| api.unavailable(Endpoint::Register, e))?;
 
-    Ok(match registration {
-        Registration::New { rank } => {
-            waiting_reply(queue, &body.user_id, rank, Some(&fresh.credential))
-        }
-        Registration::AlreadyWaiting { rank } => waiting_reply(queue, &body.user_id, rank, None),
-        Registration::Active { .. } => active_reply(queue, &body.user_id),
-    })
+    let (result, reply) = match registration {
+        Registration::New(place) => (
+            REGISTERED_NEW,
+            waiting_reply(queue, &body.user_id, place, Some(&fresh.credential)),
+        ),
+        Registration::AlreadyWaiting(place) => (
+            REGISTERED_AGAIN,
+            waiting_reply(queue, &body.user_id, place, None),
+        ),
+        Registration::Active { .. } => (REGISTERED_ACTIVE, active_reply(queue, &body.user_id)),
+    };
+    api.metrics()
+        .registrations
+        .with_label_values(&[&queue.name, result])
+        .inc();
+    Ok(reply)
 }

@@ -4,7 +4,7 @@
 use pingora::proxy::Session;
 use serde::{Deserialize, Serialize};
 
-use super::{credential, input, unavailable, Endpoint, QueueApi};
+use super::{credential, input, Endpoint, QueueApi};
 use crate::edge::jwt::now_s;
 use crate::reply::Reply;
 
@@ -59,12 +59,16 @@ async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
         .store()
         .token(&queue.keys, &body.user_id, &digest)
         .await
-        .map_err(|e| unavailable(Endpoint::Token, e))?
+        .map_err(|e| api.unavailable(Endpoint::Token, e))?
         .ok_or_else(refused)?;
     let issued = api
         .tokens()
         .issue(&body.user_id, &queue.name, active_until_ms, now_s())
         .ok_or_else(refused)?;
+    api.metrics()
+        .tokens_issued
+        .with_label_values(&[&queue.name])
+        .inc();
     Ok(Reply::json(
         200,
         &TokenBody {

@@ -17,6 +17,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
+use crate::config::{AdmissionConfig, HeartbeatConfig};
+
 pub use keys::QueueKeys;
 
 /// Why a store call failed. Both kinds become a 503 for the client; they
@@ -33,16 +35,22 @@ pub enum StoreError {
 }
 
 /// The scripts, compiled into the binary so that what runs is what was built.
-/// Scripts that compare credentials get `lua/lib.lua` in front.
-static REGISTER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/register.lua")));
-static RANK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/rank.lua")));
-static DROPOUT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lua/lib.lua"),
-        include_str!("../../lua/dropout.lua")
-    ))
-});
+/// Each is loaded after `lua/lib.lua`, the helpers they share.
+macro_rules! script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("../../lua/lib.lua"),
+                include_str!(concat!("../../lua/", $file))
+            ))
+        })
+    };
+}
+static REGISTER: LazyLock<Script> = script!("register.lua");
+static RANK: LazyLock<Script> = script!("rank.lua");
+static DROPOUT: LazyLock<Script> = script!("dropout.lua");
+static ADMIT: LazyLock<Script> = script!("admit.lua");
+static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
 /// Read-only: the `no-writes` flag lets Redis run it on a replica and
 /// refuse it any write.
 static TOKEN: LazyLock<Script> = LazyLock::new(|| {
@@ -56,13 +64,22 @@ static TOKEN: LazyLock<Script> = LazyLock::new(|| {
 /// A SHA-256 digest of a queueCredential, the only form Redis ever holds.
 pub type Digest = [u8; 32];
 
+/// A waiting user's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// Users ahead (0-based).
+    pub rank: u64,
+    /// Expected wait, from the gate's observed rate (see `lua/lib.lua`).
+    pub wait_ms: u64,
+}
+
 /// The outcome of `register`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registration {
     /// Added at the tail; the credential was stored.
-    New { rank: u64 },
+    New(Place),
     /// Was already waiting; place and credential unchanged.
-    AlreadyWaiting { rank: u64 },
+    AlreadyWaiting(Place),
     /// Is active until this time (Redis clock, ms since the epoch).
     Active { expires_at_ms: u64 },
 }
@@ -70,9 +87,48 @@ pub enum Registration {
 /// The outcome of `rank`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
-    Waiting { rank: u64 },
+    Waiting(Place),
     Active { expires_at_ms: u64 },
     NotQueued,
+}
+
+/// The outcome of one admission call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub admitted: u64,
+    /// The window the call fell in: floor(Redis time / interval).
+    pub window: u64,
+    pub outcome: AdmitOutcome,
+    /// Redis time of the call (ms), to sleep until the next window.
+    pub now_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmitOutcome {
+    /// This call decided the window (and admitted `admitted` users).
+    Decided,
+    /// The window was already decided, by this or another instance.
+    AlreadyDecided,
+    /// Nobody waits; the window stays open.
+    Empty,
+    /// `max-active` left no room this window.
+    AtCapacity,
+}
+
+/// What one cleanup pass removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cleanup {
+    pub stale_waiting: u64,
+    pub expired_active: u64,
+}
+
+/// Queue sizes, for the gauges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub waiting: u64,
+    pub active: u64,
+    /// Users admitted per window, as observed; `None` before any admission.
+    pub rate_per_window: Option<f64>,
 }
 
 /// The outcome of `dropout`.
@@ -153,6 +209,7 @@ impl Store {
         keys: &QueueKeys,
         user: &str,
         digest: &Digest,
+        admission: &AdmissionConfig,
     ) -> Result<Registration, StoreError> {
         let mut invocation = REGISTER.prepare_invoke();
         invocation
@@ -160,16 +217,15 @@ impl Store {
             .key(&keys.heartbeat)
             .key(&keys.credential)
             .key(&keys.active)
+            .key(&keys.admission)
             .arg(user)
-            .arg(&digest[..]);
-        let (code, value): (i64, i64) = self.run(invocation).await?;
+            .arg(&digest[..])
+            .arg(admission.interval.as_millis() as u64)
+            .arg(admission.batch_size);
+        let (code, value, wait): (i64, i64, i64) = self.run(invocation).await?;
         match code {
-            1 => Ok(Registration::New {
-                rank: count(value)?,
-            }),
-            2 => Ok(Registration::AlreadyWaiting {
-                rank: count(value)?,
-            }),
+            1 => Ok(Registration::New(place(value, wait)?)),
+            2 => Ok(Registration::AlreadyWaiting(place(value, wait)?)),
             3 => Ok(Registration::Active {
                 expires_at_ms: count(value)?,
             }),
@@ -177,23 +233,105 @@ impl Store {
         }
     }
 
-    pub async fn rank(&self, keys: &QueueKeys, user: &str) -> Result<Position, StoreError> {
+    pub async fn rank(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        admission: &AdmissionConfig,
+    ) -> Result<Position, StoreError> {
         let mut invocation = RANK.prepare_invoke();
         invocation
             .key(&keys.waiting)
             .key(&keys.heartbeat)
             .key(&keys.active)
-            .arg(user);
-        let (code, value): (i64, i64) = self.run(invocation).await?;
+            .key(&keys.admission)
+            .arg(user)
+            .arg(admission.interval.as_millis() as u64)
+            .arg(admission.batch_size);
+        let (code, value, wait): (i64, i64, i64) = self.run(invocation).await?;
         match code {
             0 => Ok(Position::NotQueued),
-            1 => Ok(Position::Waiting {
-                rank: count(value)?,
-            }),
+            1 => Ok(Position::Waiting(place(value, wait)?)),
             3 => Ok(Position::Active {
                 expires_at_ms: count(value)?,
             }),
             _ => Err(unexpected("rank", code)),
+        }
+    }
+
+    /// One call of the global admission gate.
+    pub async fn admit(
+        &self,
+        keys: &QueueKeys,
+        admission: &AdmissionConfig,
+    ) -> Result<Admission, StoreError> {
+        let mut invocation = ADMIT.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.active)
+            .key(&keys.admission)
+            .arg(admission.interval.as_millis() as u64)
+            .arg(admission.batch_size)
+            .arg(admission.active_ttl.as_millis() as u64)
+            .arg(admission.max_active);
+        let (admitted, window, why, now_ms): (i64, i64, i64, i64) = self.run(invocation).await?;
+        let outcome = match why {
+            0 => AdmitOutcome::Decided,
+            1 => AdmitOutcome::AlreadyDecided,
+            2 => AdmitOutcome::Empty,
+            3 => AdmitOutcome::AtCapacity,
+            _ => return Err(unexpected("admit", why)),
+        };
+        Ok(Admission {
+            admitted: count(admitted)?,
+            window: count(window)?,
+            outcome,
+            now_ms: count(now_ms)?,
+        })
+    }
+
+    /// One cleanup pass.
+    pub async fn cleanup(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+    ) -> Result<Cleanup, StoreError> {
+        let mut invocation = CLEANUP.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .arg(heartbeat.timeout.as_millis() as u64)
+            .arg(heartbeat.cleanup_batch_size);
+        let (stale, expired): (i64, i64) = self.run(invocation).await?;
+        Ok(Cleanup {
+            stale_waiting: count(stale)?,
+            expired_active: count(expired)?,
+        })
+    }
+
+    /// The sizes of a queue, in one round-trip (reads only, no script).
+    pub async fn sample(&self, keys: &QueueKeys) -> Result<Sample, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.zcard(&keys.waiting)
+            .zcard(&keys.active)
+            .hget(&keys.admission, "rate");
+        let mut connection = self.connection()?;
+        let reply = tokio::time::timeout(
+            self.timeout,
+            pipe.query_async::<(u64, u64, Option<f64>)>(&mut connection),
+        )
+        .await;
+        match reply {
+            Err(_) => Err(StoreError::Unavailable("sample timed out".into())),
+            Ok(Err(e)) => Err(classify(e)),
+            Ok(Ok((waiting, active, rate_per_window))) => Ok(Sample {
+                waiting,
+                active,
+                rate_per_window,
+            }),
         }
     }
 
@@ -264,6 +402,13 @@ fn classify(e: redis::RedisError) -> StoreError {
     } else {
         StoreError::Failed(e.to_string())
     }
+}
+
+fn place(rank: i64, wait_ms: i64) -> Result<Place, StoreError> {
+    Ok(Place {
+        rank: count(rank)?,
+        wait_ms: count(wait_ms)?,
+    })
 }
 
 fn count(value: i64) -> Result<u64, StoreError> {

@@ -46,26 +46,46 @@ fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------
 // Redis
 
+/// The active entry that holds admission shut in queue `baseball` (see
+/// [`Redis::start`]).
+pub const HOLDER: &str = "~admission-held";
+
 /// A `redis-server` of the test's own, killed on drop.
 pub struct Redis {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
     extra: Vec<String>,
+    hold: bool,
 }
 
 impl Redis {
+    /// A Redis in which queue `baseball` admits nobody: the harness config
+    /// sets `max-active: 1` for it, and this puts one never-expiring
+    /// [`HOLDER`] in its active set (again after every restart). Tests that
+    /// are not about admission can then rely on users staying WAITING.
     pub fn start() -> Redis {
-        Redis::start_with(&[])
+        Redis::launch(&[], true)
     }
 
-    /// Starts with extra `redis-server` arguments (e.g. AOF settings).
+    /// A Redis with admission free to run.
+    pub fn start_free() -> Redis {
+        Redis::launch(&[], false)
+    }
+
+    /// Starts with extra `redis-server` arguments (e.g. AOF settings), with
+    /// admission free to run.
     pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::launch(extra, false)
+    }
+
+    fn launch(extra: &[&str], hold: bool) -> Redis {
         let mut redis = Redis {
             port: free_port(),
             dir: tempfile::tempdir().unwrap(),
             child: None,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            hold,
         };
         redis.spawn();
         redis
@@ -88,6 +108,14 @@ impl Redis {
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
                 .is_ok()
         });
+        if self.hold {
+            let _: () = redis::cmd("ZADD")
+                .arg("queue:{baseball}:active")
+                .arg("32503680000000")
+                .arg(HOLDER)
+                .query(&mut self.conn())
+                .unwrap();
+        }
     }
 
     pub fn url(&self) -> String {
@@ -159,10 +187,16 @@ impl Ports {
     }
 }
 
-/// A config with one queue `baseball` (the seed defaults unless `queue_yaml`
-/// overrides them), one upstream `ticketing` and one route.
+/// A config with one queue `baseball` (the seed defaults, but at most one
+/// active user: with [`Redis::start`] nobody is admitted), one upstream
+/// `ticketing` and one route.
 pub fn config(redis_url: &str, ports: &Ports, upstream_port: u16) -> String {
-    config_with(redis_url, ports, upstream_port, "baseball: {}")
+    config_with(
+        redis_url,
+        ports,
+        upstream_port,
+        "baseball: {admission: {max-active: 1}}",
+    )
 }
 
 pub fn config_with(redis_url: &str, ports: &Ports, upstream_port: u16, queues: &str) -> String {

@@ -1,0 +1,32 @@
+-- cleanup: removes users whose heartbeat stopped, and active entries past
+-- their expiry, a bounded batch of each per call.
+--
+-- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] credential HASH,
+-- KEYS[4] active ZSET
+-- ARGV[1] heartbeat timeout (ms)
+-- ARGV[2] batch size
+--
+-- Returns {removed_waiting, removed_active}.
+local timeout, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #KEYS ~= 4 or #ARGV ~= 2 or not timeout or timeout < 1 or not batch or batch < 1 then
+  return redis.error_reply('ERR waitgate cleanup: bad arguments')
+end
+local now_ms = math.floor(now_us() / 1000)
+
+-- Strictly older than the timeout. rank.lua refreshes the heartbeat in its
+-- own atomic step, so a user who just polled is never in this range.
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms - timeout),
+  'LIMIT', 0, batch)
+in_chunks(stale, function(...)
+  redis.call('ZREM', KEYS[1], ...)
+  redis.call('ZREM', KEYS[2], ...)
+  redis.call('HDEL', KEYS[3], ...)
+end)
+
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)
+in_chunks(expired, function(...)
+  redis.call('ZREM', KEYS[4], ...)
+  redis.call('HDEL', KEYS[3], ...)
+end)
+
+return {#stale, #expired}

@@ -1,0 +1,56 @@
+//! The gauge sampler: reads queue sizes from Redis on a timer, so that a
+//! scrape never touches Redis.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::time::MissedTickBehavior;
+
+use super::{run_per_queue, FailureLog, QueueJob, Shared};
+
+/// How often the gauges are refreshed.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+pub struct Sampler(pub Shared);
+
+#[async_trait]
+impl BackgroundService for Sampler {
+    async fn start(&self, shutdown: ShutdownWatch) {
+        run_per_queue(&self.0, shutdown, sample_loop).await;
+    }
+}
+
+async fn sample_loop(shared: Shared, queue: Arc<QueueJob>) {
+    let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut log = FailureLog::new("sampler");
+    let interval_s = queue.admission.interval.as_secs_f64();
+    let m = &shared.metrics;
+    loop {
+        ticker.tick().await;
+        match shared.store.sample(&queue.keys).await {
+            Ok(sample) => {
+                log.succeeded(&queue.name);
+                let name = queue.name.as_str();
+                m.queue_waiting
+                    .with_label_values(&[name])
+                    .set(sample.waiting as i64);
+                m.queue_active
+                    .with_label_values(&[name])
+                    .set(sample.active as i64);
+                if let Some(rate) = sample.rate_per_window {
+                    m.admission_rate
+                        .with_label_values(&[name])
+                        .set(rate / interval_s);
+                }
+            }
+            Err(e) => {
+                m.redis_error("sample");
+                log.failed(&queue.name, &e);
+            }
+        }
+    }
+}

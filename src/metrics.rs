@@ -1,0 +1,224 @@
+//! The metrics (SPEC §7): one struct of typed collectors on a private
+//! registry, created once and shared.
+//!
+//! Queue depth gauges are set by a background sampler, not per scrape, so a
+//! scrape never touches Redis and many scrapers cost nothing extra.
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::config::Config;
+use crate::edge::jwt::Reject;
+
+pub struct Metrics {
+    registry: Registry,
+    pub queue_waiting: IntGaugeVec,
+    pub queue_active: IntGaugeVec,
+    /// Users admitted per second, as the gate observes it (from Redis).
+    pub admission_rate: GaugeVec,
+    pub admitted: IntCounterVec,
+    pub cleanup_removed: IntCounterVec,
+    pub registrations: IntCounterVec,
+    pub tokens_issued: IntCounterVec,
+    pub jwt_rejected: IntCounterVec,
+    pub redis_errors: IntCounterVec,
+    pub http_requests: IntCounterVec,
+    pub http_duration: HistogramVec,
+}
+
+/// Label values of `waitgate_cleanup_removed_total{reason}`.
+pub const CLEANUP_HEARTBEAT: &str = "heartbeat_timeout";
+pub const CLEANUP_EXPIRED: &str = "active_expired";
+
+/// Label values of `waitgate_registrations_total{result}`.
+pub const REGISTERED_NEW: &str = "new";
+pub const REGISTERED_AGAIN: &str = "already_waiting";
+pub const REGISTERED_ACTIVE: &str = "already_active";
+
+/// Latency buckets: the queue API answers in well under a millisecond when
+/// Redis is local; the tail up to the command timeout and beyond matters.
+const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("each metric is registered once");
+    c
+}
+
+impl Metrics {
+    /// Builds the collectors and pre-creates every known label set, so that a
+    /// scrape shows zeros rather than missing series.
+    pub fn new(config: &Config) -> Metrics {
+        let registry = Registry::new();
+        let int_gauge = |name: &str, help: &str| {
+            let g = IntGaugeVec::new(Opts::new(name, help), &["queue"]).expect("static metric");
+            registry
+                .register(Box::new(g.clone()))
+                .expect("registered once");
+            g
+        };
+        let queue_waiting = int_gauge(
+            "waitgate_queue_waiting",
+            "Users waiting, sampled from Redis.",
+        );
+        let queue_active = int_gauge("waitgate_queue_active", "Active users, sampled from Redis.");
+        let admission_rate = GaugeVec::new(
+            Opts::new(
+                "waitgate_admission_rate",
+                "Users admitted per second as observed by the global gate.",
+            ),
+            &["queue"],
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(admission_rate.clone()))
+            .expect("registered once");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "waitgate_http_request_duration_seconds",
+                "Time from request header to the end of the reply.",
+            )
+            .buckets(BUCKETS.to_vec()),
+            &["route"],
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(http_duration.clone()))
+            .expect("registered once");
+
+        let m = Metrics {
+            admitted: counter(
+                &registry,
+                "waitgate_admitted_total",
+                "Users moved from waiting to active.",
+                &["queue"],
+            ),
+            cleanup_removed: counter(
+                &registry,
+                "waitgate_cleanup_removed_total",
+                "Users removed by the cleanup, by reason.",
+                &["queue", "reason"],
+            ),
+            registrations: counter(
+                &registry,
+                "waitgate_registrations_total",
+                "Register calls answered, by result.",
+                &["queue", "result"],
+            ),
+            tokens_issued: counter(
+                &registry,
+                "waitgate_tokens_issued_total",
+                "ACTIVE_USER tokens issued.",
+                &["queue"],
+            ),
+            jwt_rejected: counter(
+                &registry,
+                "waitgate_jwt_rejected_total",
+                "Requests to protected routes refused at the edge, by reason.",
+                &["reason"],
+            ),
+            redis_errors: counter(
+                &registry,
+                "waitgate_redis_errors_total",
+                "Redis calls that failed or timed out, by operation.",
+                &["op"],
+            ),
+            http_requests: counter(
+                &registry,
+                "waitgate_http_requests_total",
+                "Requests answered, by route and status.",
+                &["route", "status"],
+            ),
+            registry,
+            queue_waiting,
+            queue_active,
+            admission_rate,
+            http_duration,
+        };
+        for queue in config.queues.keys() {
+            let q = queue.as_str();
+            m.queue_waiting.with_label_values(&[q]);
+            m.queue_active.with_label_values(&[q]);
+            m.admission_rate.with_label_values(&[q]);
+            m.admitted.with_label_values(&[q]);
+            m.tokens_issued.with_label_values(&[q]);
+            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
+                m.cleanup_removed.with_label_values(&[q, reason]);
+            }
+            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
+                m.registrations.with_label_values(&[q, result]);
+            }
+        }
+        for op in REDIS_OPS {
+            m.redis_errors.with_label_values(&[op]);
+        }
+        for reject in Reject::ALL {
+            m.jwt_rejected.with_label_values(&[reject.reason()]);
+        }
+        m
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 * 1024);
+        // Encoding our own well-formed families into a Vec cannot fail.
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+
+    /// Counts one answered request.
+    pub fn observe_request(&self, route: &str, status: u16, seconds: f64) {
+        let status = status.to_string();
+        self.http_requests
+            .with_label_values(&[route, &status])
+            .inc();
+        self.http_duration
+            .with_label_values(&[route])
+            .observe(seconds);
+    }
+
+    /// Counts one failed Redis call.
+    pub fn redis_error(&self, op: &str) {
+        self.redis_errors.with_label_values(&[op]).inc();
+    }
+}
+
+/// The `op` label values of `waitgate_redis_errors_total`.
+pub const REDIS_OPS: [&str; 8] = [
+    "register", "rank", "dropout", "token", "admit", "cleanup", "sample", "ping",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_metric_is_exported() {
+        let config = Config::from_yaml(
+            "redis: {url: 'redis://x:1'}\nqueues: {baseball: {}}\nupstreams: {}\nroutes: []\n",
+        )
+        .unwrap();
+        let m = Metrics::new(&config);
+        m.observe_request("register", 200, 0.001);
+        let text = String::from_utf8(m.encode()).unwrap();
+        for name in [
+            "waitgate_queue_waiting{queue=\"baseball\"}",
+            "waitgate_queue_active{queue=\"baseball\"}",
+            "waitgate_admitted_total{queue=\"baseball\"}",
+            "waitgate_cleanup_removed_total{queue=\"baseball\",reason=\"heartbeat_timeout\"}",
+            "waitgate_registrations_total{queue=\"baseball\",result=\"new\"}",
+            "waitgate_tokens_issued_total{queue=\"baseball\"}",
+            "waitgate_jwt_rejected_total{reason=\"expired\"}",
+            "waitgate_http_requests_total{route=\"register\",status=\"200\"}",
+            "waitgate_http_request_duration_seconds_bucket{route=\"register\"",
+        ] {
+            assert!(text.contains(name), "missing {name}");
+        }
+    }
+}
