@@ -1,0 +1,498 @@
+//! Background work against a real Redis: heartbeat cleanup, the global
+//! admission gate (FIFO, several instances, max-active), wait estimates,
+//! metrics and readiness (SPEC §6, §7). Intervals are short so each test
+//! takes seconds.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Commands;
+
+const WAITING: &str = "queue:{baseball}:waiting";
+const HEARTBEAT: &str = "queue:{baseball}:heartbeat";
+const CREDENTIAL: &str = "queue:{baseball}:credential";
+const ACTIVE: &str = "queue:{baseball}:active";
+
+fn start(redis: &Redis, queue_yaml: &str) -> Waitgate {
+    let ports = Ports::new();
+    let cfg = config_with(&redis.url(), &ports, free_port(), queue_yaml);
+    Waitgate::start(&cfg, &ports)
+}
+
+fn credential_of(r: &Response) -> String {
+    r.json()["queueCredential"].as_str().unwrap().to_string()
+}
+
+fn members(c: &mut redis::Connection, key: &str) -> Vec<String> {
+    c.zrange(key, 0, -1).unwrap()
+}
+
+/// Parses Prometheus text format strictly enough to reject a malformed
+/// scrape: `# HELP`/`# TYPE` lines, and samples `name{labels} value`.
+/// Returns every sample keyed by `name{labels}` as written.
+fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    let mut typed = HashSet::new();
+    for line in text.lines() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let kind = parts.next().unwrap();
+            let name = parts.next().expect("comment names a metric");
+            assert!(kind == "HELP" || kind == "TYPE", "bad comment: {line}");
+            if kind == "TYPE" {
+                let t = parts.next().expect("TYPE has a type");
+                assert!(
+                    ["counter", "gauge", "histogram", "summary", "untyped"].contains(&t),
+                    "{line}"
+                );
+                typed.insert(name.to_string());
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("sample has a value");
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad name in {line}"
+        );
+        if let Some(labels) = series.strip_prefix(name) {
+            if !labels.is_empty() {
+                assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+                for pair in labels[1..labels.len() - 1].split("\",") {
+                    let (k, v) = pair.split_once("=\"").expect("label is k=\"v\"");
+                    assert!(!k.is_empty(), "{line}");
+                    assert!(!v.contains('\n'), "{line}");
+                }
+            }
+        }
+        let family = name
+            .trim_end_matches("_bucket")
+            .trim_end_matches("_sum")
+            .trim_end_matches("_count");
+        assert!(
+            typed.contains(family) || typed.contains(name),
+            "sample before its TYPE: {line}"
+        );
+        let v: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("bad value in {line}")),
+        };
+        samples.insert(series.to_string(), v);
+    }
+    samples
+}
+
+fn scrape(wg: &Waitgate) -> BTreeMap<String, f64> {
+    let r = get(wg.admin, "/metrics").unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .is_some_and(|t| t.starts_with("text/plain")));
+    parse_prometheus(&String::from_utf8(r.body).unwrap())
+}
+
+#[test]
+fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 200, cleanup-batch-size: 10}\n  admission: {max-active: 1}",
+    );
+    register(wg.addr, "silent");
+    register(wg.addr, "polling");
+    let mut c = redis.conn();
+    let start = Instant::now();
+    let mut removed_after = None;
+    // Poll well past timeout + interval (800 ms).
+    while start.elapsed() < Duration::from_millis(1600) {
+        assert_eq!(
+            rank(wg.addr, "polling").status,
+            200,
+            "the polling user must stay"
+        );
+        if removed_after.is_none()
+            && c.zscore::<_, _, Option<f64>>(WAITING, "silent")
+                .unwrap()
+                .is_none()
+        {
+            removed_after = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let removed_after = removed_after.expect("the silent user is removed");
+    println!("silent user removed {removed_after:?} after its last heartbeat");
+    assert!(
+        removed_after <= Duration::from_millis(800 + 150),
+        "{removed_after:?}"
+    );
+    assert!(
+        removed_after >= Duration::from_millis(600),
+        "{removed_after:?}"
+    );
+    let heartbeat: Option<f64> = c.zscore(HEARTBEAT, "silent").unwrap();
+    assert!(heartbeat.is_none());
+    let cred: bool = c.hexists(CREDENTIAL, "silent").unwrap();
+    assert!(!cred);
+    assert_eq!(rank(wg.addr, "silent").status, 404);
+    assert_eq!(members(&mut c, WAITING), ["polling"]);
+
+    // Counters are live (only the queue gauges are sampled).
+    let m = scrape(&wg);
+    assert_eq!(
+        m[r#"waitgate_cleanup_removed_total{queue="baseball",reason="heartbeat_timeout"}"#],
+        1.0
+    );
+}
+
+#[test]
+fn a_poll_just_before_a_cleanup_always_keeps_the_user() {
+    // The cleanup runs every 10 ms and the timeout is 300 ms; the user polls
+    // every 250 ms, so many cleanups run right after a poll.
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {timeout-ms: 300, cleanup-interval-ms: 10}\n  admission: {max-active: 1}",
+    );
+    register(wg.addr, "steady");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let r = rank(wg.addr, "steady");
+        assert_eq!(r.status, 200, "removed after {:?}", start.elapsed());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn expired_active_entries_are_removed_with_their_credentials() {
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {cleanup-interval-ms: 50}\n  admission: {max-active: 1}",
+    );
+    let cred = credential_of(&register(wg.addr, "done"));
+    let mut c = redis.conn();
+    let now_ms: u64 = redis::cmd("TIME")
+        .query::<(u64, u64)>(&mut c)
+        .map(|(s, us)| s * 1000 + us / 1000)
+        .unwrap();
+    let _: () = c.zrem(WAITING, "done").unwrap();
+    let _: () = c.zrem(HEARTBEAT, "done").unwrap();
+    let _: () = c.zadd(ACTIVE, "done", now_ms + 300).unwrap();
+    assert_eq!(rank(wg.addr, "done").json()["status"], "ACTIVE");
+    std::thread::sleep(Duration::from_millis(600));
+    let still: Option<f64> = c.zscore(ACTIVE, "done").unwrap();
+    assert!(still.is_none());
+    let has: bool = c.hexists(CREDENTIAL, "done").unwrap();
+    assert!(!has);
+    // The holder (expiry in the year 3000) is untouched.
+    let holder: Option<f64> = c.zscore(ACTIVE, HOLDER).unwrap();
+    assert!(holder.is_some());
+    assert_eq!(dropout(wg.addr, "done", &cred).status, 404);
+    let m = scrape(&wg);
+    assert_eq!(
+        m[r#"waitgate_cleanup_removed_total{queue="baseball",reason="active_expired"}"#],
+        1.0
+    );
+}
+
+#[test]
+fn admission_is_strict_fifo_and_never_loses_or_repeats_a_user() {
+    let redis = Redis::start_free();
+    let wg = start(
+        &redis,
+        "baseball:\n  admission: {interval-ms: 200, batch-size: 3}",
+    );
+    let users: Vec<String> = (0..12).map(|i| format!("fifo{i:02}")).collect();
+    for u in &users {
+        assert_eq!(register(wg.addr, u).status, 200);
+    }
+    let mut c = redis.conn();
+    let start = Instant::now();
+    loop {
+        let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
+            .atomic()
+            .zrange(WAITING, 0, -1)
+            .zrange(ACTIVE, 0, -1)
+            .query(&mut c)
+            .unwrap();
+        // Every user is in exactly one of the two sets...
+        let mut all: Vec<&String> = waiting.iter().chain(active.iter()).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(
+            all.len(),
+            users.len(),
+            "waiting {waiting:?} active {active:?}"
+        );
+        assert_eq!(waiting.len() + active.len(), users.len());
+        // ...the admitted ones are always a prefix of the arrival order...
+        let k = active.len();
+        let admitted: HashSet<&String> = active.iter().collect();
+        let prefix: HashSet<&String> = users[..k].iter().collect();
+        assert_eq!(admitted, prefix, "admitted out of order");
+        // ...and the waiting ones keep their order.
+        assert_eq!(waiting, users[k..]);
+        if k == users.len() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "admission stalled at {k}"
+        );
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    // The admitted users' heartbeats are gone; they are told they are active.
+    let hb: u64 = c.zcard(HEARTBEAT).unwrap();
+    assert_eq!(hb, 0);
+    assert_eq!(rank(wg.addr, "fifo00").json()["status"], "ACTIVE");
+}
+
+#[test]
+fn three_instances_admit_at_most_one_batch_per_window_in_total() {
+    const INTERVAL_MS: u64 = 400;
+    const BATCH: u64 = 5;
+    const TTL_MS: u64 = 600_000;
+    let redis = Redis::start_free();
+    let queue = format!(
+        "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: {BATCH}, active-ttl-ms: {TTL_MS}}}"
+    );
+    let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, &queue)).collect();
+    let users = 60;
+    for i in 0..users {
+        let wg = &instances[i % 3];
+        assert_eq!(register(wg.addr, &format!("multi{i:03}")).status, 200);
+    }
+    // Until everyone is admitted: 12 windows.
+    let mut c = redis.conn();
+    let start = Instant::now();
+    loop {
+        let (waiting, active): (u64, u64) = redis::pipe()
+            .atomic()
+            .zcard(WAITING)
+            .zcard(ACTIVE)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(waiting + active, users as u64, "nobody lost or doubled");
+        if waiting == 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{waiting} still waiting"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = start.elapsed();
+    let active: Vec<(String, f64)> = c.zrange_withscores(ACTIVE, 0, -1).unwrap();
+    assert_eq!(active.len(), users);
+
+    // Each admission sets expiry = admission time + TTL, so the window of
+    // each admission can be read back from the active set.
+    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
+    for (_, expiry) in &active {
+        let admitted_at = *expiry as u64 - TTL_MS;
+        *per_window.entry(admitted_at / INTERVAL_MS).or_default() += 1;
+    }
+    println!(
+        "admitted per window: {:?} ({users} users in {took:?})",
+        per_window.values().collect::<Vec<_>>()
+    );
+    for (window, n) in &per_window {
+        assert!(*n <= BATCH, "window {window} admitted {n} > {BATCH}");
+    }
+    assert_eq!(per_window.len(), users / BATCH as usize, "{per_window:?}");
+
+    // Each instance's counter, and together they account for every admission.
+    let counts: Vec<f64> = instances
+        .iter()
+        .map(|wg| scrape(wg)[r#"waitgate_admitted_total{queue="baseball"}"#])
+        .collect();
+    println!("admitted by instance: {counts:?}, total {}", active.len());
+    assert_eq!(counts.iter().sum::<f64>() as usize, active.len());
+    let gate_total: u64 = c.hget("queue:{baseball}:admission", "total").unwrap();
+    assert_eq!(gate_total as usize, active.len());
+}
+
+#[test]
+fn max_active_caps_the_active_set() {
+    let redis = Redis::start_free();
+    let wg = start(
+        &redis,
+        "baseball:\n  admission: {interval-ms: 100, batch-size: 10, max-active: 4}",
+    );
+    let mut creds = BTreeMap::new();
+    for i in 0..20 {
+        let user = format!("cap{i:02}");
+        creds.insert(user.clone(), credential_of(&register(wg.addr, &user)));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    let mut c = redis.conn();
+    let active = members(&mut c, ACTIVE);
+    assert_eq!(active, ["cap00", "cap01", "cap02", "cap03"]);
+    let waiting: u64 = c.zcard(WAITING).unwrap();
+    assert_eq!(waiting, 16);
+
+    // An active user who leaves frees one slot, and exactly one is admitted.
+    assert_eq!(dropout(wg.addr, "cap01", &creds["cap01"]).status, 204);
+    std::thread::sleep(Duration::from_millis(400));
+    let active = members(&mut c, ACTIVE);
+    assert_eq!(active.len(), 4, "{active:?}");
+    assert!(active.contains(&"cap04".to_string()), "{active:?}");
+    let waiting: u64 = c.zcard(WAITING).unwrap();
+    assert_eq!(waiting, 15);
+}
+
+#[test]
+fn metrics_match_redis_within_one_sampling_period() {
+    let redis = Redis::start();
+    let wg = start(&redis, "baseball: {admission: {max-active: 1}}");
+    for i in 0..7 {
+        register(wg.addr, &format!("m{i}"));
+    }
+    let mut c = redis.conn();
+    // One sampling period is 1 s.
+    std::thread::sleep(Duration::from_millis(1300));
+    let m = scrape(&wg);
+    let waiting: u64 = c.zcard(WAITING).unwrap();
+    let active: u64 = c.zcard(ACTIVE).unwrap();
+    assert_eq!(
+        m[r#"waitgate_queue_waiting{queue="baseball"}"#],
+        waiting as f64
+    );
+    assert_eq!(
+        m[r#"waitgate_queue_active{queue="baseball"}"#],
+        active as f64
+    );
+    assert_eq!(waiting, 7);
+    assert_eq!(
+        m[r#"waitgate_registrations_total{queue="baseball",result="new"}"#],
+        7.0
+    );
+}
+
+#[test]
+fn a_scrape_is_prometheus_text_with_every_spec_metric() {
+    let redis = Redis::start();
+    let wg = start(&redis, "baseball: {admission: {max-active: 1}}");
+    register(wg.addr, "s1");
+    register(wg.addr, "s1");
+    rank(wg.addr, "s1");
+    get(wg.addr, "/api/v1/follow-up/x").unwrap(); // 401: no token
+    std::thread::sleep(Duration::from_millis(50));
+    let m = scrape(&wg);
+    for series in [
+        r#"waitgate_queue_waiting{queue="baseball"}"#,
+        r#"waitgate_queue_active{queue="baseball"}"#,
+        r#"waitgate_admitted_total{queue="baseball"}"#,
+        r#"waitgate_cleanup_removed_total{queue="baseball",reason="heartbeat_timeout"}"#,
+        r#"waitgate_cleanup_removed_total{queue="baseball",reason="active_expired"}"#,
+        r#"waitgate_registrations_total{queue="baseball",result="already_waiting"}"#,
+        r#"waitgate_tokens_issued_total{queue="baseball"}"#,
+        r#"waitgate_jwt_rejected_total{reason="signature"}"#,
+        r#"waitgate_redis_errors_total{op="register"}"#,
+    ] {
+        assert!(m.contains_key(series), "missing {series}");
+    }
+    assert_eq!(
+        m[r#"waitgate_registrations_total{queue="baseball",result="new"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"waitgate_registrations_total{queue="baseball",result="already_waiting"}"#],
+        1.0
+    );
+    assert_eq!(m[r#"waitgate_jwt_rejected_total{reason="missing"}"#], 1.0);
+    assert_eq!(
+        m[r#"waitgate_http_requests_total{route="register",status="200"}"#],
+        2.0
+    );
+    assert_eq!(
+        m[r#"waitgate_http_requests_total{route="rank",status="200"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"waitgate_http_requests_total{route="other",status="401"}"#],
+        1.0
+    );
+    assert_eq!(
+        m[r#"waitgate_http_request_duration_seconds_count{route="register"}"#],
+        2.0
+    );
+}
+
+#[test]
+fn redis_errors_are_counted_by_operation_and_readyz_flips() {
+    let mut redis = Redis::start();
+    let wg = start(&redis, "baseball: {admission: {max-active: 1}}");
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
+    redis.kill();
+    assert_eq!(register(wg.addr, "x").status, 503);
+    assert_eq!(rank(wg.addr, "x").status, 503);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    let m = scrape(&wg);
+    assert!(m[r#"waitgate_redis_errors_total{op="register"}"#] >= 1.0);
+    assert!(m[r#"waitgate_redis_errors_total{op="rank"}"#] >= 1.0);
+    redis.restart();
+    let start = Instant::now();
+    while get(wg.admin, "/readyz").unwrap().status != 200 {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Registers a queue of users, notes each one's estimate, and times its
+/// actual admission. Prints the error figures the README reports.
+#[test]
+fn wait_estimates_match_the_observed_admission() {
+    const USERS: usize = 30;
+    let redis = Redis::start_free();
+    let wg = start(
+        &redis,
+        "baseball:\n  admission: {interval-ms: 1000, batch-size: 5}",
+    );
+    let mut pending: Vec<(String, Instant, f64)> = Vec::new();
+    for i in 0..USERS {
+        let user = format!("est{i:02}");
+        let r = register(wg.addr, &user);
+        let estimate = r.json()["estimatedWaitSeconds"].as_f64().unwrap();
+        pending.push((user, Instant::now(), estimate));
+    }
+    let mut errors = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(12);
+    while !pending.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} never admitted",
+            pending.len()
+        );
+        pending.retain(|(user, registered, estimate)| {
+            let r = rank(wg.addr, user);
+            if r.json()["status"] == "ACTIVE" {
+                let actual = registered.elapsed().as_secs_f64();
+                errors.push(estimate - actual);
+                false
+            } else {
+                true
+            }
+        });
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
+    let mean = abs.iter().sum::<f64>() / abs.len() as f64;
+    let max = abs.iter().cloned().fold(0.0, f64::max);
+    let bias = errors.iter().sum::<f64>() / errors.len() as f64;
+    println!(
+        "estimate error over {USERS} users (interval 1 s, batch 5): mean |error| {mean:.2} s, max |error| {max:.2} s, mean signed error {bias:+.2} s"
+    );
+    // Whole seconds are reported, so 0.5 s is rounding alone; the rest is
+    // polling (25 ms) and admission timing.
+    assert!(max <= 1.0, "max error {max:.2} s: {errors:?}");
+}
