@@ -158,3 +158,38 @@ fn sigterm_drains_in_flight_requests_then_exits_quickly() {
     assert!(status.success(), "{status}");
     println!("exited {:?} after SIGTERM", start.elapsed());
 }
+
+/// Golden test: every metric the shipped Grafana dashboard and alert examples
+/// use is one waitgate exports.
+#[test]
+fn the_dashboard_uses_only_exported_metrics() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/monitoring");
+    let config = waitgate::config::Config::from_yaml(GOOD).unwrap();
+    let metrics = waitgate::metrics::Metrics::new(&config);
+    // Request series appear with the first request.
+    metrics.observe_request("register", 200, 0.001);
+    let exported = String::from_utf8(metrics.encode()).unwrap();
+    for file in ["grafana-dashboard.json", "prometheus.yml"] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        if file.ends_with(".json") {
+            serde_json::from_str::<serde_json::Value>(&text).expect("valid JSON");
+        }
+        let mut used = 0;
+        for (i, _) in text.match_indices("waitgate_") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                exported.contains(&format!("# TYPE {family} ")),
+                "{file} uses {name}, which is not exported"
+            );
+            used += 1;
+        }
+        assert!(used > 0, "{file} uses no metric");
+    }
+}
