@@ -20,17 +20,9 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 
 async fn dropout(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
     let header = session.req_header();
-    let query = input::parse_query(header.uri.query())?;
-    let user = query.user_id.ok_or_else(|| {
-        Reply::error(
-            400,
-            "invalid_request",
-            "The query parameter userId is required.",
-        )
-    })?;
-    input::check_user_id(&user)?;
+    let (user, queue) = input::user_query(header.uri.query())?;
     let presented = presented_credential(header.headers.get_all(CREDENTIAL_HEADER))?;
-    let queue = api.queue(query.queue.as_deref())?;
+    let queue = api.queue(queue.as_deref())?;
 
     let digest = credential::digest(presented);
     let outcome = api

@@ -167,6 +167,20 @@ pub struct Query {
     pub queue: Option<String>,
 }
 
+/// The `userId` (required, checked) and `queue` (optional) of a query.
+pub fn user_query(query: Option<&str>) -> Result<(String, Option<String>), Reply> {
+    let query = parse_query(query)?;
+    let user = query.user_id.ok_or_else(|| {
+        Reply::error(
+            400,
+            "invalid_request",
+            "The query parameter userId is required.",
+        )
+    })?;
+    check_user_id(&user)?;
+    Ok((user, query.queue))
+}
+
 pub fn parse_query(query: Option<&str>) -> Result<Query, Reply> {
     let mut out = Query::default();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {

@@ -13,16 +13,8 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 }
 
 async fn rank(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let query = input::parse_query(session.req_header().uri.query())?;
-    let user = query.user_id.ok_or_else(|| {
-        Reply::error(
-            400,
-            "invalid_request",
-            "The query parameter userId is required.",
-        )
-    })?;
-    input::check_user_id(&user)?;
-    let queue = api.queue(query.queue.as_deref())?;
+    let (user, queue) = input::user_query(session.req_header().uri.query())?;
+    let queue = api.queue(queue.as_deref())?;
 
     let position = api
         .store()
