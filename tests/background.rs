@@ -308,7 +308,17 @@ fn three_instances_admit_at_most_one_batch_per_window_in_total() {
     for (window, n) in &per_window {
         assert!(*n <= BATCH, "window {window} admitted {n} > {BATCH}");
     }
-    assert_eq!(per_window.len(), users / BATCH as usize, "{per_window:?}");
+    // While the queue is long every window admits a full batch; only the
+    // first (decided as registrations still arrive) and the last may be
+    // short.
+    let counts: Vec<u64> = per_window.values().copied().collect();
+    if counts.len() > 2 {
+        assert!(
+            counts[1..counts.len() - 1].iter().all(|&n| n == BATCH),
+            "{counts:?}"
+        );
+    }
+    assert!(counts.len() <= users / BATCH as usize + 1, "{counts:?}");
 
     // Each instance's counter, and together they account for every admission.
     let counts: Vec<f64> = instances

@@ -1,8 +1,14 @@
 //! Request framing that two HTTP parsers could read differently.
 //!
-//! Pingora 0.8+ already refuses the known request-smuggling shapes; this
-//! check refuses them again, before routing, so that safety does not rest on
-//! one parser's version. A refused request is answered with 400 and its
+//! Pingora's HTTP/1 parser handles the classic smuggling shapes itself
+//! before waitgate sees the request: it refuses two different
+//! `Content-Length`s (a bare 400), and when both `Content-Length` and
+//! `Transfer-Encoding` are sent it drops `Content-Length` and closes the
+//! connection after the reply (RFC 9112 §6.1, §6.3); the edge tests show no
+//! second request reaches the upstream either way. This check refuses what
+//! is left: repeated equal `Content-Length`s, a non-numeric one, and any
+//! `Transfer-Encoding` other than a single `chunked`, which some upstreams
+//! would read differently. A refused request is answered with 400 and its
 //! connection closed, so nothing after it on that connection is read.
 
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
@@ -22,6 +28,9 @@ pub fn check(headers: &HeaderMap) -> Result<(), &'static str> {
     }
     let mut encodings = headers.get_all(TRANSFER_ENCODING).iter();
     if let Some(encoding) = encodings.next() {
+        // Unreachable through Pingora 0.9, which drops Content-Length in
+        // this case (see above); kept so that the rule does not depend on
+        // the parser in front.
         if length.is_some() {
             return Err("The request has both Content-Length and Transfer-Encoding.");
         }

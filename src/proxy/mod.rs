@@ -476,7 +476,7 @@ routes:
         let d = g.decide(
             &request(
                 b"/api/v1/queue/register",
-                &[("content-length", "3"), ("transfer-encoding", "chunked")],
+                &[("content-length", "3"), ("content-length", "3")],
             ),
             now,
         );

@@ -633,15 +633,26 @@ fn serve_upstream(stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, delay: Arc<Mut
                 headers.push((n.trim().to_string(), v.trim().to_string()));
             }
         }
-        let len = headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .and_then(|(_, v)| v.parse::<usize>().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; len];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
+        let chunked = headers.iter().any(|(n, v)| {
+            n.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+        });
+        let body = if chunked {
+            match read_chunked(&mut reader) {
+                Some(body) => body,
+                None => return,
+            }
+        } else {
+            let len = headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; len];
+            if reader.read_exact(&mut body).is_err() {
+                return;
+            }
+            body
+        };
         seen.lock().unwrap().push(Seen {
             method,
             target,
@@ -656,5 +667,31 @@ fn serve_upstream(stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, delay: Arc<Mut
         if writer.write_all(reply).is_err() {
             return;
         }
+    }
+}
+
+/// Reads a chunked body (RFC 9112 §7.1), trailers included; `None` if the
+/// stream ends or the framing is broken.
+fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut size_line = String::new();
+        if reader.read_line(&mut size_line).ok()? == 0 {
+            return None;
+        }
+        let size_hex = size_line.trim().split(';').next()?;
+        let size = usize::from_str_radix(size_hex, 16).ok()?;
+        if size == 0 {
+            // Trailers, up to the empty line.
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).ok()? == 0 || line.trim_end().is_empty() {
+                    return Some(body);
+                }
+            }
+        }
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk).ok()?;
+        body.extend_from_slice(&chunk[..size]);
     }
 }
