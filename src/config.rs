@@ -103,6 +103,10 @@ pub struct UpstreamConfig {
     pub tls: bool,
     /// Server name for TLS; defaults to the host part of `address`.
     pub sni: String,
+    /// Past this, connecting gives the client a 504.
+    pub connect_timeout: Duration,
+    /// Past this without a byte of the response, the client gets a 504.
+    pub read_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -216,6 +220,10 @@ struct RawUpstream {
     tls: bool,
     #[serde(default)]
     sni: Option<String>,
+    #[serde(default = "defaults::connect_timeout_ms")]
+    connect_timeout_ms: u64,
+    #[serde(default = "defaults::read_timeout_ms")]
+    read_timeout_ms: u64,
 }
 
 #[derive(Deserialize)]
@@ -241,6 +249,12 @@ mod defaults {
     }
     pub fn command_timeout_ms() -> u64 {
         500
+    }
+    pub fn connect_timeout_ms() -> u64 {
+        2_000
+    }
+    pub fn read_timeout_ms() -> u64 {
+        30_000
     }
 }
 
@@ -463,6 +477,18 @@ impl RawUpstream {
             address,
             tls: self.tls,
             sni,
+            connect_timeout: Duration::from_millis(ranged(
+                &format!("{key}.connect-timeout-ms"),
+                self.connect_timeout_ms,
+                1,
+                600_000,
+            )?),
+            read_timeout: Duration::from_millis(ranged(
+                &format!("{key}.read-timeout-ms"),
+                self.read_timeout_ms,
+                1,
+                3_600_000,
+            )?),
         })
     }
 }
@@ -715,6 +741,12 @@ routes: []
         ))
         .unwrap();
         assert_eq!(c.upstreams["up"].sni, "::1");
+        assert_eq!(c.upstreams["up"].connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.upstreams["up"].read_timeout, Duration::from_secs(30));
+        let e = error_of(&format!(
+            "{base}upstreams: {{up: {{address: 'b:1', connect-timeout-ms: 0}}}}\n"
+        ));
+        assert!(e.starts_with("upstreams.up.connect-timeout-ms:"), "{e}");
     }
 
     #[test]

@@ -45,12 +45,12 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     check_bindable("listen", config.listen)?;
     check_bindable("admin-listen", config.admin_listen)?;
 
-    // SIGTERM: Pingora waits out the grace period, then gives runtimes a
-    // moment to stop. The drain service below exits earlier once nothing is
-    // in flight.
+    // SIGTERM: the drain service below exits once nothing is in flight, and
+    // at the latest when the grace period ends. Pingora's own timer is a
+    // second longer, so it never cuts the drain short.
     let conf = ServerConf {
         threads: config.threads,
-        grace_period_seconds: Some(config.grace_period.as_secs()),
+        grace_period_seconds: Some(config.grace_period.as_secs() + 1),
         graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
@@ -127,12 +127,14 @@ impl Drop for InFlightGuard {
     }
 }
 
-/// Ends the process as soon as a SIGTERM drain is complete.
+/// Ends the process as soon as a SIGTERM drain is complete, and at the
+/// latest when the grace period ends.
 ///
 /// Pingora sleeps the whole grace period after SIGTERM whatever is left to
-/// do. Listeners are closed and idle keep-alive connections released as soon
-/// as the shutdown starts, so once no request is in flight there is nothing
-/// left to wait for: this service then exits the process.
+/// do, then gives its runtimes more time to stop. Listeners are closed and
+/// idle keep-alive connections released as soon as the shutdown starts, so
+/// once no request is in flight there is nothing left to wait for: this
+/// service then exits the process.
 struct Drain {
     in_flight: Arc<InFlight>,
     grace: Duration,
@@ -170,6 +172,13 @@ impl BackgroundService for Drain {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // Grace period over: Pingora's own shutdown takes it from here.
+        // The grace period is a promise to the operator: requests still in
+        // flight now are cut off rather than keeping the process alive.
+        tracing::warn!(
+            in_flight = self.in_flight.count(),
+            grace_s = self.grace.as_secs(),
+            "grace period over, exiting with requests in flight"
+        );
+        std::process::exit(0);
     }
 }

@@ -1,11 +1,15 @@
 //! The protected routes: path prefix -> (queue, upstream peer).
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
 
 use pingora::prelude::HttpPeer;
 
 use super::path::under_prefix;
 use crate::config::Config;
+
+/// How long an idle upstream connection stays in the pool.
+const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
 /// One protected route, with its upstream resolved once at start.
 pub struct ProtectedRoute {
@@ -46,7 +50,13 @@ impl RouteTable {
         for route in &config.routes {
             let upstream = &config.upstreams[&route.upstream];
             let addr = resolve(&route.upstream, &upstream.address)?;
-            let peer = HttpPeer::new(addr, upstream.tls, upstream.sni.clone());
+            let mut peer = HttpPeer::new(addr, upstream.tls, upstream.sni.clone());
+            peer.options.connection_timeout = Some(upstream.connect_timeout);
+            peer.options.read_timeout = Some(upstream.read_timeout);
+            peer.options.write_timeout = Some(upstream.read_timeout);
+            // Kept-alive connections idle this long are closed rather than
+            // reused: upstreams commonly close idle connections after 60 s+.
+            peer.options.idle_timeout = Some(UPSTREAM_IDLE);
             routes.push(ProtectedRoute {
                 prefix: route.prefix.clone(),
                 queue: route.queue.clone(),

@@ -248,7 +248,37 @@ pub fn binary() -> PathBuf {
 impl Waitgate {
     /// Writes `config` to a file, starts the binary, and waits until both
     /// listeners answer.
+    ///
+    /// Free ports are picked by binding port 0 and letting go, so a test
+    /// running in parallel can take one before waitgate binds it. When
+    /// waitgate reports a listen failure, the ports are picked again (and
+    /// replaced in the config) a few times; use `addr`/`admin`, not `ports`.
     pub fn start(config: &str, ports: &Ports) -> Waitgate {
+        let mut config = config.to_string();
+        let (mut listen, mut admin) = (ports.listen, ports.admin);
+        for _ in 0..5 {
+            match Waitgate::try_start(&config, listen, admin) {
+                Ok(wg) => return wg,
+                Err(log) if log.contains("cannot listen") => {
+                    let (new_listen, new_admin) = (free_port(), free_port());
+                    config = config
+                        .replace(
+                            &format!("127.0.0.1:{listen}\n"),
+                            &format!("127.0.0.1:{new_listen}\n"),
+                        )
+                        .replace(
+                            &format!("127.0.0.1:{admin}\n"),
+                            &format!("127.0.0.1:{new_admin}\n"),
+                        );
+                    (listen, admin) = (new_listen, new_admin);
+                }
+                Err(log) => panic!("waitgate did not start: {log}"),
+            }
+        }
+        panic!("waitgate found no free ports in 5 tries");
+    }
+
+    fn try_start(config: &str, listen: u16, admin: u16) -> Result<Waitgate, String> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("waitgate.yaml");
         std::fs::write(&path, config).unwrap();
@@ -263,30 +293,26 @@ impl Waitgate {
             .spawn()
             .unwrap();
         let mut wg = Waitgate {
-            addr: SocketAddr::from(([127, 0, 0, 1], ports.listen)),
-            admin: SocketAddr::from(([127, 0, 0, 1], ports.admin)),
+            addr: SocketAddr::from(([127, 0, 0, 1], listen)),
+            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
             child: Some(child),
             dir,
         };
-        let admin = wg.admin;
         let started = Instant::now();
         loop {
-            if get(admin, "/healthz").is_ok_and(|r| r.status == 200)
+            if get(wg.admin, "/healthz").is_ok_and(|r| r.status == 200)
                 && TcpStream::connect(wg.addr).is_ok()
             {
-                break;
+                return Ok(wg);
             }
             if let Some(status) = wg.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("waitgate exited with {status}: {}", wg.log());
+                return Err(format!("exited with {status}: {}", wg.log()));
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(15),
-                "waitgate did not start: {}",
-                wg.log()
-            );
+            if started.elapsed() > Duration::from_secs(15) {
+                return Err(format!("not up after 15 s: {}", wg.log()));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        wg
     }
 
     pub fn log(&self) -> String {
