@@ -46,6 +46,7 @@ pub struct Config {
     pub threads: usize,
     /// SIGTERM: stop accepting, drain in-flight requests, exit within this.
     pub grace_period: Duration,
+    pub clients: ClientLimits,
     pub redis: RedisConfig,
     pub jwt: JwtConfig,
     /// Queues by name, in name order.
@@ -53,6 +54,20 @@ pub struct Config {
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     /// In file order: the first matching prefix wins.
     pub routes: Vec<RouteConfig>,
+}
+
+/// What a client may take of the proxy listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientLimits {
+    /// Open connections at most; past it new ones get a 503.
+    pub max_connections: usize,
+    /// A whole request header must arrive within this, counted from accept
+    /// or from the end of the previous reply (so it also bounds idle
+    /// keep-alive connections).
+    pub header_timeout: Duration,
+    /// A queue API body must arrive whole within this; a proxied body may
+    /// pause this long between reads.
+    pub body_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -131,6 +146,12 @@ struct RawConfig {
     threads: u64,
     #[serde(default = "defaults::grace_period_s")]
     grace_period_s: u64,
+    #[serde(default = "defaults::max_connections")]
+    max_connections: u64,
+    #[serde(default = "defaults::client_timeout_ms")]
+    client_header_timeout_ms: u64,
+    #[serde(default = "defaults::client_timeout_ms")]
+    client_body_timeout_ms: u64,
     redis: RawRedis,
     #[serde(default)]
     jwt: RawJwt,
@@ -247,6 +268,12 @@ mod defaults {
     pub fn grace_period_s() -> u64 {
         5
     }
+    pub fn max_connections() -> u64 {
+        20_000
+    }
+    pub fn client_timeout_ms() -> u64 {
+        10_000
+    }
     pub fn command_timeout_ms() -> u64 {
         500
     }
@@ -307,6 +334,22 @@ impl RawConfig {
         let threads = ranged("threads", self.threads, 1, 256)? as usize;
         let grace_period =
             Duration::from_secs(ranged("grace-period-s", self.grace_period_s, 0, 300)?);
+        let clients = ClientLimits {
+            max_connections: ranged("max-connections", self.max_connections, 1, 1_000_000)?
+                as usize,
+            header_timeout: Duration::from_millis(ranged(
+                "client-header-timeout-ms",
+                self.client_header_timeout_ms,
+                100,
+                600_000,
+            )?),
+            body_timeout: Duration::from_millis(ranged(
+                "client-body-timeout-ms",
+                self.client_body_timeout_ms,
+                100,
+                600_000,
+            )?),
+        };
 
         let redis = self.redis.validate()?;
         let jwt = self.jwt.validate()?;
@@ -369,6 +412,7 @@ impl RawConfig {
             admin_listen,
             threads,
             grace_period,
+            clients,
             redis,
             jwt,
             queues,
@@ -598,6 +642,9 @@ routes: []
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");
         assert_eq!(c.threads, 2);
         assert_eq!(c.grace_period, Duration::from_secs(5));
+        assert_eq!(c.clients.max_connections, 20_000);
+        assert_eq!(c.clients.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.clients.body_timeout, Duration::from_secs(10));
         assert_eq!(c.redis.command_timeout, Duration::from_millis(500));
         assert_eq!(c.jwt.ttl, Duration::from_secs(600));
         assert_eq!(c.jwt.leeway, Duration::from_secs(5));
@@ -643,6 +690,8 @@ routes: []
             ("grace-period-s: 100000\n", "grace-period-s:"),
             ("listen: localhost\n", "listen:"),
             ("admin-listen: 127.0.0.1:8080\n", "admin-listen:"),
+            ("max-connections: 0\n", "max-connections:"),
+            ("client-header-timeout-ms: 5\n", "client-header-timeout-ms:"),
         ];
         for (extra, key) in cases {
             let e = error_of(&with(extra));

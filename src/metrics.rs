@@ -5,8 +5,8 @@
 //! scrape never touches Redis and many scrapers cost nothing extra.
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::config::Config;
@@ -26,6 +26,8 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
+    /// Open client connections on the proxy listener.
+    pub connections: IntGauge,
 }
 
 /// Label values of `waitgate_cleanup_removed_total{reason}`.
@@ -92,6 +94,15 @@ impl Metrics {
             .register(Box::new(http_duration.clone()))
             .expect("registered once");
 
+        let connections = IntGauge::new(
+            "waitgate_connections",
+            "Open client connections on the proxy listener.",
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(connections.clone()))
+            .expect("registered once");
+
         let m = Metrics {
             admitted: counter(
                 &registry,
@@ -140,6 +151,7 @@ impl Metrics {
             queue_active,
             admission_rate,
             http_duration,
+            connections,
         };
         for queue in config.queues.keys() {
             let q = queue.as_str();

@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::edge::jwt::Tokens;
 use crate::edge::secret::Secret;
 use crate::metrics::Metrics;
+use crate::proxy::connections::{Guarded, Limits};
 use crate::proxy::routes::RouteTable;
 use crate::proxy::Gate;
 use crate::queue::QueueApi;
@@ -44,6 +45,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     // first so the operator gets one line that names the key.
     check_bindable("listen", config.listen)?;
     check_bindable("admin-listen", config.admin_listen)?;
+    raise_fd_limit(config.clients.max_connections);
 
     // SIGTERM: the drain service below exits once nothing is in flight, and
     // at the latest when the grace period ends. Pingora's own timer is a
@@ -65,9 +67,24 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let routes = RouteTable::build(config)?;
 
     let api = QueueApi::new(config, store.clone(), tokens.clone(), metrics.clone());
-    let gate = Gate::new(api, routes, tokens, in_flight.clone(), metrics.clone());
-    let mut proxy =
-        pingora::proxy::http_proxy_service_with_name(&server.configuration, gate, "waitgate proxy");
+    let gate = Gate::new(
+        api,
+        routes,
+        tokens,
+        in_flight.clone(),
+        metrics.clone(),
+        config.clients.body_timeout,
+    );
+    let limits = Limits {
+        max_connections: config.clients.max_connections,
+        header_timeout: config.clients.header_timeout,
+    };
+    let guarded = Guarded::new(
+        pingora::proxy::http_proxy(&server.configuration, gate),
+        limits,
+        metrics.connections.clone(),
+    );
+    let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_tcp(&config.listen.to_string());
     server.add_service(proxy);
 
@@ -95,6 +112,41 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
 /// Runs until SIGINT (at once) or SIGTERM (after draining).
 pub fn run(server: Server) {
     server.run(RunArgs::default());
+}
+
+/// Every connection is a file descriptor, and the usual soft limit (1024)
+/// is far below `max-connections`: raise it to the hard limit, as nginx's
+/// `worker_rlimit_nofile` would, and say so when even that is too low.
+fn raise_fd_limit(max_connections: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    // Connections to Redis, upstreams and the admin listener need some too.
+    let needed = max_connections as u64 + 256;
+    let current: u64 = limit.rlim_cur;
+    if current < needed {
+        tracing::warn!(
+            fd_limit = current,
+            max_connections,
+            "the open-file limit is below max-connections; raise it (ulimit -n) or lower max-connections"
+        );
+    }
 }
 
 fn check_bindable(key: &'static str, addr: SocketAddr) -> Result<(), StartError> {

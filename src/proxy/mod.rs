@@ -6,6 +6,7 @@
 //! that decision from the request header alone, as a plain value; the phases
 //! below only act on it.
 
+pub mod connections;
 pub mod framing;
 pub mod path;
 pub mod routes;
@@ -77,6 +78,7 @@ pub struct Gate {
     /// are done instead of sleeping out the whole grace period.
     in_flight: Arc<InFlight>,
     metrics: Arc<Metrics>,
+    body_timeout: std::time::Duration,
 }
 
 impl Gate {
@@ -86,6 +88,7 @@ impl Gate {
         tokens: Arc<Tokens>,
         in_flight: Arc<InFlight>,
         metrics: Arc<Metrics>,
+        body_timeout: std::time::Duration,
     ) -> Gate {
         Gate {
             api,
@@ -93,6 +96,7 @@ impl Gate {
             tokens,
             in_flight,
             metrics,
+            body_timeout,
         }
     }
 
@@ -168,6 +172,8 @@ impl ProxyHttp for Gate {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
+        // Pingora builds the context right after reading a request header.
+        connections::header_read();
         RequestCtx {
             started: Instant::now(),
             endpoint: None,
@@ -189,6 +195,8 @@ impl ProxyHttp for Gate {
                 if let Some(origin) = origin {
                     session.req_header_mut().set_raw_path(&origin)?;
                 }
+                // A proxied body may pause this long between reads.
+                session.set_read_timeout(Some(self.body_timeout));
                 ctx.route = Some(route);
                 ctx.identity = Some(identity);
                 return Ok(false);
@@ -348,6 +356,7 @@ routes:
             tokens.clone(),
             Arc::new(InFlight::default()),
             metrics,
+            config.clients.body_timeout,
         );
         (gate, tokens)
     }

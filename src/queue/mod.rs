@@ -90,6 +90,8 @@ pub struct QueueApi {
     store: Arc<Store>,
     tokens: Arc<Tokens>,
     metrics: Arc<Metrics>,
+    /// A body must arrive whole within this.
+    body_timeout: std::time::Duration,
 }
 
 impl QueueApi {
@@ -117,6 +119,7 @@ impl QueueApi {
             store,
             tokens,
             metrics,
+            body_timeout: config.clients.body_timeout,
         }
     }
 
@@ -166,6 +169,19 @@ impl QueueApi {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Reads a JSON body within the body timeout.
+    async fn read_body(&self, session: &mut Session) -> Result<bytes::Bytes, Reply> {
+        match tokio::time::timeout(self.body_timeout, input::read_json_body(session)).await {
+            Ok(body) => body,
+            Err(_) => Err(Reply::error(
+                408,
+                "request_timeout",
+                "The request body did not arrive in time.",
+            )
+            .closing()),
+        }
     }
 
     /// The 503 for a store failure, logged and counted here for every

@@ -23,7 +23,7 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 }
 
 async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let body = input::read_json_body(session).await?;
+    let body = api.read_body(session).await?;
     let body: Body = input::parse_json(&body)?;
     input::check_user_id(&body.user_id)?;
     let queue = api.queue(body.queue.as_deref())?;

@@ -42,7 +42,7 @@ fn refused() -> Reply {
 }
 
 async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let body = input::read_json_body(session).await?;
+    let body = api.read_body(session).await?;
     let body: Body = input::parse_json(&body)?;
     input::check_user_id(&body.user_id)?;
     if body.queue_credential.is_empty() || body.queue_credential.len() > credential::MAX_LEN {
