@@ -124,9 +124,18 @@ fn past_max_connections_new_connections_get_503() {
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(r.error_code(), "too_many_connections");
     assert!(r.header("retry-after").is_some());
-    let m = get(wg.admin, "/metrics").unwrap();
-    let text = String::from_utf8(m.body).unwrap();
-    assert!(text.contains("waitgate_connections 20"), "{text}");
+    // The gauge counts the 20 held connections (the refused one leaves it
+    // once its lingering close ends).
+    let start = Instant::now();
+    loop {
+        let m = get(wg.admin, "/metrics").unwrap();
+        let text = String::from_utf8(m.body).unwrap();
+        if text.contains("waitgate_connections 20\n") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(2), "{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
