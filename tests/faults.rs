@@ -167,17 +167,17 @@ fn kill_redis_under_load(fsync: &str) -> (usize, usize, Outcomes, Duration) {
         .map(|t| t.duration_since(restarted))
         .expect("registrations succeed again after the restart");
 
+    // One atomic read of both sets: admission keeps running, and two
+    // separate reads could see a user move between them.
     let mut c = redis.conn();
-    let waiting: HashSet<String> = c
-        .zrange::<_, Vec<String>>(WAITING, 0, -1)
-        .unwrap()
-        .into_iter()
-        .collect();
-    let active: HashSet<String> = c
-        .zrange::<_, Vec<String>>(ACTIVE, 0, -1)
-        .unwrap()
-        .into_iter()
-        .collect();
+    let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
+        .atomic()
+        .zrange(WAITING, 0, -1)
+        .zrange(ACTIVE, 0, -1)
+        .query(&mut c)
+        .unwrap();
+    let waiting: HashSet<String> = waiting.into_iter().collect();
+    let active: HashSet<String> = active.into_iter().collect();
     let lost = outcomes
         .acked
         .iter()

@@ -9,8 +9,8 @@ pub mod credential;
 mod dropout;
 pub mod input;
 mod rank;
-mod register;
-mod token;
+pub mod register;
+pub mod token;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,12 +8,20 @@ use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW};
 use crate::reply::Reply;
 use crate::store::Registration;
 
-#[derive(Deserialize)]
+/// The request body.
+#[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Body {
-    user_id: String,
+pub struct Body {
+    pub user_id: String,
     #[serde(default)]
-    queue: Option<String>,
+    pub queue: Option<String>,
+}
+
+/// Parses and checks a register body: everything short of Redis.
+pub fn parse(body: &[u8]) -> Result<Body, Reply> {
+    let body: Body = input::parse_json(body)?;
+    input::check_user_id(&body.user_id)?;
+    Ok(body)
 }
 
 pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
@@ -23,9 +31,7 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 }
 
 async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let body = api.read_body(session).await?;
-    let body: Body = input::parse_json(&body)?;
-    input::check_user_id(&body.user_id)?;
+    let body = parse(&api.read_body(session).await?)?;
     let queue = api.queue(body.queue.as_deref())?;
 
     // The credential is made before the call so that the script can store it

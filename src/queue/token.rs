@@ -8,13 +8,28 @@ use super::{credential, input, Endpoint, QueueApi};
 use crate::edge::jwt::now_s;
 use crate::reply::Reply;
 
-#[derive(Deserialize)]
+/// The request body.
+#[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Body {
-    user_id: String,
-    queue_credential: String,
+pub struct Body {
+    pub user_id: String,
+    pub queue_credential: String,
     #[serde(default)]
-    queue: Option<String>,
+    pub queue: Option<String>,
+}
+
+/// Parses and checks a token-exchange body: everything short of Redis.
+pub fn parse(body: &[u8]) -> Result<Body, Reply> {
+    let body: Body = input::parse_json(body)?;
+    input::check_user_id(&body.user_id)?;
+    if body.queue_credential.is_empty() || body.queue_credential.len() > credential::MAX_LEN {
+        return Err(Reply::error(
+            400,
+            "invalid_request",
+            "queueCredential must be the credential given at registration.",
+        ));
+    }
+    Ok(body)
 }
 
 #[derive(Serialize)]
@@ -42,16 +57,7 @@ fn refused() -> Reply {
 }
 
 async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let body = api.read_body(session).await?;
-    let body: Body = input::parse_json(&body)?;
-    input::check_user_id(&body.user_id)?;
-    if body.queue_credential.is_empty() || body.queue_credential.len() > credential::MAX_LEN {
-        return Err(Reply::error(
-            400,
-            "invalid_request",
-            "queueCredential must be the credential given at registration.",
-        ));
-    }
+    let body = parse(&api.read_body(session).await?)?;
     let queue = api.queue(body.queue.as_deref())?;
 
     let digest = credential::digest(&body.queue_credential);

@@ -261,15 +261,22 @@ impl Waitgate {
                 Ok(wg) => return wg,
                 Err(log) if log.contains("cannot listen") => {
                     let (new_listen, new_admin) = (free_port(), free_port());
+                    let (old_l, old_a) = (
+                        format!("listen: 127.0.0.1:{listen}"),
+                        format!("admin-listen: 127.0.0.1:{admin}"),
+                    );
                     config = config
-                        .replace(
-                            &format!("127.0.0.1:{listen}\n"),
-                            &format!("127.0.0.1:{new_listen}\n"),
-                        )
-                        .replace(
-                            &format!("127.0.0.1:{admin}\n"),
-                            &format!("127.0.0.1:{new_admin}\n"),
-                        );
+                        .lines()
+                        .map(|line| {
+                            if line == old_l {
+                                format!("listen: 127.0.0.1:{new_listen}\n")
+                            } else if line == old_a {
+                                format!("admin-listen: 127.0.0.1:{new_admin}\n")
+                            } else {
+                                format!("{line}\n")
+                            }
+                        })
+                        .collect();
                     (listen, admin) = (new_listen, new_admin);
                 }
                 Err(log) => panic!("waitgate did not start: {log}"),
