@@ -11,7 +11,8 @@ use waitgate::edge::jwt::Tokens;
 use waitgate::edge::secret::Secret;
 
 static TOKENS: LazyLock<Tokens> = LazyLock::new(|| {
-    let secret = Secret::from_base64("ZnV6ei1zZWNyZXQtZm9yLXdhaXRnYXRlLWZ1enotdGFyZ2V0cw==").unwrap();
+    let secret =
+        Secret::from_base64("ZnV6ei1zZWNyZXQtZm9yLXdhaXRnYXRlLWZ1enotdGFyZ2V0cw==").unwrap();
     Tokens::new(
         &secret,
         &JwtConfig {
@@ -29,5 +30,9 @@ fuzz_target!(|data: &[u8]| {
     let now = 1_800_000_000;
     let accepted = TOKENS.check(values.iter().copied(), "baseball", now);
     // Random bytes never carry a valid HS256 signature under our key.
-    assert!(accepted.is_err(), "accepted {:?}", String::from_utf8_lossy(data));
+    assert!(
+        accepted.is_err(),
+        "accepted {:?}",
+        String::from_utf8_lossy(data)
+    );
 });

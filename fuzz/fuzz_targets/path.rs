@@ -19,8 +19,14 @@ fuzz_target!(|data: &[u8]| {
     for segment in path.split('/').skip(1) {
         assert!(segment != "." && segment != "..", "{path}");
         let lower = segment.to_ascii_lowercase();
-        assert!(!lower.contains("%2e") && !lower.contains("%2f") && !lower.contains("%25"), "{path}");
+        assert!(
+            !lower.contains("%2e") && !lower.contains("%2f") && !lower.contains("%25"),
+            "{path}"
+        );
     }
-    assert!(!path.contains("//") && !path.contains('\\') && !path.contains(';'), "{path}");
+    assert!(
+        !path.contains("//") && !path.contains('\\') && !path.contains(';'),
+        "{path}"
+    );
     let _ = under_prefix(path, "/api/v1/follow-up");
 });
