@@ -269,7 +269,7 @@ mod defaults {
         5
     }
     pub fn max_connections() -> u64 {
-        20_000
+        10_000
     }
     pub fn client_timeout_ms() -> u64 {
         10_000
@@ -642,7 +642,7 @@ routes: []
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");
         assert_eq!(c.threads, 2);
         assert_eq!(c.grace_period, Duration::from_secs(5));
-        assert_eq!(c.clients.max_connections, 20_000);
+        assert_eq!(c.clients.max_connections, 10_000);
         assert_eq!(c.clients.header_timeout, Duration::from_secs(10));
         assert_eq!(c.clients.body_timeout, Duration::from_secs(10));
         assert_eq!(c.redis.command_timeout, Duration::from_millis(500));

@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Measures waitgate side by side with its references, in one run, on loopback:
+#
+#   protected GET with a valid JWT   vs  a bare Pingora pass-through (examples/bare_proxy.rs)
+#                                         and nginx proxy_pass, same upstream (nginx `return 200`)
+#   register / rank requests/s       vs  redis-benchmark EVALSHA of the same Lua scripts
+#   Redis commands per API call      from INFO commandstats
+#   RSS with 10,000 idle keep-alive connections, waitgate vs nginx
+#
+# Every reference runs in the same rounds as what it is compared with (A/B
+# alternation), and the table shows medians over the rounds and their ratio.
+# It installs what it needs (nginx, wrk, redis), starts everything itself and
+# leaves nothing running.
+#
+#   scripts/bench.sh              # 3 rounds of 10 s per measure
+#   scripts/bench.sh 5 20         # 5 rounds of 20 s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/ensure-tools.sh
+ensure_rust
+ensure_packages wrk nginx curl python3
+
+rounds=${1:-3}
+seconds=${2:-10}
+connections=64
+
+echo "Building release binaries ..." >&2
+cargo build --release --locked --bin waitgate --example bare_proxy >&2
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for conf in "$work"/nginx-*.conf; do
+    [ -f "$conf" ] && nginx -p "$work" -c "$conf" -s stop 2>/dev/null || true
+  done
+  wait 2>/dev/null || true
+  [ -n "${BENCH_KEEP:-}" ] && cp -r "$work" /tmp/bench-work; rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+# Ports, away from the usual ones.
+P_UPSTREAM=19100 P_NGINX=19101 P_BARE=19102 P_WG=19103 P_ADMIN=19104 P_REDIS=19105
+
+wait_port() {
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2
+  exit 1
+}
+
+# --- nginx: the upstream (return 200) and the reference proxy, one worker each
+nginx_conf() { # name, server block
+  mkdir -p "$work/logs" "$work/$1"
+  cat > "$work/nginx-$1.conf" <<EOF
+worker_processes 1;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
+events { worker_connections 16384; }
+worker_rlimit_nofile 20000;
+http {
+  access_log off;
+  client_body_temp_path $work/$1/body;
+  proxy_temp_path $work/$1/proxy;
+  fastcgi_temp_path $work/$1/fastcgi;
+  uwsgi_temp_path $work/$1/uwsgi;
+  scgi_temp_path $work/$1/scgi;
+  keepalive_requests 1000000;
+  $2
+}
+EOF
+  nginx -p "$work" -c "$work/nginx-$1.conf"
+}
+nginx_conf upstream "server { listen 127.0.0.1:$P_UPSTREAM; location / { return 200 'ok'; } }"
+nginx_conf proxy "upstream up { server 127.0.0.1:$P_UPSTREAM; keepalive 64; }
+  server { listen 127.0.0.1:$P_NGINX; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+wait_port $P_UPSTREAM
+wait_port $P_NGINX
+
+# --- the bare Pingora reference, one thread
+./target/release/examples/bare_proxy 127.0.0.1:$P_BARE 127.0.0.1:$P_UPSTREAM 1 2>/dev/null &
+pids+=($!)
+wait_port $P_BARE
+
+# --- Redis, our own, nothing on disk
+redis-server --port $P_REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
+pids+=($!)
+wait_port $P_REDIS
+
+# --- waitgate, one proxy thread like the references
+JWT_SECRET=$(head -c 32 /dev/urandom | base64)
+export JWT_SECRET
+cat > "$work/waitgate.yaml" <<EOF
+listen: 127.0.0.1:$P_WG
+admin-listen: 127.0.0.1:$P_ADMIN
+threads: 1
+client-header-timeout-ms: 120000
+max-connections: 12000
+redis:
+  url: redis://127.0.0.1:$P_REDIS/0
+queues:
+  bench:
+    heartbeat: {timeout-ms: 3600000, cleanup-interval-ms: 60000}
+    # One active slot: the token's user takes it, so everyone else stays
+    # waiting and rank keeps exercising the waiting path.
+    admission: {interval-ms: 3000, batch-size: 100, active-ttl-ms: 3600000, max-active: 1}
+upstreams:
+  up: {address: "127.0.0.1:$P_UPSTREAM"}
+routes:
+  - {prefix: /api/v1/follow-up, upstream: up, queue: bench}
+EOF
+RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate.yaml" &
+WG_PID=$!
+pids+=($WG_PID)
+wait_port $P_WG
+
+json_field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p"; }
+
+# A real token through the real flow: register, get admitted, exchange.
+cred=$(curl -s -X POST 127.0.0.1:$P_WG/api/v1/queue/register -H 'Content-Type: application/json' \
+  -d '{"userId":"bench-token"}' | json_field queueCredential)
+for _ in $(seq 50); do
+  curl -s "127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-token" | grep -q ACTIVE && break
+  sleep 0.2
+done
+token=$(curl -s -X POST 127.0.0.1:$P_WG/api/v1/queue/active/token -H 'Content-Type: application/json' \
+  -d "{\"userId\":\"bench-token\",\"queueCredential\":\"$cred\"}" | json_field accessToken)
+[ -n "$token" ] || { echo "could not get a token" >&2; exit 1; }
+# A waiting user to poll (max-active 1 keeps it waiting).
+curl -s -X POST 127.0.0.1:$P_WG/api/v1/queue/register -H 'Content-Type: application/json' \
+  -d '{"userId":"bench-rank"}' >/dev/null
+
+cat > "$work/register.lua" <<'EOF'
+local counter = 0
+local threads = 0
+function setup(thread) thread:set("id", threads); threads = threads + 1 end
+function init(args) prefix = "b" .. id .. "-" .. math.random(1, 1000000000) .. "-" end
+request = function()
+  counter = counter + 1
+  return wrk.format("POST", "/api/v1/queue/register",
+    {["Content-Type"] = "application/json"}, '{"userId":"' .. prefix .. counter .. '"}')
+end
+EOF
+cat > "$work/status.lua" <<'EOF'
+-- Counts answers by status, so a run that errors cannot pass for a fast one.
+-- Also shows the first answer that was not a success.
+local first_bad = nil
+response = function(status, headers, body)
+  if status >= 300 and not first_bad then
+    first_bad = status .. " " .. body
+    io.write("FIRST " .. first_bad .. "\n")
+  end
+end
+done = function(summary, latency, requests)
+  local bad = summary.errors.status + summary.errors.connect + summary.errors.read
+    + summary.errors.write + summary.errors.timeout
+  io.write(string.format("BAD %d\n", bad))
+end
+EOF
+cat "$work/status.lua" >> "$work/register.lua"
+
+# wrk one thread, 64 connections, like the targets were measured.
+run_wrk() { # label, extra args...
+  local label=$1; shift
+  wrk -t1 -c$connections -d${seconds}s --latency "$@" > "$work/wrk.out" 2>&1
+  local rps p99 bad
+  rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.out")
+  p99=$(awk '$1=="99%" {print $2}' "$work/wrk.out")
+  bad=$(awk '/^BAD/ {print $2}' "$work/wrk.out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.out")
+  cp "$work/wrk.out" "$work/wrk-$label.out"
+  echo "$label $rps $p99 ${bad:-0} ${non2xx:-0}" >> "$work/results"
+  printf '  %-10s %10s req/s  p99 %8s  errors %s non-2xx %s\n' "$label" "$rps" "$p99" "${bad:-0}" "${non2xx:-0}" >&2
+  grep '^FIRST' "$work/wrk.out" | head -1 >&2 || true
+}
+
+# redis-benchmark of the very scripts waitgate runs (lua/lib.lua + the script).
+load_script() { cat lua/lib.lua "lua/$1" > "$work/redis-$1"; redis-cli -p $P_REDIS SCRIPT LOAD "$(cat "$work/redis-$1")"; }
+REG_SHA=$(load_script register.lua)
+RANK_SHA=$(load_script rank.lua)
+K='queue:{bench}'
+run_redis_bench() { # label, command...
+  local label=$1; shift
+  local rps
+  rps=$(redis-benchmark -p $P_REDIS -c 50 -n 400000 -r 100000000 -q "$@" 2>/dev/null \
+    | tr '\r' '\n' | awk '/requests per second/ {print $(NF-5)}' | tail -1)
+  echo "$label $rps - 0 0" >> "$work/results"
+  printf '  %-10s %10s req/s\n' "$label" "$rps" >&2
+}
+
+# Redis counts the commands a script runs inside it too, so round trips are
+# counted by kind: EVALSHA calls for the queue API (every call is one
+# script), and every command processed for the protected route (which must
+# make none).
+evalsha_calls() { redis-cli -p $P_REDIS INFO commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|evalsha_ro|eval_ro):/ {s += $3} END {print s + 0}'; }
+all_commands() { redis-cli -p $P_REDIS INFO stats | tr -d '\r' | awk -F: '/^total_commands_processed/ {print $2}'; }
+
+: > "$work/results"
+for round in $(seq "$rounds"); do
+  echo "round $round/$rounds" >&2
+  run_wrk bare http://127.0.0.1:$P_BARE/api/v1/follow-up/seat -s "$work/status.lua"
+  run_wrk waitgate http://127.0.0.1:$P_WG/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
+  run_wrk nginx http://127.0.0.1:$P_NGINX/api/v1/follow-up/seat -s "$work/status.lua"
+  run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
+  run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
+    "r:__rand_int__" 0123456789abcdef0123456789abcdef 3000 100
+  run_wrk rank "http://127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank" -s "$work/status.lua"
+  run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 4 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" bench-rank 3000 100
+done
+
+# Redis commands per call, from INFO commandstats over a counted number of
+# calls, less what the background tasks sent in the same time (measured over
+# an idle stretch just as long).
+per_call() { # counter, n, curl args...
+  local commandstats=$1 n=$2; shift 2
+  local before after start took idle_before idle_after
+  start=$(date +%s.%N)
+  before=$($commandstats)
+  for i in $(seq "$n"); do curl -s -o /dev/null "$@"; done
+  after=$($commandstats)
+  took=$(python3 -c "print($(date +%s.%N) - $start)")
+  idle_before=$($commandstats)
+  sleep "$took"
+  idle_after=$($commandstats)
+  python3 -c "print(f'{max(0, ($after - $before) - ($idle_after - $idle_before)) / $n:.3f}')"
+}
+sleep 1
+CALLS_PROTECTED=$(per_call all_commands 500 -H "Authorization: Bearer $token" 127.0.0.1:$P_WG/api/v1/follow-up/seat)
+CALLS_RANK=$(per_call evalsha_calls 500 "127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank")
+CALLS_REGISTER=$(per_call evalsha_calls 500 -X POST 127.0.0.1:$P_WG/api/v1/queue/register -H 'Content-Type: application/json' -d '{"userId":"calls-same"}')
+
+# RSS with 10,000 idle keep-alive connections (each has made one request).
+rss_kb() { awk '/VmRSS/ {s += $2} END {print s}' "$@"; }
+hold_connections() { # port, path, count -> holds them until stdin closes
+  python3 - "$1" "$2" "$3" <<'EOF'
+import socket, sys, time
+port, path, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+held = []
+for i in range(count):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    held.append(s)
+for s in held:
+    s.recv(4096)
+print("held", flush=True)
+sys.stdin.read()
+EOF
+}
+nginx_pids() { cat "$work/proxy/nginx.pid"; pgrep -P "$(cat "$work/proxy/nginx.pid")"; }
+measure_rss() { # label, port, path, pids...
+  local label=$1 port=$2 path=$3; shift 3
+  local before after
+  before=$(rss_kb $(for p in "$@"; do echo /proc/$p/status; done))
+  exec 7> >(hold_connections "$port" "$path" 10000 > "$work/hold.out")
+  for _ in $(seq 600); do grep -q held "$work/hold.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  after=$(rss_kb $(for p in "$@"; do echo /proc/$p/status; done))
+  exec 7>&-
+  sleep 1
+  echo "$label $before $after" >> "$work/rss"
+}
+: > "$work/rss"
+if [ -n "${BENCH_SKIP_RSS:-}" ]; then
+  echo "waitgate 0 1" >> "$work/rss"; echo "nginx 0 1" >> "$work/rss"
+else
+measure_rss waitgate $P_WG /api/v1/follow-up/seat "$WG_PID"
+measure_rss nginx $P_NGINX /api/v1/follow-up/seat $(nginx_pids)
+fi
+
+python3 - "$work/results" "$work/rss" "$rounds" "$seconds" \
+  "$CALLS_PROTECTED" "$CALLS_RANK" "$CALLS_REGISTER" <<'EOF'
+import statistics, sys
+results, rss_file, rounds, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+calls_protected, calls_rank, calls_register = sys.argv[5:8]
+runs = {}
+for line in open(results):
+    label, rps, p99, bad, non2xx = line.split()
+    runs.setdefault(label, []).append((float(rps), p99, int(bad), int(non2xx)))
+def ms(text):
+    for unit, f in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
+        if text.endswith(unit):
+            return float(text[: -len(unit)]) * f
+    return float("nan")
+def med(label):
+    return statistics.median(r[0] for r in runs[label])
+def med_p99(label):
+    return statistics.median(ms(r[1]) for r in runs[label])
+def errors(label):
+    return sum(r[2] + r[3] for r in runs[label])
+rows = []
+def row(measure, value, reference, ratio, target, ok):
+    rows.append((measure, value, reference, ratio, target, "yes" if ok else "NO"))
+b, w, n = med("bare"), med("waitgate"), med("nginx")
+row("protected GET, req/s", f"{w:,.0f}", f"bare Pingora {b:,.0f}", f"{w/b:.2f}x", ">= 0.9x", w / b >= 0.9)
+row("protected GET, req/s", f"{w:,.0f}", f"nginx {n:,.0f}", f"{w/n:.2f}x", ">= 0.5x", w / n >= 0.5)
+pw, pb = med_p99("waitgate"), med_p99("bare")
+row("protected GET, p99", f"{pw:.2f} ms", f"bare Pingora {pb:.2f} ms", f"+{pw-pb:.2f} ms", "<= +1 ms", pw - pb <= 1.0)
+r, rr = med("register"), med("evalsha-reg")
+row("register, req/s", f"{r:,.0f}", f"EVALSHA register.lua {rr:,.0f}", f"{r/rr:.2f}x", ">= 0.5x (aim 0.8x)", r / rr >= 0.5)
+k, kr = med("rank"), med("evalsha-rank")
+row("rank, req/s", f"{k:,.0f}", f"EVALSHA rank.lua {kr:,.0f}", f"{k/kr:.2f}x", ">= 0.5x", k / kr >= 0.5)
+row("Redis round trips per register", calls_register, "EVALSHA calls, INFO commandstats", "", "1", 0.95 <= float(calls_register) <= 1.05)
+row("Redis round trips per rank", calls_rank, "EVALSHA calls, INFO commandstats", "", "1", 0.95 <= float(calls_rank) <= 1.05)
+row("Redis commands per protected GET", calls_protected, "all commands, INFO stats", "", "0", float(calls_protected) <= 0.05)
+rss = {l.split()[0]: (int(l.split()[1]), int(l.split()[2])) for l in open(rss_file)}
+wb, wa = rss["waitgate"]
+nb, na = rss["nginx"]
+row("RSS, 10,000 idle keep-alive conns", f"{wa/1024:.1f} MiB (+{(wa-wb)/1024:.1f})",
+    f"nginx {na/1024:.1f} MiB (+{(na-nb)/1024:.1f})", f"{wa/na:.2f}x", "report", True)
+print(f"\nwaitgate benchmark: {rounds} rounds x {seconds} s, wrk -t1 -c64, 1 proxy thread / 1 nginx worker, loopback")
+print(f"medians over the rounds; errors or non-2xx answers seen: "
+      + ", ".join(f"{k} {errors(k)}" for k in ("bare", "waitgate", "nginx", "register", "rank")))
+widths = [max(len(str(x[i])) for x in rows + [("Measure", "waitgate", "Reference (same run)", "Ratio", "Target", "Met")]) for i in range(6)]
+header = ("Measure", "waitgate", "Reference (same run)", "Ratio", "Target", "Met")
+print("| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(header)) + " |")
+print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+for r in rows:
+    print("| " + " | ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)) + " |")
+EOF
