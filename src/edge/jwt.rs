@@ -11,6 +11,7 @@
 //!   in the future beyond the leeway;
 //! - the role must be `ACTIVE_USER` and the queue the route's queue (403).
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -21,6 +22,7 @@ use rand::TryRngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::config::JwtConfig;
+use crate::edge::cache::{Verified, VerifiedTokens};
 use crate::edge::secret::Secret;
 
 /// The role an admitted user's token carries.
@@ -71,8 +73,8 @@ pub struct Issued {
 /// Who a valid token speaks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    pub user: String,
-    pub queue: String,
+    pub user: Arc<str>,
+    pub queue: Arc<str>,
 }
 
 /// Why a request was refused at the edge. Each has a stable label for the
@@ -179,7 +181,11 @@ pub struct Tokens {
     audience: String,
     ttl_s: u64,
     leeway_s: u64,
+    verified: VerifiedTokens,
 }
+
+/// How many verified tokens are remembered (about 300 bytes each).
+pub const VERIFIED_CACHE: usize = 16_384;
 
 /// Seconds since the epoch by the proxy's clock (JWT NumericDate).
 pub fn now_s() -> u64 {
@@ -207,6 +213,7 @@ impl Tokens {
             audience: config.audience.clone(),
             ttl_s: (config.ttl.as_millis() / 1000) as u64,
             leeway_s: config.leeway.as_secs(),
+            verified: VerifiedTokens::new(VERIFIED_CACHE),
         }
     }
 
@@ -253,6 +260,31 @@ impl Tokens {
             return Err(Reject::TooLarge);
         }
         let token = bearer_token(value)?;
+        let verified = match self.verified.get(token) {
+            Some(v) => {
+                // Verified before: only expiry can have changed.
+                if v.exp + self.leeway_s < now {
+                    return Err(Reject::Expired);
+                }
+                v
+            }
+            None => {
+                let v = self.verify(token, now)?;
+                self.verified.insert(token, v.clone(), now, self.leeway_s);
+                v
+            }
+        };
+        if &*verified.queue != queue {
+            return Err(Reject::Queue);
+        }
+        Ok(Identity {
+            user: verified.user,
+            queue: verified.queue,
+        })
+    }
+
+    /// Every check but the route's queue, on a token not seen before.
+    fn verify(&self, token: &str, now: u64) -> Result<Verified, Reject> {
         match jsonwebtoken::decode_header(token) {
             Ok(header) if header.alg == Algorithm::HS256 => {}
             Ok(_) => return Err(Reject::Algorithm),
@@ -290,12 +322,13 @@ impl Tokens {
         if claims.role.as_deref() != Some(ACTIVE_USER) {
             return Err(Reject::Role);
         }
-        if claims.queue.as_deref() != Some(queue) {
+        let Some(token_queue) = claims.queue else {
             return Err(Reject::Queue);
-        }
-        Ok(Identity {
-            user: sub,
-            queue: queue.to_string(),
+        };
+        Ok(Verified {
+            exp,
+            user: sub.into(),
+            queue: token_queue.into(),
         })
     }
 }
@@ -405,8 +438,8 @@ mod tests {
         let issued = t.issue("u1", "baseball", (now + 3600) * 1000, now).unwrap();
         assert_eq!(issued.expires_in, 600);
         let id = check(&format!("Bearer {}", issued.token), now).unwrap();
-        assert_eq!(id.user, "u1");
-        assert_eq!(id.queue, "baseball");
+        assert_eq!(&*id.user, "u1");
+        assert_eq!(&*id.queue, "baseball");
     }
 
     #[test]
@@ -600,6 +633,27 @@ mod tests {
             Err(Reject::Signature)
         );
         assert_eq!(check("Bearer a.b.c", now), Err(Reject::Malformed));
+    }
+
+    #[test]
+    fn cached_tokens_still_expire_and_keep_their_queue() {
+        let t = tokens();
+        let now = now_s();
+        let token = sign(good(now)); // exp = now + 60
+        let header = format!("Bearer {token}");
+        let check = |queue: &str, at: u64| t.check(std::iter::once(header.as_bytes()), queue, at);
+        assert!(check("baseball", now).is_ok()); // verified, now cached
+        assert!(check("baseball", now + 30).is_ok()); // from the cache
+        assert_eq!(check("soccer", now), Err(Reject::Queue));
+        assert!(check("baseball", now + 60 + 5).is_ok()); // within the leeway
+        assert_eq!(check("baseball", now + 60 + 6), Err(Reject::Expired));
+        // A changed byte is another token: verified afresh, and refused.
+        let mut tampered = header.clone().into_bytes();
+        let last = tampered.len() - 2;
+        tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+        assert!(t
+            .check(std::iter::once(&tampered[..]), "baseball", now)
+            .is_err());
     }
 
     #[test]

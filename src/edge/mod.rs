@@ -1,6 +1,7 @@
 //! The edge guard: the signing key and (with the routes) the JWT checks made
 //! before anything is forwarded.
 
+pub mod cache;
 pub mod jwt;
 pub mod secret;
 

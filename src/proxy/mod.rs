@@ -244,8 +244,8 @@ impl ProxyHttp for Gate {
         upstream_request.remove_header(USER_HEADER);
         upstream_request.remove_header(QUEUE_HEADER);
         if let Some(identity) = &ctx.identity {
-            upstream_request.insert_header(USER_HEADER, identity.user.as_str())?;
-            upstream_request.insert_header(QUEUE_HEADER, identity.queue.as_str())?;
+            upstream_request.insert_header(USER_HEADER, &*identity.user)?;
+            upstream_request.insert_header(QUEUE_HEADER, &*identity.queue)?;
         }
         Ok(())
     }
@@ -430,7 +430,7 @@ routes:
                 origin,
             } => {
                 assert_eq!(route, 0);
-                assert_eq!(identity.user, "u1");
+                assert_eq!(&*identity.user, "u1");
                 assert_eq!(origin, None);
             }
             other => panic!("{other:?}"),
