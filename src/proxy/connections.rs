@@ -128,6 +128,7 @@ where
         }
 
         let mut session = ServerSession::new_http1(stream);
+        let flag = Arc::new(AtomicBool::new(false));
         loop {
             if *shutdown.borrow() {
                 session.set_keepalive(None);
@@ -136,13 +137,15 @@ where
                 // below is the one that matters.
                 session.set_keepalive(Some(self.limits.header_timeout.as_secs().max(1)));
             }
-            let flag = Arc::new(AtomicBool::new(false));
+            flag.store(false, Ordering::Relaxed);
             let request =
                 HEADER_READ.scope(flag.clone(), self.inner.process_new_http(session, shutdown));
             tokio::pin!(request);
             let reused = tokio::select! {
                 reused = &mut request => reused,
-                _ = tokio::time::sleep(self.limits.header_timeout) => {
+                // Pingora's coarse timer wheel: far cheaper per request than
+                // a tokio timer, and 10 ms of precision is plenty here.
+                _ = pingora::time::sleep(self.limits.header_timeout) => {
                     if !flag.load(Ordering::Relaxed) {
                         // No whole header in time: drop the request, which
                         // closes the connection.

@@ -185,7 +185,6 @@ impl ProxyHttp for Gate {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx.started = Instant::now();
         let mut reply = match self.decide(session.req_header(), jwt::now_s()) {
             Decision::Forward {
                 route,
