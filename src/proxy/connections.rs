@@ -17,10 +17,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pingora::apps::{HttpServerApp, ServerApp};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
@@ -127,9 +127,29 @@ where
             return None;
         }
 
-        let mut session = ServerSession::new_http1(stream);
         let flag = Arc::new(AtomicBool::new(false));
+        let mut stream = stream;
+        let mut settings = None;
+        let mut shutdown_rx = shutdown.clone();
         loop {
+            let deadline = Instant::now() + self.limits.header_timeout;
+            // Wait for the next request's first byte holding nothing but the
+            // socket: Pingora's per-request state (tens of KB) is only built
+            // once there is something to read, so idle keep-alive
+            // connections stay cheap.
+            let mut first = [0u8; 1];
+            tokio::select! {
+                ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
+                    if !matches!(ready, Ok(Ok(_))) {
+                        return None;
+                    }
+                }
+                _ = shutdown_rx.changed() => return None,
+            }
+            let mut session = ServerSession::new_http1(stream);
+            if let Some(settings) = settings.take() {
+                HttpPersistentSettings::apply_to_session(settings, &mut session);
+            }
             if *shutdown.borrow() {
                 session.set_keepalive(None);
             } else {
@@ -141,11 +161,12 @@ where
             let request =
                 HEADER_READ.scope(flag.clone(), self.inner.process_new_http(session, shutdown));
             tokio::pin!(request);
+            let remaining = deadline.saturating_duration_since(Instant::now());
             let reused = tokio::select! {
                 reused = &mut request => reused,
                 // Pingora's coarse timer wheel: far cheaper per request than
                 // a tokio timer, and 10 ms of precision is plenty here.
-                _ = pingora::time::sleep(self.limits.header_timeout) => {
+                _ = pingora::time::sleep(remaining) => {
                     if !flag.load(Ordering::Relaxed) {
                         // No whole header in time: drop the request, which
                         // closes the connection.
@@ -154,11 +175,7 @@ where
                     request.await
                 }
             };
-            let (stream, settings) = reused?.consume();
-            session = ServerSession::new_http1(stream);
-            if let Some(settings) = settings {
-                settings.apply_to_session(&mut session);
-            }
+            (stream, settings) = reused?.consume();
         }
     }
 
