@@ -61,7 +61,9 @@ fn options() -> Options {
             "--poll-ms" => o.poll = Duration::from_millis(value.parse().expect("--poll-ms")),
             "--path" => o.path = value,
             "--queue" => o.queue = Some(value),
-            "--max-wait-s" => o.max_wait = Duration::from_secs(value.parse().expect("--max-wait-s")),
+            "--max-wait-s" => {
+                o.max_wait = Duration::from_secs(value.parse().expect("--max-wait-s"))
+            }
             "--batch" => o.batch = Some(value.parse().expect("--batch")),
             "--interval-ms" => o.interval_ms = Some(value.parse().expect("--interval-ms")),
             other => panic!("unknown option {other}"),
@@ -219,8 +221,16 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
         .unwrap_or_default();
     let registered = Instant::now();
     let body = format!("{{\"userId\":\"{user}\"{queue}}}");
-    let Some((status, reg)) =
-        timed(&stats, &mut conn, "register", "POST", "/api/v1/queue/register", &[], Some(&body)).await
+    let Some((status, reg)) = timed(
+        &stats,
+        &mut conn,
+        "register",
+        "POST",
+        "/api/v1/queue/register",
+        &[],
+        Some(&body),
+    )
+    .await
     else {
         return;
     };
@@ -229,7 +239,10 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
         return;
     }
     let estimate = reg["estimatedWaitSeconds"].as_f64();
-    let credential = reg["queueCredential"].as_str().unwrap_or_default().to_string();
+    let credential = reg["queueCredential"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
 
     // Poll until admitted.
     let rank_path = format!("/api/v1/queue/rank?userId={user}{queue_param}");
@@ -238,7 +251,8 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
             stats.lock().unwrap().error("gave up waiting".into());
             return;
         }
-        let Some((status, r)) = timed(&stats, &mut conn, "rank", "GET", &rank_path, &[], None).await
+        let Some((status, r)) =
+            timed(&stats, &mut conn, "rank", "GET", &rank_path, &[], None).await
         else {
             return;
         };
@@ -276,8 +290,16 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
         return;
     }
     let bearer = format!("Bearer {}", t["accessToken"].as_str().unwrap_or_default());
-    if let Some((status, _)) =
-        timed(&stats, &mut conn, "protected", "GET", &o.path, &[("Authorization", &bearer)], None).await
+    if let Some((status, _)) = timed(
+        &stats,
+        &mut conn,
+        "protected",
+        "GET",
+        &o.path,
+        &[("Authorization", &bearer)],
+        None,
+    )
+    .await
     {
         if status != 200 {
             stats.lock().unwrap().error(format!("protected: {status}"));

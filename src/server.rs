@@ -61,14 +61,19 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
 
+    // Two Redis connections: one for the queue API, one for the background
+    // tasks and probes. Each opens lazily in the runtime that uses it first,
+    // so the proxy's Redis traffic is driven on the proxy's own threads
+    // instead of waking a background thread for every call.
     let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
+    let control = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
     let in_flight = Arc::new(InFlight::default());
 
     let metrics = Arc::new(Metrics::new(config));
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
     let routes = RouteTable::build(config)?;
 
-    let api = QueueApi::new(config, store.clone(), tokens.clone(), metrics.clone());
+    let api = QueueApi::new(config, store, tokens.clone(), metrics.clone());
     let gate = Gate::new(
         api,
         routes,
@@ -93,12 +98,15 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     );
     server.add_service(proxy);
 
-    let shared = Shared::new(config, store.clone(), metrics.clone());
+    let shared = Shared::new(config, control.clone(), metrics.clone());
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
     server.add_service(background_service("sampler", Sampler(shared)));
 
-    let mut admin = Service::new("waitgate admin".to_string(), AdminApp::new(store, metrics));
+    let mut admin = Service::new(
+        "waitgate admin".to_string(),
+        AdminApp::new(control, metrics),
+    );
     admin.add_tcp(&config.admin_listen.to_string());
     // One thread is plenty for scrapes and probes.
     admin.threads = Some(1);

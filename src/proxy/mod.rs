@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use pingora::http::RequestHeader;
+use pingora::modules::http::HttpModules;
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::{Error, ErrorSource, ErrorType, Result};
@@ -170,6 +171,11 @@ pub fn deny_reply(reject: Reject) -> Reply {
 #[async_trait]
 impl ProxyHttp for Gate {
     type CTX = RequestCtx;
+
+    /// No downstream modules: Pingora's default adds a (disabled) response
+    /// compression module that would still run on every request and body
+    /// chunk. waitgate forwards the upstream's bytes as they are.
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
 
     fn new_ctx(&self) -> RequestCtx {
         // Pingora builds the context right after reading a request header.

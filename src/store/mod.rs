@@ -182,7 +182,8 @@ impl Store {
         invocation: ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         let mut connection = self.connection()?;
-        match tokio::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
+        // Pingora's coarse timer: cheaper per call than a tokio timer.
+        match pingora::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {} ms",
                 self.timeout.as_millis()
