@@ -71,8 +71,16 @@ end
 EOF
 echo "Registering $users users through the API ..." >&2
 start=$(date +%s.%N)
-# 64 wrk threads of one connection each, so every thread owns a numbering.
-wrk -t64 -c64 -d600s -s "$work/fill.lua" http://127.0.0.1:$P_WG > "$work/fill.out" 2>&1 || true
+# 64 wrk threads of one connection each, so every thread owns a numbering;
+# stopped once Redis holds them all (a stopped wrk thread still waits out -d).
+wrk -t64 -c64 -d900s -s "$work/fill.lua" http://127.0.0.1:$P_WG > "$work/fill.out" 2>&1 &
+wrk_pid=$!
+while kill -0 $wrk_pid 2>/dev/null; do
+  [ "$(R ZCARD 'queue:{big}:waiting')" -ge "$users" ] && break
+  sleep 0.5
+done
+kill $wrk_pid 2>/dev/null || true
+wait $wrk_pid 2>/dev/null || true
 took=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
 waiting=$(R ZCARD 'queue:{big}:waiting')
 heartbeat=$(R ZCARD 'queue:{big}:heartbeat')
