@@ -271,64 +271,24 @@ fn three_instances_admit_at_most_one_batch_per_window_in_total() {
         assert_eq!(register(wg.addr, &format!("multi{i:03}")).status, 200);
     }
     // Until everyone is admitted: 12 windows.
-    let mut c = redis.conn();
-    let start = Instant::now();
-    loop {
-        let (waiting, active): (u64, u64) = redis::pipe()
-            .atomic()
-            .zcard(WAITING)
-            .zcard(ACTIVE)
-            .query(&mut c)
-            .unwrap();
-        assert_eq!(waiting + active, users as u64, "nobody lost or doubled");
-        if waiting == 0 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{waiting} still waiting"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let took = start.elapsed();
-    let active: Vec<(String, f64)> = c.zrange_withscores(ACTIVE, 0, -1).unwrap();
-    assert_eq!(active.len(), users);
-
-    // Each admission sets expiry = admission time + TTL, so the window of
-    // each admission can be read back from the active set.
-    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
-    for (_, expiry) in &active {
-        let admitted_at = *expiry as u64 - TTL_MS;
-        *per_window.entry(admitted_at / INTERVAL_MS).or_default() += 1;
-    }
-    println!(
-        "admitted per window: {:?} ({users} users in {took:?})",
-        per_window.values().collect::<Vec<_>>()
-    );
-    for (window, n) in &per_window {
-        assert!(*n <= BATCH, "window {window} admitted {n} > {BATCH}");
-    }
-    // While the queue is long every window admits a full batch; only the
-    // first (decided as registrations still arrive) and the last may be
-    // short.
-    let counts: Vec<u64> = per_window.values().copied().collect();
-    if counts.len() > 2 {
-        assert!(
-            counts[1..counts.len() - 1].iter().all(|&n| n == BATCH),
-            "{counts:?}"
-        );
-    }
+    let took = wait_until_all_admitted(&redis, users, Duration::from_secs(10));
+    let counts = admitted_per_window(&redis, TTL_MS, INTERVAL_MS);
+    println!("admitted per window: {counts:?} ({users} users in {took:?})");
+    assert_one_batch_per_window(&counts, BATCH);
     assert!(counts.len() <= users / BATCH as usize + 1, "{counts:?}");
+    let mut c = redis.conn();
+    let active: u64 = c.zcard(ACTIVE).unwrap();
+    assert_eq!(active as usize, users);
 
     // Each instance's counter, and together they account for every admission.
     let counts: Vec<f64> = instances
         .iter()
         .map(|wg| scrape(wg)[r#"waitgate_admitted_total{queue="baseball"}"#])
         .collect();
-    println!("admitted by instance: {counts:?}, total {}", active.len());
-    assert_eq!(counts.iter().sum::<f64>() as usize, active.len());
+    println!("admitted by instance: {counts:?}, total {active}");
+    assert_eq!(counts.iter().sum::<f64>() as u64, active);
     let gate_total: u64 = c.hget("queue:{baseball}:admission", "total").unwrap();
-    assert_eq!(gate_total as usize, active.len());
+    assert_eq!(gate_total, active);
 }
 
 #[test]

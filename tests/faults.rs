@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use redis::Commands;
 
 const WAITING: &str = "queue:{baseball}:waiting";
 const ACTIVE: &str = "queue:{baseball}:active";
@@ -332,40 +331,12 @@ fn killing_one_of_three_instances_keeps_the_global_rate() {
     // SIGKILL: no drain, no goodbye.
     let victim = instances.remove(0);
     victim.signal("KILL");
-    let killed_at = Instant::now();
 
-    let mut c = redis.conn();
-    loop {
-        let (waiting, active): (u64, u64) = redis::pipe()
-            .atomic()
-            .zcard(WAITING)
-            .zcard(ACTIVE)
-            .query(&mut c)
-            .unwrap();
-        assert_eq!(waiting + active, users as u64, "nobody lost or doubled");
-        if waiting == 0 {
-            break;
-        }
-        assert!(killed_at.elapsed() < Duration::from_secs(10), "stalled");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let active: Vec<(String, f64)> = c.zrange_withscores(ACTIVE, 0, -1).unwrap();
-    let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
-    for (_, expiry) in &active {
-        *per_window
-            .entry((*expiry as u64 - TTL_MS) / INTERVAL_MS)
-            .or_default() += 1;
-    }
-    let counts: Vec<u64> = per_window.values().copied().collect();
-    println!("one of three instances killed: admitted per window {counts:?}, {} users, all admitted once", active.len());
-    assert_eq!(active.len(), users);
-    assert!(counts.iter().all(|&n| n <= BATCH), "{counts:?}");
-    if counts.len() > 2 {
-        assert!(
-            counts[1..counts.len() - 1].iter().all(|&n| n == BATCH),
-            "{counts:?}"
-        );
-    }
+    wait_until_all_admitted(&redis, users, Duration::from_secs(10));
+    let counts = admitted_per_window(&redis, TTL_MS, INTERVAL_MS);
+    println!("one of three instances killed: admitted per window {counts:?}, {users} users, all admitted once");
+    assert_eq!(counts.iter().sum::<u64>() as usize, users);
+    assert_one_batch_per_window(&counts, BATCH);
 }
 
 fn with_upstream_timeouts(cfg: &str, upstream_port: u16, connect_ms: u64, read_ms: u64) -> String {

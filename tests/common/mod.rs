@@ -728,3 +728,62 @@ fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
         body.extend_from_slice(&chunk[..size]);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Watching admission in queue `baseball`
+
+pub const WAITING_KEY: &str = "queue:{baseball}:waiting";
+pub const ACTIVE_KEY: &str = "queue:{baseball}:active";
+
+/// Waits until nobody waits in queue `baseball`, checking on every look
+/// (one atomic read of both sets) that all `users` are in exactly one of
+/// them. Returns how long that took.
+pub fn wait_until_all_admitted(redis: &Redis, users: usize, limit: Duration) -> Duration {
+    let mut c = redis.conn();
+    let start = Instant::now();
+    loop {
+        let (waiting, active): (u64, u64) = redis::pipe()
+            .atomic()
+            .zcard(WAITING_KEY)
+            .zcard(ACTIVE_KEY)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(waiting + active, users as u64, "nobody lost or doubled");
+        if waiting == 0 {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{waiting} still waiting after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// How many users each admission window of queue `baseball` admitted, in
+/// window order. An admission sets expiry = admission time + TTL, so the
+/// window of each one can be read back from the active set.
+pub fn admitted_per_window(redis: &Redis, ttl_ms: u64, interval_ms: u64) -> Vec<u64> {
+    let active: Vec<(String, f64)> =
+        redis::Commands::zrange_withscores(&mut redis.conn(), ACTIVE_KEY, 0, -1).unwrap();
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for (_, expiry) in &active {
+        *per_window
+            .entry((*expiry as u64 - ttl_ms) / interval_ms)
+            .or_default() += 1;
+    }
+    per_window.into_values().collect()
+}
+
+/// The global gate's promise: no window over `batch`, and while the queue
+/// is long every window full (only the first, decided while users still
+/// arrive, and the last may be short).
+pub fn assert_one_batch_per_window(counts: &[u64], batch: u64) {
+    assert!(counts.iter().all(|&n| n <= batch), "{counts:?}");
+    if counts.len() > 2 {
+        assert!(
+            counts[1..counts.len() - 1].iter().all(|&n| n == batch),
+            "{counts:?}"
+        );
+    }
+}
