@@ -177,15 +177,19 @@ impl Stats {
 
 type Shared = Arc<Mutex<Stats>>;
 
-async fn timed(
+/// One timed call that must answer `expect`: its JSON body when it does,
+/// `None` (with the error counted) when it does not.
+#[allow(clippy::too_many_arguments)]
+async fn step(
     stats: &Shared,
     conn: &mut Conn,
     endpoint: &'static str,
+    expect: u16,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&str>,
-) -> Option<(u16, serde_json::Value)> {
+) -> Option<serde_json::Value> {
     let start = Instant::now();
     let result = conn.call(method, path, headers, body).await;
     let took = start.elapsed();
@@ -193,8 +197,11 @@ async fn timed(
     match result {
         Ok((status, body)) => {
             s.latency.entry(endpoint).or_default().push(took);
-            let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-            Some((status, json))
+            if status != expect {
+                s.error(format!("{endpoint}: {status}"));
+                return None;
+            }
+            Some(serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null))
         }
         Err(e) => {
             s.error(format!("{endpoint}: {e}"));
@@ -221,12 +228,14 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
         .unwrap_or_default();
     let registered = Instant::now();
     let body = format!("{{\"userId\":\"{user}\"{queue}}}");
-    let Some((status, reg)) = timed(
+    let register_path = "/api/v1/queue/register";
+    let Some(reg) = step(
         &stats,
         &mut conn,
         "register",
+        200,
         "POST",
-        "/api/v1/queue/register",
+        register_path,
         &[],
         Some(&body),
     )
@@ -234,10 +243,6 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
     else {
         return;
     };
-    if status != 200 {
-        stats.lock().unwrap().error(format!("register: {status}"));
-        return;
-    }
     let estimate = reg["estimatedWaitSeconds"].as_f64();
     let credential = reg["queueCredential"]
         .as_str()
@@ -251,15 +256,10 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
             stats.lock().unwrap().error("gave up waiting".into());
             return;
         }
-        let Some((status, r)) =
-            timed(&stats, &mut conn, "rank", "GET", &rank_path, &[], None).await
+        let Some(r) = step(&stats, &mut conn, "rank", 200, "GET", &rank_path, &[], None).await
         else {
             return;
         };
-        if status != 200 {
-            stats.lock().unwrap().error(format!("rank: {status}"));
-            return;
-        }
         if r["status"] == "ACTIVE" {
             let mut s = stats.lock().unwrap();
             s.admitted_at.push(Instant::now());
@@ -272,12 +272,14 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
     }
 
     let body = format!("{{\"userId\":\"{user}\",\"queueCredential\":\"{credential}\"{queue}}}");
-    let Some((status, t)) = timed(
+    let token_path = "/api/v1/queue/active/token";
+    let Some(t) = step(
         &stats,
         &mut conn,
         "token",
+        200,
         "POST",
-        "/api/v1/queue/active/token",
+        token_path,
         &[],
         Some(&body),
     )
@@ -285,43 +287,35 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
     else {
         return;
     };
-    if status != 200 {
-        stats.lock().unwrap().error(format!("token: {status}"));
-        return;
-    }
     let bearer = format!("Bearer {}", t["accessToken"].as_str().unwrap_or_default());
-    if let Some((status, _)) = timed(
+    let auth = [("Authorization", bearer.as_str())];
+    step(
         &stats,
         &mut conn,
         "protected",
+        200,
         "GET",
         &o.path,
-        &[("Authorization", &bearer)],
+        &auth,
         None,
     )
-    .await
-    {
-        if status != 200 {
-            stats.lock().unwrap().error(format!("protected: {status}"));
-        }
-    }
+    .await;
     let dropout_path = format!("/api/v1/queue/dropout?userId={user}{queue_param}");
-    if let Some((status, _)) = timed(
+    let proof = [("X-Queue-Credential", credential.as_str())];
+    if step(
         &stats,
         &mut conn,
         "dropout",
+        204,
         "DELETE",
         &dropout_path,
-        &[("X-Queue-Credential", &credential)],
+        &proof,
         None,
     )
     .await
+    .is_some()
     {
-        if status != 204 {
-            stats.lock().unwrap().error(format!("dropout: {status}"));
-        } else {
-            stats.lock().unwrap().completed += 1;
-        }
+        stats.lock().unwrap().completed += 1;
     }
 }
 
