@@ -87,20 +87,18 @@ impl Conn {
         headers: &[(&str, &str)],
         body: Option<&str>,
     ) -> std::io::Result<(u16, Vec<u8>)> {
-        for attempt in 0..2 {
+        // A kept-alive connection the server has closed fails the first
+        // try; one fresh connection gets a second.
+        for fresh in [false, true] {
             if self.stream.is_none() {
                 self.stream = Some(BufReader::new(TcpStream::connect(self.target).await?));
             }
             match self.exchange(method, path, headers, body).await {
-                Ok(r) => return Ok(r),
-                Err(e) if attempt == 0 => {
-                    let _ = e;
-                    self.stream = None;
-                }
-                Err(e) => return Err(e),
+                Err(_) if !fresh => self.stream = None,
+                result => return result,
             }
         }
-        unreachable!()
+        Err(std::io::ErrorKind::NotConnected.into())
     }
 
     async fn exchange(

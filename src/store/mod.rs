@@ -176,14 +176,13 @@ impl Store {
         Ok(self.connection.get_or_init(|| manager).clone())
     }
 
-    /// Runs one script invocation within the command timeout.
-    async fn run<T: FromRedisValue>(
+    /// Awaits one Redis call within the command timeout (on Pingora's coarse
+    /// timer, cheaper per call than a tokio timer), classifying its error.
+    async fn bounded<T>(
         &self,
-        invocation: ScriptInvocation<'_>,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection()?;
-        // Pingora's coarse timer: cheaper per call than a tokio timer.
-        match pingora::time::timeout(self.timeout, invocation.invoke_async(&mut connection)).await {
+        match pingora::time::timeout(self.timeout, call).await {
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {} ms",
                 self.timeout.as_millis()
@@ -193,16 +192,22 @@ impl Store {
         }
     }
 
+    /// Runs one script invocation within the command timeout.
+    async fn run<T: FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
+        let mut connection = self.connection()?;
+        self.bounded(invocation.invoke_async(&mut connection)).await
+    }
+
     /// Answers while Redis answers: for `/readyz`.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut connection = self.connection()?;
         let ping = redis::cmd("PING");
-        match tokio::time::timeout(self.timeout, ping.query_async::<String>(&mut connection)).await
-        {
-            Err(_) => Err(StoreError::Unavailable("PING timed out".into())),
-            Ok(Err(e)) => Err(classify(e)),
-            Ok(Ok(_)) => Ok(()),
-        }
+        self.bounded(ping.query_async::<String>(&mut connection))
+            .await
+            .map(drop)
     }
 
     pub async fn register(
@@ -320,20 +325,14 @@ impl Store {
             .zcard(&keys.active)
             .hget(&keys.admission, "rate");
         let mut connection = self.connection()?;
-        let reply = tokio::time::timeout(
-            self.timeout,
-            pipe.query_async::<(u64, u64, Option<f64>)>(&mut connection),
-        )
-        .await;
-        match reply {
-            Err(_) => Err(StoreError::Unavailable("sample timed out".into())),
-            Ok(Err(e)) => Err(classify(e)),
-            Ok(Ok((waiting, active, rate_per_window))) => Ok(Sample {
-                waiting,
-                active,
-                rate_per_window,
-            }),
-        }
+        let (waiting, active, rate_per_window) = self
+            .bounded(pipe.query_async::<(u64, u64, Option<f64>)>(&mut connection))
+            .await?;
+        Ok(Sample {
+            waiting,
+            active,
+            rate_per_window,
+        })
     }
 
     pub async fn dropout(
