@@ -5,6 +5,9 @@
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] active ZSET,
 -- KEYS[4] admission HASH: window (last decided window), rate (average users
 --         admitted per window), admitted (last batch), total, at (ms)
+-- KEYS[5] credential HASH: userId -> arrival, for each admitted user, so
+--         that the token exchange can tell this registration's credential
+--         from an earlier one's
 -- ARGV[1] interval (ms): windows are floor(TIME / interval)
 -- ARGV[2] batch size
 -- ARGV[3] active TTL (ms)
@@ -16,7 +19,7 @@
 -- window by Redis's clock rather than its own.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
-if #KEYS ~= 4 or #ARGV ~= 4 or not interval or interval < 1 or not batch or batch < 1
+if #KEYS ~= 5 or #ARGV ~= 4 or not interval or interval < 1 or not batch or batch < 1
     or not ttl or ttl < 1 or not max_active or max_active < 0 then
   return redis.error_reply('ERR waitgate admit: bad arguments')
 end
@@ -47,15 +50,18 @@ if room > 0 then
   -- so a user is in exactly one of the two sets at any time.
   local popped = redis.call('ZPOPMIN', KEYS[1], room)
   local expiry = int(now_ms + ttl)
-  local users, scored = {}, {}
+  local users, scored, arrivals = {}, {}, {}
   for i = 1, #popped, 2 do
     users[#users + 1] = popped[i]
     scored[#scored + 1] = expiry
     scored[#scored + 1] = popped[i]
+    arrivals[#arrivals + 1] = popped[i]
+    arrivals[#arrivals + 1] = int(tonumber(popped[i + 1]))
   end
   admitted = #users
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
   in_chunks(users, function(...) redis.call('ZREM', KEYS[2], ...) end)
+  in_chunks(arrivals, function(...) redis.call('HSET', KEYS[5], ...) end)
 end
 
 -- The observed rate, for wait estimates: an average of users admitted per

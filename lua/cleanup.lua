@@ -1,8 +1,8 @@
 -- cleanup: removes users whose heartbeat stopped, and active entries past
 -- their expiry, a bounded batch of each per call.
 --
--- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] credential HASH,
--- KEYS[4] active ZSET
+-- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
+-- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET
 -- ARGV[1] heartbeat timeout (ms)
 -- ARGV[2] batch size
 --
@@ -20,7 +20,6 @@ local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms - t
 in_chunks(stale, function(...)
   redis.call('ZREM', KEYS[1], ...)
   redis.call('ZREM', KEYS[2], ...)
-  redis.call('HDEL', KEYS[3], ...)
 end)
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)

@@ -14,21 +14,6 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
--- Compares two digests in full whatever the first difference, so the time
--- taken does not tell how much of a guess was right. Digests, not the
--- credentials, are compared, so even a timing leak says nothing about the
--- credential itself.
-local function same_digest(stored, presented)
-  local diff = 0
-  if #stored ~= #presented then
-    diff = 1
-  end
-  for i = 1, #presented do
-    diff = bit.bor(diff, bit.bxor(string.byte(presented, i), string.byte(stored, i) or 0))
-  end
-  return diff == 0
-end
-
 -- The expected wait (ms) of a user with `rank` users ahead.
 --
 -- The admission gate (admit.lua) records the last admitted window and an

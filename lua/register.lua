@@ -2,22 +2,25 @@
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
 -- KEYS[2] heartbeat ZSET  (userId -> last sign of life, ms)
--- KEYS[3] credential HASH (userId -> SHA-256 of the queueCredential)
+-- KEYS[3] credential HASH (userId -> arrival; admitted users only)
 -- KEYS[4] active ZSET     (userId -> active-state expiry, ms)
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
 -- ARGV[1] userId
--- ARGV[2] SHA-256 digest of a fresh queueCredential (32 raw bytes)
--- ARGV[3] admission interval (ms), ARGV[4] admission batch size
+-- ARGV[2] admission interval (ms), ARGV[3] admission batch size
 --
--- Returns {1, rank, wait_ms}   registered now (rank = users ahead)
---         {2, rank, wait_ms}   already waiting: place kept, credential untouched
---         {3, expiry, 0}       already active until expiry (ms)
-local interval, batch = tonumber(ARGV[3]), tonumber(ARGV[4])
-if #KEYS ~= 5 or #ARGV ~= 4 or #ARGV[1] == 0 or #ARGV[1] > 128 or #ARGV[2] ~= 32
+-- Returns {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
+--                                      waitgate signs the arrival into the
+--                                      queueCredential (src/queue/credential.rs)
+--         {2, rank, wait_ms, 0}        already waiting: place kept
+--         {3, expiry, 0, 0}            already active until expiry (ms)
+--
+-- A waiting user costs two sorted-set entries and nothing else.
+local interval, batch = tonumber(ARGV[2]), tonumber(ARGV[3])
+if #KEYS ~= 5 or #ARGV ~= 3 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not interval or interval < 1 or not batch or batch < 1 then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
-local user, digest = ARGV[1], ARGV[2]
+local user = ARGV[1]
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 
@@ -25,12 +28,12 @@ local rank = redis.call('ZRANK', KEYS[1], user)
 if rank then
   -- Registering again is a sign of life too.
   redis.call('ZADD', KEYS[2], int(now_ms), user)
-  return {2, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch)}
+  return {2, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch), 0}
 end
 
 local expiry = redis.call('ZSCORE', KEYS[4], user)
 if expiry and tonumber(expiry) > now_ms then
-  return {3, tonumber(expiry), 0}
+  return {3, tonumber(expiry), 0, 0}
 end
 
 -- Strict FIFO with no ties: the score is the arrival time in microseconds,
@@ -43,11 +46,12 @@ if tail[2] and tonumber(tail[2]) >= score then
 end
 
 if expiry then
-  -- An active state that ran out but was not cleaned up yet.
+  -- An active state that ran out but was not cleaned up yet, with the
+  -- credential entry of that earlier registration.
   redis.call('ZREM', KEYS[4], user)
+  redis.call('HDEL', KEYS[3], user)
 end
 redis.call('ZADD', KEYS[1], int(score), user)
 redis.call('ZADD', KEYS[2], int(now_ms), user)
-redis.call('HSET', KEYS[3], user, digest)
 rank = redis.call('ZCARD', KEYS[1]) - 1
-return {1, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch)}
+return {1, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch), score}

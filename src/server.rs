@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
 use crate::proxy::routes::RouteTable;
 use crate::proxy::Gate;
+use crate::queue::credential::Credentials;
 use crate::queue::QueueApi;
 use crate::store::Store;
 
@@ -73,7 +74,8 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
     let routes = RouteTable::build(config)?;
 
-    let api = QueueApi::new(config, store, tokens.clone(), metrics.clone());
+    let credentials = Credentials::new(secret);
+    let api = QueueApi::new(config, store, tokens.clone(), credentials, metrics.clone());
     let gate = Gate::new(
         api,
         routes,

@@ -183,9 +183,8 @@ fn expired_active_entries_are_removed_with_their_credentials() {
         .query::<(u64, u64)>(&mut c)
         .map(|(s, us)| s * 1000 + us / 1000)
         .unwrap();
-    let _: () = c.zrem(WAITING, "done").unwrap();
-    let _: () = c.zrem(HEARTBEAT, "done").unwrap();
-    let _: () = c.zadd(ACTIVE, "done", now_ms + 300).unwrap();
+    admit_by_hand(&mut c, "done", now_ms + 300);
+    assert!(c.hexists::<_, _, bool>(CREDENTIAL, "done").unwrap());
     assert_eq!(rank(wg.addr, "done").json()["status"], "ACTIVE");
     std::thread::sleep(Duration::from_millis(600));
     let still: Option<f64> = c.zscore(ACTIVE, "done").unwrap();
@@ -309,6 +308,20 @@ fn max_active_caps_the_active_set() {
     assert_eq!(active, ["cap00", "cap01", "cap02", "cap03"]);
     let waiting: u64 = c.zcard(WAITING).unwrap();
     assert_eq!(waiting, 16);
+    // Only admitted users have a credential entry, and theirs works.
+    let mut admitted: Vec<String> = c.hkeys(CREDENTIAL).unwrap();
+    admitted.sort();
+    assert_eq!(admitted, active);
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/active/token",
+        &format!(
+            r#"{{"userId":"cap00","queueCredential":"{}"}}"#,
+            creds["cap00"]
+        ),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
 
     // An active user who leaves frees one slot, and exactly one is admitted.
     assert_eq!(dropout(wg.addr, "cap01", &creds["cap01"]).status, 204);

@@ -17,7 +17,6 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use redis::Commands;
 use serde_json::{json, Map, Value};
 
-const WAITING: &str = "queue:{baseball}:waiting";
 const ACTIVE: &str = "queue:{baseball}:active";
 const CREDENTIAL: &str = "queue:{baseball}:credential";
 const TOKEN_PATH: &str = "/api/v1/queue/active/token";
@@ -57,7 +56,8 @@ fn now_s() -> u64 {
 
 impl Env {
     /// Registers `user`, then moves it from waiting to active by hand (the
-    /// admission task is not built yet). Returns its queueCredential.
+    /// admission task is held shut in these tests). Returns its
+    /// queueCredential.
     fn activate(&self, user: &str, active_until_ms: u64) -> String {
         let r = register(self.wg.addr, user);
         assert_eq!(r.status, 200, "{r:?}");
@@ -65,9 +65,7 @@ impl Env {
             .as_str()
             .expect("a first registration returns a credential")
             .to_string();
-        let mut c = self.redis.conn();
-        let _: () = c.zadd(ACTIVE, user, active_until_ms).unwrap();
-        let _: () = c.zrem(WAITING, user).unwrap();
+        admit_by_hand(&mut self.redis.conn(), user, active_until_ms);
         credential
     }
 
@@ -356,6 +354,27 @@ fn token_endpoint_refuses_a_user_who_is_not_active_with_403_not_active() {
     let r3 = env.exchange("ghost", "some-credential-value");
     assert_eq!(r3.status, 403, "{r3:?}");
     assert_eq!(r3.body, r.body);
+    env.assert_upstream_saw_nothing();
+}
+
+#[test]
+fn token_endpoint_refuses_the_credential_of_an_earlier_registration() {
+    let env = setup();
+    let first = register(env.wg.addr, "twice").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(dropout(env.wg.addr, "twice", &first).status, 204);
+    let second = env.activate("twice", now_ms() + 3_600_000);
+    let refused = env.exchange("twice", &first);
+    assert_eq!(refused.status, 403, "{refused:?}");
+    assert_eq!(refused.error_code(), "not_active");
+    assert_eq!(env.exchange("twice", &second).status, 200);
+    // Leaving as an active user takes the admitted entry with it.
+    assert_eq!(dropout(env.wg.addr, "twice", &second).status, 204);
+    let mut c = env.redis.conn();
+    assert!(!c.hexists::<_, _, bool>(CREDENTIAL, "twice").unwrap());
+    assert_eq!(env.exchange("twice", &second).status, 403);
     env.assert_upstream_saw_nothing();
 }
 

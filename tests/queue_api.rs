@@ -41,7 +41,7 @@ fn all_keys(c: &mut redis::Connection) -> Vec<String> {
 }
 
 #[test]
-fn first_registration_creates_waiting_heartbeat_and_credential() {
+fn first_registration_creates_waiting_heartbeat_and_a_credential() {
     let s = setup();
     let r = register(s.wg.addr, "user_10");
     assert_eq!(r.status, 200);
@@ -62,11 +62,12 @@ fn first_registration_creates_waiting_heartbeat_and_credential() {
     let mut c = s.redis.conn();
     assert!(zscore(&mut c, WAITING, "user_10").is_some());
     assert!(zscore(&mut c, HEARTBEAT, "user_10").is_some());
-    assert!(has_credential(&mut c, "user_10"));
-    // Redis holds a digest, never the credential itself.
-    let stored: Vec<u8> = c.hget(CREDENTIAL, "user_10").unwrap();
-    assert_eq!(stored.len(), 32);
-    assert_ne!(stored, credential.as_bytes());
+    // The credential is a MAC that waitgate checks itself: a waiting user
+    // costs Redis two sorted-set entries and nothing else.
+    assert!(!has_credential(&mut c, "user_10"));
+    assert_eq!(all_keys(&mut c), [HEARTBEAT, WAITING]);
+    // It works: the holder can leave with it.
+    assert_eq!(dropout(s.wg.addr, "user_10", credential).status, 204);
 }
 
 #[test]
@@ -233,9 +234,37 @@ fn dropout_needs_the_right_credential() {
     assert_eq!(twice.status, 400);
 
     assert!(zscore(&mut c, WAITING, "victim").is_some());
-    assert!(has_credential(&mut c, "victim"));
-    assert_eq!(before.len(), 3);
+    assert_eq!(before, [HEARTBEAT, WAITING]);
+    assert_eq!(all_keys(&mut c), before);
     assert_eq!(dropout(s.wg.addr, "victim", &cred).status, 204);
+}
+
+#[test]
+fn a_credential_belongs_to_one_registration() {
+    let s = setup();
+    let first = register(s.wg.addr, "again").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(dropout(s.wg.addr, "again", &first).status, 204);
+    let second = register(s.wg.addr, "again").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(first, second);
+    // The credential of the earlier registration no longer takes the user out.
+    let stale = dropout(s.wg.addr, "again", &first);
+    assert_eq!(stale.status, 403, "{stale:?}");
+    assert_eq!(stale.error_code(), "credential_mismatch");
+    let mut c = s.redis.conn();
+    assert!(zscore(&mut c, WAITING, "again").is_some());
+    // A credential with one character changed is refused too.
+    let mut forged = second.clone().into_bytes();
+    forged[31] = if forged[31] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    assert_eq!(dropout(s.wg.addr, "again", &forged).status, 403);
+    assert!(zscore(&mut c, WAITING, "again").is_some());
+    assert_eq!(dropout(s.wg.addr, "again", &second).status, 204);
 }
 
 #[test]
@@ -396,8 +425,14 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
             "bad_path",
         ),
         (
-            "wrong credential",
+            "a credential waitgate never issued",
             dropout(addr, "nobody", "x"),
+            403,
+            "credential_mismatch",
+        ),
+        (
+            "a well-made credential of a user who is not queued",
+            dropout(addr, "nobody", &credential_for("nobody", 1_000_000)),
             404,
             "user_not_queued",
         ),

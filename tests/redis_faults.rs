@@ -17,7 +17,10 @@ fn assert_fast_503(addr: std::net::SocketAddr) {
             Box::new(move || register(addr, "u")) as Box<dyn Fn() -> Response>,
         ),
         ("rank", Box::new(move || rank(addr, "u"))),
-        ("dropout", Box::new(move || dropout(addr, "u", "c"))),
+        (
+            "dropout",
+            Box::new(move || dropout(addr, "u", &credential_for("u", 1_000_000))),
+        ),
     ] {
         let start = Instant::now();
         let r = call();

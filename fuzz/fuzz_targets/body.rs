@@ -1,10 +1,18 @@
-//! The queue API's input parsing: JSON bodies (register, token) and query
-//! strings. No panic, and whatever is accepted satisfies the userId rule.
+//! The queue API's input parsing: JSON bodies (register, token), query
+//! strings and queueCredentials. No panic, whatever is accepted satisfies the
+//! userId rule, and the only credential accepted for a registration is the
+//! one waitgate issued for it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use waitgate::queue::input::{is_valid_user_id, parse_query, user_query};
+use waitgate::edge::secret::Secret;
+use waitgate::queue::credential::Credentials;
 use waitgate::queue::{register, token};
+
+static CREDENTIALS: std::sync::LazyLock<Credentials> = std::sync::LazyLock::new(|| {
+    Credentials::new(&Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap())
+});
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(body) = register::parse(data) {
@@ -13,6 +21,13 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(body) = token::parse(data) {
         assert!(is_valid_user_id(&body.user_id));
         assert!(!body.queue_credential.is_empty());
+        let queue = body.queue.as_deref().unwrap_or("baseball");
+        if let Some(arrival) = CREDENTIALS.check(queue, &body.user_id, &body.queue_credential) {
+            assert_eq!(
+                CREDENTIALS.issue(queue, &body.user_id, arrival),
+                body.queue_credential
+            );
+        }
     }
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = parse_query(Some(text));

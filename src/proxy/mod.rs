@@ -336,6 +336,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::edge::secret::Secret;
+    use crate::queue::credential::Credentials;
     use crate::store::Store;
 
     const CONFIG: &str = "
@@ -353,7 +354,13 @@ routes:
         let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
         let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
         let metrics = Arc::new(Metrics::new(&config));
-        let api = QueueApi::new(&config, store, tokens.clone(), metrics.clone());
+        let api = QueueApi::new(
+            &config,
+            store,
+            tokens.clone(),
+            Credentials::new(&secret),
+            metrics.clone(),
+        );
         let routes = RouteTable::build(&config).unwrap();
         let gate = Gate::new(
             api,

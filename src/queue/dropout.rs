@@ -24,10 +24,14 @@ async fn dropout(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> 
     let presented = presented_credential(header.headers.get_all(CREDENTIAL_HEADER))?;
     let queue = api.queue(queue.as_deref())?;
 
-    let digest = credential::digest(presented);
+    // A credential that is not one of ours for this user matches no
+    // registration; Redis need not be asked.
+    let Some(arrival) = api.credentials().check(&queue.name, &user, presented) else {
+        return Ok(mismatch());
+    };
     let outcome = api
         .store()
-        .dropout(&queue.keys, &user, &digest)
+        .dropout(&queue.keys, &user, arrival)
         .await
         .map_err(|e| api.unavailable(Endpoint::Dropout, e))?;
     Ok(match outcome {
@@ -35,12 +39,16 @@ async fn dropout(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> 
         Dropout::NotQueued => {
             Reply::error(404, "user_not_queued", "The user is not in this queue.")
         }
-        Dropout::CredentialMismatch => Reply::error(
-            403,
-            "credential_mismatch",
-            "The queue credential does not match.",
-        ),
+        Dropout::CredentialMismatch => mismatch(),
     })
+}
+
+fn mismatch() -> Reply {
+    Reply::error(
+        403,
+        "credential_mismatch",
+        "The queue credential does not match.",
+    )
 }
 
 /// Exactly one, non-empty, plausibly sized `X-Queue-Credential`.

@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::proxy::path::under_prefix;
 use crate::reply::Reply;
 use crate::store::{Place, QueueKeys, Store, StoreError};
+use credential::Credentials;
 
 /// Everything under this prefix is the queue API; nothing under it is ever
 /// forwarded.
@@ -89,6 +90,7 @@ pub struct QueueApi {
     default_queue: Option<String>,
     store: Arc<Store>,
     tokens: Arc<Tokens>,
+    credentials: Credentials,
     metrics: Arc<Metrics>,
     /// A body must arrive whole within this.
     body_timeout: std::time::Duration,
@@ -99,6 +101,7 @@ impl QueueApi {
         config: &Config,
         store: Arc<Store>,
         tokens: Arc<Tokens>,
+        credentials: Credentials,
         metrics: Arc<Metrics>,
     ) -> QueueApi {
         let queues = config
@@ -118,6 +121,7 @@ impl QueueApi {
             default_queue: config.single_queue().map(str::to_string),
             store,
             tokens,
+            credentials,
             metrics,
             body_timeout: config.clients.body_timeout,
         }
@@ -165,6 +169,10 @@ impl QueueApi {
 
     pub fn tokens(&self) -> &Tokens {
         &self.tokens
+    }
+
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -3,7 +3,7 @@
 use pingora::proxy::Session;
 use serde::Deserialize;
 
-use super::{active_reply, credential, input, waiting_reply, Endpoint, QueueApi};
+use super::{active_reply, input, waiting_reply, Endpoint, QueueApi};
 use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW};
 use crate::reply::Reply;
 use crate::store::Registration;
@@ -34,27 +34,22 @@ async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply>
     let body = parse(&api.read_body(session).await?)?;
     let queue = api.queue(body.queue.as_deref())?;
 
-    // The credential is made before the call so that the script can store it
-    // in the same atomic step; it is only sent back if the user is new.
-    let fresh = credential::generate().map_err(|e| {
-        tracing::error!(%e, "cannot make a queue credential");
-        Reply::error(
-            503,
-            "unavailable",
-            "No credential could be made; retry shortly.",
-        )
-    })?;
     let registration = api
         .store()
-        .register(&queue.keys, &body.user_id, &fresh.digest, &queue.admission)
+        .register(&queue.keys, &body.user_id, &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Register, e))?;
 
     let (result, reply) = match registration {
-        Registration::New(place) => (
-            REGISTERED_NEW,
-            waiting_reply(queue, &body.user_id, place, Some(&fresh.credential)),
-        ),
+        Registration::New { place, arrival } => {
+            // Only a new registration gets a credential: it signs the arrival
+            // that Redis just gave this user.
+            let credential = api.credentials().issue(&queue.name, &body.user_id, arrival);
+            (
+                REGISTERED_NEW,
+                waiting_reply(queue, &body.user_id, place, Some(&credential)),
+            )
+        }
         Registration::AlreadyWaiting(place) => (
             REGISTERED_AGAIN,
             waiting_reply(queue, &body.user_id, place, None),

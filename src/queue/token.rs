@@ -60,10 +60,15 @@ async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
     let body = parse(&api.read_body(session).await?)?;
     let queue = api.queue(body.queue.as_deref())?;
 
-    let digest = credential::digest(&body.queue_credential);
+    // A credential that is not one of ours for this user is refused without
+    // asking Redis, with the same answer as any other refusal.
+    let arrival = api
+        .credentials()
+        .check(&queue.name, &body.user_id, &body.queue_credential)
+        .ok_or_else(refused)?;
     let active_until_ms = api
         .store()
-        .token(&queue.keys, &body.user_id, &digest)
+        .token(&queue.keys, &body.user_id, arrival)
         .await
         .map_err(|e| api.unavailable(Endpoint::Token, e))?
         .ok_or_else(refused)?;

@@ -12,7 +12,8 @@ pub struct QueueKeys {
     pub heartbeat: String,
     /// ZSET userId -> active-state expiry (ms).
     pub active: String,
-    /// HASH userId -> SHA-256 of the queueCredential.
+    /// HASH userId -> arrival, for admitted users only (see
+    /// `queue::credential`).
     pub credential: String,
     /// The global admission gate: the last admitted window.
     pub admission: String,

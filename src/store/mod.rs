@@ -61,9 +61,6 @@ static TOKEN: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// A SHA-256 digest of a queueCredential, the only form Redis ever holds.
-pub type Digest = [u8; 32];
-
 /// A waiting user's place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
@@ -76,8 +73,9 @@ pub struct Place {
 /// The outcome of `register`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Registration {
-    /// Added at the tail; the credential was stored.
-    New(Place),
+    /// Added at the tail at `arrival` (its score in the waiting set), which
+    /// the queueCredential signs.
+    New { place: Place, arrival: u64 },
     /// Was already waiting; place and credential unchanged.
     AlreadyWaiting(Place),
     /// Is active until this time (Redis clock, ms since the epoch).
@@ -214,7 +212,6 @@ impl Store {
         &self,
         keys: &QueueKeys,
         user: &str,
-        digest: &Digest,
         admission: &AdmissionConfig,
     ) -> Result<Registration, StoreError> {
         let mut invocation = REGISTER.prepare_invoke();
@@ -225,12 +222,14 @@ impl Store {
             .key(&keys.active)
             .key(&keys.admission)
             .arg(user)
-            .arg(&digest[..])
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
-        let (code, value, wait): (i64, i64, i64) = self.run(invocation).await?;
+        let (code, value, wait, arrival): (i64, i64, i64, i64) = self.run(invocation).await?;
         match code {
-            1 => Ok(Registration::New(place(value, wait)?)),
+            1 => Ok(Registration::New {
+                place: place(value, wait)?,
+                arrival: count(arrival)?,
+            }),
             2 => Ok(Registration::AlreadyWaiting(place(value, wait)?)),
             3 => Ok(Registration::Active {
                 expires_at_ms: count(value)?,
@@ -277,6 +276,7 @@ impl Store {
             .key(&keys.heartbeat)
             .key(&keys.active)
             .key(&keys.admission)
+            .key(&keys.credential)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
@@ -335,11 +335,13 @@ impl Store {
         })
     }
 
+    /// Takes out the registration at `arrival`, the one a checked
+    /// credential names.
     pub async fn dropout(
         &self,
         keys: &QueueKeys,
         user: &str,
-        digest: &Digest,
+        arrival: u64,
     ) -> Result<Dropout, StoreError> {
         let mut invocation = DROPOUT.prepare_invoke();
         invocation
@@ -348,7 +350,7 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .arg(user)
-            .arg(&digest[..]);
+            .arg(arrival);
         let code: i64 = self.run(invocation).await?;
         match code {
             1 => Ok(Dropout::Removed),
@@ -359,19 +361,20 @@ impl Store {
     }
 
     /// The active-state expiry (Redis clock, ms) when the user is active and
-    /// the credential matches; `None` for either failure, alike.
+    /// was admitted from the registration at `arrival`; `None` for either
+    /// failure, alike.
     pub async fn token(
         &self,
         keys: &QueueKeys,
         user: &str,
-        digest: &Digest,
+        arrival: u64,
     ) -> Result<Option<u64>, StoreError> {
         let mut invocation = TOKEN.prepare_invoke();
         invocation
             .key(&keys.active)
             .key(&keys.credential)
             .arg(user)
-            .arg(&digest[..]);
+            .arg(arrival);
         let expiry: i64 = self.run(invocation).await?;
         Ok(u64::try_from(expiry).ok().filter(|&ms| ms > 0))
     }

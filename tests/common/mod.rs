@@ -787,3 +787,35 @@ pub fn assert_one_batch_per_window(counts: &[u64], batch: u64) {
         );
     }
 }
+
+/// Moves a waiting user of queue `baseball` to active until `until_ms`, by
+/// hand and in one step, as `lua/admit.lua` does: out of waiting and
+/// heartbeat, into active, with its arrival kept for the token exchange.
+pub fn admit_by_hand(c: &mut redis::Connection, user: &str, until_ms: u64) {
+    let moved: i64 = redis::Script::new(
+        "local arrival = redis.call('ZSCORE', KEYS[1], ARGV[1])
+         if not arrival then return 0 end
+         redis.call('ZREM', KEYS[1], ARGV[1])
+         redis.call('ZREM', KEYS[2], ARGV[1])
+         redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+         redis.call('HSET', KEYS[4], ARGV[1], string.format('%.0f', tonumber(arrival)))
+         return 1",
+    )
+    .key(WAITING_KEY)
+    .key("queue:{baseball}:heartbeat")
+    .key(ACTIVE_KEY)
+    .key("queue:{baseball}:credential")
+    .arg(user)
+    .arg(until_ms)
+    .invoke(c)
+    .unwrap();
+    assert_eq!(moved, 1, "{user} was not waiting");
+}
+
+/// A credential as waitgate issues it (with the test secret) for a
+/// registration of `user` in queue `baseball` at `arrival`: well made, so a
+/// refusal can only come from Redis's answer.
+pub fn credential_for(user: &str, arrival: u64) -> String {
+    let secret = waitgate::edge::secret::Secret::from_base64(SECRET_B64).unwrap();
+    waitgate::queue::credential::Credentials::new(&secret).issue("baseball", user, arrival)
+}
