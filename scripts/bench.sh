@@ -205,7 +205,7 @@ for round in $(seq "$rounds"); do
   run_wrk nginx http://127.0.0.1:$P_NGINX/api/v1/follow-up/seat -s "$work/status.lua"
   run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
   run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
-    "r:__rand_int__" 0123456789abcdef0123456789abcdef 3000 100
+    "r:__rand_int__" 3000 100
   run_wrk rank "http://127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank" -s "$work/status.lua"
   run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 4 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" bench-rank 3000 100
 done

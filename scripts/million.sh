@@ -85,6 +85,9 @@ took=$(python3 -c "print(round($(date +%s.%N) - $start, 1))")
 waiting=$(R ZCARD 'queue:{big}:waiting')
 heartbeat=$(R ZCARD 'queue:{big}:heartbeat')
 credential=$(R HLEN 'queue:{big}:credential')
+# Where the bytes are, per user, key by key.
+usage() { R MEMORY USAGE "$1" SAMPLES 0 | tr -d '\r'; }
+mem_waiting=$(usage 'queue:{big}:waiting') mem_heartbeat=$(usage 'queue:{big}:heartbeat')
 after=$(R INFO memory | tr -d '\r' | awk -F: '/^used_memory:/ {print $2}')
 per_user=$(python3 -c "print(round(($after - $before) / $waiting, 1))")
 
@@ -118,18 +121,27 @@ for i in range(len(lines) - 3):
   echo "${out[@]}"
 }
 # Each admission needs an undecided window: forget the last one first.
-admit_once() { R HDEL "$K:admission" window >/dev/null; R EVALSHA "$ADMIT" 4 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" 1000 100 600000 0; }
+admit_once() { R HDEL "$K:admission" window >/dev/null; R EVALSHA "$ADMIT" 5 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" "$K:credential" 1000 100 600000 0; }
 cleanup_once() { R EVALSHA "$CLEANUP" 4 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" 1 500; }
 admit_us=$(time_script admit_once)
 waiting_after_admit=$(R ZCARD "$K:waiting")
 cleanup_us=$(time_script cleanup_once)
 waiting_after_cleanup=$(R ZCARD "$K:waiting")
+# A script that failed would time as fast as one that worked: check that
+# each call did its work.
+if [ "$waiting_after_admit" -ne $((waiting - 1000)) ] || [ "$waiting_after_cleanup" -ne $((waiting_after_admit - 5000)) ]; then
+  echo "the scripts did not do their work: waiting $waiting -> $waiting_after_admit -> $waiting_after_cleanup" >&2
+  R EVALSHA "$ADMIT" 5 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" "$K:credential" 1000 100 600000 0 >&2
+  exit 1
+fi
 
 python3 - "$users" "$took" "$waiting" "$heartbeat" "$credential" "$before" "$after" "$per_user" \
-  "$rank_rps" "$rank_p50" "$rank_p99" "$admit_us" "$cleanup_us" "$waiting_after_admit" "$waiting_after_cleanup" <<'EOF'
+  "$rank_rps" "$rank_p50" "$rank_p99" "$admit_us" "$cleanup_us" "$waiting_after_admit" "$waiting_after_cleanup" \
+  "$mem_waiting" "$mem_heartbeat" <<'EOF'
 import statistics, sys
 (users, took, waiting, heartbeat, credential, before, after, per_user,
- rank_rps, rank_p50, rank_p99, admit_us, cleanup_us, w_admit, w_clean) = sys.argv[1:]
+ rank_rps, rank_p50, rank_p99, admit_us, cleanup_us, w_admit, w_clean,
+ mem_waiting, mem_heartbeat) = sys.argv[1:]
 a = [int(x) for x in admit_us.split()]
 c = [int(x) for x in cleanup_us.split()]
 print(f"\n{int(waiting):,} users waiting (registered through the API in {took} s; heartbeat {int(heartbeat):,}, credential {int(credential):,})")
@@ -139,5 +151,6 @@ print(f"| Redis memory per waiting user | {per_user} bytes (used_memory {int(bef
 print(f"| One admission of 100 at {int(waiting):,} waiting | median {statistics.median(a)/1000:.2f} ms, max {max(a)/1000:.2f} ms (10 calls; SLOWLOG) | < 5 ms |")
 print(f"| One cleanup batch of 500 at that size | median {statistics.median(c)/1000:.2f} ms, max {max(c)/1000:.2f} ms (10 calls; SLOWLOG) | < 5 ms |")
 print(f"| rank at that size (wrk -c16) | {rank_rps} req/s, p50 {rank_p50}, p99 {rank_p99} | |")
+print(f"(MEMORY USAGE per user: waiting {int(mem_waiting) / int(waiting):.1f} bytes, heartbeat {int(mem_heartbeat) / int(waiting):.1f} bytes)")
 print(f"(waiting after the admissions: {int(w_admit):,}; after the cleanups: {int(w_clean):,})")
 EOF
