@@ -96,6 +96,36 @@ impl Reply {
         Ok(header)
     }
 
+    /// The reply as HTTP/1.1 bytes, the same header set as
+    /// [`Reply::response_header`], for writers that hold the connection
+    /// itself (the direct lane).
+    pub fn to_http1(&self) -> Vec<u8> {
+        use std::fmt::Write as _;
+        let reason = http::StatusCode::from_u16(self.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        let mut head = format!("HTTP/1.1 {} {reason}\r\n", self.status);
+        if self.status != 204 {
+            let _ = write!(
+                head,
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                self.body.len()
+            );
+        }
+        head.push_str("Cache-Control: no-store\r\n");
+        for (name, value) in &self.headers {
+            let _ = write!(head, "{name}: {value}\r\n");
+        }
+        if self.close {
+            head.push_str("Connection: close\r\n");
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+
     /// Writes the reply to the client.
     pub async fn send(self, session: &mut Session) -> pingora::Result<()> {
         if self.close {
@@ -137,6 +167,18 @@ mod tests {
         let r = Reply::error(503, "redis_unavailable", "Try again.");
         let h = r.response_header().unwrap();
         assert_eq!(h.headers["retry-after"], RETRY_AFTER_S);
+    }
+
+    #[test]
+    fn raw_replies_match_the_session_ones() {
+        let r = Reply::error(503, "redis_unavailable", "Redis is down.").closing();
+        let text = String::from_utf8(r.to_http1()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{head}");
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        assert!(head.contains("Retry-After: 1"));
+        assert!(head.contains("Connection: close"));
+        assert_eq!(body.as_bytes(), &r.body[..]);
     }
 
     #[test]

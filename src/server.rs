@@ -21,6 +21,7 @@ use crate::edge::jwt::Tokens;
 use crate::edge::secret::Secret;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
+use crate::proxy::direct::DirectLane;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::Gate;
 use crate::queue::credential::Credentials;
@@ -72,7 +73,13 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
 
     let metrics = Arc::new(Metrics::new(config));
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
-    let routes = RouteTable::build(config)?;
+    let routes = Arc::new(RouteTable::build(config)?);
+    let direct = DirectLane::new(
+        routes.clone(),
+        tokens.clone(),
+        metrics.clone(),
+        in_flight.clone(),
+    );
 
     let credentials = Credentials::new(secret);
     let api = QueueApi::new(config, store, tokens.clone(), credentials, metrics.clone());
@@ -92,6 +99,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
         pingora::proxy::http_proxy(&server.configuration, gate),
         limits,
         metrics.connections.clone(),
+        Some(direct),
     );
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(

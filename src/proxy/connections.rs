@@ -14,18 +14,26 @@
 //! The proxy marks "header read" from `Gate::new_ctx`, which Pingora calls
 //! right after parsing a request header, through a task-local flag: the
 //! request runs in the same task as this loop.
+//!
+//! Each request is first offered to the direct lane (`super::direct`), which
+//! serves the protected routes' plain requests itself; what it does not take
+//! is put back in front of the stream, unconsumed, for the Pingora proxy.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
 use tokio::io::AsyncWriteExt;
+
+use super::direct::{DirectLane, Lane};
 
 tokio::task_local! {
     /// Set once the current connection's request header has been read.
@@ -51,16 +59,35 @@ pub struct Guarded<A> {
     limits: Limits,
     /// The open-connection count, kept in the metric that exports it.
     open: IntGauge,
+    direct: Option<DirectLane>,
 }
 
 impl<A> Guarded<A> {
-    pub fn new(inner: A, limits: Limits, open: IntGauge) -> Guarded<A> {
+    pub fn new(
+        inner: A,
+        limits: Limits,
+        open: IntGauge,
+        direct: Option<DirectLane>,
+    ) -> Guarded<A> {
         Guarded {
             inner: Arc::new(inner),
             limits,
             open,
+            direct,
         }
     }
+}
+
+/// Puts bytes read by the direct lane back in front of the stream, for the
+/// proxy to read. `None` if the stream is not a plain TCP one (the lane is
+/// only used on those, so this does not happen).
+fn unread(stream: Stream, bytes: &[u8]) -> Option<Stream> {
+    if bytes.is_empty() {
+        return Some(stream);
+    }
+    let mut tcp = stream.into_any().downcast::<TcpStream>().ok()?;
+    tcp.rewind(bytes);
+    Some(tcp)
 }
 
 /// One open connection; dropping it takes it off the count.
@@ -131,20 +158,40 @@ where
         let mut stream = stream;
         let mut settings = None;
         let mut shutdown_rx = shutdown.clone();
+        let direct = self
+            .direct
+            .as_ref()
+            .filter(|_| stream.as_any().is::<TcpStream>());
+        // Bytes the direct lane read past a request (a pipelined next one).
+        let mut pending = BytesMut::new();
         loop {
             let deadline = Instant::now() + self.limits.header_timeout;
             // Wait for the next request's first byte holding nothing but the
             // socket: Pingora's per-request state (tens of KB) is only built
             // once there is something to read, so idle keep-alive
             // connections stay cheap.
-            let mut first = [0u8; 1];
-            tokio::select! {
-                ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
-                    if !matches!(ready, Ok(Ok(_))) {
-                        return None;
+            if pending.is_empty() {
+                pending = BytesMut::new();
+                let mut first = [0u8; 1];
+                tokio::select! {
+                    ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
+                        if !matches!(ready, Ok(Ok(_))) {
+                            return None;
+                        }
+                    }
+                    _ = shutdown_rx.changed() => return None,
+                }
+            }
+            if let Some(lane) = direct {
+                let closing = *shutdown.borrow();
+                match lane.serve(&mut stream, &mut pending, deadline, closing).await {
+                    Lane::Served { keep_alive: true } => continue,
+                    Lane::Served { .. } | Lane::Closed => return None,
+                    Lane::Pass => {
+                        stream = unread(stream, &pending)?;
+                        pending.clear();
                     }
                 }
-                _ = shutdown_rx.changed() => return None,
             }
             let mut session = ServerSession::new_http1(stream);
             if let Some(settings) = settings.take() {

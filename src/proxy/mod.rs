@@ -7,6 +7,7 @@
 //! below only act on it.
 
 pub mod connections;
+pub mod direct;
 pub mod framing;
 pub mod path;
 pub mod routes;
@@ -73,7 +74,7 @@ pub struct RequestCtx {
 /// The proxy: the queue API plus the protected routes.
 pub struct Gate {
     api: QueueApi,
-    routes: RouteTable,
+    routes: Arc<RouteTable>,
     tokens: Arc<Tokens>,
     /// Counts requests under way, so that SIGTERM can exit as soon as they
     /// are done instead of sleeping out the whole grace period.
@@ -85,7 +86,7 @@ pub struct Gate {
 impl Gate {
     pub fn new(
         api: QueueApi,
-        routes: RouteTable,
+        routes: Arc<RouteTable>,
         tokens: Arc<Tokens>,
         in_flight: Arc<InFlight>,
         metrics: Arc<Metrics>,
@@ -107,50 +108,68 @@ impl Gate {
         if let Err(why) = framing::check(&header.headers) {
             return Decision::Respond(Reply::error(400, "bad_request", why));
         }
-        let raw = header.raw_path();
-        let Some(target) = path::origin_form(raw) else {
-            return Decision::Respond(Reply::error(
-                400,
-                "bad_path",
-                "The request target must be a path or an absolute http(s) URL.",
-            ));
-        };
-        if let Err(why) = path::classify(&target) {
-            return Decision::Respond(Reply::error(400, "bad_path", why.message()));
-        }
-        // classify() accepted only ASCII, so this cannot fail.
-        let target_str = std::str::from_utf8(&target).unwrap_or("/");
-        let path = target_str.split('?').next().unwrap_or(target_str);
-
-        if queue::is_queue_api_path(path) {
-            return match Endpoint::from_path(path) {
-                Some(endpoint) => Decision::Queue(endpoint),
-                None => Decision::Respond(not_found()),
-            };
-        }
-        let Some(index) = self.routes.find(path) else {
-            return Decision::Respond(not_found());
-        };
-        let Some(route) = self.routes.get(index) else {
-            return Decision::Respond(not_found());
-        };
         let authorization = header
             .headers
             .get_all(http::header::AUTHORIZATION)
             .into_iter()
             .map(|v| v.as_bytes());
-        match self.tokens.check(authorization, &route.queue, now) {
-            Ok(identity) => Decision::Forward {
-                route: index,
-                identity,
-                origin: match target {
-                    Cow::Owned(rewritten) => Some(rewritten),
-                    Cow::Borrowed(b) if b.len() != raw.len() => Some(b.to_vec()),
-                    Cow::Borrowed(_) => None,
-                },
+        decide_target(
+            &self.routes,
+            &self.tokens,
+            header.raw_path(),
+            authorization,
+            now,
+        )
+    }
+}
+
+/// The decision for a request whose framing was found sound, from its raw
+/// target and its `Authorization` values. Shared by the Pingora proxy and the
+/// direct lane, so both decide alike.
+pub fn decide_target<'a>(
+    routes: &RouteTable,
+    tokens: &Tokens,
+    raw: &[u8],
+    authorization: impl Iterator<Item = &'a [u8]>,
+    now: u64,
+) -> Decision {
+    let Some(target) = path::origin_form(raw) else {
+        return Decision::Respond(Reply::error(
+            400,
+            "bad_path",
+            "The request target must be a path or an absolute http(s) URL.",
+        ));
+    };
+    if let Err(why) = path::classify(&target) {
+        return Decision::Respond(Reply::error(400, "bad_path", why.message()));
+    }
+    // classify() accepted only ASCII, so this cannot fail.
+    let target_str = std::str::from_utf8(&target).unwrap_or("/");
+    let path = target_str.split('?').next().unwrap_or(target_str);
+
+    if queue::is_queue_api_path(path) {
+        return match Endpoint::from_path(path) {
+            Some(endpoint) => Decision::Queue(endpoint),
+            None => Decision::Respond(not_found()),
+        };
+    }
+    let Some(index) = routes.find(path) else {
+        return Decision::Respond(not_found());
+    };
+    let Some(route) = routes.get(index) else {
+        return Decision::Respond(not_found());
+    };
+    match tokens.check(authorization, &route.queue, now) {
+        Ok(identity) => Decision::Forward {
+            route: index,
+            identity,
+            origin: match target {
+                Cow::Owned(rewritten) => Some(rewritten),
+                Cow::Borrowed(b) if b.len() != raw.len() => Some(b.to_vec()),
+                Cow::Borrowed(_) => None,
             },
-            Err(reject) => Decision::Deny(reject),
-        }
+        },
+        Err(reject) => Decision::Deny(reject),
     }
 }
 
@@ -361,7 +380,7 @@ routes:
             Credentials::new(&secret),
             metrics.clone(),
         );
-        let routes = RouteTable::build(&config).unwrap();
+        let routes = Arc::new(RouteTable::build(&config).unwrap());
         let gate = Gate::new(
             api,
             routes,

@@ -9,7 +9,7 @@ use super::path::under_prefix;
 use crate::config::Config;
 
 /// How long an idle upstream connection stays in the pool.
-const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
+pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
 /// One protected route, with its upstream resolved once at start.
 pub struct ProtectedRoute {
@@ -17,6 +17,12 @@ pub struct ProtectedRoute {
     /// Tokens for this route must carry this queue.
     pub queue: String,
     pub upstream: String,
+    /// The upstream's address, resolved at start, and how to reach it: what
+    /// the direct lane (`super::direct`) needs.
+    pub addr: SocketAddr,
+    pub tls: bool,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
     /// Cloned per request. Pingora pools upstream connections by peer, so
     /// equal peers share kept-alive connections.
     peer: HttpPeer,
@@ -61,6 +67,10 @@ impl RouteTable {
                 prefix: route.prefix.clone(),
                 queue: route.queue.clone(),
                 upstream: route.upstream.clone(),
+                addr,
+                tls: upstream.tls,
+                connect_timeout: upstream.connect_timeout,
+                read_timeout: upstream.read_timeout,
                 peer,
             });
         }
@@ -76,6 +86,10 @@ impl RouteTable {
 
     pub fn get(&self, index: usize) -> Option<&ProtectedRoute> {
         self.routes.get(index)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &ProtectedRoute> {
+        self.routes.iter()
     }
 }
 
