@@ -174,7 +174,10 @@ mod tests {
         let r = Reply::error(503, "redis_unavailable", "Redis is down.").closing();
         let text = String::from_utf8(r.to_http1()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{head}");
+        assert!(
+            head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{head}"
+        );
         assert!(head.contains(&format!("Content-Length: {}", body.len())));
         assert!(head.contains("Retry-After: 1"));
         assert!(head.contains("Connection: close"));

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
-use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
@@ -63,12 +63,7 @@ pub struct Guarded<A> {
 }
 
 impl<A> Guarded<A> {
-    pub fn new(
-        inner: A,
-        limits: Limits,
-        open: IntGauge,
-        direct: Option<DirectLane>,
-    ) -> Guarded<A> {
+    pub fn new(inner: A, limits: Limits, open: IntGauge, direct: Option<DirectLane>) -> Guarded<A> {
         Guarded {
             inner: Arc::new(inner),
             limits,
@@ -184,7 +179,10 @@ where
             }
             if let Some(lane) = direct {
                 let closing = *shutdown.borrow();
-                match lane.serve(&mut stream, &mut pending, deadline, closing).await {
+                match lane
+                    .serve(&mut stream, &mut pending, deadline, closing)
+                    .await
+                {
                     Lane::Served { keep_alive: true } => continue,
                     Lane::Served { .. } | Lane::Closed => return None,
                     Lane::Pass => {

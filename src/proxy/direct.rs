@@ -122,7 +122,9 @@ enum Failure {
 impl Failure {
     fn reply(self) -> Reply {
         match self {
-            Failure::Unavailable => Reply::error(502, "upstream_unavailable", "The upstream failed."),
+            Failure::Unavailable => {
+                Reply::error(502, "upstream_unavailable", "The upstream failed.")
+            }
             Failure::Timeout => Reply::error(
                 504,
                 "upstream_timeout",
@@ -358,7 +360,10 @@ impl DirectLane {
             head.extend_from_slice(header.value);
             head.extend_from_slice(b"\r\n");
         }
-        for (name, value) in [(USER_HEADER, &identity.user), (QUEUE_HEADER, &identity.queue)] {
+        for (name, value) in [
+            (USER_HEADER, &identity.user),
+            (QUEUE_HEADER, &identity.queue),
+        ] {
             head.extend_from_slice(name.as_bytes());
             head.extend_from_slice(b": ");
             head.extend_from_slice(value.as_bytes());
@@ -398,13 +403,19 @@ impl DirectLane {
         }
         out.extend_from_slice(b"\r\n");
 
-        let reusable = match relay(&mut conn, upstream, &mut buf, response.framing, out, client)
-            .await
-        {
-            Ok(reusable) => reusable,
-            // The reply is cut short: only closing tells the client.
-            Err(_) => return (response.status, Lane::Closed),
-        };
+        let reusable =
+            match relay(&mut conn, upstream, &mut buf, response.framing, out, client).await {
+                Ok(reusable) => reusable,
+                // Broken before anything was sent: the client can still be told.
+                Err(Broken { sent: false }) => {
+                    let reply = Failure::Unavailable.reply();
+                    let _ = client.write_all(&reply.to_http1()).await;
+                    let _ = client.flush().await;
+                    return (reply.status, Lane::Closed);
+                }
+                // The reply is cut short: only closing tells the client.
+                Err(Broken { sent: true }) => return (response.status, Lane::Closed),
+            };
         if client.flush().await.is_err() {
             return (response.status, Lane::Closed);
         }
@@ -531,8 +542,7 @@ fn parse_response(buf: &[u8], is_head: bool) -> Result<Option<Response>, Failure
                 let token = token.trim_ascii();
                 if token.eq_ignore_ascii_case(b"close") {
                     upstream_close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && response.version == Some(0)
-                {
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && response.version == Some(0) {
                     upstream_close = false;
                 }
             }
@@ -579,6 +589,14 @@ fn parse_response(buf: &[u8], is_head: bool) -> Result<Option<Response>, Failure
     }))
 }
 
+/// A relay that could not finish: the upstream failed, timed out or sent a
+/// body that does not match its framing, or the client went away. `sent`
+/// tells whether the client got any of the reply.
+#[derive(Debug)]
+struct Broken {
+    sent: bool,
+}
+
 /// Relays the body after the head in `out`. Returns whether the upstream
 /// connection ended exactly at the end of the response (and may be reused).
 async fn relay(
@@ -588,12 +606,13 @@ async fn relay(
     framing: Framing,
     mut out: Vec<u8>,
     client: &mut Stream,
-) -> std::io::Result<bool> {
+) -> Result<bool, Broken> {
     let mut chunks = ChunkedEnd::default();
     let mut left = match framing {
         Framing::Length(n) => n,
         _ => 0,
     };
+    let mut sent = false;
     loop {
         // Move what the upstream sent so far into `out`, up to the body's end.
         let (take, done) = match framing {
@@ -606,14 +625,15 @@ async fn relay(
             Framing::Chunked => match chunks.feed(buf) {
                 Ok(Some(end)) => (end, true),
                 Ok(None) => (buf.len(), false),
-                Err(()) => return Err(std::io::ErrorKind::InvalidData.into()),
+                Err(()) => return Err(Broken { sent }),
             },
             Framing::UntilClose => (buf.len(), false),
         };
         out.extend_from_slice(&buf[..take]);
         buf.advance(take);
         if !out.is_empty() {
-            client.write_all(&out).await?;
+            sent = true;
+            client.write_all(&out).await.map_err(|_| Broken { sent })?;
             out.clear();
         }
         if done {
@@ -624,9 +644,7 @@ async fn relay(
         match pingora::time::timeout(upstream.read_timeout, conn.read_buf(buf)).await {
             Ok(Ok(0)) if framing == Framing::UntilClose => return Ok(false),
             Ok(Ok(n)) if n > 0 => {}
-            Ok(Ok(_)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(std::io::ErrorKind::TimedOut.into()),
+            _ => return Err(Broken { sent }),
         }
     }
 }
@@ -698,7 +716,8 @@ impl ChunkedEnd {
                     _ => return self.fail(),
                 },
                 Chunk::Data => {
-                    let take = (data.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                    let take =
+                        (data.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
                     self.size -= take as u64;
                     i += take;
                     if self.size == 0 {
@@ -769,7 +788,6 @@ fn is_hop_by_hop(name: &[u8]) -> bool {
         "keep-alive",
         "proxy-connection",
         "te",
-        "trailer",
         "transfer-encoding",
         "upgrade",
     ]
@@ -810,6 +828,44 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any chunked body, with extensions and trailers, cut anywhere, and
+        /// followed by anything: the end is found exactly where it is.
+        #[test]
+        fn the_end_is_found_exactly(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 1..300), 0..8),
+            extension in proptest::bool::ANY,
+            trailers in 0usize..3,
+            cut in 0usize..4000,
+            after in proptest::collection::vec(proptest::num::u8::ANY, 0..20),
+        ) {
+            let mut body = Vec::new();
+            for chunk in &chunks {
+                body.extend_from_slice(format!("{:X}", chunk.len()).as_bytes());
+                if extension {
+                    body.extend_from_slice(b";name=\"v\"");
+                }
+                body.extend_from_slice(b"\r\n");
+                body.extend_from_slice(chunk);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(b"0\r\n");
+            for i in 0..trailers {
+                body.extend_from_slice(format!("X-T{i}: v\r\n").as_bytes());
+            }
+            body.extend_from_slice(b"\r\n");
+            let end = body.len();
+            body.extend_from_slice(&after);
+            let cut = cut.min(body.len());
+            let mut tracker = ChunkedEnd::default();
+            let found = match tracker.feed(&body[..cut]).unwrap() {
+                Some(n) => n,
+                None => cut + tracker.feed(&body[cut..]).unwrap().unwrap(),
+            };
+            proptest::prop_assert_eq!(found, end);
+        }
+    }
+
     #[test]
     fn refuses_what_is_not_chunked() {
         for bad in [
@@ -832,17 +888,45 @@ mod tests {
                 .unwrap()
                 .framing
         };
-        assert_eq!(framing("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", false), Framing::Length(2));
-        assert_eq!(framing("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", true), Framing::Empty);
-        assert_eq!(framing("HTTP/1.1 204 No Content\r\n\r\n", false), Framing::Empty);
-        assert_eq!(framing("HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n", false), Framing::Empty);
         assert_eq!(
-            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n", false),
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", false),
+            Framing::Length(2)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", true),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\n\r\n", false),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                false
+            ),
+            Framing::Empty
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n",
+                false
+            ),
             Framing::Chunked
         );
-        assert_eq!(framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false), Framing::UntilClose);
-        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n", false), Framing::UntilClose);
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n", false).is_err());
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false),
+            Framing::UntilClose
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\n\r\n", false),
+            Framing::UntilClose
+        );
+        assert!(parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+            false
+        )
+        .is_err());
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", false).is_err());
         assert!(parse_response(b"HTTP/1.1 101 Switching\r\n\r\n", false).is_err());
         assert!(parse_response(b"SSH-2.0-OpenSSH\r\n\r\n", false).is_err());

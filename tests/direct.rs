@@ -1,0 +1,548 @@
+//! The direct lane (src/proxy/direct.rs): plain GET and HEAD requests with a
+//! valid token, relayed by waitgate's own HTTP/1.1 path. Each test drives a
+//! real waitgate over real TCP connections against a scripted upstream whose
+//! answers exercise one framing rule, and checks what the client got and
+//! what the upstream saw.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+const PROTECTED: &str = "/api/v1/follow-up";
+
+/// One scripted answer: the raw bytes, and whether the upstream closes the
+/// connection after sending them (whatever the bytes say).
+#[derive(Clone)]
+struct Answer {
+    bytes: Vec<u8>,
+    close: bool,
+}
+
+fn answer(bytes: impl Into<Vec<u8>>) -> Answer {
+    Answer {
+        bytes: bytes.into(),
+        close: false,
+    }
+}
+
+/// An upstream that answers each request by its path, from a script, and
+/// records the request heads it saw and the connections it accepted.
+struct Scripted {
+    port: u16,
+    heads: Arc<Mutex<Vec<String>>>,
+    connections: Arc<Mutex<usize>>,
+}
+
+impl Scripted {
+    fn start(script: BTreeMap<&'static str, Answer>) -> Scripted {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(Mutex::new(0));
+        let (h, c) = (heads.clone(), connections.clone());
+        let script = Arc::new(script);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                *c.lock().unwrap() += 1;
+                let (h, script) = (h.clone(), script.clone());
+                std::thread::spawn(move || serve_script(stream, &script, &h));
+            }
+        });
+        Scripted {
+            port,
+            heads,
+            connections,
+        }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+
+    fn connections(&self) -> usize {
+        *self.connections.lock().unwrap()
+    }
+}
+
+fn serve_script(stream: TcpStream, script: &BTreeMap<&str, Answer>, heads: &Mutex<Vec<String>>) {
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        // Bodies are only sent through the proxy path in these tests.
+        let length = head
+            .lines()
+            .find_map(|l| {
+                let (n, v) = l.split_once(':')?;
+                n.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+        let is_head = head.starts_with("HEAD ");
+        heads.lock().unwrap().push(head);
+        let Some(answer) = script.get(path.as_str()) else {
+            let _ = writer.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            continue;
+        };
+        // A HEAD answer is the head alone, as HTTP requires.
+        let mut bytes = &answer.bytes[..];
+        if is_head {
+            let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            bytes = &bytes[..end];
+        }
+        if writer.write_all(bytes).is_err() || answer.close {
+            return;
+        }
+    }
+}
+
+struct Env {
+    _redis: Redis,
+    upstream: Scripted,
+    wg: Waitgate,
+    token: String,
+}
+
+/// waitgate in front of a scripted upstream, and a token for user `fan`.
+fn setup(script: BTreeMap<&'static str, Answer>) -> Env {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Scripted::start(script);
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let credential = register(wg.addr, "fan").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    admit_by_hand(&mut redis.conn(), "fan", u64::MAX / 2_000_000);
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/active/token",
+        &json!({ "userId": "fan", "queueCredential": credential }).to_string(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let token = r.json()["accessToken"].as_str().unwrap().to_string();
+    Env {
+        _redis: redis,
+        upstream,
+        wg,
+        token,
+    }
+}
+
+impl Env {
+    fn connect(&self) -> Client {
+        Client::connect(self.wg.addr)
+    }
+
+    fn get(&self, path: &str, extra: &str) -> String {
+        format!(
+            "GET {PROTECTED}{path} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n{extra}\r\n",
+            self.token
+        )
+    }
+}
+
+/// One client connection, read a response head at a time.
+struct Client {
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+/// A response head: status and headers.
+#[derive(Debug)]
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn length(&self) -> usize {
+        self.header("content-length").unwrap().parse().unwrap()
+    }
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    fn send(&mut self, request: &str) {
+        self.writer.write_all(request.as_bytes()).unwrap();
+    }
+
+    fn head(&mut self) -> Head {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no status line: {line:?}"))
+            .parse()
+            .unwrap();
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            let (n, v) = line.trim_end().split_once(':').unwrap();
+            headers.push((n.to_string(), v.trim().to_string()));
+        }
+        Head { status, headers }
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut body = vec![0; n];
+        self.reader.read_exact(&mut body).unwrap();
+        body
+    }
+
+    /// A response with a Content-Length body.
+    fn response(&mut self) -> (Head, Vec<u8>) {
+        let head = self.head();
+        let body = self.bytes(head.length());
+        (head, body)
+    }
+
+    /// Whether the server closed the connection (read gives EOF).
+    fn closed(&mut self) -> bool {
+        let mut rest = Vec::new();
+        matches!(self.reader.read_to_end(&mut rest), Ok(0))
+    }
+}
+
+const CHUNKED_BODY: &str = "5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Checksum: 42\r\n\r\n";
+
+fn big_body() -> Vec<u8> {
+    (0..1_000_000u32).map(|i| (i % 251) as u8).collect()
+}
+
+fn length_answer(body: &[u8]) -> Answer {
+    let mut bytes =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    bytes.extend_from_slice(body);
+    answer(bytes)
+}
+
+#[test]
+fn chunked_and_large_bodies_are_relayed_whole_over_one_kept_alive_upstream_connection() {
+    let big = big_body();
+    let env = setup(BTreeMap::from([
+        (
+            "/api/v1/follow-up/chunked",
+            answer(format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n{CHUNKED_BODY}"
+            )),
+        ),
+        ("/api/v1/follow-up/big", length_answer(&big)),
+    ]));
+    let mut c = env.connect();
+    for _ in 0..2 {
+        c.send(&env.get("/chunked", ""));
+        let head = c.head();
+        assert_eq!(head.status, 200);
+        assert_eq!(head.header("transfer-encoding"), Some("chunked"));
+        // The chunked body arrives byte for byte, trailer included.
+        assert_eq!(c.bytes(CHUNKED_BODY.len()), CHUNKED_BODY.as_bytes());
+
+        c.send(&env.get("/big", ""));
+        let (head, body) = c.response();
+        assert_eq!(head.status, 200);
+        assert!(body == big, "the 1 MB body differs");
+    }
+    // Each body's end was found exactly: one upstream connection served all.
+    assert_eq!(env.upstream.connections(), 1);
+    assert_eq!(env.upstream.heads().len(), 4);
+}
+
+#[test]
+fn head_204_and_304_answers_have_no_body_and_the_connection_goes_on() {
+    let env = setup(BTreeMap::from([
+        ("/api/v1/follow-up/doc", length_answer(b"0123456789")),
+        (
+            "/api/v1/follow-up/empty",
+            answer("HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n"),
+        ),
+        (
+            "/api/v1/follow-up/same",
+            answer("HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 10\r\n\r\n"),
+        ),
+    ]));
+    let mut c = env.connect();
+    c.send(&env.get("/doc", "").replacen("GET", "HEAD", 1));
+    let head = c.head();
+    assert_eq!((head.status, head.length()), (200, 10));
+    c.send(&env.get("/empty", ""));
+    let head = c.head();
+    assert_eq!(head.status, 204);
+    assert_eq!(head.header("x-a"), Some("1"));
+    c.send(&env.get("/same", ""));
+    let head = c.head();
+    assert_eq!(head.status, 304);
+    assert_eq!(head.header("etag"), Some("\"v1\""));
+    // Had any of those been read as having a body, this would be garbled.
+    c.send(&env.get("/doc", ""));
+    let (head, body) = c.response();
+    assert_eq!(head.status, 200);
+    assert_eq!(body, b"0123456789");
+    assert_eq!(env.upstream.connections(), 1);
+}
+
+#[test]
+fn a_body_that_ends_with_the_upstream_connection_is_relayed_then_the_client_is_closed() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/stream",
+        Answer {
+            bytes: b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it, then close"
+                .to_vec(),
+            close: true,
+        },
+    )]));
+    let mut c = env.connect();
+    c.send(&env.get("/stream", ""));
+    let head = c.head();
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("connection"), Some("close"));
+    let mut body = Vec::new();
+    c.reader.read_to_end(&mut body).unwrap();
+    assert_eq!(body, b"all of it, then close");
+}
+
+#[test]
+fn an_upstream_that_dropped_its_idle_connection_is_retried_on_a_new_one() {
+    // The upstream closes after every answer without saying so, as one with
+    // a short idle timeout does: each pooled connection is dead when reused.
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/seat",
+        Answer {
+            close: true,
+            ..length_answer(b"ok")
+        },
+    )]));
+    let mut c = env.connect();
+    for i in 0..5 {
+        c.send(&env.get("/seat", ""));
+        let (head, body) = c.response();
+        assert_eq!(
+            (head.status, body.as_slice()),
+            (200, &b"ok"[..]),
+            "request {i}"
+        );
+        // Let the upstream's close arrive before the next request.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(env.upstream.connections(), 5);
+    // Each request reached the upstream once: the retry came only after the
+    // dead connection failed, not after an answer.
+    assert_eq!(env.upstream.heads().len(), 5);
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let env = setup(BTreeMap::from([
+        ("/api/v1/follow-up/a", length_answer(b"first")),
+        ("/api/v1/follow-up/b", length_answer(b"second")),
+    ]));
+    let mut c = env.connect();
+    c.send(&format!(
+        "{}{}{}",
+        env.get("/a", ""),
+        env.get("/b", ""),
+        env.get("/a", "")
+    ));
+    for expected in [&b"first"[..], b"second", b"first"] {
+        let (head, body) = c.response();
+        assert_eq!(head.status, 200);
+        assert_eq!(body, expected);
+    }
+}
+
+#[test]
+fn requests_the_lane_declines_are_served_by_the_proxy_on_the_same_connection() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/seat",
+        length_answer(b"ok"),
+    )]));
+    let mut c = env.connect();
+    c.send(&env.get("/seat", ""));
+    assert_eq!(c.response().1, b"ok");
+    // A body: the proxy's path.
+    c.send(&format!(
+        "POST {PROTECTED}/seat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{{\"seat\":7}}",
+        env.token
+    ));
+    assert_eq!(c.response().1, b"ok");
+    // The queue API, refused tokens and unknown paths, on the same connection.
+    c.send("GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: tickets\r\n\r\n");
+    assert_eq!(c.response().0.status, 404);
+    c.send(&format!(
+        "GET {PROTECTED}/seat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer nope\r\n\r\n"
+    ));
+    assert_eq!(c.response().0.status, 401);
+    // And the lane again.
+    c.send(&env.get("/seat", ""));
+    assert_eq!(c.response().1, b"ok");
+
+    // HTTP/1.0 goes to the proxy too.
+    let r = raw(
+        env.wg.addr,
+        format!(
+            "GET {PROTECTED}/seat HTTP/1.0\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\r\n",
+            env.token
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+
+    let heads = env.upstream.heads();
+    assert_eq!(heads.len(), 4, "{heads:?}");
+    assert!(heads[1].starts_with("POST "));
+}
+
+#[test]
+fn hop_by_hop_and_spoofed_identity_headers_are_not_forwarded() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/seat?row=3",
+        length_answer(b"ok"),
+    )]));
+    let mut c = env.connect();
+    c.send(&env.get(
+        "/seat?row=3",
+        "Connection: keep-alive\r\nKeep-Alive: timeout=300\r\nTE: trailers\r\n\
+         Proxy-Connection: keep-alive\r\nX-Waitgate-User: someone-else\r\n\
+         x-waitgate-queue: other\r\nX-Custom: Kept\r\n",
+    ));
+    assert_eq!(c.response().0.status, 200);
+    let head = env.upstream.heads().pop().unwrap();
+    let lower = head.to_ascii_lowercase();
+    assert!(
+        head.starts_with(&format!("GET {PROTECTED}/seat?row=3 HTTP/1.1\r\n")),
+        "{head}"
+    );
+    for gone in [
+        "\r\nconnection:",
+        "\r\nkeep-alive:",
+        "\r\nte:",
+        "\r\nproxy-connection:",
+        "someone-else",
+        "x-waitgate-queue: other",
+    ] {
+        assert!(!lower.contains(gone), "{gone} was forwarded: {head}");
+    }
+    assert!(head.contains("X-Custom: Kept\r\n"), "{head}");
+    assert!(lower.contains("x-waitgate-user: fan\r\n"), "{head}");
+    assert!(lower.contains("x-waitgate-queue: baseball\r\n"), "{head}");
+    assert!(head.contains(&format!("Authorization: Bearer {}\r\n", env.token)));
+}
+
+#[test]
+fn connection_close_from_the_client_is_honoured() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/seat",
+        length_answer(b"ok"),
+    )]));
+    let mut c = env.connect();
+    c.send(&env.get("/seat", "Connection: close\r\n"));
+    let (head, body) = c.response();
+    assert_eq!(body, b"ok");
+    assert_eq!(head.header("connection"), Some("close"));
+    assert!(c.closed());
+}
+
+#[test]
+fn an_interim_103_is_relayed_before_the_answer() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/early",
+        answer(
+            "HTTP/1.1 103 Early Hints\r\nLink: </seatmap.css>; rel=preload\r\n\r\n\
+             HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ),
+    )]));
+    let mut c = env.connect();
+    c.send(&env.get("/early", ""));
+    let early = c.head();
+    assert_eq!(early.status, 103);
+    assert_eq!(early.header("link"), Some("</seatmap.css>; rel=preload"));
+    assert_eq!(c.response().1, b"ok");
+}
+
+#[test]
+fn a_broken_upstream_answer_is_a_502_or_a_closed_connection_never_a_wrong_body() {
+    let env = setup(BTreeMap::from([
+        (
+            "/api/v1/follow-up/garbage",
+            answer("SSH-2.0-OpenSSH_9.2\r\n\r\n"),
+        ),
+        (
+            "/api/v1/follow-up/lengths",
+            answer("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc"),
+        ),
+        (
+            "/api/v1/follow-up/badchunks",
+            answer("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n"),
+        ),
+    ]));
+    for path in ["/garbage", "/lengths"] {
+        let mut c = env.connect();
+        c.send(&env.get(path, ""));
+        let (head, body) = c.response();
+        assert_eq!(head.status, 502, "{path}");
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "upstream_unavailable");
+        assert!(c.closed(), "{path}");
+    }
+    // Broken chunks: a 502 if nothing was sent yet, else the connection ends
+    // before the body does. Never a body that looks whole.
+    let mut c = env.connect();
+    c.send(&env.get("/badchunks", ""));
+    let head = c.head();
+    match head.status {
+        502 => {
+            c.bytes(head.length());
+        }
+        200 => {}
+        other => panic!("status {other}"),
+    }
+    assert!(c.closed());
+}
