@@ -74,15 +74,21 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(config));
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
     let routes = Arc::new(RouteTable::build(config)?);
+    let credentials = Credentials::new(secret);
+    let api = Arc::new(QueueApi::new(
+        config,
+        store,
+        tokens.clone(),
+        credentials,
+        metrics.clone(),
+    ));
     let direct = DirectLane::new(
         routes.clone(),
         tokens.clone(),
+        api.clone(),
         metrics.clone(),
         in_flight.clone(),
     );
-
-    let credentials = Credentials::new(secret);
-    let api = QueueApi::new(config, store, tokens.clone(), credentials, metrics.clone());
     let gate = Gate::new(
         api,
         routes,

@@ -17,9 +17,13 @@
 //! - the decision is to forward (a valid token for the route's queue);
 //! - the route's upstream is plain TCP.
 //!
-//! Anything else (the queue API, refusals, bodies, upgrades, TLS upstreams,
-//! heads over [`MAX_HEAD`]) is handed back unconsumed, and the Pingora proxy
-//! reads and answers it exactly as before. Replies to forwarded requests keep
+//! The one queue API call that needs no body, and that every waiting user
+//! repeats every few seconds, `GET /api/v1/queue/rank`, is answered here too,
+//! by the same handler the proxy uses (`crate::queue::rank::answer`).
+//!
+//! Anything else (the other queue API calls, refusals, bodies, upgrades, TLS
+//! upstreams, heads over [`MAX_HEAD`]) is handed back unconsumed, and the
+//! Pingora proxy reads and answers it exactly as before. Replies to forwarded requests keep
 //! the proxy's contract: the identity headers replace any sent by the
 //! client, hop-by-hop headers are not forwarded, an unreachable upstream is a
 //! JSON 502 and a slow one a JSON 504.
@@ -38,6 +42,7 @@ use super::routes::{RouteTable, UPSTREAM_IDLE};
 use super::{decide_target, Decision, QUEUE_HEADER, USER_HEADER};
 use crate::edge::jwt::{self, Tokens};
 use crate::metrics::Metrics;
+use crate::queue::{rank, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::server::InFlight;
 
@@ -135,7 +140,18 @@ impl Failure {
     }
 }
 
-/// A request the lane takes, ready to send.
+/// A request the lane takes.
+enum Take {
+    Forward(Plan),
+    /// `GET /api/v1/queue/rank`, answered from Redis like the proxy does.
+    Rank {
+        query: Option<String>,
+        consumed: usize,
+        client_close: bool,
+    },
+}
+
+/// A request to forward, ready to send.
 struct Plan {
     route: usize,
     /// The request as the upstream gets it.
@@ -174,6 +190,7 @@ struct Response {
 pub struct DirectLane {
     routes: Arc<RouteTable>,
     tokens: Arc<Tokens>,
+    api: Arc<QueueApi>,
     metrics: Arc<Metrics>,
     in_flight: Arc<InFlight>,
     /// Per route, in route order; `None` for TLS upstreams.
@@ -184,6 +201,7 @@ impl DirectLane {
     pub fn new(
         routes: Arc<RouteTable>,
         tokens: Arc<Tokens>,
+        api: Arc<QueueApi>,
         metrics: Arc<Metrics>,
         in_flight: Arc<InFlight>,
     ) -> DirectLane {
@@ -209,6 +227,7 @@ impl DirectLane {
         DirectLane {
             routes,
             tokens,
+            api,
             metrics,
             in_flight,
             upstreams,
@@ -229,14 +248,14 @@ impl DirectLane {
         deadline: Instant,
         closing: bool,
     ) -> Lane {
-        let plan = loop {
+        let take = loop {
             if !pending.is_empty() {
                 let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
                 let mut request = httparse::Request::new(&mut headers);
                 match request.parse(pending) {
                     Ok(httparse::Status::Complete(consumed)) => {
                         match self.plan(&request, consumed) {
-                            Some(plan) => break plan,
+                            Some(take) => break take,
                             None => return Lane::Pass,
                         }
                     }
@@ -259,29 +278,50 @@ impl DirectLane {
 
         let _in_flight = self.in_flight.enter();
         let started = Instant::now();
-        pending.advance(plan.consumed);
-        let close = plan.client_close || closing;
-        let (status, outcome) = self.forward(&plan, client, close).await;
-        if let Some(route) = self.routes.get(plan.route) {
-            if status > 0 {
-                self.metrics.observe_request(
-                    &route.prefix,
-                    status,
-                    started.elapsed().as_secs_f64(),
-                );
+        let (route, status, outcome) = match take {
+            Take::Forward(plan) => {
+                pending.advance(plan.consumed);
+                let close = plan.client_close || closing;
+                let (status, outcome) = self.forward(&plan, client, close).await;
+                let route = self.routes.get(plan.route).map(|r| r.prefix.as_str());
+                (route.unwrap_or("other"), status, outcome)
             }
-            tracing::debug!(
-                route = %route.prefix,
-                status,
-                elapsed_us = started.elapsed().as_micros() as u64,
-                "request"
-            );
+            Take::Rank {
+                query,
+                consumed,
+                client_close,
+            } => {
+                pending.advance(consumed);
+                let mut reply = rank::answer(&self.api, query.as_deref()).await;
+                if client_close || closing {
+                    reply = reply.closing();
+                }
+                let status = reply.status;
+                let sent = client.write_all(&reply.to_http1()).await.is_ok()
+                    && client.flush().await.is_ok();
+                let outcome = if sent && !reply.close {
+                    Lane::Served { keep_alive: true }
+                } else {
+                    Lane::Closed
+                };
+                (Endpoint::Rank.name(), status, outcome)
+            }
+        };
+        if status > 0 {
+            self.metrics
+                .observe_request(route, status, started.elapsed().as_secs_f64());
         }
+        tracing::debug!(
+            route,
+            status,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "request"
+        );
         outcome
     }
 
     /// Whether the lane takes this request, and what it sends upstream.
-    fn plan(&self, request: &httparse::Request<'_, '_>, consumed: usize) -> Option<Plan> {
+    fn plan(&self, request: &httparse::Request<'_, '_>, consumed: usize) -> Option<Take> {
         if request.version != Some(1) {
             return None;
         }
@@ -329,19 +369,30 @@ impl DirectLane {
             .iter()
             .filter(|h| is(h.name.as_bytes(), "authorization"))
             .map(|h| h.value);
-        let Decision::Forward {
-            route,
-            identity,
-            origin: None,
-        } = decide_target(
+        let (route, identity) = match decide_target(
             &self.routes,
             &self.tokens,
             target,
             authorization,
             jwt::now_s(),
-        )
-        else {
-            return None;
+        ) {
+            Decision::Forward {
+                route,
+                identity,
+                origin: None,
+            } => (route, identity),
+            Decision::Queue(Endpoint::Rank) if !is_head => {
+                let query = target
+                    .iter()
+                    .position(|&b| b == b'?')
+                    .map(|at| String::from_utf8_lossy(&target[at + 1..]).into_owned());
+                return Some(Take::Rank {
+                    query,
+                    consumed,
+                    client_close,
+                });
+            }
+            _ => return None,
         };
         self.upstreams.get(route)?.as_ref()?;
 
@@ -370,13 +421,13 @@ impl DirectLane {
             head.extend_from_slice(b"\r\n");
         }
         head.extend_from_slice(b"\r\n");
-        Some(Plan {
+        Some(Take::Forward(Plan {
             route,
             head,
             consumed,
             is_head,
             client_close,
-        })
+        }))
     }
 
     /// Sends the request and relays the response. Returns the status the
@@ -386,11 +437,12 @@ impl DirectLane {
             return (0, Lane::Closed);
         };
         let mut buf = BytesMut::with_capacity(8 * 1024);
-        let (mut conn, response) = match exchange(upstream, plan, &mut buf, client).await {
+        let (conn, response) = match exchange(upstream, plan, &mut buf, client).await {
             Ok(answer) => answer,
             Err(failure) => {
                 let reply = failure.reply();
                 let status = reply.status;
+                tracing::warn!(upstream = %upstream.addr, status, "upstream failed");
                 let _ = client.write_all(&reply.to_http1()).await;
                 let _ = client.flush().await;
                 return (status, Lane::Closed);
@@ -403,24 +455,31 @@ impl DirectLane {
         }
         out.extend_from_slice(b"\r\n");
 
-        let reusable =
-            match relay(&mut conn, upstream, &mut buf, response.framing, out, client).await {
-                Ok(reusable) => reusable,
-                // Broken before anything was sent: the client can still be told.
-                Err(Broken { sent: false }) => {
-                    let reply = Failure::Unavailable.reply();
-                    let _ = client.write_all(&reply.to_http1()).await;
-                    let _ = client.flush().await;
-                    return (reply.status, Lane::Closed);
-                }
-                // The reply is cut short: only closing tells the client.
-                Err(Broken { sent: true }) => return (response.status, Lane::Closed),
-            };
+        let upstream_close = response.upstream_close;
+        let relayed = relay(
+            conn,
+            upstream,
+            upstream_close,
+            &mut buf,
+            response.framing,
+            out,
+            client,
+        )
+        .await;
+        match relayed {
+            Ok(()) => {}
+            // Broken before anything was sent: the client can still be told.
+            Err(Broken { sent: false }) => {
+                let reply = Failure::Unavailable.reply();
+                let _ = client.write_all(&reply.to_http1()).await;
+                let _ = client.flush().await;
+                return (reply.status, Lane::Closed);
+            }
+            // The reply is cut short: only closing tells the client.
+            Err(Broken { sent: true }) => return (response.status, Lane::Closed),
+        }
         if client.flush().await.is_err() {
             return (response.status, Lane::Closed);
-        }
-        if reusable && !response.upstream_close {
-            upstream.put(conn);
         }
         let lane = if close {
             Lane::Closed
@@ -597,16 +656,19 @@ struct Broken {
     sent: bool,
 }
 
-/// Relays the body after the head in `out`. Returns whether the upstream
-/// connection ended exactly at the end of the response (and may be reused).
+/// Relays the body after the head in `out`. The upstream connection goes
+/// back to the pool if the response ended exactly where its framing says
+/// (and the upstream keeps it open), before the client gets the last bytes:
+/// a client's next request then finds it there.
 async fn relay(
-    conn: &mut TcpStream,
+    mut conn: TcpStream,
     upstream: &Upstream,
+    upstream_close: bool,
     buf: &mut BytesMut,
     framing: Framing,
     mut out: Vec<u8>,
     client: &mut Stream,
-) -> Result<bool, Broken> {
+) -> Result<(), Broken> {
     let mut chunks = ChunkedEnd::default();
     let mut left = match framing {
         Framing::Length(n) => n,
@@ -631,18 +693,24 @@ async fn relay(
         };
         out.extend_from_slice(&buf[..take]);
         buf.advance(take);
+        if done {
+            // Anything past the end was never asked for: do not reuse.
+            if buf.is_empty() && !upstream_close {
+                upstream.put(conn);
+            }
+            return client
+                .write_all(&out)
+                .await
+                .map_err(|_| Broken { sent: true });
+        }
         if !out.is_empty() {
             sent = true;
             client.write_all(&out).await.map_err(|_| Broken { sent })?;
             out.clear();
         }
-        if done {
-            // Anything past the end was never asked for: do not reuse.
-            return Ok(buf.is_empty());
-        }
         buf.reserve(READ_SIZE);
         match pingora::time::timeout(upstream.read_timeout, conn.read_buf(buf)).await {
-            Ok(Ok(0)) if framing == Framing::UntilClose => return Ok(false),
+            Ok(Ok(0)) if framing == Framing::UntilClose => return Ok(()),
             Ok(Ok(n)) if n > 0 => {}
             _ => return Err(Broken { sent }),
         }

@@ -73,7 +73,7 @@ pub struct RequestCtx {
 
 /// The proxy: the queue API plus the protected routes.
 pub struct Gate {
-    api: QueueApi,
+    api: Arc<QueueApi>,
     routes: Arc<RouteTable>,
     tokens: Arc<Tokens>,
     /// Counts requests under way, so that SIGTERM can exit as soon as they
@@ -85,7 +85,7 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(
-        api: QueueApi,
+        api: Arc<QueueApi>,
         routes: Arc<RouteTable>,
         tokens: Arc<Tokens>,
         in_flight: Arc<InFlight>,
@@ -373,13 +373,13 @@ routes:
         let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
         let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
         let metrics = Arc::new(Metrics::new(&config));
-        let api = QueueApi::new(
+        let api = Arc::new(QueueApi::new(
             &config,
             store,
             tokens.clone(),
             Credentials::new(&secret),
             metrics.clone(),
-        );
+        ));
         let routes = Arc::new(RouteTable::build(&config).unwrap());
         let gate = Gate::new(
             api,

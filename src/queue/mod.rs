@@ -8,7 +8,7 @@
 pub mod credential;
 mod dropout;
 pub mod input;
-mod rank;
+pub mod rank;
 pub mod register;
 pub mod token;
 

@@ -7,13 +7,19 @@ use crate::reply::Reply;
 use crate::store::Position;
 
 pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
-    match rank(api, session).await {
+    answer(api, session.req_header().uri.query()).await
+}
+
+/// The reply to a rank request with this query string (without the `?`).
+/// Needs nothing else of the request, so the direct lane answers it too.
+pub async fn answer(api: &QueueApi, query: Option<&str>) -> Reply {
+    match rank(api, query).await {
         Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn rank(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let (user, queue) = input::user_query(session.req_header().uri.query())?;
+async fn rank(api: &QueueApi, query: Option<&str>) -> Result<Reply, Reply> {
+    let (user, queue) = input::user_query(query)?;
     let queue = api.queue(queue.as_deref())?;
 
     let position = api
