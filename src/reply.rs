@@ -106,6 +106,11 @@ impl Reply {
             .and_then(|s| s.canonical_reason())
             .unwrap_or("");
         let mut head = format!("HTTP/1.1 {} {reason}\r\n", self.status);
+        // As the session writer adds it (RFC 9110 §6.6.1), cached per second.
+        let date = pingora::protocols::http::date::get_cached_date();
+        head.push_str("Date: ");
+        head.push_str(date.to_str().unwrap_or(""));
+        head.push_str("\r\n");
         if self.status != 204 {
             let _ = write!(
                 head,
@@ -181,6 +186,7 @@ mod tests {
         assert!(head.contains(&format!("Content-Length: {}", body.len())));
         assert!(head.contains("Retry-After: 1"));
         assert!(head.contains("Connection: close"));
+        assert!(head.contains("\r\nDate: "), "{head}");
         assert_eq!(body.as_bytes(), &r.body[..]);
     }
 

@@ -132,10 +132,7 @@ fn setup(script: BTreeMap<&'static str, Answer>) -> Env {
     let ports = Ports::new();
     let upstream = Scripted::start(script);
     let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
-    let credential = register(wg.addr, "fan").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let credential = register_new(wg.addr, "fan");
     admit_by_hand(&mut redis.conn(), "fan", u64::MAX / 2_000_000);
     let r = post_json(
         wg.addr,

@@ -336,10 +336,7 @@ fn repeating_the_exchange_gives_a_fresh_token_with_a_new_jti() {
 fn token_endpoint_refuses_a_user_who_is_not_active_with_403_not_active() {
     let env = setup();
     // Registered, still waiting, with its own correct credential.
-    let waiting = register(env.wg.addr, "waiter").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let waiting = register_new(env.wg.addr, "waiter");
     let r = env.exchange("waiter", &waiting);
     assert_eq!(r.status, 403, "{r:?}");
     assert_eq!(r.error_code(), "not_active");
@@ -360,10 +357,7 @@ fn token_endpoint_refuses_a_user_who_is_not_active_with_403_not_active() {
 #[test]
 fn token_endpoint_refuses_the_credential_of_an_earlier_registration() {
     let env = setup();
-    let first = register(env.wg.addr, "twice").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let first = register_new(env.wg.addr, "twice");
     assert_eq!(dropout(env.wg.addr, "twice", &first).status, 204);
     let second = env.activate("twice", now_ms() + 3_600_000);
     let refused = env.exchange("twice", &first);
@@ -381,10 +375,7 @@ fn token_endpoint_refuses_the_credential_of_an_earlier_registration() {
 #[test]
 fn token_endpoint_gives_a_wrong_credential_the_same_403_body_as_not_active() {
     let env = setup();
-    let waiting = register(env.wg.addr, "waiter").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let waiting = register_new(env.wg.addr, "waiter");
     let not_active = env.exchange("waiter", &waiting);
     assert_eq!(not_active.status, 403, "{not_active:?}");
 

@@ -182,10 +182,7 @@ fn an_active_user_is_told_so() {
 #[test]
 fn dropout_removes_all_three_together() {
     let s = setup();
-    let cred = register(s.wg.addr, "leaver").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cred = register_new(s.wg.addr, "leaver");
     register(s.wg.addr, "stayer");
     let r = dropout(s.wg.addr, "leaver", &cred);
     assert_eq!(r.status, 204);
@@ -205,10 +202,7 @@ fn dropout_removes_all_three_together() {
 #[test]
 fn dropout_needs_the_right_credential() {
     let s = setup();
-    let cred = register(s.wg.addr, "victim").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let cred = register_new(s.wg.addr, "victim");
     let mut c = s.redis.conn();
     let before = all_keys(&mut c);
 
@@ -216,10 +210,7 @@ fn dropout_needs_the_right_credential() {
     assert_eq!(wrong.status, 403);
     assert_eq!(wrong.error_code(), "credential_mismatch");
     // A credential of another user does not work either.
-    let other = register(s.wg.addr, "other").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let other = register_new(s.wg.addr, "other");
     assert_eq!(dropout(s.wg.addr, "victim", &other).status, 403);
 
     let missing = delete(s.wg.addr, "/api/v1/queue/dropout?userId=victim", &[]).unwrap();
@@ -242,15 +233,9 @@ fn dropout_needs_the_right_credential() {
 #[test]
 fn a_credential_belongs_to_one_registration() {
     let s = setup();
-    let first = register(s.wg.addr, "again").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let first = register_new(s.wg.addr, "again");
     assert_eq!(dropout(s.wg.addr, "again", &first).status, 204);
-    let second = register(s.wg.addr, "again").json()["queueCredential"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let second = register_new(s.wg.addr, "again");
     assert_ne!(first, second);
     // The credential of the earlier registration no longer takes the user out.
     let stale = dropout(s.wg.addr, "again", &first);

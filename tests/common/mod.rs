@@ -555,6 +555,15 @@ pub fn register(addr: SocketAddr, user: &str) -> Response {
     .unwrap()
 }
 
+/// Registers a new user and returns the queueCredential of the reply.
+pub fn register_new(addr: SocketAddr, user: &str) -> String {
+    let r = register(addr, user);
+    match r.json()["queueCredential"].as_str() {
+        Some(credential) => credential.to_string(),
+        None => panic!("{user} got no credential: {r:?}"),
+    }
+}
+
 pub fn rank(addr: SocketAddr, user: &str) -> Response {
     get(addr, &format!("/api/v1/queue/rank?userId={user}")).unwrap()
 }
