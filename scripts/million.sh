@@ -8,6 +8,8 @@
 #
 #   scripts/million.sh            # 1,000,000 users
 #   scripts/million.sh 200000     # fewer
+#   MILLION_REDIS_ARGS="--disable-thp no" scripts/million.sh   # Redis on huge pages
+#     (needs /sys/kernel/mm/transparent_hugepage/enabled set to always)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
@@ -28,7 +30,10 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 P_WG=19303 P_ADMIN=19304 P_REDIS=19305
-redis-server --port $P_REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
+# MILLION_REDIS_ARGS adds redis-server options, e.g. "--disable-thp no" to
+# measure with transparent huge pages (see the README, "Script time").
+# shellcheck disable=SC2086
+redis-server --port $P_REDIS --bind 127.0.0.1 --save "" --appendonly no --daemonize no ${MILLION_REDIS_ARGS:-} >/dev/null &
 pids+=($!)
 R() { redis-cli -p $P_REDIS "$@"; }
 for _ in $(seq 50); do R ping >/dev/null 2>&1 && break; sleep 0.1; done
