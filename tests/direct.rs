@@ -543,3 +543,33 @@ fn a_broken_upstream_answer_is_a_502_or_a_closed_connection_never_a_wrong_body()
     }
     assert!(c.closed());
 }
+
+#[test]
+fn after_a_pipelined_request_for_the_proxy_the_connection_closes_for_the_client_to_retry() {
+    let env = setup(BTreeMap::from([
+        ("/api/v1/follow-up/a", length_answer(b"first")),
+        ("/api/v1/follow-up/b", length_answer(b"second")),
+    ]));
+    let mut c = env.connect();
+    // All three in one write. The lane serves the first and hands the rest,
+    // unread, to the proxy. Pingora answers the POST and, as it does with
+    // bytes pipelined behind a request, closes the connection instead of
+    // reading on; the client sends the third again (RFC 9112 §9.3.2).
+    c.send(&format!(
+        "{}POST {PROTECTED}/b HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: 4\r\n\r\nbody{}",
+        env.get("/a", ""),
+        env.token,
+        env.get("/a", "")
+    ));
+    for expected in [&b"first"[..], b"second"] {
+        let (head, body) = c.response();
+        assert_eq!(head.status, 200);
+        assert_eq!(body, expected);
+    }
+    assert!(c.closed());
+    let heads = env.upstream.heads();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(heads[1].starts_with(&format!("POST {PROTECTED}/b ")));
+    assert!(heads[1].contains("Content-Length: 4"));
+}
