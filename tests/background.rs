@@ -265,18 +265,13 @@ fn three_instances_admit_at_most_one_batch_per_window_in_total() {
     );
     let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, &queue)).collect();
     let users = 60;
-    // Hold the gate while the queue fills (a window far in the future counts
-    // as decided), so that a slow registration cannot leave early windows
-    // short and every window but the last must be full.
-    let mut c = redis.conn();
-    let _: () = c
-        .hset("queue:{baseball}:admission", "window", i64::MAX / 2)
-        .unwrap();
+    hold_gate(&redis);
     for i in 0..users {
         let wg = &instances[i % 3];
         assert_eq!(register(wg.addr, &format!("multi{i:03}")).status, 200);
     }
-    let _: () = c.hdel("queue:{baseball}:admission", "window").unwrap();
+    release_gate(&redis);
+    let mut c = redis.conn();
     // Until everyone is admitted: 12 windows.
     let took = wait_until_all_admitted(&redis, users, Duration::from_secs(10));
     let counts = admitted_per_window(&redis, TTL_MS, INTERVAL_MS);

@@ -321,12 +321,14 @@ fn killing_one_of_three_instances_keeps_the_global_rate() {
         })
         .collect();
     let users = 48;
+    hold_gate(&redis);
     for i in 0..users {
         assert_eq!(
             register(instances[i % 3].addr, &format!("k{i:02}")).status,
             200
         );
     }
+    release_gate(&redis);
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
     // SIGKILL: no drain, no goodbye.
     let victim = instances.remove(0);

@@ -744,6 +744,25 @@ fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
 pub const WAITING_KEY: &str = "queue:{baseball}:waiting";
 pub const ACTIVE_KEY: &str = "queue:{baseball}:active";
 
+/// Holds queue `baseball`'s admission gate: a window far in the future
+/// counts as decided, so no instance admits anyone until [`release_gate`].
+/// Tests fill the queue under it, so that a slow registration cannot leave
+/// early windows short.
+pub fn hold_gate(redis: &Redis) {
+    let _: () = redis::Commands::hset(
+        &mut redis.conn(),
+        "queue:{baseball}:admission",
+        "window",
+        i64::MAX / 2,
+    )
+    .unwrap();
+}
+
+pub fn release_gate(redis: &Redis) {
+    let _: () =
+        redis::Commands::hdel(&mut redis.conn(), "queue:{baseball}:admission", "window").unwrap();
+}
+
 /// Waits until nobody waits in queue `baseball`, checking on every look
 /// (one atomic read of both sets) that all `users` are in exactly one of
 /// them. Returns how long that took.
