@@ -5,6 +5,8 @@
 //! `Cache-Control: no-store`, and errors share one shape:
 //! `{"error":"<snake_case_code>","message":"<one sentence>"}`.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -79,51 +81,55 @@ impl Reply {
         self
     }
 
-    /// Builds the response header: status, JSON type, length, no caching.
-    pub fn response_header(&self) -> pingora::Result<ResponseHeader> {
-        let mut header = ResponseHeader::build(self.status, Some(4 + self.headers.len()))?;
+    /// The header fields every reply carries, in order: JSON type, length,
+    /// no caching, the extra headers, and `Connection: close` when closing.
+    /// Both writers below send exactly these.
+    fn fields(&self) -> Vec<(&'static str, Cow<'_, str>)> {
+        let mut fields = Vec::with_capacity(4 + self.headers.len());
         if self.status != 204 {
-            header.insert_header("Content-Type", "application/json")?;
-            header.insert_header("Content-Length", self.body.len().to_string())?;
+            fields.push(("Content-Type", Cow::Borrowed("application/json")));
+            fields.push(("Content-Length", Cow::Owned(self.body.len().to_string())));
         }
-        header.insert_header("Cache-Control", "no-store")?;
+        fields.push(("Cache-Control", Cow::Borrowed("no-store")));
         for (name, value) in &self.headers {
-            header.append_header(*name, value.as_str())?;
+            fields.push((*name, Cow::Borrowed(value.as_str())));
         }
         if self.close {
-            header.insert_header("Connection", "close")?;
+            fields.push(("Connection", Cow::Borrowed("close")));
+        }
+        fields
+    }
+
+    /// Builds the response header: status, JSON type, length, no caching.
+    pub fn response_header(&self) -> pingora::Result<ResponseHeader> {
+        let fields = self.fields();
+        let mut header = ResponseHeader::build(self.status, Some(fields.len()))?;
+        for (name, value) in fields {
+            header.append_header(name, value.into_owned())?;
         }
         Ok(header)
     }
 
-    /// The reply as HTTP/1.1 bytes, the same header set as
-    /// [`Reply::response_header`], for writers that hold the connection
-    /// itself (the direct lane).
+    /// The reply as HTTP/1.1 bytes, with the same fields as
+    /// [`Reply::response_header`] plus `Date` (which the session writer adds
+    /// itself), for writers that hold the connection itself (the direct lane).
     pub fn to_http1(&self) -> Vec<u8> {
-        use std::fmt::Write as _;
         let reason = http::StatusCode::from_u16(self.status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("");
-        let mut head = format!("HTTP/1.1 {} {reason}\r\n", self.status);
-        // As the session writer adds it (RFC 9110 §6.6.1), cached per second.
+        // Cached per second, as the session writer's (RFC 9110 §6.6.1).
         let date = pingora::protocols::http::date::get_cached_date();
-        head.push_str("Date: ");
-        head.push_str(date.to_str().unwrap_or(""));
-        head.push_str("\r\n");
-        if self.status != 204 {
-            let _ = write!(
-                head,
-                "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                self.body.len()
-            );
-        }
-        head.push_str("Cache-Control: no-store\r\n");
-        for (name, value) in &self.headers {
-            let _ = write!(head, "{name}: {value}\r\n");
-        }
-        if self.close {
-            head.push_str("Connection: close\r\n");
+        let mut head = format!(
+            "HTTP/1.1 {} {reason}\r\nDate: {}\r\n",
+            self.status,
+            date.to_str().unwrap_or("")
+        );
+        for (name, value) in self.fields() {
+            head.push_str(name);
+            head.push_str(": ");
+            head.push_str(&value);
+            head.push_str("\r\n");
         }
         head.push_str("\r\n");
         let mut out = head.into_bytes();
