@@ -183,8 +183,8 @@ where
                     .serve(&mut stream, &mut pending, deadline, closing)
                     .await
                 {
-                    Lane::Served { keep_alive: true } => continue,
-                    Lane::Served { .. } | Lane::Closed => return None,
+                    Lane::Served => continue,
+                    Lane::Closed => return None,
                     Lane::Pass => {
                         stream = unread(stream, &pending)?;
                         pending.clear();

@@ -68,8 +68,9 @@ pub enum Lane {
     /// Not for the lane: everything read is still in the buffer, for the
     /// proxy to read again.
     Pass,
-    /// Answered. The connection may carry another request when `keep_alive`.
-    Served { keep_alive: bool },
+    /// Answered; the connection carries on to its next request. A reply
+    /// that ends the connection is [`Lane::Closed`].
+    Served,
     /// The client went away, sent no whole head in time, or the reply could
     /// not be completed: close the connection.
     Closed,
@@ -300,7 +301,7 @@ impl DirectLane {
                 let sent = client.write_all(&reply.to_http1()).await.is_ok()
                     && client.flush().await.is_ok();
                 let outcome = if sent && !reply.close {
-                    Lane::Served { keep_alive: true }
+                    Lane::Served
                 } else {
                     Lane::Closed
                 };
@@ -481,11 +482,7 @@ impl DirectLane {
         if client.flush().await.is_err() {
             return (response.status, Lane::Closed);
         }
-        let lane = if close {
-            Lane::Closed
-        } else {
-            Lane::Served { keep_alive: true }
-        };
+        let lane = if close { Lane::Closed } else { Lane::Served };
         (response.status, lane)
     }
 }
