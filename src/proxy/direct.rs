@@ -297,10 +297,8 @@ impl DirectLane {
                 if client_close || closing {
                     reply = reply.closing();
                 }
-                let status = reply.status;
-                let sent = client.write_all(&reply.to_http1()).await.is_ok()
-                    && client.flush().await.is_ok();
-                let outcome = if sent && !reply.close {
+                let (status, close) = (reply.status, reply.close);
+                let outcome = if send(client, &reply).await && !close {
                     Lane::Served
                 } else {
                     Lane::Closed
@@ -407,20 +405,14 @@ impl DirectLane {
             if is_hop_by_hop(name) || is(name, USER_HEADER) || is(name, QUEUE_HEADER) {
                 continue;
             }
-            head.extend_from_slice(name);
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(header.value);
-            head.extend_from_slice(b"\r\n");
+            push_field(&mut head, name, header.value);
         }
-        for (name, value) in [
-            (USER_HEADER, &identity.user),
-            (QUEUE_HEADER, &identity.queue),
-        ] {
-            head.extend_from_slice(name.as_bytes());
-            head.extend_from_slice(b": ");
-            head.extend_from_slice(value.as_bytes());
-            head.extend_from_slice(b"\r\n");
-        }
+        push_field(&mut head, USER_HEADER.as_bytes(), identity.user.as_bytes());
+        push_field(
+            &mut head,
+            QUEUE_HEADER.as_bytes(),
+            identity.queue.as_bytes(),
+        );
         head.extend_from_slice(b"\r\n");
         Some(Take::Forward(Plan {
             route,
@@ -442,11 +434,9 @@ impl DirectLane {
             Ok(answer) => answer,
             Err(failure) => {
                 let reply = failure.reply();
-                let status = reply.status;
-                tracing::warn!(upstream = %upstream.addr, status, "upstream failed");
-                let _ = client.write_all(&reply.to_http1()).await;
-                let _ = client.flush().await;
-                return (status, Lane::Closed);
+                tracing::warn!(upstream = %upstream.addr, status = reply.status, "upstream failed");
+                send(client, &reply).await;
+                return (reply.status, Lane::Closed);
             }
         };
         let close = close || response.framing == Framing::UntilClose;
@@ -472,8 +462,7 @@ impl DirectLane {
             // Broken before anything was sent: the client can still be told.
             Err(Broken { sent: false }) => {
                 let reply = Failure::Unavailable.reply();
-                let _ = client.write_all(&reply.to_http1()).await;
-                let _ = client.flush().await;
+                send(client, &reply).await;
                 return (reply.status, Lane::Closed);
             }
             // The reply is cut short: only closing tells the client.
@@ -630,10 +619,7 @@ fn parse_response(buf: &[u8], is_head: bool) -> Result<Option<Response>, Failure
         if encoded.is_some() && is(name, "content-length") {
             continue;
         }
-        head.extend_from_slice(name);
-        head.extend_from_slice(b": ");
-        head.extend_from_slice(header.value);
-        head.extend_from_slice(b"\r\n");
+        push_field(&mut head, name, header.value);
     }
     Ok(Some(Response {
         status,
@@ -840,6 +826,20 @@ impl ChunkedEnd {
     fn fail(&mut self) -> Result<Option<usize>, ()> {
         Err(())
     }
+}
+
+/// Writes one reply of waitgate's own and flushes it; false if the client
+/// is gone.
+async fn send(client: &mut Stream, reply: &Reply) -> bool {
+    client.write_all(&reply.to_http1()).await.is_ok() && client.flush().await.is_ok()
+}
+
+/// Appends one `name: value` header line.
+fn push_field(head: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    head.extend_from_slice(name);
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value);
+    head.extend_from_slice(b"\r\n");
 }
 
 fn is(name: &[u8], expected: &str) -> bool {
