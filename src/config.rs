@@ -47,6 +47,13 @@ pub struct Config {
     /// SIGTERM: stop accepting, drain in-flight requests, exit within this.
     pub grace_period: Duration,
     pub clients: ClientLimits,
+    /// Serve plain GET/HEAD requests with a valid token, and rank polls,
+    /// through waitgate's own HTTP/1.1 relay instead of Pingora's proxy.
+    /// Same answers either way; `false` is the switch to rule it out.
+    pub direct_lane: bool,
+    /// Peers whose `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Request-Id`
+    /// are believed (load balancers in front of waitgate).
+    pub trusted_proxies: Vec<ipnet::IpNet>,
     pub redis: RedisConfig,
     pub jwt: JwtConfig,
     /// Queues by name, in name order.
@@ -129,6 +136,9 @@ pub struct RouteConfig {
     pub prefix: String,
     pub upstream: String,
     pub queue: String,
+    /// Requests with `Upgrade` (WebSocket) are forwarded and the upstream's
+    /// `101` relayed; without it they are refused with 400.
+    pub websocket: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -152,6 +162,10 @@ struct RawConfig {
     client_header_timeout_ms: u64,
     #[serde(default = "defaults::client_timeout_ms")]
     client_body_timeout_ms: u64,
+    #[serde(default = "defaults::direct_lane")]
+    direct_lane: bool,
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
     redis: RawRedis,
     #[serde(default)]
     jwt: RawJwt,
@@ -253,6 +267,8 @@ struct RawRoute {
     prefix: String,
     upstream: String,
     queue: String,
+    #[serde(default)]
+    websocket: bool,
 }
 
 mod defaults {
@@ -270,6 +286,9 @@ mod defaults {
     }
     pub fn max_connections() -> u64 {
         10_000
+    }
+    pub fn direct_lane() -> bool {
+        true
     }
     pub fn client_timeout_ms() -> u64 {
         10_000
@@ -351,6 +370,12 @@ impl RawConfig {
             )?),
         };
 
+        let trusted_proxies = self
+            .trusted_proxies
+            .iter()
+            .enumerate()
+            .map(|(i, cidr)| cidr_or_ip(&format!("trusted-proxies[{i}]"), cidr))
+            .collect::<Result<Vec<_>, _>>()?;
         let redis = self.redis.validate()?;
         let jwt = self.jwt.validate()?;
 
@@ -404,6 +429,7 @@ impl RawConfig {
                 prefix: raw.prefix,
                 upstream: raw.upstream,
                 queue: raw.queue,
+                websocket: raw.websocket,
             });
         }
 
@@ -413,6 +439,8 @@ impl RawConfig {
             threads,
             grace_period,
             clients,
+            direct_lane: self.direct_lane,
+            trusted_proxies,
             redis,
             jwt,
             queues,
@@ -550,6 +578,21 @@ fn split_host_port(address: &str) -> Option<&str> {
     Some(host)
 }
 
+/// `10.0.0.0/8`, `2001:db8::/32`, or a single address (`10.0.0.1`).
+fn cidr_or_ip(key: &str, value: &str) -> Result<ipnet::IpNet, ConfigError> {
+    let value = value.trim();
+    value
+        .parse::<ipnet::IpNet>()
+        .or_else(|_| value.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map(|net| net.trunc())
+        .map_err(|_| {
+            invalid(
+                key,
+                format!("`{value}` is not an address or CIDR (10.0.0.0/8)"),
+            )
+        })
+}
+
 fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigError> {
     value
         .trim()
@@ -657,6 +700,21 @@ routes: []
         assert_eq!(q.admission.active_ttl, Duration::from_secs(600));
         assert_eq!(q.admission.max_active, 0);
         assert_eq!(c.single_queue(), Some("baseball"));
+        assert!(c.direct_lane);
+        assert!(c.trusted_proxies.is_empty());
+    }
+
+    #[test]
+    fn trusted_proxies_take_cidrs_and_single_addresses() {
+        let c = Config::from_yaml(&with(
+            "trusted-proxies: ['10.0.0.0/8', '192.0.2.7', '2001:db8::1/32']\ndirect-lane: false\n",
+        ))
+        .unwrap();
+        let nets: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"]);
+        assert!(!c.direct_lane);
+        let e = error_of(&with("trusted-proxies: ['10.0.0.0/8', 'lb.internal']\n"));
+        assert!(e.starts_with("trusted-proxies[1]:"), "{e}");
     }
 
     #[test]

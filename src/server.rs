@@ -21,8 +21,9 @@ use crate::edge::jwt::Tokens;
 use crate::edge::secret::Secret;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
-use crate::proxy::direct::DirectLane;
+use crate::proxy::lane::DirectLane;
 use crate::proxy::routes::RouteTable;
+use crate::proxy::rules::forward::TrustedProxies;
 use crate::proxy::Gate;
 use crate::queue::credential::Credentials;
 use crate::queue::QueueApi;
@@ -82,19 +83,24 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
         credentials,
         metrics.clone(),
     ));
-    let direct = DirectLane::new(
-        routes.clone(),
-        tokens.clone(),
-        api.clone(),
-        metrics.clone(),
-        in_flight.clone(),
-    );
+    let trusted = TrustedProxies::new(config.trusted_proxies.clone());
+    let direct = config.direct_lane.then(|| {
+        DirectLane::new(
+            routes.clone(),
+            tokens.clone(),
+            api.clone(),
+            metrics.clone(),
+            in_flight.clone(),
+            trusted.clone(),
+        )
+    });
     let gate = Gate::new(
         api,
         routes,
         tokens,
         in_flight.clone(),
         metrics.clone(),
+        trusted,
         config.clients.body_timeout,
     );
     let limits = Limits {
@@ -105,7 +111,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
         pingora::proxy::http_proxy(&server.configuration, gate),
         limits,
         metrics.connections.clone(),
-        Some(direct),
+        direct,
     );
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(

@@ -404,7 +404,7 @@ fn a_scrape_is_prometheus_text_with_every_spec_metric() {
         1.0
     );
     assert_eq!(
-        m[r#"waitgate_http_requests_total{route="other",status="401"}"#],
+        m[r#"waitgate_http_requests_total{route="/api/v1/follow-up",status="401"}"#],
         1.0
     );
     assert_eq!(

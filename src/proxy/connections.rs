@@ -15,7 +15,7 @@
 //! right after parsing a request header, through a task-local flag: the
 //! request runs in the same task as this loop.
 //!
-//! Each request is first offered to the direct lane (`super::direct`), which
+//! Each request is first offered to the direct lane (`super::lane`), which
 //! serves the protected routes' plain requests itself; what it does not take
 //! is put back in front of the stream, unconsumed, for the Pingora proxy.
 
@@ -33,7 +33,7 @@ use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
 use tokio::io::AsyncWriteExt;
 
-use super::direct::{DirectLane, Lane};
+use super::lane::{DirectLane, Lane};
 
 tokio::task_local! {
     /// Set once the current connection's request header has been read.
@@ -157,6 +157,7 @@ where
             .direct
             .as_ref()
             .filter(|_| stream.as_any().is::<TcpStream>());
+        let peer = direct.map(|lane| lane.peer(&stream));
         // Bytes the direct lane read past a request (a pipelined next one).
         let mut pending = BytesMut::new();
         loop {
@@ -177,10 +178,10 @@ where
                     _ = shutdown_rx.changed() => return None,
                 }
             }
-            if let Some(lane) = direct {
+            if let (Some(lane), Some(peer)) = (direct, peer) {
                 let closing = *shutdown.borrow();
                 match lane
-                    .serve(&mut stream, &mut pending, deadline, closing)
+                    .serve(&mut stream, &mut pending, deadline, closing, peer)
                     .await
                 {
                     Lane::Served => continue,

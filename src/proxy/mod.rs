@@ -2,26 +2,28 @@
 //!
 //! A request flows one way: framing and path checks, then routing, then
 //! either the queue API (answered here, never forwarded) or a protected
-//! route (JWT checked at the edge, then forwarded). [`Gate::decide`] makes
-//! that decision from the request header alone, as a plain value; the phases
-//! below only act on it.
+//! route (JWT checked at the edge, then forwarded). [`decide`] makes that
+//! decision from the request head alone, as a plain value, for this proxy
+//! and for the direct lane ([`lane`]) alike; the phases below only act on
+//! it, and every HTTP rule they apply comes from [`rules`].
 
 pub mod connections;
-pub mod direct;
-pub mod framing;
+pub mod lane;
 pub mod path;
 pub mod routes;
+pub mod rules;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use pingora::http::RequestHeader;
+use http::{HeaderName, Method, Version};
+use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
-use pingora::{Error, ErrorSource, ErrorType, Result};
+use pingora::{Error, ErrorType, Result};
 
 use crate::edge::jwt::{self, Identity, Reject, Tokens};
 use crate::metrics::Metrics;
@@ -29,119 +31,70 @@ use crate::queue::{self, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::server::{InFlight, InFlightGuard};
 use routes::RouteTable;
+use rules::failure::Failure;
+use rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
+use rules::record::Record;
+use rules::{is, Field};
 
-/// The headers through which the upstream learns who is calling. Copies sent
-/// by the client are removed before waitgate sets its own.
-pub const USER_HEADER: &str = "x-waitgate-user";
-pub const QUEUE_HEADER: &str = "x-waitgate-queue";
+/// A request head as both HTTP paths read it: Pingora's parsed header and
+/// the lane's `httparse` fields both fit.
+pub struct RequestHead<'a, F> {
+    pub method: &'a str,
+    /// HTTP/1.1 (an HTTP/1.0 request may omit `Host`).
+    pub http11: bool,
+    /// The request target exactly as received.
+    pub target: &'a [u8],
+    pub fields: F,
+}
 
-/// What to do with a request, decided from its header alone.
+/// What to do with a request, decided from its head alone.
 #[derive(Debug)]
 pub enum Decision {
     /// Answered by the queue API.
     Queue(Endpoint),
     /// Forward to the route's upstream on behalf of `identity`. `origin` is
     /// set when the target was absolute-form and must be rewritten to the
-    /// path that was checked.
+    /// path that was checked; `upgrade` when the request asks to switch
+    /// protocols (on a route that allows it).
     Forward {
         route: usize,
         identity: Identity,
         origin: Option<Vec<u8>>,
+        upgrade: bool,
     },
-    /// Refused at the edge (401/403).
-    Deny(Reject),
-    /// Answered at once (bad framing or path, no such route).
-    Respond(Reply),
+    /// Refused at the edge (401/403) on this route.
+    Deny { route: usize, reject: Reject },
+    /// Answered at once (bad framing or path, no such route, a refused
+    /// upgrade), on a route if one was found.
+    Respond { route: Option<usize>, reply: Reply },
 }
 
-/// What one request carries between phases.
-pub struct RequestCtx {
-    /// When the request header was read: for the latency metric and logs.
-    pub started: Instant,
-    /// The queue API endpoint, when the request was one.
-    pub endpoint: Option<Endpoint>,
-    /// The protected route, once chosen.
-    pub route: Option<usize>,
-    /// Who the verified token speaks for, for the identity headers.
-    pub identity: Option<Identity>,
-    /// Set when waitgate wrote the reply itself.
-    pub status: Option<u16>,
-    /// Held for the life of the request; dropping it ends the request for
-    /// the shutdown drain, whichever way the request ends.
-    _in_flight: InFlightGuard,
-}
-
-/// The proxy: the queue API plus the protected routes.
-pub struct Gate {
-    api: Arc<QueueApi>,
-    routes: Arc<RouteTable>,
-    tokens: Arc<Tokens>,
-    /// Counts requests under way, so that SIGTERM can exit as soon as they
-    /// are done instead of sleeping out the whole grace period.
-    in_flight: Arc<InFlight>,
-    metrics: Arc<Metrics>,
-    body_timeout: std::time::Duration,
-}
-
-impl Gate {
-    pub fn new(
-        api: Arc<QueueApi>,
-        routes: Arc<RouteTable>,
-        tokens: Arc<Tokens>,
-        in_flight: Arc<InFlight>,
-        metrics: Arc<Metrics>,
-        body_timeout: std::time::Duration,
-    ) -> Gate {
-        Gate {
-            api,
-            routes,
-            tokens,
-            in_flight,
-            metrics,
-            body_timeout,
-        }
-    }
-
-    /// Decides what to do with a request. `now` is the proxy's clock in
-    /// seconds, for the token's `exp` and `iat`.
-    pub fn decide(&self, header: &RequestHeader, now: u64) -> Decision {
-        if let Err(why) = framing::check(&header.headers) {
-            return Decision::Respond(Reply::error(400, "bad_request", why));
-        }
-        let authorization = header
-            .headers
-            .get_all(http::header::AUTHORIZATION)
-            .into_iter()
-            .map(|v| v.as_bytes());
-        decide_target(
-            &self.routes,
-            &self.tokens,
-            header.raw_path(),
-            authorization,
-            now,
-        )
-    }
-}
-
-/// The decision for a request whose framing was found sound, from its raw
-/// target and its `Authorization` values. Shared by the Pingora proxy and the
-/// direct lane, so both decide alike.
-pub fn decide_target<'a>(
+/// The decision for a request. Shared by the Pingora proxy and the direct
+/// lane, so both decide alike. `now` is the proxy's clock in seconds, for
+/// the token's `exp` and `iat`.
+pub fn decide<'a, F>(
     routes: &RouteTable,
     tokens: &Tokens,
-    raw: &[u8],
-    authorization: impl Iterator<Item = &'a [u8]>,
+    head: &RequestHead<'a, F>,
     now: u64,
-) -> Decision {
-    let Some(target) = path::origin_form(raw) else {
-        return Decision::Respond(Reply::error(
+) -> Decision
+where
+    F: Iterator<Item = Field<'a>> + Clone,
+{
+    let respond = |reply| Decision::Respond { route: None, reply };
+    let shape = match rules::request::check(head.http11, head.fields.clone()) {
+        Ok(shape) => shape,
+        Err(reply) => return respond(reply),
+    };
+    let Some(target) = path::origin_form(head.target) else {
+        return respond(Reply::error(
             400,
             "bad_path",
             "The request target must be a path or an absolute http(s) URL.",
         ));
     };
     if let Err(why) = path::classify(&target) {
-        return Decision::Respond(Reply::error(400, "bad_path", why.message()));
+        return respond(Reply::error(400, "bad_path", why.message()));
     }
     // classify() accepted only ASCII, so this cannot fail.
     let target_str = std::str::from_utf8(&target).unwrap_or("/");
@@ -149,27 +102,40 @@ pub fn decide_target<'a>(
 
     if queue::is_queue_api_path(path) {
         return match Endpoint::from_path(path) {
+            Some(_) if shape.upgrade => respond(rules::request::upgrade_refused()),
             Some(endpoint) => Decision::Queue(endpoint),
-            None => Decision::Respond(not_found()),
+            None => respond(not_found()),
         };
     }
-    let Some(index) = routes.find(path) else {
-        return Decision::Respond(not_found());
+    let Some((index, route)) = routes.find(path).and_then(|i| Some((i, routes.get(i)?))) else {
+        return respond(not_found());
     };
-    let Some(route) = routes.get(index) else {
-        return Decision::Respond(not_found());
-    };
+    if shape.upgrade && !route.websocket {
+        return Decision::Respond {
+            route: Some(index),
+            reply: rules::request::upgrade_refused(),
+        };
+    }
+    let authorization = head
+        .fields
+        .clone()
+        .filter(|(name, _)| is(name, "authorization"))
+        .map(|(_, value)| value);
     match tokens.check(authorization, &route.queue, now) {
         Ok(identity) => Decision::Forward {
             route: index,
             identity,
             origin: match target {
                 Cow::Owned(rewritten) => Some(rewritten),
-                Cow::Borrowed(b) if b.len() != raw.len() => Some(b.to_vec()),
+                Cow::Borrowed(b) if b.len() != head.target.len() => Some(b.to_vec()),
                 Cow::Borrowed(_) => None,
             },
+            upgrade: shape.upgrade,
         },
-        Err(reject) => Decision::Deny(reject),
+        Err(reject) => Decision::Deny {
+            route: index,
+            reject,
+        },
     }
 }
 
@@ -187,6 +153,84 @@ pub fn deny_reply(reject: Reject) -> Reply {
     }
 }
 
+/// A Pingora header's fields in the rules' form. Collected, because the
+/// rules walk a head more than once and `http`'s iterator cannot be cloned.
+fn fields(headers: &http::HeaderMap) -> Vec<Field<'_>> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
+        .collect()
+}
+
+/// What one request carries between phases.
+pub struct RequestCtx {
+    /// When the request header was read: for the latency metric and logs.
+    pub started: Instant,
+    /// Sent upstream, returned to the client, written to the access log.
+    pub request_id: String,
+    pub peer: Peer,
+    /// The queue API endpoint, when the request was one.
+    pub endpoint: Option<Endpoint>,
+    /// The protected route, once chosen.
+    pub route: Option<usize>,
+    /// Who the verified token speaks for, for the identity headers.
+    pub identity: Option<Identity>,
+    /// The request asks to switch protocols, on a route that allows it.
+    pub upgrade: bool,
+    /// Set when waitgate wrote the reply itself.
+    pub status: Option<u16>,
+    /// Held for the life of the request; dropping it ends the request for
+    /// the shutdown drain, whichever way the request ends.
+    _in_flight: InFlightGuard,
+}
+
+/// The proxy: the queue API plus the protected routes.
+pub struct Gate {
+    api: Arc<QueueApi>,
+    routes: Arc<RouteTable>,
+    tokens: Arc<Tokens>,
+    /// Counts requests under way, so that SIGTERM can exit as soon as they
+    /// are done instead of sleeping out the whole grace period.
+    in_flight: Arc<InFlight>,
+    metrics: Arc<Metrics>,
+    trusted: TrustedProxies,
+    body_timeout: std::time::Duration,
+}
+
+impl Gate {
+    pub fn new(
+        api: Arc<QueueApi>,
+        routes: Arc<RouteTable>,
+        tokens: Arc<Tokens>,
+        in_flight: Arc<InFlight>,
+        metrics: Arc<Metrics>,
+        trusted: TrustedProxies,
+        body_timeout: std::time::Duration,
+    ) -> Gate {
+        Gate {
+            api,
+            routes,
+            tokens,
+            in_flight,
+            metrics,
+            trusted,
+            body_timeout,
+        }
+    }
+
+    /// Decides what to do with a request Pingora has parsed.
+    pub fn decide(&self, header: &RequestHeader, now: u64) -> Decision {
+        let list = fields(&header.headers);
+        let head = RequestHead {
+            method: header.method.as_str(),
+            http11: header.version == Version::HTTP_11,
+            target: header.raw_path(),
+            fields: list.iter().copied(),
+        };
+        decide(&self.routes, &self.tokens, &head, now)
+    }
+}
+
 #[async_trait]
 impl ProxyHttp for Gate {
     type CTX = RequestCtx;
@@ -201,20 +245,31 @@ impl ProxyHttp for Gate {
         connections::header_read();
         RequestCtx {
             started: Instant::now(),
+            request_id: String::new(),
+            peer: Peer {
+                ip: None,
+                trusted: false,
+            },
             endpoint: None,
             route: None,
             identity: None,
+            upgrade: false,
             status: None,
             _in_flight: self.in_flight.enter(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let client = session.client_addr().and_then(|a| a.as_inet()).copied();
+        ctx.peer = Peer::new(client, &self.trusted);
+        ctx.request_id =
+            forward::request_id(ctx.peer, fields(&session.req_header().headers).into_iter());
         let mut reply = match self.decide(session.req_header(), jwt::now_s()) {
             Decision::Forward {
                 route,
                 identity,
                 origin,
+                upgrade,
             } => {
                 if let Some(origin) = origin {
                     session.req_header_mut().set_raw_path(&origin)?;
@@ -223,20 +278,25 @@ impl ProxyHttp for Gate {
                 session.set_read_timeout(Some(self.body_timeout));
                 ctx.route = Some(route);
                 ctx.identity = Some(identity);
+                ctx.upgrade = upgrade;
                 return Ok(false);
             }
             Decision::Queue(endpoint) => {
                 ctx.endpoint = Some(endpoint);
                 self.api.serve(endpoint, session).await
             }
-            Decision::Deny(reject) => {
+            Decision::Deny { route, reject } => {
+                ctx.route = Some(route);
                 self.metrics
                     .jwt_rejected
                     .with_label_values(&[reject.reason()])
                     .inc();
                 deny_reply(reject)
             }
-            Decision::Respond(reply) => reply,
+            Decision::Respond { route, reply } => {
+                ctx.route = route;
+                reply
+            }
         };
         // An unread body would have to be drained before the connection could
         // carry another request; closing is cheaper and safer.
@@ -244,7 +304,10 @@ impl ProxyHttp for Gate {
             reply = reply.closing();
         }
         ctx.status = Some(reply.status);
-        reply.send(session).await?;
+        reply
+            .header(REQUEST_ID, ctx.request_id.as_str())
+            .send(session)
+            .await?;
         Ok(true)
     }
 
@@ -259,72 +322,115 @@ impl ProxyHttp for Gate {
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route chosen"))
     }
 
+    /// The request the upstream gets: the client's, less what the rules say
+    /// stops here, plus waitgate's own headers.
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        upstream_request.remove_header(USER_HEADER);
-        upstream_request.remove_header(QUEUE_HEADER);
-        if let Some(identity) = &ctx.identity {
-            upstream_request.insert_header(USER_HEADER, &*identity.user)?;
-            upstream_request.insert_header(QUEUE_HEADER, &*identity.queue)?;
+        let Some(identity) = &ctx.identity else {
+            return Err(Error::explain(ErrorType::InternalError, "no identity"));
+        };
+        let client = fields(&session.req_header().headers);
+        let forwarded_for = forward::forwarded_for(ctx.peer, client.iter().copied());
+        let proto = forward::forwarded_proto(ctx.peer, "http", client.iter().copied());
+        let dropped: Vec<HeaderName> = {
+            let hop = Hop::new(client.iter().copied(), ctx.upgrade);
+            upstream_request
+                .headers
+                .keys()
+                .filter(|name| !hop.forwards(name.as_str().as_bytes()))
+                .cloned()
+                .collect()
+        };
+        for name in dropped {
+            upstream_request.remove_header(&name);
+        }
+        for (name, value) in forward::added(
+            &identity.user,
+            &identity.queue,
+            &forwarded_for,
+            proto,
+            &ctx.request_id,
+        ) {
+            upstream_request.insert_header(name, value)?;
         }
         Ok(())
     }
 
-    /// Upstream failures get the same JSON error shape as everything else.
+    /// The response head is judged by the same rules as the lane's: framing
+    /// that could be read two ways, or a switch of protocols nobody asked
+    /// for, is a 502; connection-scoped headers stop here.
+    async fn upstream_response_filter(
+        &self,
+        session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let head_request = session.req_header().method == Method::HEAD;
+        let shape = rules::response::shape(
+            response.status.as_u16(),
+            response.version != Version::HTTP_10 && response.version != Version::HTTP_09,
+            head_request,
+            ctx.upgrade,
+            fields(&response.headers).into_iter(),
+        )
+        .map_err(|refusal| {
+            Error::explain(ErrorType::InvalidHTTPHeader, refusal.message()).into_up()
+        })?;
+        let switching = shape.body == rules::response::Body::Tunnel;
+        let dropped: Vec<HeaderName> = {
+            let hop = Hop::new(fields(&response.headers).into_iter(), switching);
+            response
+                .headers
+                .keys()
+                .filter(|name| !hop.relays(name.as_str().as_bytes()))
+                .cloned()
+                .collect()
+        };
+        for name in dropped {
+            response.remove_header(&name);
+        }
+        if !shape.interim {
+            response.insert_header(REQUEST_ID, ctx.request_id.as_str())?;
+        }
+        // A proxy speaks its own version (RFC 9110 §6.2).
+        response.set_version(Version::HTTP_11);
+        Ok(())
+    }
+
+    /// Upstream failures get the same JSON error shape as everything else,
+    /// unless the reply has started: then the connection is closed.
     async fn fail_to_proxy(
         &self,
         session: &mut Session,
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let (status, code, message) = match e.etype() {
-            ErrorType::HTTPStatus(status) if *status < 500 => (
-                *status,
-                "bad_request",
-                "The request could not be processed.",
-            ),
-            ErrorType::HTTPStatus(status) => {
-                (*status, "upstream_unavailable", "The upstream failed.")
-            }
-            ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout
-                if e.esource() == &ErrorSource::Upstream =>
-            {
-                (
-                    504,
-                    "upstream_timeout",
-                    "The upstream did not answer in time.",
-                )
-            }
-            _ => match e.esource() {
-                ErrorSource::Upstream => (502, "upstream_unavailable", "The upstream failed."),
-                ErrorSource::Downstream => match e.etype() {
-                    ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => {
-                        (0, "", "")
-                    }
-                    _ => (400, "bad_request", "The request could not be read."),
-                },
-                ErrorSource::Internal | ErrorSource::Unset => (
-                    502,
-                    "upstream_unavailable",
-                    "The request could not be forwarded.",
-                ),
-            },
-        };
-        if status > 0 {
-            ctx.status = Some(status);
-            let _ = Reply::error(status, code, message)
-                .closing()
+        let started = session
+            .response_written()
+            .is_some_and(|r| !r.status.is_informational());
+        let mut error_code = 0;
+        if let Some(reply) = Failure::from_pingora(e).reply(started) {
+            error_code = reply.status;
+            ctx.status = Some(reply.status);
+            let _ = reply
+                .header(REQUEST_ID, ctx.request_id.as_str())
                 .send(session)
                 .await;
         }
         FailToProxy {
-            error_code: status,
+            error_code,
             can_reuse_downstream: false,
         }
+    }
+
+    /// The access record logs failures once; Pingora's own line would be a
+    /// second one.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, _error: &Error) -> bool {
+        true
     }
 
     async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut RequestCtx) {
@@ -332,21 +438,34 @@ impl ProxyHttp for Gate {
             .status
             .or_else(|| session.response_written().map(|r| r.status.as_u16()))
             .unwrap_or(0);
-        let route = match (ctx.endpoint, ctx.route.and_then(|i| self.routes.get(i))) {
+        let route = ctx.route.and_then(|i| self.routes.get(i));
+        let label = match (ctx.endpoint, route) {
             (Some(endpoint), _) => endpoint.name(),
             (None, Some(route)) => route.prefix.as_str(),
             (None, None) => "other",
         };
-        let elapsed = ctx.started.elapsed();
-        if status > 0 {
-            self.metrics
-                .observe_request(route, status, elapsed.as_secs_f64());
+        let header = session.req_header();
+        let raw = header.raw_path();
+        let path = raw.split(|&b| b == b'?').next().unwrap_or(raw);
+        let path = String::from_utf8_lossy(path);
+        let error = error.map(|e| e.to_string());
+        Record {
+            request_id: &ctx.request_id,
+            client: ctx.peer.ip,
+            method: header.method.as_str(),
+            path: &path,
+            status,
+            route: label,
+            queue: ctx
+                .identity
+                .as_ref()
+                .map(|i| &*i.queue)
+                .or(route.map(|r| r.queue.as_str())),
+            user: ctx.identity.as_ref().map(|i| &*i.user),
+            elapsed: ctx.started.elapsed(),
+            error: error.as_deref(),
         }
-        let elapsed_us = elapsed.as_micros() as u64;
-        match error {
-            Some(e) => tracing::warn!(route, status, elapsed_us, error = %e, "request failed"),
-            None => tracing::debug!(route, status, elapsed_us, "request"),
-        }
+        .finish(&self.metrics);
     }
 }
 
@@ -387,13 +506,22 @@ routes:
             tokens.clone(),
             Arc::new(InFlight::default()),
             metrics,
+            TrustedProxies::default(),
             config.clients.body_timeout,
         );
         (gate, tokens)
     }
 
+    /// An HTTP/1.1 GET with one `Host` and these headers.
     fn request(target: &[u8], headers: &[(&str, &str)]) -> RequestHeader {
+        let mut h = bare_request(target, headers);
+        h.append_header("host", "tickets").unwrap();
+        h
+    }
+
+    fn bare_request(target: &[u8], headers: &[(&str, &str)]) -> RequestHeader {
         let mut h = RequestHeader::build("GET", b"/", None).unwrap();
+        assert_eq!(h.version, Version::HTTP_11);
         h.set_raw_path(target).unwrap();
         for (n, v) in headers {
             h.append_header(n.to_string(), *v).unwrap();
@@ -403,8 +531,8 @@ routes:
 
     fn status(d: Decision) -> u16 {
         match d {
-            Decision::Respond(r) => r.status,
-            Decision::Deny(r) => deny_reply(r).status,
+            Decision::Respond { reply, .. } => reply.status,
+            Decision::Deny { reject, .. } => deny_reply(reject).status,
             Decision::Queue(_) => 1,
             Decision::Forward { .. } => 2,
         }
@@ -459,7 +587,9 @@ routes:
                 route,
                 identity,
                 origin,
+                upgrade,
             } => {
+                assert!(!upgrade);
                 assert_eq!(route, 0);
                 assert_eq!(&*identity.user, "u1");
                 assert_eq!(origin, None);
@@ -470,9 +600,27 @@ routes:
             &request(b"/soccer/seat", &[("authorization", &baseball)]),
             now,
         );
-        assert!(matches!(d, Decision::Deny(Reject::Queue)), "{d:?}");
+        assert!(
+            matches!(
+                d,
+                Decision::Deny {
+                    route: 1,
+                    reject: Reject::Queue
+                }
+            ),
+            "{d:?}"
+        );
         let d = g.decide(&request(b"/api/v1/follow-up", &[]), now);
-        assert!(matches!(d, Decision::Deny(Reject::Missing)), "{d:?}");
+        assert!(
+            matches!(
+                d,
+                Decision::Deny {
+                    reject: Reject::Missing,
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
         assert_eq!(
             status(g.decide(
                 &request(b"/api/v1/follow-upx", &[("authorization", &baseball)]),
@@ -520,6 +668,46 @@ routes:
             ),
             now,
         );
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn http11_without_exactly_one_host_is_refused_before_the_token_is_read() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        let d = g.decide(
+            &bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]),
+            now,
+        );
+        assert_eq!(status(d), 400);
+        let d = g.decide(
+            &request(
+                b"/api/v1/follow-up/x",
+                &[("authorization", &auth), ("host", "other")],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+        let mut old = bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]);
+        old.set_version(Version::HTTP_10);
+        assert_eq!(status(g.decide(&old, now)), 2);
+    }
+
+    #[test]
+    fn upgrades_are_refused_on_routes_that_do_not_switch_protocols() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        let upgrade = [("authorization", auth.as_str()), ("upgrade", "websocket")];
+        match g.decide(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
+            Decision::Respond { route, reply } => {
+                assert_eq!(route, Some(0));
+                assert_eq!(reply.status, 400);
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide(&request(b"/api/v1/queue/rank?userId=a", &upgrade), now);
         assert_eq!(status(d), 400);
     }
 

@@ -29,6 +29,9 @@ pub enum PathReject {
     EncodedSeparator,
     /// A `%` not followed by two hex digits.
     BadPercent,
+    /// A character that must be percent-encoded in a request target: `#`,
+    /// `<`, `>`, a space, a backtick in the path, `"` in the query.
+    Unencoded,
 }
 
 impl PathReject {
@@ -44,14 +47,25 @@ impl PathReject {
                 "The request path contains a percent-encoded /, \\, . or %."
             }
             PathReject::BadPercent => "The request path contains a malformed percent escape.",
+            PathReject::Unencoded => {
+                "The request target contains a character that must be percent-encoded (#, <, >, `, \", space)."
+            }
         }
     }
 }
 
 /// Checks a request target (path and optional `?query`) as raw bytes.
 ///
-/// The path must be origin-form and need no normalisation. The query is only
-/// checked for control bytes: it is not part of routing.
+/// The path must be origin-form and need no normalisation. The query is not
+/// part of routing; it is checked for control bytes and for characters that
+/// no client may send unencoded.
+///
+/// The characters refused unencoded are exactly those the `http` crate's
+/// URI parser refuses, plus `#`: Pingora parses the target with it, so
+/// applying the same set here, before either path reads the target, gives
+/// both paths the same answer. A `#` starts a fragment, which a client never
+/// sends (RFC 9112 §3.2); a parser that cuts it off and one that forwards it
+/// would read two different targets.
 pub fn classify(target: &[u8]) -> Result<(), PathReject> {
     let (path, query) = match target.iter().position(|&b| b == b'?') {
         Some(i) => (&target[..i], &target[i + 1..]),
@@ -60,6 +74,12 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
     if query.iter().any(|&b| is_control(b)) {
         return Err(PathReject::ControlByte);
     }
+    if query
+        .iter()
+        .any(|&b| matches!(b, b'#' | b'<' | b'>' | b'"' | b' '))
+    {
+        return Err(PathReject::Unencoded);
+    }
     if path.first() != Some(&b'/') {
         return Err(PathReject::NotAbsolute);
     }
@@ -67,6 +87,7 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
     while i < path.len() {
         match path[i] {
             b if is_control(b) => return Err(PathReject::ControlByte),
+            b'#' | b'<' | b'>' | b'`' | b' ' => return Err(PathReject::Unencoded),
             b'\\' => return Err(PathReject::Backslash),
             b';' => return Err(PathReject::Semicolon),
             b'%' => {
@@ -177,6 +198,9 @@ mod tests {
             "/a/b.c/d..e/.well-known",
             "/a/%41%7e",
             "/a?b=/../c",
+            // What the `http` crate's parser accepts unencoded, and so Pingora.
+            "/a/{\"x\"}|^[]",
+            "/a?q={x}|`^",
         ] {
             assert_eq!(classify(p.as_bytes()), Ok(()), "{p}");
         }
@@ -215,6 +239,15 @@ mod tests {
             (b"/a%", BadPercent),
             (b"/a%2", BadPercent),
             (b"/a%zz", BadPercent),
+            (b"/a<b", Unencoded),
+            (b"/a>b", Unencoded),
+            (b"/a`b", Unencoded),
+            (b"/a b", Unencoded),
+            (b"/x?#", Unencoded),
+            (b"/x#frag", Unencoded),
+            (b"/api/v1/queue/rank?userId=a&queue=baseball#x", Unencoded),
+            (b"/a?b=<script>", Unencoded),
+            (b"/a?b=\"", Unencoded),
         ];
         for (p, why) in cases {
             assert_eq!(classify(p), Err(*why), "{}", String::from_utf8_lossy(p));
@@ -339,6 +372,21 @@ mod tests {
             fn classify_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
                 let _ = classify(&bytes);
                 let _ = origin_form(&bytes);
+            }
+
+            /// Whatever the classifier accepts, the `http` crate (Pingora's
+            /// parser) accepts too and reads as the same path and query, so
+            /// the proxy and the direct lane see one target.
+            #[test]
+            fn accepted_targets_parse_alike_in_http(bytes in prop::collection::vec(32u8..127, 1..40)) {
+                let mut target = vec![b'/'];
+                target.extend_from_slice(&bytes);
+                if classify(&target).is_ok() {
+                    let uri = http::uri::PathAndQuery::try_from(&target[..]);
+                    prop_assert!(uri.is_ok(), "{:?}", String::from_utf8_lossy(&target));
+                    let parsed = uri.unwrap();
+                    prop_assert_eq!(parsed.as_str().as_bytes(), &target[..]);
+                }
             }
         }
     }

@@ -18,11 +18,13 @@ pub struct ProtectedRoute {
     pub queue: String,
     pub upstream: String,
     /// The upstream's address, resolved at start, and how to reach it: what
-    /// the direct lane (`super::direct`) needs.
+    /// the direct lane (`super::lane`) needs.
     pub addr: SocketAddr,
     pub tls: bool,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// Takes `Upgrade` requests (WebSocket); other routes refuse them.
+    pub websocket: bool,
     /// Cloned per request. Pingora pools upstream connections by peer, so
     /// equal peers share kept-alive connections.
     peer: HttpPeer,
@@ -71,6 +73,7 @@ impl RouteTable {
                 tls: upstream.tls,
                 connect_timeout: upstream.connect_timeout,
                 read_timeout: upstream.read_timeout,
+                websocket: route.websocket,
                 peer,
             });
         }

@@ -1,0 +1,248 @@
+//! The direct lane: the hot path of a waiting room, relayed without
+//! Pingora's general proxy machinery.
+//!
+//! Why it exists: once admitted, users hammer the protected routes with
+//! small `GET`s, and waiting users poll `rank` every few seconds. For those,
+//! Pingora's proxy builds a request context, runs a dozen phases, streams
+//! through two tasks joined by channels, and hands every upstream
+//! connection back to a pool that spawns a watcher task per release. The
+//! lane does what such a request needs and nothing else, and measured about
+//! twice the throughput of bare Pingora (README, "Performance").
+//!
+//! What it takes (everything else is handed back unread, and the Pingora
+//! proxy reads and answers it):
+//! - HTTP/1.1 `GET` or `HEAD` with an origin-form target, no body
+//!   (`Content-Length`, `Transfer-Encoding`), no `Upgrade`, no `Expect`, and
+//!   a `Connection` header, if any, naming only `close` or `keep-alive`;
+//! - that the proxy's own decision (`crate::proxy::decide`) forwards, to a
+//!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
+//!   with the proxy's handler (`crate::queue::rank::answer`).
+//!
+//! What it holds: nothing the proxy path also decides. The decision, the
+//! request and response header rules, the framing rules, the 502/504
+//! mapping and the request record come from `crate::proxy::rules`; the lane
+//! owns only its parser loop ([`request`]), its connection pool ([`pool`]),
+//! its reading of a response head ([`response`]) and body ([`chunked`]),
+//! and its relay ([`relay`]). `direct-lane: false` switches it off; the
+//! suites run both ways and `tests/differential.rs` compares them.
+
+pub mod chunked;
+pub mod pool;
+mod relay;
+pub mod request;
+pub mod response;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use pingora::protocols::Stream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::routes::RouteTable;
+use super::rules::forward::{Peer, TrustedProxies, REQUEST_ID};
+use super::rules::record::Record;
+use crate::edge::jwt::Tokens;
+use crate::metrics::Metrics;
+use crate::queue::{rank, Endpoint, QueueApi};
+use crate::reply::Reply;
+use crate::server::InFlight;
+use pool::Pool;
+use request::{Take, Taken};
+
+/// The largest request head the lane reads; a longer one is handed to the
+/// proxy (which has its own, larger limit).
+pub const MAX_HEAD: usize = 16 * 1024;
+
+/// Header slots for parsing a request; one with more is handed to the proxy.
+const MAX_HEADERS: usize = 64;
+
+/// Room made for each read (client and upstream).
+const READ_SIZE: usize = 4096;
+
+/// What became of the connection's next request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lane {
+    /// Not for the lane: everything read is still in the buffer, for the
+    /// proxy to read again.
+    Pass,
+    /// Answered; the connection carries on to its next request. A reply
+    /// that ends the connection is [`Lane::Closed`].
+    Served,
+    /// The client went away, sent no whole head in time, or the reply could
+    /// not be completed: close the connection.
+    Closed,
+}
+
+/// The lane: the routes, and a pool per upstream.
+pub struct DirectLane {
+    routes: Arc<RouteTable>,
+    tokens: Arc<Tokens>,
+    api: Arc<QueueApi>,
+    metrics: Arc<Metrics>,
+    in_flight: Arc<InFlight>,
+    trusted: TrustedProxies,
+    /// Per route, in route order; `None` for TLS upstreams.
+    pools: Vec<Option<Arc<Pool>>>,
+}
+
+impl DirectLane {
+    pub fn new(
+        routes: Arc<RouteTable>,
+        tokens: Arc<Tokens>,
+        api: Arc<QueueApi>,
+        metrics: Arc<Metrics>,
+        in_flight: Arc<InFlight>,
+        trusted: TrustedProxies,
+    ) -> DirectLane {
+        // Routes to the same upstream share its pool.
+        let mut by_name: BTreeMap<&str, Arc<Pool>> = BTreeMap::new();
+        let pools = routes
+            .iter()
+            .map(|route| {
+                if route.tls {
+                    return None;
+                }
+                let pool = by_name.entry(&route.upstream).or_insert_with(|| {
+                    Arc::new(Pool::new(
+                        route.addr,
+                        route.connect_timeout,
+                        route.read_timeout,
+                    ))
+                });
+                Some(pool.clone())
+            })
+            .collect();
+        DirectLane {
+            routes,
+            tokens,
+            api,
+            metrics,
+            in_flight,
+            trusted,
+            pools,
+        }
+    }
+
+    /// The far end of a client connection, as the forwarding headers see it.
+    pub fn peer(&self, client: &Stream) -> Peer {
+        let addr = client
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
+        Peer::new(addr, &self.trusted)
+    }
+
+    fn pool(&self, route: usize) -> Option<&Pool> {
+        self.pools.get(route)?.as_deref()
+    }
+
+    /// Serves the next request of a connection if it is one for the lane.
+    ///
+    /// `pending` holds bytes already read from the client; more are read
+    /// into it until a whole head is there or `deadline` passes. On
+    /// [`Lane::Pass`] it holds everything read; on [`Lane::Served`] it holds
+    /// what followed the request (a pipelined next request). `closing` asks
+    /// for `Connection: close` (the server is shutting down). `peer` is the
+    /// client connection's far end.
+    pub async fn serve(
+        &self,
+        client: &mut Stream,
+        pending: &mut BytesMut,
+        deadline: Instant,
+        closing: bool,
+        peer: Peer,
+    ) -> Lane {
+        let taken = loop {
+            if !pending.is_empty() {
+                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let mut request = httparse::Request::new(&mut headers);
+                match request.parse(pending) {
+                    Ok(httparse::Status::Complete(consumed)) => {
+                        match self.take(&request, consumed, peer) {
+                            Some(taken) => break taken,
+                            None => return Lane::Pass,
+                        }
+                    }
+                    Ok(httparse::Status::Partial) => {}
+                    // The proxy answers malformed requests.
+                    Err(_) => return Lane::Pass,
+                }
+            }
+            if pending.len() >= MAX_HEAD {
+                return Lane::Pass;
+            }
+            pending.reserve(READ_SIZE);
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            match pingora::time::timeout(remaining, client.read_buf(pending)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                // Closed, failed, or no whole head before the deadline.
+                _ => return Lane::Closed,
+            }
+        };
+
+        let _in_flight = self.in_flight.enter();
+        let started = Instant::now();
+        let Taken {
+            take,
+            consumed,
+            client_close,
+            request_id,
+            method,
+            path,
+        } = taken;
+        pending.advance(consumed);
+        let close = client_close || closing;
+        let mut record = Record {
+            request_id: &request_id,
+            client: peer.ip,
+            method,
+            path: &path,
+            status: 0,
+            route: "other",
+            queue: None,
+            user: None,
+            elapsed: Default::default(),
+            error: None,
+        };
+        let lane = match &take {
+            Take::Forward(plan) => {
+                let route = self.routes.get(plan.route);
+                record.route = route.map_or("other", |r| r.prefix.as_str());
+                record.queue = Some(&plan.identity.queue);
+                record.user = Some(&plan.identity.user);
+                let Some(pool) = self.pool(plan.route) else {
+                    return Lane::Closed;
+                };
+                let outcome = relay::forward(pool, plan, client, close, &request_id).await;
+                record.status = outcome.status;
+                record.error = outcome.error;
+                outcome.lane
+            }
+            Take::Rank { query } => {
+                record.route = Endpoint::Rank.name();
+                let mut reply = rank::answer(&self.api, query.as_deref())
+                    .await
+                    .header(REQUEST_ID, request_id.as_str());
+                if close {
+                    reply = reply.closing();
+                }
+                record.status = reply.status;
+                if send(client, &reply).await && !reply.close {
+                    Lane::Served
+                } else {
+                    Lane::Closed
+                }
+            }
+        };
+        record.elapsed = started.elapsed();
+        record.finish(&self.metrics);
+        lane
+    }
+}
+
+/// Writes one reply of waitgate's own and flushes it; false if the client
+/// is gone.
+async fn send(client: &mut Stream, reply: &Reply) -> bool {
+    client.write_all(&reply.to_http1()).await.is_ok() && client.flush().await.is_ok()
+}

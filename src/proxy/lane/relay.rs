@@ -1,0 +1,291 @@
+//! Sends a planned request upstream and relays the response to the client.
+//!
+//! The response's head is judged by the shared rules (`super::response`);
+//! its body is relayed as it comes, tracking only where it ends:
+//! - `Content-Length` and chunked bodies are relayed byte for byte (less a
+//!   chunked body's trailer fields, which Pingora's proxy drops too);
+//! - a body that ends when the upstream closes is sent on as chunked, as
+//!   Pingora's proxy does, so the client connection survives it.
+//!
+//! The upstream connection goes back to the pool only when the response
+//! ended exactly where its framing said, with nothing read past it, and
+//! the upstream did not ask to close. Once the client has been promised a
+//! reply (the upstream's head was accepted), a failure can only close the
+//! client connection: see `crate::proxy::rules::failure`.
+
+use bytes::{Buf, BytesMut};
+use pingora::protocols::Stream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::pool::Pool;
+use super::request::Plan;
+use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
+use super::{send, Lane, READ_SIZE};
+use crate::proxy::rules::failure::Failure;
+use crate::proxy::rules::forward::REQUEST_ID;
+use crate::proxy::rules::response::Body;
+
+use super::chunked::ChunkedEnd;
+
+/// How a forwarded request ended.
+pub struct Outcome {
+    /// The status the client got (0 if none).
+    pub status: u16,
+    pub lane: Lane,
+    /// Why the upstream failed, when it did.
+    pub error: Option<&'static str>,
+}
+
+/// Sends the request and relays the response. `close`: the client
+/// connection ends after this reply.
+pub async fn forward(
+    pool: &Pool,
+    plan: &Plan,
+    client: &mut Stream,
+    close: bool,
+    request_id: &str,
+) -> Outcome {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let (conn, response) = match exchange(pool, plan, &mut buf, client).await {
+        Ok(answer) => answer,
+        Err((failure, why)) => {
+            let status = match failure.reply(false) {
+                Some(reply) => {
+                    let reply = reply.header(REQUEST_ID, request_id);
+                    send(client, &reply).await;
+                    reply.status
+                }
+                None => 0,
+            };
+            return Outcome {
+                status,
+                lane: Lane::Closed,
+                error: Some(why),
+            };
+        }
+    };
+    let mut out = response.head;
+    let date = pingora::protocols::http::date::get_cached_date();
+    push_field(&mut out, (b"Date", date.as_bytes()));
+    push_field(&mut out, (REQUEST_ID.as_bytes(), request_id.as_bytes()));
+    let connection: &[u8] = if close { b"close" } else { b"keep-alive" };
+    push_field(&mut out, (b"Connection", connection));
+    if response.body == Body::UntilClose {
+        push_field(&mut out, (b"Transfer-Encoding", b"chunked"));
+    }
+    out.extend_from_slice(b"\r\n");
+
+    let relayed = relay(
+        conn,
+        pool,
+        response.upstream_close,
+        &mut buf,
+        response.body,
+        out,
+        client,
+    )
+    .await;
+    let lane = match relayed {
+        Ok(()) if client.flush().await.is_ok() && !close => Lane::Served,
+        Ok(()) => Lane::Closed,
+        Err(why) => {
+            return Outcome {
+                status: response.status,
+                lane: Lane::Closed,
+                error: Some(why),
+            }
+        }
+    };
+    Outcome {
+        status: response.status,
+        lane,
+        error: None,
+    }
+}
+
+/// Sends the request head and reads the final response head, relaying any
+/// interim (1xx) response to the client. A kept-alive connection that fails
+/// before any answer (the upstream closed it as it was taken) is retried
+/// once on a new connection: the lane only carries `GET` and `HEAD`, which
+/// are safe to repeat.
+async fn exchange(
+    pool: &Pool,
+    plan: &Plan,
+    buf: &mut BytesMut,
+    client: &mut Stream,
+) -> Result<(TcpStream, Response), (Failure, &'static str)> {
+    let mut fresh_only = false;
+    loop {
+        let (mut conn, reused) = match (!fresh_only).then(|| pool.take()).flatten() {
+            Some(conn) => (conn, true),
+            None => (
+                pool.connect().await.map_err(|f| (f, "cannot connect"))?,
+                false,
+            ),
+        };
+        buf.clear();
+        let sent = pingora::time::timeout(pool.read_timeout, conn.write_all(&plan.head)).await;
+        let answer = match sent {
+            Ok(Ok(())) => read_head(&mut conn, pool, buf, plan.head_request, client).await,
+            Ok(Err(_)) => Err((Failure::Unavailable, "cannot send the request")),
+            Err(_) => Err((Failure::Timeout, "timed out sending the request")),
+        };
+        match answer {
+            Ok(response) => return Ok((conn, response)),
+            Err((Failure::Unavailable, _)) if reused && buf.is_empty() => fresh_only = true,
+            Err(failure) => return Err(failure),
+        }
+    }
+}
+
+/// Reads response heads until a final one; interim ones go to the client.
+async fn read_head(
+    conn: &mut TcpStream,
+    pool: &Pool,
+    buf: &mut BytesMut,
+    head_request: bool,
+    client: &mut Stream,
+) -> Result<Response, (Failure, &'static str)> {
+    let refused = (Failure::Unavailable, "the response head was refused");
+    loop {
+        if !buf.is_empty() {
+            match response::parse(buf, head_request).map_err(|_| refused)? {
+                Some(response) if response.interim => {
+                    let mut interim = response.head;
+                    interim.extend_from_slice(b"\r\n");
+                    client
+                        .write_all(&interim)
+                        .await
+                        .map_err(|_| (Failure::ClientGone, "the client went away"))?;
+                    buf.advance(response.consumed);
+                    continue;
+                }
+                Some(response) => {
+                    buf.advance(response.consumed);
+                    return Ok(response);
+                }
+                None => {}
+            }
+            if buf.len() >= MAX_RESPONSE_HEAD {
+                return Err((Failure::Unavailable, "the response head is too large"));
+            }
+        }
+        buf.reserve(READ_SIZE);
+        match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return Err((Failure::Unavailable, "closed before a response")),
+            Err(_) => return Err((Failure::Timeout, "no response in time")),
+        }
+    }
+}
+
+/// Relays the body after the head in `out`. The upstream connection goes
+/// back to the pool if the response ended exactly where its framing says
+/// (and the upstream keeps it open), before the client gets the last bytes:
+/// a client's next request then finds it there.
+///
+/// On failure, what was relayed so far (at least the head) still goes to
+/// the client before its connection is closed, as Pingora's proxy sends the
+/// head as soon as it has it: the client sees the same cut-short reply
+/// whichever path served it.
+async fn relay(
+    conn: TcpStream,
+    pool: &Pool,
+    upstream_close: bool,
+    buf: &mut BytesMut,
+    body: Body,
+    mut out: Vec<u8>,
+    client: &mut Stream,
+) -> Result<(), &'static str> {
+    match relay_body(conn, pool, upstream_close, buf, body, &mut out, client).await {
+        Ok(()) => Ok(()),
+        Err(why) => {
+            if !out.is_empty() {
+                let _ = client.write_all(&out).await;
+            }
+            Err(why)
+        }
+    }
+}
+
+async fn relay_body(
+    mut conn: TcpStream,
+    pool: &Pool,
+    upstream_close: bool,
+    buf: &mut BytesMut,
+    body: Body,
+    out: &mut Vec<u8>,
+    client: &mut Stream,
+) -> Result<(), &'static str> {
+    let mut chunks = ChunkedEnd::default();
+    let mut left = match body {
+        Body::Length(n) => n,
+        _ => 0,
+    };
+    let gone = "the client went away";
+    loop {
+        // Move what the upstream sent so far into `out`, up to the body's end.
+        let done = match body {
+            Body::Empty => true,
+            Body::Length(_) => {
+                let take = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                out.extend_from_slice(&buf[..take]);
+                buf.advance(take);
+                left -= take as u64;
+                left == 0
+            }
+            Body::Chunked => {
+                let scan = chunks
+                    .feed(buf)
+                    .map_err(|_| "the chunked body is malformed")?;
+                out.extend_from_slice(&buf[..scan.relay]);
+                match scan.end {
+                    Some(end) => {
+                        // The trailer section was left out; end the body.
+                        out.extend_from_slice(b"\r\n");
+                        buf.advance(end);
+                        true
+                    }
+                    None => {
+                        buf.clear();
+                        false
+                    }
+                }
+            }
+            Body::UntilClose => {
+                if !buf.is_empty() {
+                    out.extend_from_slice(format!("{:X}\r\n", buf.len()).as_bytes());
+                    out.extend_from_slice(buf);
+                    out.extend_from_slice(b"\r\n");
+                    buf.clear();
+                }
+                false
+            }
+            Body::Tunnel => return Err("the upstream switched protocols"),
+        };
+        if done {
+            // Anything read past the end was never asked for: do not reuse.
+            if buf.is_empty() && !upstream_close {
+                pool.put(conn);
+            }
+            let written = client.write_all(out).await;
+            out.clear();
+            return written.map_err(|_| gone);
+        }
+        if !out.is_empty() {
+            let written = client.write_all(out).await;
+            out.clear();
+            written.map_err(|_| gone)?;
+        }
+        buf.reserve(READ_SIZE);
+        match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {
+            Ok(Ok(0)) if body == Body::UntilClose => {
+                return client.write_all(b"0\r\n\r\n").await.map_err(|_| gone);
+            }
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return Err("the upstream closed mid-body"),
+            Err(_) => return Err("the upstream stalled mid-body"),
+        }
+    }
+}

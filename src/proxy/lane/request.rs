@@ -1,0 +1,177 @@
+//! Which requests the lane takes, and the request it sends upstream.
+//!
+//! The lane takes only what it can relay without a body and without a
+//! protocol switch; everything else, and every request whose decision is
+//! not "forward" or "rank", goes back to the Pingora proxy unread. The
+//! decision itself is the proxy's (`crate::proxy::decide`), and the headers
+//! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
+
+use crate::edge::jwt::{self, Identity};
+use crate::proxy::rules::forward::{self, Hop, Peer};
+use crate::proxy::rules::{is, Field};
+use crate::proxy::{decide, Decision, RequestHead};
+use crate::queue::Endpoint;
+
+use super::response::push_field;
+use super::DirectLane;
+
+/// A request the lane takes.
+pub enum Take {
+    Forward(Plan),
+    /// `GET /api/v1/queue/rank`, answered from Redis as the proxy does.
+    Rank {
+        query: Option<String>,
+    },
+}
+
+/// A request to forward, ready to send.
+pub struct Plan {
+    pub route: usize,
+    pub identity: Identity,
+    /// The request as the upstream gets it.
+    pub head: Vec<u8>,
+    pub head_request: bool,
+}
+
+/// A taken request and what its record needs.
+pub struct Taken {
+    pub take: Take,
+    /// Bytes of the client's request head.
+    pub consumed: usize,
+    /// The client asked to close after this request.
+    pub client_close: bool,
+    pub request_id: String,
+    pub method: &'static str,
+    /// The path without the query, for the access log.
+    pub path: String,
+}
+
+impl DirectLane {
+    /// Whether the lane takes this request, and what it sends upstream.
+    pub(super) fn take(
+        &self,
+        request: &httparse::Request<'_, '_>,
+        consumed: usize,
+        peer: Peer,
+    ) -> Option<Taken> {
+        if request.version != Some(1) {
+            return None;
+        }
+        let (method, head_request) = match request.method? {
+            "GET" => ("GET", false),
+            "HEAD" => ("HEAD", true),
+            _ => return None,
+        };
+        let target = request.path?.as_bytes();
+        if !target.starts_with(b"/") {
+            return None;
+        }
+        let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+        let mut client_close = false;
+        for (name, value) in fields.clone() {
+            if is(name, "content-length")
+                || is(name, "transfer-encoding")
+                || is(name, "upgrade")
+                || is(name, "expect")
+            {
+                return None;
+            }
+            if is(name, "connection") {
+                for token in crate::proxy::rules::elements(value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        client_close = true;
+                    } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                        // It names another header: rare, left to the proxy.
+                        return None;
+                    }
+                }
+            }
+        }
+
+        let head = RequestHead {
+            method,
+            http11: true,
+            target,
+            fields: fields.clone(),
+        };
+        let take = match decide(&self.routes, &self.tokens, &head, jwt::now_s()) {
+            Decision::Forward {
+                route,
+                identity,
+                origin: None,
+                upgrade: false,
+            } if self.pool(route).is_some() => {
+                let request_id = forward::request_id(peer, fields.clone());
+                let head = upstream_head(method, target, fields, peer, &identity, &request_id);
+                return Some(Taken {
+                    take: Take::Forward(Plan {
+                        route,
+                        identity,
+                        head,
+                        head_request,
+                    }),
+                    consumed,
+                    client_close,
+                    request_id,
+                    method,
+                    path: path_of(target),
+                });
+            }
+            Decision::Queue(Endpoint::Rank) if !head_request => Take::Rank {
+                query: target
+                    .iter()
+                    .position(|&b| b == b'?')
+                    .map(|at| String::from_utf8_lossy(&target[at + 1..]).into_owned()),
+            },
+            _ => return None,
+        };
+        Some(Taken {
+            take,
+            consumed,
+            client_close,
+            request_id: forward::request_id(peer, fields),
+            method,
+            path: path_of(target),
+        })
+    }
+}
+
+/// The request line and headers the upstream gets.
+fn upstream_head<'a>(
+    method: &str,
+    target: &[u8],
+    fields: impl Iterator<Item = Field<'a>> + Clone,
+    peer: Peer,
+    identity: &Identity,
+    request_id: &str,
+) -> Vec<u8> {
+    let hop = Hop::new(fields.clone(), false);
+    let forwarded_for = forward::forwarded_for(peer, fields.clone());
+    let proto = forward::forwarded_proto(peer, "http", fields.clone());
+    let mut head = Vec::with_capacity(512);
+    head.extend_from_slice(method.as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target);
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for field in fields {
+        if hop.forwards(field.0) {
+            push_field(&mut head, field);
+        }
+    }
+    for (name, value) in forward::added(
+        &identity.user,
+        &identity.queue,
+        &forwarded_for,
+        proto,
+        request_id,
+    ) {
+        push_field(&mut head, (name.as_bytes(), value.as_bytes()));
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+fn path_of(target: &[u8]) -> String {
+    let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+    String::from_utf8_lossy(path).into_owned()
+}

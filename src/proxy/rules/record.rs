@@ -1,0 +1,52 @@
+//! The record of one request: its metrics and its access-log line, written
+//! in one place for both paths.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+
+/// What is known of a request once it is over.
+#[derive(Debug)]
+pub struct Record<'a> {
+    pub request_id: &'a str,
+    pub client: Option<IpAddr>,
+    pub method: &'a str,
+    /// The path without the query (which may carry user data).
+    pub path: &'a str,
+    /// The status the client got; 0 when it got none (it went away).
+    pub status: u16,
+    /// The metric label: the queue API endpoint, the route's prefix, or
+    /// `other`.
+    pub route: &'a str,
+    pub queue: Option<&'a str>,
+    pub user: Option<&'a str>,
+    pub elapsed: Duration,
+    /// The upstream's failure, if the request failed there.
+    pub error: Option<&'a str>,
+}
+
+impl Record<'_> {
+    /// Counts the request and writes its access-log line (target
+    /// `waitgate::access`, at debug level).
+    pub fn finish(&self, metrics: &Metrics) {
+        let seconds = self.elapsed.as_secs_f64();
+        if self.status > 0 {
+            metrics.observe_request(self.route, self.status, seconds);
+        }
+        tracing::debug!(
+            target: "waitgate::access",
+            request_id = self.request_id,
+            client = self.client.map(tracing::field::display),
+            method = self.method,
+            path = self.path,
+            status = self.status,
+            route = self.route,
+            queue = self.queue,
+            user = self.user,
+            elapsed_us = self.elapsed.as_micros() as u64,
+            error = self.error,
+            "request"
+        );
+    }
+}

@@ -1,0 +1,249 @@
+//! How an upstream response's body is framed, and which responses are
+//! refused.
+//!
+//! A proxy that reads a response's length differently from the client, or
+//! from the next response on the same connection, hands one user's bytes
+//! to another. So the framing headers must say one thing only (RFC 9112
+//! §6.3): `Content-Length` plain digits, repeated only with the same value;
+//! `Transfer-Encoding` exactly `chunked`, once; never both. Anything else is
+//! a 502 (or, once the reply has started, a closed connection). A `101`
+//! that was not asked for is refused too: relaying it would turn the client
+//! connection into a raw tunnel to the upstream that bypasses every check.
+
+use super::{is, Field};
+
+/// Where an upstream response's body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// No body: a response to HEAD, a 1xx, 204 or 304.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// Chunked (RFC 9112 §7.1): at the zero-size chunk and its trailers.
+    Chunked,
+    /// When the upstream closes the connection.
+    UntilClose,
+    /// After a 101 the connection is a tunnel, no longer HTTP.
+    Tunnel,
+}
+
+/// A response head the rules accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// A 1xx other than 101: relayed, then the final response follows.
+    pub interim: bool,
+    pub body: Body,
+    /// The upstream will not take another request on this connection.
+    pub upstream_close: bool,
+}
+
+/// Why a response head is refused (502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The framing headers could be read more than one way.
+    Ambiguous(&'static str),
+    /// `101 Switching Protocols` to a request that did not ask to switch.
+    UnaskedSwitch,
+}
+
+impl Refusal {
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::Ambiguous(why) => why,
+            Refusal::UnaskedSwitch => "the upstream switched protocols unasked",
+        }
+    }
+}
+
+/// The framing of a response head. `http11`: the upstream spoke HTTP/1.1
+/// (1.0 closes unless it says keep-alive); `head_request`: the request was
+/// HEAD; `switch_asked`: the request asked to switch protocols on a route
+/// that allows it.
+pub fn shape<'a>(
+    status: u16,
+    http11: bool,
+    head_request: bool,
+    switch_asked: bool,
+    fields: impl Iterator<Item = Field<'a>>,
+) -> Result<Shape, Refusal> {
+    let mut length: Option<u64> = None;
+    let mut encodings = 0;
+    let mut chunked = true;
+    let mut upstream_close = !http11;
+    for (name, value) in fields {
+        // An obsolete line fold (RFC 9112 §5.2) is refused rather than
+        // relayed: clients would read the folded line differently.
+        if value.iter().any(|&b| b == b'\r' || b == b'\n') {
+            return Err(Refusal::Ambiguous("a header value is folded over lines"));
+        }
+        if is(name, "content-length") {
+            let n = plain_length(value)
+                .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(Refusal::Ambiguous("two different Content-Lengths"));
+            }
+            length = Some(n);
+        } else if is(name, "transfer-encoding") {
+            encodings += 1;
+            chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+        } else if is(name, "connection") {
+            for token in super::elements(value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    upstream_close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                    upstream_close = false;
+                }
+            }
+        }
+    }
+    if encodings > 0 && (!chunked || encodings > 1) {
+        return Err(Refusal::Ambiguous(
+            "Transfer-Encoding is not exactly chunked",
+        ));
+    }
+    if encodings > 0 && length.is_some() {
+        return Err(Refusal::Ambiguous(
+            "both Content-Length and Transfer-Encoding",
+        ));
+    }
+    if status == 101 {
+        return match switch_asked {
+            true => Ok(Shape {
+                interim: false,
+                body: Body::Tunnel,
+                upstream_close: true,
+            }),
+            false => Err(Refusal::UnaskedSwitch),
+        };
+    }
+    let interim = (100..200).contains(&status);
+    let body = if interim || head_request || status == 204 || status == 304 {
+        Body::Empty
+    } else if encodings > 0 {
+        Body::Chunked
+    } else if let Some(n) = length {
+        Body::Length(n)
+    } else {
+        Body::UntilClose
+    };
+    Ok(Shape {
+        interim,
+        body,
+        upstream_close,
+    })
+}
+
+/// 1 to 19 ASCII digits (any u64 below 10^19), around optional whitespace.
+fn plain_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(status: u16, head_request: bool, pairs: &[(&str, &str)]) -> Result<Shape, Refusal> {
+        shape(
+            status,
+            true,
+            head_request,
+            false,
+            pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+        )
+    }
+
+    fn body(status: u16, head_request: bool, pairs: &[(&str, &str)]) -> Body {
+        of(status, head_request, pairs).unwrap().body
+    }
+
+    #[test]
+    fn bodies_end_where_the_headers_say() {
+        assert_eq!(
+            body(200, false, &[("Content-Length", "2")]),
+            Body::Length(2)
+        );
+        assert_eq!(
+            body(
+                200,
+                false,
+                &[("content-length", "2"), ("Content-Length", "2")]
+            ),
+            Body::Length(2)
+        );
+        assert_eq!(
+            body(200, false, &[("Transfer-Encoding", "Chunked")]),
+            Body::Chunked
+        );
+        assert_eq!(body(200, false, &[]), Body::UntilClose);
+        assert_eq!(body(200, true, &[("Content-Length", "9")]), Body::Empty);
+        assert_eq!(body(204, false, &[]), Body::Empty);
+        assert_eq!(body(304, false, &[("Content-Length", "9")]), Body::Empty);
+        let early = of(103, false, &[("Link", "</a>")]).unwrap();
+        assert!(early.interim);
+        assert_eq!(early.body, Body::Empty);
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused_even_where_no_body_may_be() {
+        for (status, pairs) in [
+            (200, &[("Content-Length", "+5")][..]),
+            (200, &[("Content-Length", "-1")]),
+            (200, &[("Content-Length", "5, 5")]),
+            (200, &[("Content-Length", "0x10")]),
+            (200, &[("Content-Length", "")]),
+            (200, &[("Content-Length", "99999999999999999999")]),
+            (200, &[("Content-Length", "2"), ("Content-Length", "3")]),
+            (200, &[("Transfer-Encoding", "chunked,")]),
+            (200, &[("Transfer-Encoding", "gzip, chunked")]),
+            (200, &[("Transfer-Encoding", "gzip")]),
+            (
+                200,
+                &[
+                    ("Transfer-Encoding", "chunked"),
+                    ("Transfer-Encoding", "chunked"),
+                ],
+            ),
+            (
+                200,
+                &[("Transfer-Encoding", "chunked"), ("Content-Length", "3")],
+            ),
+            (204, &[("Content-Length", "x")]),
+            (200, &[("X-Folded", "a\r\n b")]),
+        ] {
+            assert!(
+                matches!(of(status, false, pairs), Err(Refusal::Ambiguous(_))),
+                "{status} {pairs:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_switch_is_relayed_only_when_asked_for() {
+        assert_eq!(of(101, false, &[]), Err(Refusal::UnaskedSwitch));
+        let asked = shape(101, true, false, true, std::iter::empty()).unwrap();
+        assert_eq!(asked.body, Body::Tunnel);
+    }
+
+    #[test]
+    fn who_closes() {
+        let close = |http11, pairs: &[(&str, &str)]| {
+            shape(
+                200,
+                http11,
+                false,
+                false,
+                pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+            )
+            .unwrap()
+            .upstream_close
+        };
+        assert!(!close(true, &[]));
+        assert!(close(true, &[("Connection", "Close")]));
+        assert!(close(false, &[]));
+        assert!(!close(false, &[("Connection", "keep-alive")]));
+    }
+}
