@@ -8,12 +8,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
 
 const PROTECTED: &str = "/api/v1/follow-up";
 
@@ -132,16 +131,7 @@ fn setup(script: BTreeMap<&'static str, Answer>) -> Env {
     let ports = Ports::new();
     let upstream = Scripted::start(script);
     let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
-    let credential = register_new(wg.addr, "fan");
-    admit_by_hand(&mut redis.conn(), "fan", u64::MAX / 2_000_000);
-    let r = post_json(
-        wg.addr,
-        "/api/v1/queue/active/token",
-        &json!({ "userId": "fan", "queueCredential": credential }).to_string(),
-    )
-    .unwrap();
-    assert_eq!(r.status, 200, "{r:?}");
-    let token = r.json()["accessToken"].as_str().unwrap().to_string();
+    let token = admitted_token(&wg, &redis, "fan");
     Env {
         _redis: redis,
         upstream,
@@ -160,94 +150,6 @@ impl Env {
             "GET {PROTECTED}{path} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n{extra}\r\n",
             self.token
         )
-    }
-}
-
-/// One client connection, read a response head at a time.
-struct Client {
-    writer: TcpStream,
-    reader: BufReader<TcpStream>,
-}
-
-/// A response head: status and headers.
-#[derive(Debug)]
-struct Head {
-    status: u16,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn length(&self) -> usize {
-        self.header("content-length").unwrap().parse().unwrap()
-    }
-}
-
-impl Client {
-    fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Client {
-            writer: stream.try_clone().unwrap(),
-            reader: BufReader::new(stream),
-        }
-    }
-
-    fn send(&mut self, request: &str) {
-        self.writer.write_all(request.as_bytes()).unwrap();
-    }
-
-    fn head(&mut self) -> Head {
-        let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
-        let status = line
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or_else(|| panic!("no status line: {line:?}"))
-            .parse()
-            .unwrap();
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line).unwrap();
-            if line == "\r\n" {
-                break;
-            }
-            let (n, v) = line.trim_end().split_once(':').unwrap();
-            headers.push((n.to_string(), v.trim().to_string()));
-        }
-        Head { status, headers }
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut body = vec![0; n];
-        self.reader.read_exact(&mut body).unwrap();
-        body
-    }
-
-    /// A response with a Content-Length body.
-    /// One whole response, whatever its framing.
-    fn response(&mut self) -> (Head, Vec<u8>) {
-        let r = read_response(&mut self.reader).unwrap();
-        let head = Head {
-            status: r.status,
-            headers: r.headers,
-        };
-        (head, r.body)
-    }
-
-    /// Whether the server closed the connection (read gives EOF).
-    fn closed(&mut self) -> bool {
-        let mut rest = Vec::new();
-        matches!(self.reader.read_to_end(&mut rest), Ok(0))
     }
 }
 

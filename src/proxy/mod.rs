@@ -218,17 +218,34 @@ impl Gate {
         }
     }
 
-    /// Decides what to do with a request Pingora has parsed.
-    pub fn decide(&self, header: &RequestHeader, now: u64) -> Decision {
+    /// Decides what to do with a request Pingora has parsed. `target` is
+    /// the request target as received (see [`request_target`]).
+    pub fn decide(&self, header: &RequestHeader, target: &[u8], now: u64) -> Decision {
         let list = fields(&header.headers);
         let head = RequestHead {
             method: header.method.as_str(),
             http11: header.version == Version::HTTP_11,
-            target: header.raw_path(),
+            target,
             fields: list.iter().copied(),
         };
         decide(&self.routes, &self.tokens, &head, now)
     }
+}
+
+/// The request target as the client sent it, from the raw request line.
+///
+/// Pingora's parsed header keeps the target as the `http` crate read it,
+/// which cuts a `#fragment` off; the lane reads the raw line. Both decide
+/// on the raw bytes, so both refuse what one parser would cut and another
+/// forward.
+pub fn request_target(raw_head: &[u8]) -> Option<&[u8]> {
+    let line = raw_head.split(|&b| b == b'\n').next()?;
+    let mut parts = line
+        .trim_ascii_end()
+        .split(|&b| b == b' ')
+        .filter(|p| !p.is_empty());
+    let _method = parts.next()?;
+    parts.next()
 }
 
 #[async_trait]
@@ -264,15 +281,21 @@ impl ProxyHttp for Gate {
         ctx.peer = Peer::new(client, &self.trusted);
         ctx.request_id =
             forward::request_id(ctx.peer, fields(&session.req_header().headers).into_iter());
-        let mut reply = match self.decide(session.req_header(), jwt::now_s()) {
+        let raw_head = session.as_downstream().to_h1_raw();
+        let target = request_target(&raw_head)
+            .unwrap_or_else(|| session.req_header().raw_path())
+            .to_vec();
+        let mut reply = match self.decide(session.req_header(), &target, jwt::now_s()) {
             Decision::Forward {
                 route,
                 identity,
                 origin,
                 upgrade,
             } => {
-                if let Some(origin) = origin {
-                    session.req_header_mut().set_raw_path(&origin)?;
+                // What was checked is exactly what is forwarded.
+                let checked = origin.unwrap_or(target);
+                if session.req_header().raw_path() != checked.as_slice() {
+                    session.req_header_mut().set_raw_path(&checked)?;
                 }
                 // A proxied body may pause this long between reads.
                 session.set_read_timeout(Some(self.body_timeout));
@@ -529,6 +552,22 @@ routes:
         h
     }
 
+    impl Gate {
+        /// Decides on the target as Pingora parsed it (unit tests have no
+        /// raw request line).
+        fn decide_parsed(&self, header: &RequestHeader, now: u64) -> Decision {
+            self.decide(header, &header.raw_path().to_vec(), now)
+        }
+    }
+
+    #[test]
+    fn the_target_is_read_from_the_raw_request_line() {
+        let raw = b"GET /x?a#frag HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(request_target(raw), Some(&b"/x?a#frag"[..]));
+        assert_eq!(request_target(b"GET  /y  HTTP/1.0\n\n"), Some(&b"/y"[..]));
+        assert_eq!(request_target(b"GET\r\n"), None);
+    }
+
     fn status(d: Decision) -> u16 {
         match d {
             Decision::Respond { reply, .. } => reply.status,
@@ -554,7 +593,7 @@ routes:
             ("/api/v1/queue/dropout?userId=a", Endpoint::Dropout),
             ("/api/v1/queue/active/token", Endpoint::Token),
         ] {
-            match g.decide(&request(target.as_bytes(), &[]), now) {
+            match g.decide_parsed(&request(target.as_bytes(), &[]), now) {
                 Decision::Queue(e) => assert_eq!(e, want),
                 other => panic!("{target}: {other:?}"),
             }
@@ -567,7 +606,7 @@ routes:
             "/",
         ] {
             assert_eq!(
-                status(g.decide(&request(target.as_bytes(), &[]), now)),
+                status(g.decide_parsed(&request(target.as_bytes(), &[]), now)),
                 404,
                 "{target}"
             );
@@ -579,7 +618,7 @@ routes:
         let (g, tokens) = gate();
         let now = jwt::now_s();
         let baseball = bearer(&tokens, "baseball");
-        match g.decide(
+        match g.decide_parsed(
             &request(b"/api/v1/follow-up/x", &[("authorization", &baseball)]),
             now,
         ) {
@@ -596,7 +635,7 @@ routes:
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide(
+        let d = g.decide_parsed(
             &request(b"/soccer/seat", &[("authorization", &baseball)]),
             now,
         );
@@ -610,7 +649,7 @@ routes:
             ),
             "{d:?}"
         );
-        let d = g.decide(&request(b"/api/v1/follow-up", &[]), now);
+        let d = g.decide_parsed(&request(b"/api/v1/follow-up", &[]), now);
         assert!(
             matches!(
                 d,
@@ -622,7 +661,7 @@ routes:
             "{d:?}"
         );
         assert_eq!(
-            status(g.decide(
+            status(g.decide_parsed(
                 &request(b"/api/v1/follow-upx", &[("authorization", &baseball)]),
                 now
             )),
@@ -635,7 +674,7 @@ routes:
         let (g, tokens) = gate();
         let now = jwt::now_s();
         let auth = bearer(&tokens, "baseball");
-        match g.decide(
+        match g.decide_parsed(
             &request(
                 b"http://evil.example/api/v1/follow-up/a?b=1",
                 &[("authorization", &auth)],
@@ -647,7 +686,7 @@ routes:
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide(
+        let d = g.decide_parsed(
             &request(
                 b"http://x/api/v1/follow-up/../admin",
                 &[("authorization", &auth)],
@@ -661,7 +700,7 @@ routes:
     fn ambiguous_framing_is_refused_before_routing() {
         let (g, _) = gate();
         let now = jwt::now_s();
-        let d = g.decide(
+        let d = g.decide_parsed(
             &request(
                 b"/api/v1/queue/register",
                 &[("content-length", "3"), ("content-length", "3")],
@@ -676,12 +715,12 @@ routes:
         let (g, tokens) = gate();
         let now = jwt::now_s();
         let auth = bearer(&tokens, "baseball");
-        let d = g.decide(
+        let d = g.decide_parsed(
             &bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]),
             now,
         );
         assert_eq!(status(d), 400);
-        let d = g.decide(
+        let d = g.decide_parsed(
             &request(
                 b"/api/v1/follow-up/x",
                 &[("authorization", &auth), ("host", "other")],
@@ -691,7 +730,7 @@ routes:
         assert_eq!(status(d), 400);
         let mut old = bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]);
         old.set_version(Version::HTTP_10);
-        assert_eq!(status(g.decide(&old, now)), 2);
+        assert_eq!(status(g.decide_parsed(&old, now)), 2);
     }
 
     #[test]
@@ -700,14 +739,14 @@ routes:
         let now = jwt::now_s();
         let auth = bearer(&tokens, "baseball");
         let upgrade = [("authorization", auth.as_str()), ("upgrade", "websocket")];
-        match g.decide(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
+        match g.decide_parsed(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
             Decision::Respond { route, reply } => {
                 assert_eq!(route, Some(0));
                 assert_eq!(reply.status, 400);
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide(&request(b"/api/v1/queue/rank?userId=a", &upgrade), now);
+        let d = g.decide_parsed(&request(b"/api/v1/queue/rank?userId=a", &upgrade), now);
         assert_eq!(status(d), 400);
     }
 

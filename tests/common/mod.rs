@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -199,12 +201,23 @@ pub fn config(redis_url: &str, ports: &Ports, upstream_port: u16) -> String {
     )
 }
 
+/// Whether the tests run with the direct lane (`direct-lane`): on unless
+/// `WAITGATE_TEST_DIRECT_LANE=off`. CI runs the edge suites both ways, so
+/// every behaviour they check holds whichever path serves a request.
+pub fn direct_lane() -> bool {
+    !matches!(
+        std::env::var("WAITGATE_TEST_DIRECT_LANE").as_deref(),
+        Ok("off" | "false" | "0")
+    )
+}
+
 pub fn config_with(redis_url: &str, ports: &Ports, upstream_port: u16, queues: &str) -> String {
     format!(
         "listen: 127.0.0.1:{listen}
 admin-listen: 127.0.0.1:{admin}
 threads: 2
 grace-period-s: 3
+direct-lane: {lane}
 redis:
   url: {redis_url}
   command-timeout-ms: 300
@@ -225,6 +238,7 @@ routes:
 ",
         listen = ports.listen,
         admin = ports.admin,
+        lane = direct_lane(),
         queues = indent(queues),
     )
 }
@@ -577,6 +591,128 @@ pub fn dropout(addr: SocketAddr, user: &str, credential: &str) -> Response {
     .unwrap()
 }
 
+/// Registers `user` in queue `baseball`, admits them by hand (far into the
+/// future) and trades the credential for a token.
+pub fn admitted_token(wg: &Waitgate, redis: &Redis, user: &str) -> String {
+    let credential = register_new(wg.addr, user);
+    admit_by_hand(&mut redis.conn(), user, u64::MAX / 2_000_000);
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/active/token",
+        &serde_json::json!({ "userId": user, "queueCredential": credential }).to_string(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()["accessToken"].as_str().unwrap().to_string()
+}
+
+// ---------------------------------------------------------------------------
+// A raw client: one kept-alive connection, read a response at a time
+
+/// One client connection.
+pub struct Client {
+    pub writer: TcpStream,
+    pub reader: BufReader<TcpStream>,
+}
+
+/// A response head: status and headers.
+#[derive(Debug)]
+pub struct Head {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn length(&self) -> usize {
+        self.header("content-length").unwrap().parse().unwrap()
+    }
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Client {
+            writer: stream.try_clone().unwrap(),
+            reader: BufReader::new(stream),
+        }
+    }
+
+    pub fn send(&mut self, request: &str) {
+        self.send_bytes(request.as_bytes());
+    }
+
+    pub fn send_bytes(&mut self, request: &[u8]) {
+        self.writer.write_all(request).unwrap();
+    }
+
+    /// The next response head; panics if the connection ends first.
+    pub fn head(&mut self) -> Head {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let status = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_else(|| panic!("no status line: {line:?}"))
+            .parse()
+            .unwrap();
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            let (n, v) = line.trim_end().split_once(':').unwrap();
+            headers.push((n.to_string(), v.trim().to_string()));
+        }
+        Head { status, headers }
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let mut body = vec![0; n];
+        self.reader.read_exact(&mut body).unwrap();
+        body
+    }
+
+    /// One whole response, whatever its framing.
+    pub fn response(&mut self) -> (Head, Vec<u8>) {
+        let r = read_response(&mut self.reader).unwrap();
+        let head = Head {
+            status: r.status,
+            headers: r.headers,
+        };
+        (head, r.body)
+    }
+
+    /// Everything until the server closes the connection (or 10 s pass).
+    pub fn rest(&mut self) -> Vec<u8> {
+        let mut rest = Vec::new();
+        let _ = self.reader.read_to_end(&mut rest);
+        rest
+    }
+
+    /// Whether the server closed the connection with nothing more to say
+    /// (EOF, or a reset: closing with unread input resets).
+    pub fn closed(&mut self) -> bool {
+        let mut rest = Vec::new();
+        match self.reader.read_to_end(&mut rest) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset && rest.is_empty(),
+            Ok(_) => false,
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------
 // A recording upstream
 
@@ -714,7 +850,7 @@ fn serve_upstream(stream: TcpStream, seen: Arc<Mutex<Vec<Seen>>>, delay: Arc<Mut
 
 /// Reads a chunked body (RFC 9112 §7.1), trailers included; `None` if the
 /// stream ends or the framing is broken.
-fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
+pub fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let mut size_line = String::new();

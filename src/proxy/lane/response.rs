@@ -89,7 +89,7 @@ fn judge(
     head.extend_from_slice(b"\r\n");
     for (name, value) in fields() {
         if hop.relays(name) {
-            push_field(&mut head, (name, value));
+            push_field(&mut head, (name, &response::field_value(value)));
         }
     }
     Ok(Some(Response {

@@ -71,11 +71,6 @@ pub fn shape<'a>(
     let mut chunked = true;
     let mut upstream_close = !http11;
     for (name, value) in fields {
-        // An obsolete line fold (RFC 9112 §5.2) is refused rather than
-        // relayed: clients would read the folded line differently.
-        if value.iter().any(|&b| b == b'\r' || b == b'\n') {
-            return Err(Refusal::Ambiguous("a header value is folded over lines"));
-        }
         if is(name, "content-length") {
             let n = plain_length(value)
                 .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
@@ -131,6 +126,20 @@ pub fn shape<'a>(
         body,
         upstream_close,
     })
+}
+
+/// A header value as relayed to the client. An obsolete line fold (RFC
+/// 9112 §5.2) becomes one space, and a stray CR or NUL a space, before the
+/// value goes on: clients would read a folded line in different ways. This
+/// is Pingora's own normalisation (its client applies it to every response
+/// header it parses), called here so that the lane relays the same bytes.
+pub fn field_value(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if value.iter().any(|&b| matches!(b, b'\r' | b'\n' | b'\0')) {
+        let normal = pingora::http::header_value_from_raw(bytes::Bytes::copy_from_slice(value));
+        std::borrow::Cow::Owned(normal.as_bytes().to_vec())
+    } else {
+        std::borrow::Cow::Borrowed(value)
+    }
 }
 
 /// 1 to 19 ASCII digits (any u64 below 10^19), around optional whitespace.
@@ -212,7 +221,6 @@ mod tests {
                 &[("Transfer-Encoding", "chunked"), ("Content-Length", "3")],
             ),
             (204, &[("Content-Length", "x")]),
-            (200, &[("X-Folded", "a\r\n b")]),
         ] {
             assert!(
                 matches!(of(status, false, pairs), Err(Refusal::Ambiguous(_))),
@@ -226,6 +234,13 @@ mod tests {
         assert_eq!(of(101, false, &[]), Err(Refusal::UnaskedSwitch));
         let asked = shape(101, true, false, true, std::iter::empty()).unwrap();
         assert_eq!(asked.body, Body::Tunnel);
+    }
+
+    #[test]
+    fn a_folded_value_is_relayed_on_one_line() {
+        assert_eq!(&*field_value(b"one\r\n two"), b"one two");
+        assert_eq!(&*field_value(b"a\rb\0c"), b"a b c");
+        assert!(matches!(field_value(b"plain"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

@@ -1,0 +1,496 @@
+//! Edge integrity: one user's bytes never reach another, and an upstream or
+//! a client cannot make the two HTTP paths behave differently.
+//!
+//! Each test drives a real waitgate over real TCP connections against a
+//! scripted upstream (`common::scripted`) that misbehaves in one precise
+//! way. Forwarded requests are sent as a `GET` (served by the direct lane
+//! when it is on) and as a `POST` (always the Pingora proxy); CI runs this
+//! suite with `WAITGATE_TEST_DIRECT_LANE=off` too, so every rule is checked
+//! on both paths.
+
+mod common;
+
+use std::time::Duration;
+
+use common::scripted::{injected, ok, Scripted, Step};
+use common::*;
+
+const PROTECTED: &str = "/api/v1/follow-up";
+
+struct Env {
+    redis: Redis,
+    upstream: Scripted,
+    wg: Waitgate,
+    token: String,
+}
+
+/// waitgate in front of a scripted upstream, with the protected route, a
+/// WebSocket route at `/ws`, and a token for user `fan`. `top` is extra
+/// top-level config (such as `trusted-proxies`).
+fn setup_with(top: &str, script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Scripted::start(move |r| script(r.path()));
+    let config = format!(
+        "{top}{}  - prefix: /ws\n    upstream: ticketing\n    queue: baseball\n    websocket: true\n",
+        config(&redis.url(), &ports, upstream.port)
+    );
+    let wg = Waitgate::start(&config, &ports);
+    let token = admitted_token(&wg, &redis, "fan");
+    Env {
+        redis,
+        upstream,
+        wg,
+        token,
+    }
+}
+
+fn setup(script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
+    setup_with("", script)
+}
+
+/// Answers every path with a 200 naming the path, after `special` had its say.
+fn echo_or(
+    special: impl Fn(&str) -> Option<Vec<Step>> + Send + Sync + 'static,
+) -> impl Fn(&str) -> Vec<Step> + Send + Sync + 'static {
+    move |path| special(path).unwrap_or_else(|| vec![Step::Send(ok(path))])
+}
+
+/// The two ways a forwarded request arrives: a plain GET (the direct lane's
+/// when it is on) and a POST with a body (always the Pingora proxy's).
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    Get,
+    Post,
+}
+
+const BOTH: [Via; 2] = [Via::Get, Via::Post];
+
+impl Env {
+    fn request(&self, via: Via, path: &str, extra: &str) -> String {
+        let auth = format!("Authorization: Bearer {}\r\n", self.token);
+        match via {
+            Via::Get => format!("GET {path} HTTP/1.1\r\nHost: tickets\r\n{auth}{extra}\r\n"),
+            Via::Post => format!(
+                "POST {path} HTTP/1.1\r\nHost: tickets\r\n{auth}Content-Length: 2\r\n{extra}\r\nhi"
+            ),
+        }
+    }
+
+    /// One request on a new connection; the whole response.
+    fn call(&self, via: Via, path: &str, extra: &str) -> (Head, Vec<u8>) {
+        let mut c = Client::connect(self.wg.addr);
+        c.send(&self.request(via, path, extra));
+        c.response()
+    }
+
+    /// Every later user, each on a new connection, gets their own answer.
+    fn assert_next_users_get_their_own(&self, how_many: usize) {
+        for i in 0..how_many {
+            for via in BOTH {
+                let path = format!("{PROTECTED}/next-{i}");
+                let (head, body) = self.call(via, &path, "");
+                assert_eq!(head.status, 200, "{via:?} {path}: {head:?}");
+                assert_eq!(
+                    String::from_utf8_lossy(&body),
+                    path,
+                    "{via:?}: another user's bytes"
+                );
+                assert!(head.header("set-cookie").is_none(), "{head:?}");
+            }
+        }
+    }
+}
+
+fn path(suffix: &str) -> String {
+    format!("{PROTECTED}{suffix}")
+}
+
+#[test]
+fn a_late_second_response_never_reaches_the_next_user() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/late").then(|| {
+            vec![
+                Step::Send(ok(p)),
+                Step::Pause(Duration::from_millis(300)),
+                Step::Send(injected()),
+            ]
+        })
+    }));
+    for via in BOTH {
+        let (head, body) = env.call(via, &path("/late"), "");
+        assert_eq!((head.status, body), (200, path("/late").into_bytes()));
+        // The upstream writes its second response while the connection is idle.
+        std::thread::sleep(Duration::from_millis(500));
+        env.assert_next_users_get_their_own(3);
+    }
+}
+
+#[test]
+fn a_body_sent_after_a_head_204_or_304_answer_never_reaches_the_next_user() {
+    let late_body = |head: &str| {
+        vec![
+            Step::Send(head.as_bytes().to_vec()),
+            Step::Pause(Duration::from_millis(100)),
+            Step::Send(injected()),
+        ]
+    };
+    let env = setup(echo_or(move |p| match p {
+        _ if p.ends_with("/head") => {
+            Some(late_body("HTTP/1.1 200 OK\r\nContent-Length: 104\r\n\r\n"))
+        }
+        _ if p.ends_with("/none") => Some(late_body("HTTP/1.1 204 No Content\r\n\r\n")),
+        _ if p.ends_with("/same") => Some(late_body(
+            "HTTP/1.1 304 Not Modified\r\nETag: \"v\"\r\n\r\n",
+        )),
+        _ => None,
+    }));
+    let mut head_request = env.request(Via::Get, &path("/head"), "");
+    head_request.replace_range(..3, "HEAD");
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&head_request);
+    let head = c.head();
+    assert_eq!((head.status, head.length()), (200, 104));
+    std::thread::sleep(Duration::from_millis(300));
+    env.assert_next_users_get_their_own(2);
+
+    for (suffix, status) in [("/none", 204), ("/same", 304)] {
+        for via in BOTH {
+            let mut c = Client::connect(env.wg.addr);
+            c.send(&env.request(via, &path(suffix), ""));
+            assert_eq!(c.head().status, status);
+            std::thread::sleep(Duration::from_millis(300));
+            env.assert_next_users_get_their_own(2);
+        }
+    }
+}
+
+#[test]
+fn bytes_past_content_length_arriving_late_never_reach_the_next_user() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/long").then(|| {
+            vec![
+                Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfive!".to_vec()),
+                Step::Pause(Duration::from_millis(100)),
+                Step::Send(injected()),
+            ]
+        })
+    }));
+    for via in BOTH {
+        let (head, body) = env.call(via, &path("/long"), "");
+        assert_eq!((head.status, body), (200, b"five!".to_vec()));
+        std::thread::sleep(Duration::from_millis(300));
+        env.assert_next_users_get_their_own(3);
+    }
+}
+
+#[test]
+fn a_response_left_in_a_dead_upstreams_socket_is_never_served() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/dying").then(|| {
+            vec![
+                Step::Send(ok(p)),
+                Step::Pause(Duration::from_millis(100)),
+                Step::Send(injected()),
+                Step::Close,
+            ]
+        })
+    }));
+    for via in BOTH {
+        let (head, _) = env.call(via, &path("/dying"), "");
+        assert_eq!(head.status, 200);
+        std::thread::sleep(Duration::from_millis(300));
+        env.assert_next_users_get_their_own(2);
+    }
+}
+
+#[test]
+fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
+    let env = setup(echo_or(|p| match p {
+        _ if p.ends_with("/cut") => Some(vec![
+            Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 70\r\n\r\nhello".to_vec()),
+            Step::Pause(Duration::from_millis(50)),
+            Step::Close,
+        ]),
+        _ if p.ends_with("/cut-chunked") => Some(vec![
+            Step::Send(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".to_vec(),
+            ),
+            Step::Pause(Duration::from_millis(50)),
+            Step::Close,
+        ]),
+        _ => None,
+    }));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/cut"), ""));
+        let head = c.head();
+        assert_eq!((head.status, head.length()), (200, 70));
+        let rest = c.rest();
+        assert_eq!(
+            rest,
+            b"hello",
+            "{via:?}: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
+
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/cut-chunked"), ""));
+        let head = c.head();
+        assert_eq!(head.status, 200);
+        let rest = String::from_utf8_lossy(&c.rest()).into_owned();
+        assert!(rest.contains("hello"), "{via:?}: {rest:?}");
+        assert!(
+            !rest.contains("upstream"),
+            "{via:?}: an error spliced in: {rest:?}"
+        );
+        assert!(
+            !rest.ends_with("0\r\n\r\n"),
+            "{via:?}: a body that looks whole: {rest:?}"
+        );
+    }
+}
+
+#[test]
+fn upgrade_requests_are_refused_where_the_route_does_not_switch_protocols() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(
+            via,
+            &path("/chat"),
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n",
+        ));
+        let (head, body) = c.response();
+        assert_eq!(head.status, 400, "{via:?}");
+        assert!(String::from_utf8_lossy(&body).contains("upgrade_not_allowed"));
+        // Whatever follows on that connection is HTTP, checked as such.
+        c.send("GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Waitgate-User: mallory\r\n\r\n");
+        if let Ok(r) = read_response(&mut c.reader) {
+            assert_eq!(r.status, 404);
+        }
+    }
+    assert!(env.upstream.seen().is_empty(), "{:?}", env.upstream.seen());
+}
+
+#[test]
+fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/switch").then(|| {
+            vec![Step::Send(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                    .to_vec(),
+            )]
+        })
+    }));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/switch"), ""));
+        let (head, body) = c.response();
+        assert_eq!(head.status, 502, "{via:?}: {head:?}");
+        assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
+        let _ = std::io::Write::write_all(
+            &mut c.writer,
+            b"GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Waitgate-User: mallory\r\n\r\n",
+        );
+        let rest = c.rest();
+        assert!(rest.is_empty(), "{via:?} {head:?}: {}", String::from_utf8_lossy(&rest));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(env.upstream.seen_at("/admin/secret").is_empty());
+}
+
+#[test]
+fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
+    let env = setup(echo_or(|p| {
+        p.starts_with("/ws").then(|| {
+            vec![Step::Send(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                    .to_vec(),
+            )]
+        })
+    }));
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&format!(
+        "GET /ws/chat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        env.token
+    ));
+    let head = c.head();
+    assert_eq!(head.status, 101);
+    let seen = env.upstream.seen_at("/ws/chat");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("upgrade"), Some("websocket"));
+    assert_eq!(seen[0].header("x-waitgate-user"), Some("fan"));
+}
+
+#[test]
+fn identity_headers_are_dropped_in_every_spelling_a_backend_reads_alike() {
+    let env = setup(echo_or(|_| None));
+    let spoofed = "X_Waitgate_User: mallory\r\nX-Waitgate_User: mallory\r\nx_waitgate-queue: evil\r\nX-WAITGATE-USER: mallory\r\nx-waitgate-queue: evil\r\n";
+    for via in BOTH {
+        let p = format!("{PROTECTED}/who-{via:?}");
+        let (head, _) = env.call(via, &p, spoofed);
+        assert_eq!(head.status, 200);
+        let seen = &env.upstream.seen_at(&p)[0];
+        assert_eq!(
+            seen.as_cgi_reads("x-waitgate-user"),
+            ["fan"],
+            "{via:?}: {}",
+            seen.head
+        );
+        assert_eq!(
+            seen.as_cgi_reads("x-waitgate-queue"),
+            ["baseball"],
+            "{via:?}"
+        );
+    }
+}
+
+#[test]
+fn http11_needs_exactly_one_host() {
+    let env = setup(echo_or(|_| None));
+    let auth = format!("Authorization: Bearer {}\r\n", env.token);
+    for request in [
+        format!("GET {PROTECTED}/a HTTP/1.1\r\n{auth}\r\n"),
+        format!("GET {PROTECTED}/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n{auth}\r\n"),
+        format!("POST {PROTECTED}/a HTTP/1.1\r\n{auth}Content-Length: 2\r\n\r\nhi"),
+    ] {
+        let r = raw(env.wg.addr, request.as_bytes()).unwrap();
+        assert_eq!(r.status, 400, "{request:?}");
+    }
+    assert!(env.upstream.seen().is_empty());
+    // HTTP/1.0 may omit it.
+    let r = raw(
+        env.wg.addr,
+        format!("GET {PROTECTED}/old HTTP/1.0\r\n{auth}\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(env.upstream.seen_at(&path("/old")).len(), 1);
+}
+
+#[test]
+fn targets_that_parsers_could_read_two_ways_are_400_on_both_paths() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        for target in [
+            format!("{PROTECTED}/a<b"),
+            format!("{PROTECTED}/a>b"),
+            format!("{PROTECTED}/a`b"),
+            format!("{PROTECTED}/x?#"),
+            format!("{PROTECTED}/x#frag"),
+            format!("{PROTECTED}/x?q=\"y\""),
+            "/api/v1/queue/rank?userId=a&queue=baseball#x".to_string(),
+        ] {
+            let (head, _) = env.call(via, &target, "");
+            assert_eq!(head.status, 400, "{via:?} {target}");
+        }
+    }
+    assert!(env.upstream.seen().is_empty(), "{:?}", env.upstream.seen());
+}
+
+#[test]
+fn ambiguous_upstream_framing_is_a_502() {
+    let env = setup(echo_or(|p| {
+        let bytes: &[u8] = match p.rsplit('/').next()? {
+            "plus" => b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+            "lengths" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+            "list" => b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
+            "te-comma" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n5\r\nhello\r\n0\r\n\r\nSMUGGLED",
+            "te-gzip" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            _ => return None,
+        };
+        Some(vec![Step::Send(bytes.to_vec()), Step::Close])
+    }));
+    for via in BOTH {
+        for name in ["plus", "lengths", "list", "te-comma", "te-gzip"] {
+            let mut c = Client::connect(env.wg.addr);
+            c.send(&env.request(via, &path(&format!("/{name}")), ""));
+            let (head, body) = c.response();
+            assert_eq!(head.status, 502, "{via:?} {name}: {head:?}");
+            let body = String::from_utf8_lossy(&body);
+            assert!(body.contains("upstream_unavailable"), "{body}");
+            assert!(c.closed(), "{via:?} {name}");
+        }
+    }
+}
+
+#[test]
+fn a_folded_header_reaches_the_client_on_one_line() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/folded").then(|| {
+            vec![Step::Send(
+                b"HTTP/1.1 200 OK\r\nX-A: one\r\n\t two\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+            )]
+        })
+    }));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/folded"), "Connection: close\r\n"));
+        let raw = String::from_utf8_lossy(&c.rest()).into_owned();
+        assert!(raw.contains("\r\nX-A: one two\r\n"), "{via:?}: {raw:?}");
+        assert!(raw.ends_with("\r\n\r\nhello"), "{via:?}: {raw:?}");
+    }
+}
+
+#[test]
+fn ambiguous_framing_with_both_length_and_chunked_is_a_502() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/both").then(|| {
+            vec![
+                Step::Send(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                        .to_vec(),
+                ),
+                Step::Close,
+            ]
+        })
+    }));
+    for via in BOTH {
+        let (head, _) = env.call(via, &path("/both"), "");
+        assert_eq!(head.status, 502, "{via:?}: {head:?}");
+    }
+}
+
+#[test]
+fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
+    let env = setup(echo_or(|_| None));
+    let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: chosen-by-client\r\nX_Forwarded_For: 5.6.7.8\r\n";
+    for via in BOTH {
+        let p = format!("{PROTECTED}/fwd-{via:?}");
+        let (head, _) = env.call(via, &p, sent);
+        assert_eq!(head.status, 200);
+        let seen = &env.upstream.seen_at(&p)[0];
+        assert_eq!(
+            seen.as_cgi_reads("x-forwarded-for"),
+            ["127.0.0.1"],
+            "{via:?}"
+        );
+        assert_eq!(seen.as_cgi_reads("x-forwarded-proto"), ["http"], "{via:?}");
+        let id = seen.header("x-request-id").unwrap();
+        assert_eq!(id.len(), 32, "{id}");
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert_eq!(head.header("x-request-id"), Some(id), "{via:?}");
+    }
+    // waitgate's own answers carry the id too.
+    let r = get(env.wg.addr, &path("/no-token")).unwrap();
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("x-request-id").map(str::len), Some(32));
+}
+
+#[test]
+fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
+    let env = setup_with("trusted-proxies: ['127.0.0.0/8']\n", echo_or(|_| None));
+    let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: lb-42\r\n";
+    for via in BOTH {
+        let p = format!("{PROTECTED}/trusted-{via:?}");
+        let (head, _) = env.call(via, &p, sent);
+        assert_eq!(head.status, 200);
+        let seen = &env.upstream.seen_at(&p)[0];
+        assert_eq!(seen.as_cgi_reads("x-forwarded-for"), ["1.2.3.4, 127.0.0.1"]);
+        assert_eq!(seen.as_cgi_reads("x-forwarded-proto"), ["https"]);
+        assert_eq!(seen.as_cgi_reads("x-request-id"), ["lb-42"]);
+        assert_eq!(head.header("x-request-id"), Some("lb-42"));
+    }
+    let _ = &env.redis;
+}
