@@ -110,10 +110,12 @@ impl Reply {
         Ok(header)
     }
 
-    /// The reply as HTTP/1.1 bytes, with the same fields as
-    /// [`Reply::response_header`] plus `Date` (which the session writer adds
-    /// itself), for writers that hold the connection itself (the direct lane).
-    pub fn to_http1(&self) -> Vec<u8> {
+    /// The reply as HTTP/1.1 bytes, for writers that hold the connection
+    /// themselves (the direct lane), as Pingora's session writer sends it:
+    /// the same fields as [`Reply::response_header`], plus `Date` and
+    /// `Connection: keep-alive` (or the `close` above), and no body when
+    /// answering a HEAD request (the length still says what a GET would get).
+    pub fn to_http1(&self, head_request: bool) -> Vec<u8> {
         let reason = http::StatusCode::from_u16(self.status)
             .ok()
             .and_then(|s| s.canonical_reason())
@@ -131,9 +133,14 @@ impl Reply {
             head.push_str(&value);
             head.push_str("\r\n");
         }
+        if !self.close {
+            head.push_str("Connection: keep-alive\r\n");
+        }
         head.push_str("\r\n");
         let mut out = head.into_bytes();
-        out.extend_from_slice(&self.body);
+        if !head_request {
+            out.extend_from_slice(&self.body);
+        }
         out
     }
 
@@ -183,7 +190,7 @@ mod tests {
     #[test]
     fn raw_replies_match_the_session_ones() {
         let r = Reply::error(503, "redis_unavailable", "Redis is down.").closing();
-        let text = String::from_utf8(r.to_http1()).unwrap();
+        let text = String::from_utf8(r.to_http1(false)).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(
             head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
@@ -194,6 +201,10 @@ mod tests {
         assert!(head.contains("Connection: close"));
         assert!(head.contains("\r\nDate: "), "{head}");
         assert_eq!(body.as_bytes(), &r.body[..]);
+        let head_only = r.to_http1(true);
+        assert!(head_only.ends_with(b"\r\n\r\n"));
+        let open = String::from_utf8(Reply::no_content().to_http1(false)).unwrap();
+        assert!(open.contains("\r\nConnection: keep-alive\r\n"), "{open}");
     }
 
     #[test]

@@ -294,7 +294,11 @@ fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
             b"GET /admin/secret HTTP/1.1\r\nHost: x\r\nX-Waitgate-User: mallory\r\n\r\n",
         );
         let rest = c.rest();
-        assert!(rest.is_empty(), "{via:?} {head:?}: {}", String::from_utf8_lossy(&rest));
+        assert!(
+            rest.is_empty(),
+            "{via:?} {head:?}: {}",
+            String::from_utf8_lossy(&rest)
+        );
     }
     std::thread::sleep(Duration::from_millis(200));
     assert!(env.upstream.seen_at("/admin/secret").is_empty());

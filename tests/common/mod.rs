@@ -494,10 +494,16 @@ pub fn read_response(reader: &mut impl BufRead) -> std::io::Result<Response> {
         loop {
             line.clear();
             reader.read_line(&mut line)?;
-            let size = usize::from_str_radix(line.trim(), 16).unwrap_or(0);
+            let size_hex = line.trim().split(';').next().unwrap_or("");
+            let size = usize::from_str_radix(size_hex, 16).unwrap_or(0);
             if size == 0 {
-                line.clear();
-                reader.read_line(&mut line)?;
+                // Trailer fields, if any, up to the empty line.
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line)? == 0 || line.trim_end().is_empty() {
+                        break;
+                    }
+                }
                 break;
             }
             let mut chunk = vec![0; size + 2];

@@ -228,7 +228,7 @@ impl DirectLane {
                     reply = reply.closing();
                 }
                 record.status = reply.status;
-                if send(client, &reply).await && !reply.close {
+                if send(client, &reply, false).await && !reply.close {
                     Lane::Served
                 } else {
                     Lane::Closed
@@ -237,12 +237,24 @@ impl DirectLane {
         };
         record.elapsed = started.elapsed();
         record.finish(&self.metrics);
+        // Bytes that came with this request are a pipelined next one. The
+        // Pingora proxy answers the request it has and then closes (its
+        // default, RFC 9112 §9.3.2: the client retries the rest on a new
+        // connection); so does the lane, so that a client cannot tell which
+        // path served it.
+        if lane == Lane::Served && !pending.is_empty() {
+            return Lane::Closed;
+        }
         lane
     }
 }
 
 /// Writes one reply of waitgate's own and flushes it; false if the client
-/// is gone.
-async fn send(client: &mut Stream, reply: &Reply) -> bool {
-    client.write_all(&reply.to_http1()).await.is_ok() && client.flush().await.is_ok()
+/// is gone. `head_request`: the reply answers a HEAD (no body is sent).
+async fn send(client: &mut Stream, reply: &Reply, head_request: bool) -> bool {
+    client
+        .write_all(&reply.to_http1(head_request))
+        .await
+        .is_ok()
+        && client.flush().await.is_ok()
 }

@@ -53,7 +53,7 @@ pub async fn forward(
             let status = match failure.reply(false) {
                 Some(reply) => {
                     let reply = reply.header(REQUEST_ID, request_id);
-                    send(client, &reply).await;
+                    send(client, &reply, plan.head_request).await;
                     reply.status
                 }
                 None => 0,

@@ -240,7 +240,10 @@ mod tests {
     fn a_folded_value_is_relayed_on_one_line() {
         assert_eq!(&*field_value(b"one\r\n two"), b"one two");
         assert_eq!(&*field_value(b"a\rb\0c"), b"a b c");
-        assert!(matches!(field_value(b"plain"), std::borrow::Cow::Borrowed(_)));
+        assert!(matches!(
+            field_value(b"plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -1,0 +1,747 @@
+//! The two HTTP paths, compared: one corpus of client requests against a
+//! scripted upstream's many behaviours, sent to a waitgate with the direct
+//! lane on and to one with it off. For every case the client must get the
+//! same answer (status, headers but `Date`, decoded body, and whether the
+//! connection was left open, cut short or closed) and the upstream must
+//! receive the same requests, byte for byte but for header order and the
+//! random `X-Request-Id`.
+//!
+//! Each case carries its number in its path, so that what each upstream saw
+//! can be matched to it. Cases run in parallel, as real clients would.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::scripted::{ok, Recorded, Scripted, Step};
+use common::*;
+
+const PROTECTED: &str = "/api/v1/follow-up";
+
+/// The upstream's behaviours: what it answers to a request whose path is
+/// `/api/v1/follow-up/b/<name>/...`. `head` tells whether the request was
+/// HEAD (an upstream answers those without a body, or not).
+fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
+    let send = |b: &[u8]| Step::Send(b.to_vec());
+    let pause = |ms| Step::Pause(Duration::from_millis(ms));
+    let body_unless_head = |with_body: &[u8], head_only: &[u8]| {
+        if head {
+            send(head_only)
+        } else {
+            send(with_body)
+        }
+    };
+    Some(match name {
+        "ok" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n",
+        )],
+        "empty" => vec![send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")],
+        "chunked" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )],
+        "trailers" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n",
+        )],
+        "until-close" => vec![
+            body_unless_head(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
+            ),
+            Step::Close,
+        ],
+        "http10" => vec![body_unless_head(
+            b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold",
+            b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
+        )],
+        "http10-close" => vec![
+            body_unless_head(b"HTTP/1.0 200 OK\r\n\r\nold and closing", b"HTTP/1.0 200 OK\r\n\r\n"),
+            Step::Close,
+        ],
+        "keep-alive-10" => vec![body_unless_head(
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nka",
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "no-content" => vec![send(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")],
+        "not-modified" => vec![send(
+            b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 10\r\n\r\n",
+        )],
+        "head-with-body" => vec![send(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody",
+        )],
+        "extra-bytes" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiEXTRA",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "late-bytes" => vec![
+            body_unless_head(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+            ),
+            pause(150),
+            send(b"HTTP/1.1 302 Found\r\nSet-Cookie: s=evil\r\nContent-Length: 0\r\n\r\n"),
+        ],
+        "chunked-extra" => vec![send(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\nEXTRA",
+        )],
+        "cl-plus" => vec![send(b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello"), Step::Close],
+        "cl-two" => vec![
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
+            Step::Close,
+        ],
+        "cl-same-twice" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+        )],
+        "cl-list" => vec![send(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"), Step::Close],
+        "te-comma" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n2\r\nhi\r\n0\r\n\r\nSMUGGLED"),
+            Step::Close,
+        ],
+        "te-gzip" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nzzz"),
+            Step::Close,
+        ],
+        "reset" => vec![Step::Reset],
+        "close" => vec![Step::Close],
+        "stall" => vec![pause(1_500)],
+        "cut-length" => vec![
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 70\r\n\r\nhello"),
+            pause(50),
+            Step::Close,
+        ],
+        "cut-chunked" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"),
+            pause(50),
+            Step::Close,
+        ],
+        "bad-chunks" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n"),
+            Step::Close,
+        ],
+        "early-hints" => vec![
+            send(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"),
+            body_unless_head(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+            ),
+        ],
+        "switch" => vec![send(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        )],
+        "garbage" => vec![send(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"), Step::Close],
+        "many-headers" => {
+            let mut text = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..120 {
+                text.push_str(&format!("X-H{i}: {i}\r\n"));
+            }
+            text.push_str("Content-Length: 2\r\n\r\n");
+            let mut bytes = text.into_bytes();
+            if !head {
+                bytes.extend_from_slice(b"ok");
+            }
+            vec![Step::Send(bytes)]
+        }
+        "hop-headers" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Hop: secret\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Hop: secret\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "folded" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "own-headers" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\nX-Request-Id: upstream-made\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\nX-Request-Id: upstream-made\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "odd-status" => vec![body_unless_head(
+            b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "server-error" => vec![body_unless_head(
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nbroken",
+            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\n",
+        )],
+        "redirect" => vec![send(
+            b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nSet-Cookie: a=1; HttpOnly\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n",
+        )],
+        "large" => {
+            let body: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+            let mut bytes =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+            if !head {
+                bytes.extend_from_slice(&body);
+            }
+            vec![Step::Send(bytes)]
+        }
+        "slow-body" => vec![
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n"),
+            pause(100),
+            body_unless_head(b"slow", b""),
+        ],
+        "bare-lf" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\nContent-Length: 2\n\nlf",
+            b"HTTP/1.1 200 OK\nContent-Length: 2\n\n",
+        )],
+        "space-before-colon" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nsp",
+            b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n",
+        )],
+        _ => return None,
+    })
+}
+
+const BEHAVIOURS: &[&str] = &[
+    "ok",
+    "empty",
+    "chunked",
+    "trailers",
+    "until-close",
+    "http10",
+    "http10-close",
+    "keep-alive-10",
+    "no-content",
+    "not-modified",
+    "head-with-body",
+    "extra-bytes",
+    "chunked-extra",
+    "cl-plus",
+    "cl-two",
+    "cl-same-twice",
+    "cl-list",
+    "te-comma",
+    "te-gzip",
+    "reset",
+    "close",
+    "stall",
+    "cut-length",
+    "cut-chunked",
+    "bad-chunks",
+    "early-hints",
+    "switch",
+    "garbage",
+    "many-headers",
+    "hop-headers",
+    "folded",
+    "own-headers",
+    "odd-status",
+    "server-error",
+    "redirect",
+    "large",
+    "slow-body",
+    "bare-lf",
+    "space-before-colon",
+];
+
+/// Behaviours whose bytes arrive while the upstream connection is idle.
+/// An upstream that answers late, at the moment the next request on that
+/// connection is in flight, cannot be told apart from its answer by any
+/// HTTP/1.1 proxy; so these cases run one at a time, each with the
+/// connection quiet again before the next request, and each is followed by
+/// a probe that must get its own answer.
+const LATE: &[&str] = &["late-bytes"];
+
+/// The behaviour a recorded request asked for.
+fn script(r: &Recorded) -> Vec<Step> {
+    let name = r
+        .path()
+        .split("/b/")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or("ok");
+    behaviour(name, r.method == "HEAD").unwrap_or_else(|| vec![Step::Send(ok(r.path()))])
+}
+
+/// One case: the bytes a client sends on one connection, and the methods of
+/// the requests in them (a HEAD's answer has no body).
+struct Case {
+    id: usize,
+    bytes: Vec<u8>,
+    methods: Vec<String>,
+    /// Run alone, then wait for the upstream's late bytes (see [`LATE`]).
+    alone: bool,
+}
+
+fn corpus(token: &str) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let add = |cases: &mut Vec<Case>, build: &dyn Fn(usize) -> (String, Vec<&'static str>)| {
+        let id = cases.len();
+        let (text, methods) = build(id);
+        cases.push(Case {
+            id,
+            bytes: text.into_bytes(),
+            methods: methods.into_iter().map(str::to_string).collect(),
+            alone: false,
+        });
+    };
+    for &b in BEHAVIOURS {
+        let base = move |id: usize| format!("{PROTECTED}/b/{b}/c{id}");
+        // The lane's kind of request.
+        add(&mut cases, &|id| {
+            (
+                format!(
+                    "GET {}?q=1 HTTP/1.1\r\nHost: tickets\r\n{auth}\r\n",
+                    base(id)
+                ),
+                vec!["GET"],
+            )
+        });
+        add(&mut cases, &|id| {
+            (
+                format!("HEAD {} HTTP/1.1\r\nHost: tickets\r\n{auth}\r\n", base(id)),
+                vec!["HEAD"],
+            )
+        });
+        // Spoofed identity and forwarding headers, and a close.
+        add(&mut cases, &|id| {
+            (
+                format!(
+                    "GET {} HTTP/1.1\r\nHost: tickets\r\n{auth}X_Waitgate_User: mallory\r\nX-Waitgate-Queue: evil\r\nX-Forwarded-For: 6.6.6.6\r\nX-Request-Id: mine\r\nConnection: close\r\n\r\n",
+                    base(id)
+                ),
+                vec!["GET"],
+            )
+        });
+        // A body: always the Pingora proxy's.
+        add(&mut cases, &|id| {
+            (
+                format!(
+                    "POST {} HTTP/1.1\r\nHost: tickets\r\n{auth}Content-Type: text/plain\r\nContent-Length: 4\r\n\r\nbody",
+                    base(id)
+                ),
+                vec!["POST"],
+            )
+        });
+        // Two requests in one write, the second a plain one.
+        if !matches!(b, "late-bytes" | "stall") {
+            add(&mut cases, &|id| {
+                (
+                    format!(
+                        "GET {} HTTP/1.1\r\nHost: tickets\r\n{auth}\r\nGET {PROTECTED}/b/ok/c{id}-2 HTTP/1.1\r\nHost: tickets\r\n{auth}\r\n",
+                        base(id)
+                    ),
+                    vec!["GET", "GET"],
+                )
+            });
+        }
+    }
+    for &b in LATE {
+        for method in ["GET", "HEAD", "POST"] {
+            add(&mut cases, &|id| {
+                let body = if method == "POST" {
+                    "Content-Length: 2\r\n\r\nhi"
+                } else {
+                    "\r\n"
+                };
+                (
+                    format!("{method} {PROTECTED}/b/{b}/c{id} HTTP/1.1\r\nHost: t\r\n{auth}{body}"),
+                    vec![method],
+                )
+            });
+            // The probe: a plain request after the late bytes have come.
+            add(&mut cases, &|id| {
+                (
+                    format!("GET {PROTECTED}/b/ok/c{id} HTTP/1.1\r\nHost: t\r\n{auth}\r\n"),
+                    vec!["GET"],
+                )
+            });
+        }
+    }
+    let first_alone = cases.len() - LATE.len() * 6;
+    for case in &mut cases[first_alone..] {
+        case.alone = true;
+    }
+    // Hostile and unusual requests, against a well-behaved upstream.
+    let hostile: Vec<(String, Vec<&str>)> = vec![
+        ("GET {P} HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer nope\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: a\r\nHost: b\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.0\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}/a<b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}/a`b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}?x# HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}/../admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}/%2e%2e/admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}//x HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P}/a;b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET http://evil.example{P}/abs HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: X-Secret\r\nX-Secret: s\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nTE: trailers\r\nKeep-Alive: 5\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nExpect: 100-continue\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 0\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n".into(), vec!["GET"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\n\r\n".into(), vec!["POST"]),
+        ("DELETE {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["DELETE"]),
+        ("OPTIONS {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["OPTIONS"]),
+        ("GET /nowhere HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET /api/v1/queue/rank?userId=fan HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["GET"]),
+        ("GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["GET"]),
+        ("GET /api/v1/queue/rank?userId=a&queue=baseball#x HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["GET"]),
+        ("HEAD /api/v1/queue/rank?userId=fan HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["HEAD"]),
+        ("GET {P} HTTP/1.1\r\nhost: t\r\nauthorization: bearer TOKEN\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nX-Long: LONG\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nGARBAGE\r\n\r\n".into(), vec!["GET", "GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nPOST {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["GET", "POST"]),
+    ];
+    for (template, methods) in hostile {
+        add(&mut cases, &|id| {
+            let text = template
+                .replace("{P}", &format!("{PROTECTED}/h/c{id}"))
+                .replace("AUTH\r\n", &auth)
+                .replace("TOKEN", token)
+                .replace("LONG", &"x".repeat(20_000));
+            (text, methods.clone())
+        });
+    }
+    cases
+}
+
+/// What a client saw on one connection, in a form both paths can be
+/// compared by.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    messages: Vec<Message>,
+    /// How the connection ended: "closed", "open" (idle when the client
+    /// stopped reading) or "reset".
+    end: &'static str,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Message {
+    Whole {
+        status: u16,
+        /// Lower-cased names; `Date` left out, `X-Request-Id` values hidden.
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// A head, then a body that ended early (or framing not understood).
+    CutShort { status: u16, got: usize },
+    /// Bytes that are not a response.
+    Garbage(usize),
+}
+
+fn run(addr: SocketAddr, case: &Case) -> Seen {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let _ = stream.write_all(&case.bytes);
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    let mut idle_since = Instant::now();
+    let end = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break "closed",
+            Ok(n) => {
+                raw.extend_from_slice(&buf[..n]);
+                idle_since = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset",
+            Err(_) => {
+                // Longer than any scripted pause, shorter than a stall.
+                if idle_since.elapsed() > Duration::from_millis(1_200) {
+                    break "open";
+                }
+            }
+        }
+    };
+    // A reset after a complete reply reads the same as a close to a client.
+    let messages = parse(&raw, &case.methods);
+    let end = if end == "reset" && !messages.is_empty() {
+        "closed"
+    } else {
+        end
+    };
+    Seen { messages, end }
+}
+
+/// Splits what a client read into responses.
+fn parse(mut raw: &[u8], methods: &[String]) -> Vec<Message> {
+    let mut out = Vec::new();
+    let mut requests = methods.iter();
+    let mut method = requests.next();
+    while !raw.is_empty() {
+        let mut slots = [httparse::EMPTY_HEADER; 256];
+        let mut response = httparse::Response::new(&mut slots);
+        let consumed = match response.parse(raw) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => {
+                out.push(Message::Garbage(raw.len()));
+                break;
+            }
+        };
+        let status = response.code.unwrap_or(0);
+        let mut headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .filter(|h| !h.name.eq_ignore_ascii_case("date"))
+            .map(|h| {
+                let name = h.name.to_ascii_lowercase();
+                let value = if name == "x-request-id" {
+                    "<id>".to_string()
+                } else {
+                    String::from_utf8_lossy(h.value).into_owned()
+                };
+                (name, value)
+            })
+            .collect();
+        headers.sort();
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        raw = &raw[consumed..];
+        let interim = (100..200).contains(&status) && status != 101;
+        let no_body = interim
+            || status == 204
+            || status == 304
+            || status == 101
+            || method.is_some_and(|m| m == "HEAD");
+        if !interim {
+            method = requests.next();
+        }
+        if no_body {
+            out.push(Message::Whole {
+                status,
+                headers,
+                body: Vec::new(),
+            });
+            continue;
+        }
+        if find("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+            match dechunk(raw) {
+                Some((body, used)) => {
+                    raw = &raw[used..];
+                    out.push(Message::Whole {
+                        status,
+                        headers,
+                        body,
+                    });
+                }
+                None => {
+                    out.push(Message::CutShort {
+                        status,
+                        got: raw.len(),
+                    });
+                    break;
+                }
+            }
+        } else if let Some(length) = find("content-length").and_then(|l| l.parse::<usize>().ok()) {
+            if raw.len() < length {
+                out.push(Message::CutShort {
+                    status,
+                    got: raw.len(),
+                });
+                break;
+            }
+            out.push(Message::Whole {
+                status,
+                headers,
+                body: raw[..length].to_vec(),
+            });
+            raw = &raw[length..];
+        } else {
+            out.push(Message::Whole {
+                status,
+                headers,
+                body: raw.to_vec(),
+            });
+            break;
+        }
+    }
+    out
+}
+
+/// A chunked body's data and the bytes it took, or `None` if it is cut short.
+fn dechunk(raw: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let mut body = Vec::new();
+    let mut at = 0;
+    loop {
+        let line_end = raw[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        let size_text = std::str::from_utf8(&raw[at..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        at = line_end + 2;
+        if size == 0 {
+            // Trailers, then the empty line.
+            loop {
+                let end = raw[at..].windows(2).position(|w| w == b"\r\n")? + at;
+                let empty = end == at;
+                at = end + 2;
+                if empty {
+                    return Some((body, at));
+                }
+            }
+        }
+        if raw.len() < at + size + 2 {
+            return None;
+        }
+        body.extend_from_slice(&raw[at..at + size]);
+        at += size + 2;
+    }
+}
+
+/// A request as an upstream saw it, for comparison.
+fn upstream_view(r: &Recorded) -> String {
+    let mut lines: Vec<String> = r
+        .head
+        .lines()
+        .skip(1)
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_once(':') {
+            Some((n, _)) if n.eq_ignore_ascii_case("x-request-id") => format!("{n}: <id>"),
+            _ => l.to_string(),
+        })
+        .collect();
+    lines.sort();
+    format!(
+        "{}\n{}\nbody={:?}",
+        r.head.lines().next().unwrap_or(""),
+        lines.join("\n"),
+        String::from_utf8_lossy(&r.body)
+    )
+}
+
+/// The requests an upstream saw for case `id`.
+fn seen_for(upstream: &Scripted, id: usize) -> Vec<String> {
+    let tag = format!("/c{id}");
+    upstream
+        .seen()
+        .iter()
+        .filter(|r| {
+            let path = r.path();
+            path.ends_with(&tag)
+                || path.contains(&format!("{tag}-"))
+                || path.contains(&format!("{tag}/"))
+        })
+        .map(upstream_view)
+        .collect()
+}
+
+struct Side {
+    wg: Waitgate,
+    upstream: Scripted,
+}
+
+fn side(redis: &Redis, lane: bool) -> Side {
+    let ports = Ports::new();
+    let upstream = Scripted::start(script);
+    let config = config(&redis.url(), &ports, upstream.port)
+        .replace(
+            &format!("direct-lane: {}", direct_lane()),
+            &format!("direct-lane: {lane}"),
+        )
+        .replace(
+            &format!("    address: 127.0.0.1:{}\n", upstream.port),
+            &format!(
+                "    address: 127.0.0.1:{}\n    read-timeout-ms: 800\n",
+                upstream.port
+            ),
+        );
+    assert!(config.contains(&format!("direct-lane: {lane}")));
+    let wg = Waitgate::start(&config, &ports);
+    Side { wg, upstream }
+}
+
+/// Runs every case against a side: most a few at a time, as concurrent
+/// clients, then the ones that must run alone.
+fn run_all(addr: SocketAddr, cases: &Arc<Vec<Case>>) -> BTreeMap<usize, Seen> {
+    let together: Arc<Vec<&Case>> = Arc::new(cases.iter().filter(|c| !c.alone).collect());
+    let mut results = run_together(addr, cases, &together);
+    for case in cases.iter().filter(|c| c.alone) {
+        results.insert(case.id, run(addr, case));
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    results
+}
+
+fn run_together(
+    addr: SocketAddr,
+    cases: &Arc<Vec<Case>>,
+    together: &Arc<Vec<&Case>>,
+) -> BTreeMap<usize, Seen> {
+    let ids: Arc<Vec<usize>> = Arc::new(together.iter().map(|c| c.id).collect());
+    let results = Arc::new(Mutex::new(BTreeMap::new()));
+    let next = Arc::new(Mutex::new(0usize));
+    let workers: Vec<_> = (0..16)
+        .map(|_| {
+            let (cases, ids, results, next) =
+                (cases.clone(), ids.clone(), results.clone(), next.clone());
+            std::thread::spawn(move || loop {
+                let i = {
+                    let mut n = next.lock().unwrap();
+                    *n += 1;
+                    *n - 1
+                };
+                let Some(&id) = ids.get(i) else { return };
+                let case = &cases[id];
+                let seen = run(addr, case);
+                results.lock().unwrap().insert(case.id, seen);
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    Arc::try_unwrap(results).unwrap().into_inner().unwrap()
+}
+
+#[test]
+fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same_bytes() {
+    let redis = Redis::start();
+    let lane = side(&redis, true);
+    let proxy = side(&redis, false);
+    let token = admitted_token(&lane.wg, &redis, "fan");
+    let cases = Arc::new(corpus(&token));
+    assert!(cases.len() >= 200, "{} cases", cases.len());
+    assert!(BEHAVIOURS.len() >= 30);
+
+    let (on, off) = std::thread::scope(|s| {
+        let on = s.spawn(|| run_all(lane.wg.addr, &cases));
+        let off = s.spawn(|| run_all(proxy.wg.addr, &cases));
+        (on.join().unwrap(), off.join().unwrap())
+    });
+    // Let late bytes and retries land before reading what upstreams saw.
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut differences = Vec::new();
+    for case in cases.iter() {
+        let (a, b) = (&on[&case.id], &off[&case.id]);
+        if a != b {
+            differences.push(format!(
+                "case {} {:?}\n  lane:  {a:?}\n  proxy: {b:?}",
+                case.id,
+                String::from_utf8_lossy(&case.bytes[..case.bytes.len().min(120)])
+            ));
+        }
+        let (sa, sb) = (
+            seen_for(&lane.upstream, case.id),
+            seen_for(&proxy.upstream, case.id),
+        );
+        if sa != sb {
+            differences.push(format!(
+                "case {} upstream saw\n  lane:  {sa:#?}\n  proxy: {sb:#?}",
+                case.id
+            ));
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{} of {} cases differ:\n{}",
+        differences.len(),
+        cases.len(),
+        differences.join("\n")
+    );
+}
