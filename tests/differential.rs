@@ -136,6 +136,10 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
         )],
         "garbage" => vec![send(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"), Step::Close],
+        "length-and-chunked" => vec![
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"),
+            Step::Close,
+        ],
         "many-headers" => {
             let mut text = String::from("HTTP/1.1 200 OK\r\n");
             for i in 0..120 {
@@ -226,6 +230,7 @@ const BEHAVIOURS: &[&str] = &[
     "early-hints",
     "switch",
     "garbage",
+    "length-and-chunked",
     "many-headers",
     "hop-headers",
     "folded",
@@ -246,6 +251,13 @@ const BEHAVIOURS: &[&str] = &[
 /// connection quiet again before the next request, and each is followed by
 /// a probe that must get its own answer.
 const LATE: &[&str] = &["late-bytes"];
+
+/// The one known difference (README, "Reliability"): with both
+/// `Content-Length` and `Transfer-Encoding`, the lane refuses the head with
+/// a 502, while Pingora's client drops the length before waitgate can see
+/// it, so the Pingora proxy relays the chunked body. For the cases the lane
+/// serves, that is exactly the difference allowed, and checked.
+const KNOWN: &str = "length-and-chunked";
 
 /// The behaviour a recorded request asked for.
 fn script(r: &Recorded) -> Vec<Step> {
@@ -717,8 +729,19 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
     std::thread::sleep(Duration::from_millis(500));
 
     let mut differences = Vec::new();
+    let mut known = 0;
     for case in cases.iter() {
         let (a, b) = (&on[&case.id], &off[&case.id]);
+        let text = String::from_utf8_lossy(&case.bytes);
+        if text.contains(&format!("/b/{KNOWN}/")) && a != b {
+            let status = |seen: &Seen| match seen.messages.first() {
+                Some(Message::Whole { status, .. }) => *status,
+                other => panic!("case {}: {other:?}", case.id),
+            };
+            assert_eq!((status(a), status(b)), (502, 200), "case {}", case.id);
+            known += 1;
+            continue;
+        }
         if a != b {
             differences.push(format!(
                 "case {} {:?}\n  lane:  {a:?}\n  proxy: {b:?}",
@@ -737,6 +760,8 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
             ));
         }
     }
+    // GET, HEAD, GET with close, and the pipelined GET are the lane's.
+    assert_eq!(known, 4, "the known difference changed");
     assert!(
         differences.is_empty(),
         "{} of {} cases differ:\n{}",

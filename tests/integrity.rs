@@ -437,13 +437,20 @@ fn a_folded_header_reaches_the_client_on_one_line() {
     }
 }
 
+/// Both `Content-Length` and `Transfer-Encoding`. The lane, reading the
+/// raw head, refuses it with a 502 as the rules say. Pingora's HTTP client
+/// drops the length before any filter of waitgate's sees the head (what RFC
+/// 9112 §6.3 tells an intermediary to do), so the Pingora path can only
+/// relay the chunked body, re-framed. This is the one known difference
+/// between the paths (README, "Reliability"); either way the client gets a
+/// message with one framing, and never the bytes past the last chunk.
 #[test]
-fn ambiguous_framing_with_both_length_and_chunked_is_a_502() {
+fn both_length_and_chunked_is_a_502_from_the_lane_and_one_framing_from_pingora() {
     let env = setup(echo_or(|p| {
         p.ends_with("/both").then(|| {
             vec![
                 Step::Send(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nSMUGGLED"
                         .to_vec(),
                 ),
                 Step::Close,
@@ -451,8 +458,23 @@ fn ambiguous_framing_with_both_length_and_chunked_is_a_502() {
         })
     }));
     for via in BOTH {
-        let (head, _) = env.call(via, &path("/both"), "");
-        assert_eq!(head.status, 502, "{via:?}: {head:?}");
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/both"), ""));
+        let (head, body) = c.response();
+        let by_lane = matches!(via, Via::Get) && direct_lane();
+        if by_lane {
+            assert_eq!(head.status, 502, "{via:?}: {head:?}");
+        } else {
+            assert_eq!(head.status, 200, "{via:?}: {head:?}");
+            assert_eq!(head.header("transfer-encoding"), Some("chunked"));
+            assert_eq!(head.header("content-length"), None);
+            assert_eq!(body, b"hello");
+        }
+        let rest = c.rest();
+        assert!(
+            !String::from_utf8_lossy(&rest).contains("SMUGGLED"),
+            "{via:?}"
+        );
     }
 }
 
