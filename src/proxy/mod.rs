@@ -556,7 +556,7 @@ routes:
         /// Decides on the target as Pingora parsed it (unit tests have no
         /// raw request line).
         fn decide_parsed(&self, header: &RequestHeader, now: u64) -> Decision {
-            self.decide(header, &header.raw_path().to_vec(), now)
+            self.decide(header, header.raw_path(), now)
         }
     }
 
