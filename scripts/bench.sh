@@ -2,7 +2,9 @@
 # Measures waitgate side by side with its references, in one run, on loopback:
 #
 #   protected GET with a valid JWT   vs  a bare Pingora pass-through (examples/bare_proxy.rs)
-#                                         and nginx proxy_pass, same upstream (nginx `return 200`)
+#                                         and nginx proxy_pass, same upstream (nginx `return 200`);
+#                                         with the direct lane on (the default) and off
+#                                         (`direct-lane: false`, every request through Pingora)
 #   register / rank requests/s       vs  redis-benchmark EVALSHA of the same Lua scripts
 #   Redis commands per API call      from INFO commandstats
 #   RSS with 10,000 idle keep-alive connections, waitgate vs nginx
@@ -14,6 +16,8 @@
 #
 #   scripts/bench.sh              # 3 rounds of 10 s per measure
 #   scripts/bench.sh 5 20         # 5 rounds of 20 s
+#   BENCH_BASELINE=/path/to/waitgate scripts/bench.sh
+#                                 # also an earlier build, same config, same rounds
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
@@ -41,6 +45,7 @@ trap cleanup EXIT INT TERM
 
 # Ports, away from the usual ones.
 P_UPSTREAM=19100 P_NGINX=19101 P_BARE=19102 P_WG=19103 P_ADMIN=19104 P_REDIS=19105
+P_WG_OFF=19106 P_ADMIN_OFF=19107 P_WG_BASE=19108 P_ADMIN_BASE=19109
 
 wait_port() {
   for _ in $(seq 100); do
@@ -92,9 +97,10 @@ wait_port $P_REDIS
 # --- waitgate, one proxy thread like the references
 JWT_SECRET=$(head -c 32 /dev/urandom | base64)
 export JWT_SECRET
-cat > "$work/waitgate.yaml" <<EOF
-listen: 127.0.0.1:$P_WG
-admin-listen: 127.0.0.1:$P_ADMIN
+waitgate_conf() { # listen port, admin port
+  cat <<EOF
+listen: 127.0.0.1:$1
+admin-listen: 127.0.0.1:$2
 threads: 1
 client-header-timeout-ms: 120000
 max-connections: 12000
@@ -111,10 +117,23 @@ upstreams:
 routes:
   - {prefix: /api/v1/follow-up, upstream: up, queue: bench}
 EOF
+}
+waitgate_conf $P_WG $P_ADMIN > "$work/waitgate.yaml"
 RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate.yaml" &
 WG_PID=$!
 pids+=($WG_PID)
 wait_port $P_WG
+# The same with the direct lane off: every request through Pingora's proxy.
+{ echo "direct-lane: false"; waitgate_conf $P_WG_OFF $P_ADMIN_OFF; } > "$work/waitgate-off.yaml"
+RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate-off.yaml" &
+pids+=($!)
+wait_port $P_WG_OFF
+if [ -n "${BENCH_BASELINE:-}" ]; then
+  waitgate_conf $P_WG_BASE $P_ADMIN_BASE > "$work/waitgate-base.yaml"
+  RUST_LOG=warn "$BENCH_BASELINE" -c "$work/waitgate-base.yaml" &
+  pids+=($!)
+  wait_port $P_WG_BASE
+fi
 
 json_field() { sed -n "s/.*\"$1\":\"\\([^\"]*\\)\".*/\\1/p"; }
 
@@ -202,6 +221,10 @@ for round in $(seq "$rounds"); do
   echo "round $round/$rounds" >&2
   run_wrk bare http://127.0.0.1:$P_BARE/api/v1/follow-up/seat -s "$work/status.lua"
   run_wrk waitgate http://127.0.0.1:$P_WG/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
+  run_wrk lane-off http://127.0.0.1:$P_WG_OFF/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
+  if [ -n "${BENCH_BASELINE:-}" ]; then
+    run_wrk baseline http://127.0.0.1:$P_WG_BASE/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
+  fi
   run_wrk nginx http://127.0.0.1:$P_NGINX/api/v1/follow-up/seat -s "$work/status.lua"
   run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
   run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
@@ -300,10 +323,17 @@ def row(measure, value, reference, ratio, target, ok):
     rows.append((measure, value, reference, ratio, target, "yes" if ok else "NO"))
 b, w, n = med("bare"), med("waitgate"), med("nginx")
 rb, rn = ratio("waitgate", "bare"), ratio("waitgate", "nginx")
-row("protected GET, req/s", f"{w:,.0f}", f"bare Pingora {b:,.0f}", f"{rb:.2f}x", ">= 0.9x", rb >= 0.9)
-row("protected GET, req/s", f"{w:,.0f}", f"nginx {n:,.0f}", f"{rn:.2f}x", ">= 0.5x", rn >= 0.5)
+row("protected GET, lane on, req/s", f"{w:,.0f}", f"bare Pingora {b:,.0f}", f"{rb:.2f}x", ">= 2x", rb >= 2.0)
+row("protected GET, lane on, req/s", f"{w:,.0f}", f"nginx {n:,.0f}", f"{rn:.2f}x", ">= 0.8x", rn >= 0.8)
 pw, pb, dp = med_p99("waitgate"), med_p99("bare"), p99_delta("waitgate", "bare")
-row("protected GET, p99", f"{pw:.2f} ms", f"bare Pingora {pb:.2f} ms", f"{dp:+.2f} ms", "<= +1 ms", dp <= 1.0)
+row("protected GET, lane on, p99", f"{pw:.2f} ms", f"bare Pingora {pb:.2f} ms", f"{dp:+.2f} ms", "<= +1 ms", dp <= 1.0)
+o, ro = med("lane-off"), ratio("lane-off", "bare")
+row("protected GET, lane off, req/s", f"{o:,.0f}", f"bare Pingora {b:,.0f}", f"{ro:.2f}x", ">= 0.9x", ro >= 0.9)
+row("protected GET, lane off, req/s", f"{o:,.0f}", f"nginx {n:,.0f}", f"{ratio('lane-off', 'nginx'):.2f}x", "report", True)
+po, do = med_p99("lane-off"), p99_delta("lane-off", "bare")
+row("protected GET, lane off, p99", f"{po:.2f} ms", f"bare Pingora {pb:.2f} ms", f"{do:+.2f} ms", "<= +1 ms", do <= 1.0)
+if "baseline" in runs:
+    row("protected GET, lane on vs baseline build", f"{w:,.0f}", f"baseline {med('baseline'):,.0f}", f"{ratio('waitgate', 'baseline'):.2f}x", "report", True)
 r, rr, q = med("register"), med("evalsha-reg"), ratio("register", "evalsha-reg")
 row("register, req/s", f"{r:,.0f}", f"EVALSHA register.lua {rr:,.0f}", f"{q:.2f}x", ">= 0.5x (aim 0.8x)", q >= 0.5)
 k, kr, q = med("rank"), med("evalsha-rank"), ratio("rank", "evalsha-rank")
@@ -320,7 +350,7 @@ row("RSS, 10,000 idle keep-alive conns", f"{wa/1024:.1f} MiB (+{(wa-wb)/1024:.1f
 print(f"\nwaitgate benchmark: {rounds} rounds x {seconds} s, wrk -t1 -c64, 1 proxy thread / 1 nginx worker, loopback")
 print(f"req/s and p99: medians over the rounds; ratios: medians of the per-round ratios (each pair ran back to back)")
 print(f"errors or non-2xx answers seen: "
-      + ", ".join(f"{k} {errors(k)}" for k in ("bare", "waitgate", "nginx", "register", "rank")))
+      + ", ".join(f"{k} {errors(k)}" for k in runs))
 widths = [max(len(str(x[i])) for x in rows + [("Measure", "waitgate", "Reference (same run)", "Ratio", "Target", "Met")]) for i in range(6)]
 header = ("Measure", "waitgate", "Reference (same run)", "Ratio", "Target", "Met")
 print("| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(header)) + " |")

@@ -3,6 +3,8 @@
 #   path  the path classifier and absolute-form cut
 #   jwt   the Authorization header and JWT claim checks
 #   body  the queue API's JSON bodies and query strings
+#   upstream  upstream bytes: the direct lane's response-head reading and
+#         chunked-body scanner
 # Each target asserts no panic plus its own properties, starting from the
 # seed corpus in fuzz/corpus/<target> (new finds go to a scratch copy).
 #
@@ -22,7 +24,7 @@ ensure_packages
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(path jwt body)
+[ ${#targets[@]} -gt 0 ] || targets=(path jwt body upstream)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "Installing cargo-fuzz ..." >&2
