@@ -719,6 +719,12 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
     let cases = Arc::new(corpus(&token));
     assert!(cases.len() >= 200, "{} cases", cases.len());
     assert!(BEHAVIOURS.len() >= 30);
+    println!(
+        "{} client cases over {} upstream behaviours (+ {} run alone)",
+        cases.len(),
+        BEHAVIOURS.len(),
+        LATE.len()
+    );
 
     let (on, off) = std::thread::scope(|s| {
         let on = s.spawn(|| run_all(lane.wg.addr, &cases));
