@@ -136,6 +136,22 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
         )],
         "garbage" => vec![send(b"SSH-2.0-OpenSSH_9.2\r\n\r\n"), Step::Close],
+        "bare-lf-chunks" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\n0\n\n"),
+            Step::Close,
+        ],
+        "lf-in-extension" => vec![body_unless_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8;e\nab\r\nwxyzwxyz\r\n10\r\n0\r\n\r\nHTTP/1.1 20\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        )],
+        "size-space" => vec![
+            send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 6\r\nhello\r\n0\r\n\r\n"),
+            Step::Close,
+        ],
+        "cl-huge" => vec![
+            send(b"HTTP/1.1 200 OK\r\nContent-Length: 9999999999999999999\r\n\r\nhello"),
+            Step::Close,
+        ],
         "length-and-chunked" => vec![
             send(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"),
             Step::Close,
@@ -230,6 +246,10 @@ const BEHAVIOURS: &[&str] = &[
     "early-hints",
     "switch",
     "garbage",
+    "bare-lf-chunks",
+    "lf-in-extension",
+    "size-space",
+    "cl-huge",
     "length-and-chunked",
     "many-headers",
     "hop-headers",
@@ -402,6 +422,12 @@ fn corpus(token: &str) -> Vec<Case> {
         ("HEAD /api/v1/queue/rank?userId=fan HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["HEAD"]),
         ("GET {P} HTTP/1.1\r\nhost: t\r\nauthorization: bearer TOKEN\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nX-Long: LONG\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: victim@evil.example\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: keep-alive, keep-alive, keep-alive, keep-alive, keep-alive, keep-alive, keep-alive, keep-alive, keep-alive, keep-alive\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: x-forwarded-for\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nProxy-Authorization: Basic c2VjcmV0\r\nTrailer: X-A\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n".into(), vec!["GET"]),
+        ("\r\nGET {P}?a#frag HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nGARBAGE\r\n\r\n".into(), vec!["GET", "GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nPOST {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["GET", "POST"]),
     ];

@@ -1,33 +1,49 @@
 //! Upstream bytes, as the direct lane reads them: a response head, then a
 //! chunked body. Upstreams are input too: whatever they send, the lane must
 //! not panic, must never hand on a head with a line break inside a field or
-//! a connection-scoped header, and must find a chunked body's end in the
-//! same place however the bytes are split across reads.
+//! a connection-scoped header, must find a chunked body's end in the same
+//! place however the bytes are split across reads, and must write the body
+//! on in well-formed chunks of its own.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use waitgate::proxy::lane::chunked::{ChunkedEnd, Scan};
+use waitgate::proxy::lane::chunked::ChunkedEnd;
 use waitgate::proxy::lane::response::parse;
 
-/// Scans `body` cut at `cut`; the end (if found) and the relayed bytes.
+/// Scans `body` cut at `cut`: where it ends (if it does) and the re-framed
+/// bytes written on; `None` if it is refused.
 fn scan_split(body: &[u8], cut: usize) -> Option<(Option<usize>, Vec<u8>)> {
     let mut scanner = ChunkedEnd::default();
-    let mut relayed = Vec::new();
-    let first: Scan = scanner.feed(&body[..cut]).ok()?;
-    assert!(first.relay <= cut);
-    relayed.extend_from_slice(&body[..first.relay]);
-    if let Some(end) = first.end {
-        assert!(first.relay <= end && end <= cut);
-        return Some((Some(end), relayed));
+    let mut out = Vec::new();
+    if let Some(end) = scanner.feed(&body[..cut], &mut out).ok()? {
+        assert!(end <= cut);
+        return Some((Some(end), out));
     }
     let rest = &body[cut..];
-    let second = scanner.feed(rest).ok()?;
-    assert!(second.relay <= rest.len());
-    relayed.extend_from_slice(&rest[..second.relay]);
-    if let Some(end) = second.end {
-        assert!(second.relay <= end && end <= rest.len());
+    let end = scanner.feed(rest, &mut out).ok()?;
+    if let Some(end) = end {
+        assert!(end <= rest.len());
     }
-    Some((second.end.map(|e| cut + e), relayed))
+    Some((end.map(|e| cut + e), out))
+}
+
+/// The data of a re-framed body: it must be strictly well-formed.
+fn decode(mut out: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    while !out.is_empty() {
+        let line = out.windows(2).position(|w| w == b"\r\n").expect("size line");
+        let size_text = std::str::from_utf8(&out[..line]).expect("ASCII size");
+        let size = usize::from_str_radix(size_text, 16).expect("hex size, no extension");
+        out = &out[line + 2..];
+        if size == 0 {
+            assert_eq!(out, b"\r\n", "the body ends with one empty line");
+            break;
+        }
+        data.extend_from_slice(&out[..size]);
+        assert_eq!(&out[size..size + 2], b"\r\n");
+        out = &out[size + 2..];
+    }
+    data
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -50,14 +66,18 @@ fuzz_target!(|data: &[u8]| {
             );
         }
     }
-    // The chunked scanner: the same answer whatever the split.
+    // The chunked scanner: the same verdict and the same data whatever the
+    // split, and what it writes on is well-formed chunked encoding with no
+    // byte of the upstream's framing in it.
     let body = bytes;
     let whole = scan_split(body, body.len());
     let cut = usize::from(control >> 1) % (body.len() + 1);
     let split = scan_split(body, cut);
-    if let (Some(whole), Some(split)) = (&whole, &split) {
-        assert_eq!(whole, split, "cut at {cut}");
-    }
-    // A body refused whole is refused however it is split.
     assert_eq!(whole.is_none(), split.is_none(), "cut at {cut}");
+    if let (Some((end_a, out_a)), Some((end_b, out_b))) = (whole, split) {
+        assert_eq!(end_a, end_b, "cut at {cut}");
+        if end_a.is_some() {
+            assert_eq!(decode(&out_a), decode(&out_b), "cut at {cut}");
+        }
+    }
 });

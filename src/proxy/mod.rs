@@ -239,7 +239,9 @@ impl Gate {
 /// on the raw bytes, so both refuse what one parser would cut and another
 /// forward.
 pub fn request_target(raw_head: &[u8]) -> Option<&[u8]> {
-    let line = raw_head.split(|&b| b == b'\n').next()?;
+    // A parser skips empty lines before the request line (RFC 9112 §2.2).
+    let start = raw_head.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let line = raw_head[start..].split(|&b| b == b'\n').next()?;
     let mut parts = line
         .trim_ascii_end()
         .split(|&b| b == b' ')
@@ -566,6 +568,10 @@ routes:
         assert_eq!(request_target(raw), Some(&b"/x?a#frag"[..]));
         assert_eq!(request_target(b"GET  /y  HTTP/1.0\n\n"), Some(&b"/y"[..]));
         assert_eq!(request_target(b"GET\r\n"), None);
+        assert_eq!(
+            request_target(b"\r\n\r\nGET /z#f HTTP/1.1\r\n\r\n"),
+            Some(&b"/z#f"[..])
+        );
     }
 
     fn status(d: Decision) -> u16 {

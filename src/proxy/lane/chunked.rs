@@ -1,22 +1,17 @@
-//! Finds where a chunked body ends (RFC 9112 §7.1), as the bytes pass by.
+//! Reads a chunked body (RFC 9112 §7.1) as its bytes pass by, and writes it
+//! on re-framed.
 //!
-//! Chunk sizes, extensions and data are only scanned; the bytes are relayed
-//! as they came, so a body costs no copy into a decoded form. Trailer fields
-//! are not relayed: Pingora's proxy drops them too, and both paths must
-//! give a client the same message. The scanner says which of the bytes fed
-//! to it are trailer (see [`Scan::relay`]); the relay ends the body with
-//! the empty line itself.
-
-/// What one [`ChunkedEnd::feed`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Scan {
-    /// The first `relay` bytes of the input go to the client; the rest of
-    /// what belongs to the body is trailer section (including the final
-    /// empty line).
-    pub relay: usize,
-    /// The body ends after this many bytes of the input.
-    pub end: Option<usize>,
-}
+//! The data is copied through; the framing is not. Each run of data the
+//! scanner sees becomes a chunk of waitgate's own (`<size in hex>\r\n`), and
+//! the body ends with `0\r\n\r\n`: no size line, extension or trailer field
+//! of the upstream's reaches the client. That is what Pingora's proxy sends
+//! too (it decodes and re-encodes), and it means that an upstream cannot
+//! hand a client framing that some parser downstream reads differently
+//! (a bare LF inside an extension, say).
+//!
+//! What is accepted is what Pingora's client accepts (`httparse`'s chunk
+//! size rules and a CRLF after each chunk's data), so both paths end a
+//! body in the same place, or both refuse it.
 
 /// Not a chunked body: the relay stops and closes both connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +24,8 @@ pub struct ChunkedEnd {
     /// The chunk size read so far, then the data left in the chunk.
     size: u64,
     digits: u8,
+    /// Bytes of the trailer section seen so far.
+    trailer: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -36,16 +33,18 @@ enum Chunk {
     /// Reading the hex size.
     #[default]
     Size,
-    /// After the size: an extension or whitespace, up to the line end.
+    /// After the size and whitespace, before `;` or the line end.
+    AfterSize,
+    /// Inside an extension: anything up to CR.
     Extension,
     /// Expecting LF after CR at the end of the size line.
     SizeLf,
     /// Inside chunk data, `size` bytes left.
     Data,
-    /// Expecting CR (or LF) after the data.
+    /// Expecting CR, then LF, after the data.
     DataCr,
     DataLf,
-    /// At the start of a trailer line (or of the final empty line).
+    /// At the start of a trailer line, or of the final empty line.
     TrailerStart,
     /// Inside a trailer line.
     Trailer,
@@ -55,55 +54,57 @@ enum Chunk {
     EndLf,
 }
 
-impl Chunk {
-    fn is_trailer(self) -> bool {
-        matches!(
-            self,
-            Chunk::TrailerStart | Chunk::Trailer | Chunk::TrailerLf | Chunk::EndLf
-        )
-    }
-}
+/// Hex digits of a chunk size at most (as `httparse`): 16 fill a u64.
+const MAX_DIGITS: u8 = 16;
 
-/// The most hex digits of a chunk size: 15 keep it below 2^60.
-const MAX_DIGITS: u8 = 15;
+/// The trailer section at most (as Pingora's client).
+const MAX_TRAILER: usize = 64 * 1024;
 
 impl ChunkedEnd {
-    /// Scans the next bytes of the body.
-    pub fn feed(&mut self, data: &[u8]) -> Result<Scan, Malformed> {
-        let mut relay = self.state.is_trailer().then_some(0);
+    /// Scans the next bytes of the body and appends the data they carry,
+    /// re-framed, to `out`. `Ok(Some(n))`: the body ended after `n` bytes of
+    /// `input` (and `out` has the last chunk); `Ok(None)`: it goes on.
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, Malformed> {
         let mut i = 0;
-        while i < data.len() {
-            let byte = data[i];
+        while i < input.len() {
+            let byte = input[i];
             match self.state {
                 Chunk::Size => match byte {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
-                        let digit = (byte as char).to_digit(16).unwrap_or(0) as u64;
-                        self.digits += 1;
-                        if self.digits > MAX_DIGITS {
+                        if self.digits >= MAX_DIGITS {
                             return Err(Malformed);
                         }
-                        self.size = self.size * 16 + digit;
+                        self.digits += 1;
+                        let digit = (byte as char).to_digit(16).unwrap_or(0) as u64;
+                        self.size = self.size << 4 | digit;
                     }
-                    b';' | b' ' | b'\t' if self.digits > 0 => self.state = Chunk::Extension,
-                    b'\r' if self.digits > 0 => self.state = Chunk::SizeLf,
-                    b'\n' if self.digits > 0 => self.end_of_size_line(&mut relay, i),
+                    b' ' | b'\t' => self.state = Chunk::AfterSize,
+                    b';' => self.state = Chunk::Extension,
+                    b'\r' => self.state = Chunk::SizeLf,
                     _ => return Err(Malformed),
                 },
-                Chunk::Extension => match byte {
+                Chunk::AfterSize => match byte {
+                    b' ' | b'\t' => {}
+                    b';' => self.state = Chunk::Extension,
                     b'\r' => self.state = Chunk::SizeLf,
-                    b'\n' => self.end_of_size_line(&mut relay, i),
-                    // Control bytes have no place in an extension.
-                    b'\t' => {}
-                    0..=0x1f | 0x7f => return Err(Malformed),
-                    _ => {}
+                    _ => return Err(Malformed),
                 },
+                Chunk::Extension => {
+                    if byte == b'\r' {
+                        self.state = Chunk::SizeLf;
+                    }
+                }
                 Chunk::SizeLf => match byte {
-                    b'\n' => self.end_of_size_line(&mut relay, i),
+                    b'\n' if self.size == 0 => self.state = Chunk::TrailerStart,
+                    b'\n' => self.state = Chunk::Data,
                     _ => return Err(Malformed),
                 },
                 Chunk::Data => {
                     let take =
-                        (data.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                        (input.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                    out.extend_from_slice(format!("{take:X}\r\n").as_bytes());
+                    out.extend_from_slice(&input[i..i + take]);
+                    out.extend_from_slice(b"\r\n");
                     self.size -= take as u64;
                     i += take;
                     if self.size == 0 {
@@ -113,62 +114,49 @@ impl ChunkedEnd {
                 }
                 Chunk::DataCr => match byte {
                     b'\r' => self.state = Chunk::DataLf,
-                    b'\n' => self.next_chunk(),
                     _ => return Err(Malformed),
                 },
                 Chunk::DataLf => match byte {
-                    b'\n' => self.next_chunk(),
+                    b'\n' => {
+                        self.state = Chunk::Size;
+                        self.digits = 0;
+                    }
                     _ => return Err(Malformed),
                 },
                 Chunk::TrailerStart => match byte {
                     b'\r' => self.state = Chunk::EndLf,
-                    b'\n' => return Ok(done(relay, i + 1)),
                     _ => self.state = Chunk::Trailer,
                 },
-                Chunk::Trailer => match byte {
-                    b'\r' => self.state = Chunk::TrailerLf,
-                    b'\n' => self.state = Chunk::TrailerStart,
-                    _ => {}
-                },
+                Chunk::Trailer => {
+                    if byte == b'\r' {
+                        self.state = Chunk::TrailerLf;
+                    }
+                }
                 Chunk::TrailerLf => match byte {
                     b'\n' => self.state = Chunk::TrailerStart,
-                    _ => return Err(Malformed),
+                    b'\r' => {}
+                    _ => self.state = Chunk::Trailer,
                 },
                 Chunk::EndLf => match byte {
-                    b'\n' => return Ok(done(relay, i + 1)),
-                    _ => return Err(Malformed),
+                    b'\n' => {
+                        out.extend_from_slice(b"0\r\n\r\n");
+                        return Ok(Some(i + 1));
+                    }
+                    _ => self.state = Chunk::Trailer,
                 },
+            }
+            if matches!(
+                self.state,
+                Chunk::TrailerStart | Chunk::Trailer | Chunk::TrailerLf | Chunk::EndLf
+            ) {
+                self.trailer += 1;
+                if self.trailer > MAX_TRAILER {
+                    return Err(Malformed);
+                }
             }
             i += 1;
         }
-        Ok(Scan {
-            relay: relay.unwrap_or(data.len()),
-            end: None,
-        })
-    }
-
-    /// The size line's LF is at `at`.
-    fn end_of_size_line(&mut self, relay: &mut Option<usize>, at: usize) {
-        if self.size == 0 {
-            self.state = Chunk::TrailerStart;
-            // The last-chunk line is relayed; what follows is trailer.
-            *relay = Some(at + 1);
-        } else {
-            self.state = Chunk::Data;
-        }
-    }
-
-    fn next_chunk(&mut self) {
-        self.state = Chunk::Size;
-        self.size = 0;
-        self.digits = 0;
-    }
-}
-
-fn done(relay: Option<usize>, end: usize) -> Scan {
-    Scan {
-        relay: relay.unwrap_or(0),
-        end: Some(end),
+        Ok(None)
     }
 }
 
@@ -176,52 +164,60 @@ fn done(relay: Option<usize>, end: usize) -> Scan {
 mod tests {
     use super::*;
 
-    fn end_of(body: &[u8]) -> Result<Option<usize>, Malformed> {
-        ChunkedEnd::default().feed(body).map(|s| s.end)
-    }
-
-    /// Feeds `body` in two parts cut at `cut`: the end found, and the bytes
-    /// that would be relayed.
-    fn split_feed(body: &[u8], cut: usize) -> (usize, Vec<u8>) {
+    /// Feeds `body` cut at `cut`: where it ends and what was written on.
+    fn split_feed(body: &[u8], cut: usize) -> Result<(Option<usize>, Vec<u8>), Malformed> {
         let mut scanner = ChunkedEnd::default();
-        let mut relayed = Vec::new();
-        let first = scanner.feed(&body[..cut]).unwrap();
-        relayed.extend_from_slice(&body[..first.relay]);
-        if let Some(end) = first.end {
-            return (end, relayed);
+        let mut out = Vec::new();
+        if let Some(end) = scanner.feed(&body[..cut], &mut out)? {
+            return Ok((Some(end), out));
         }
-        let rest = &body[cut..];
-        let second = scanner.feed(rest).unwrap();
-        relayed.extend_from_slice(&rest[..second.relay]);
-        (cut + second.end.unwrap(), relayed)
+        let end = scanner.feed(&body[cut..], &mut out)?;
+        Ok((end.map(|e| cut + e), out))
+    }
+
+    /// The data of a chunked body, decoded strictly: the oracle.
+    fn decode(mut body: &[u8]) -> Vec<u8> {
+        let mut data = Vec::new();
+        loop {
+            let line = body.windows(2).position(|w| w == b"\r\n").unwrap();
+            let size =
+                usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+            body = &body[line + 2..];
+            if size == 0 {
+                assert_eq!(body, b"\r\n");
+                return data;
+            }
+            data.extend_from_slice(&body[..size]);
+            assert_eq!(&body[size..size + 2], b"\r\n");
+            body = &body[size + 2..];
+        }
     }
 
     #[test]
-    fn finds_the_end_of_a_chunked_body() {
-        let body = b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\nNEXT";
-        assert_eq!(end_of(body), Ok(Some(body.len() - 4)));
-        let trailers = b"3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-More: 2\r\n\r\n";
-        assert_eq!(end_of(trailers), Ok(Some(trailers.len())));
-        let bare_lf = b"3\nabc\n0\n\n";
-        assert_eq!(end_of(bare_lf), Ok(Some(bare_lf.len())));
-        assert_eq!(end_of(b"A\r\n0123456789\r\n0\r\n\r\n"), Ok(Some(20)));
+    fn finds_the_end_and_writes_the_data_on_re_framed() {
+        let body = b"5;ext=1\r\nhello\r\n6 ; e\r\n world\r\n0\r\nX-Sum: 1\r\n\r\nNEXT";
+        let (end, out) = split_feed(body, body.len()).unwrap();
+        assert_eq!(end, Some(body.len() - 4));
+        assert_eq!(out, b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+        let (end, out) = split_feed(b"A\r\n0123456789\r\n0\r\n\r\n", 20).unwrap();
+        assert_eq!(end, Some(20));
+        assert_eq!(decode(&out), b"0123456789");
     }
 
     #[test]
-    fn trailers_are_found_and_left_out_across_any_split() {
+    fn the_end_is_the_same_across_any_split() {
         let body = b"5\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\nT: v\r\n\r\n";
-        let relayed_part = b"5\r\nhello\r\n10\r\n0123456789abcdef\r\n0\r\n";
         for cut in 0..=body.len() {
-            let (end, relayed) = split_feed(body, cut);
-            assert_eq!(end, body.len(), "cut at {cut}");
-            assert_eq!(relayed, relayed_part, "cut at {cut}");
+            let (end, out) = split_feed(body, cut).unwrap();
+            assert_eq!(end, Some(body.len()), "cut at {cut}");
+            assert_eq!(decode(&out), b"hello0123456789abcdef", "cut at {cut}");
         }
     }
 
     proptest::proptest! {
-        /// Any chunked body, with extensions and trailers, cut anywhere, and
+        /// Any chunked body, with extensions and trailers, cut anywhere and
         /// followed by anything: the end is found exactly where it is, and
-        /// everything up to the last chunk's line is relayed.
+        /// the data written on is the data sent.
         #[test]
         fn the_end_is_found_exactly(
             chunks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 1..300), 0..8),
@@ -232,7 +228,7 @@ mod tests {
         ) {
             let mut body = Vec::new();
             for chunk in &chunks {
-                body.extend_from_slice(format!("{:X}", chunk.len()).as_bytes());
+                body.extend_from_slice(format!("{:x}", chunk.len()).as_bytes());
                 if extension {
                     body.extend_from_slice(b";name=\"v\"");
                 }
@@ -241,7 +237,6 @@ mod tests {
                 body.extend_from_slice(b"\r\n");
             }
             body.extend_from_slice(b"0\r\n");
-            let relayed_part = body.clone();
             for i in 0..trailers {
                 body.extend_from_slice(format!("X-T{i}: v\r\n").as_bytes());
             }
@@ -249,39 +244,55 @@ mod tests {
             let end = body.len();
             body.extend_from_slice(&after);
             let cut = cut.min(body.len());
-            let (found, relayed) = split_feed(&body, cut);
-            proptest::prop_assert_eq!(found, end);
-            proptest::prop_assert_eq!(relayed, relayed_part);
+            let (found, out) = split_feed(&body, cut).unwrap();
+            proptest::prop_assert_eq!(found, Some(end));
+            proptest::prop_assert_eq!(decode(&out), chunks.concat());
         }
 
-        /// Whatever the bytes, the scanner answers without panicking, and
-        /// never claims an end or a relay past what it was given.
+        /// Whatever the bytes, no panic, and the same verdict however they
+        /// are split.
         #[test]
-        fn any_bytes_are_scanned_safely(data in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
-            if let Ok(scan) = ChunkedEnd::default().feed(&data) {
-                proptest::prop_assert!(scan.relay <= data.len());
-                proptest::prop_assert!(scan.end.is_none_or(|e| e <= data.len() && scan.relay <= e));
+        fn any_bytes_get_one_verdict(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+            cut in 0usize..200,
+        ) {
+            let cut = cut.min(data.len());
+            let whole = split_feed(&data, data.len());
+            let split = split_feed(&data, cut);
+            proptest::prop_assert_eq!(whole.is_ok(), split.is_ok());
+            if let (Ok((a, out_a)), Ok((b, out_b))) = (whole, split) {
+                proptest::prop_assert_eq!(a, b);
+                if a.is_some() {
+                    proptest::prop_assert_eq!(decode(&out_a), decode(&out_b));
+                }
             }
         }
     }
 
     #[test]
-    fn refuses_what_is_not_chunked() {
+    fn refuses_what_pingora_refuses() {
         for bad in [
             &b"x\r\n"[..],
-            b"\r\n",
             b"5\r\nhelloXX",
             b"5\rX",
+            b"5\nhello\r\n",
+            b"3\r\nabc\n0\r\n\r\n",
+            b"5 6\r\n",
             b"10000000000000000\r\n",
-            b"5;a\x00b\r\n",
         ] {
             assert_eq!(
-                end_of(bad),
+                split_feed(bad, bad.len()),
                 Err(Malformed),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
-        assert_eq!(end_of(b"5\r\nhel"), Ok(None));
+        assert_eq!(split_feed(b"5\r\nhel", 6).unwrap().0, None);
+        // A bare LF inside an extension is extension text, as in httparse,
+        // and never reaches the client.
+        let body = b"2;e\nx\r\nhi\r\n0\r\n\r\n";
+        let (end, out) = split_feed(body, body.len()).unwrap();
+        assert_eq!(end, Some(body.len()));
+        assert_eq!(out, b"2\r\nhi\r\n0\r\n\r\n");
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! The response's head is judged by the shared rules (`super::response`);
 //! its body is relayed as it comes, tracking only where it ends:
-//! - `Content-Length` and chunked bodies are relayed byte for byte (less a
-//!   chunked body's trailer fields, which Pingora's proxy drops too);
+//! - `Content-Length` bodies are relayed byte for byte; chunked ones keep
+//!   their data but are re-framed (`super::chunked`), as Pingora's proxy
+//!   re-frames them;
 //! - a body that ends when the upstream closes is sent on as chunked, as
 //!   Pingora's proxy does, so the client connection survives it.
 //!
@@ -235,24 +236,19 @@ async fn relay_body(
                 left -= take as u64;
                 left == 0
             }
-            Body::Chunked => {
-                let scan = chunks
-                    .feed(buf)
-                    .map_err(|_| "the chunked body is malformed")?;
-                out.extend_from_slice(&buf[..scan.relay]);
-                match scan.end {
-                    Some(end) => {
-                        // The trailer section was left out; end the body.
-                        out.extend_from_slice(b"\r\n");
-                        buf.advance(end);
-                        true
-                    }
-                    None => {
-                        buf.clear();
-                        false
-                    }
+            Body::Chunked => match chunks
+                .feed(buf, out)
+                .map_err(|_| "the chunked body is malformed")?
+            {
+                Some(end) => {
+                    buf.advance(end);
+                    true
                 }
-            }
+                None => {
+                    buf.clear();
+                    false
+                }
+            },
             Body::UntilClose => {
                 if !buf.is_empty() {
                     out.extend_from_slice(format!("{:X}\r\n", buf.len()).as_bytes());

@@ -68,6 +68,7 @@ impl DirectLane {
         }
         let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
         let mut client_close = false;
+        let mut connection_headers = 0;
         for (name, value) in fields.clone() {
             if is(name, "content-length")
                 || is(name, "transfer-encoding")
@@ -77,6 +78,12 @@ impl DirectLane {
                 return None;
             }
             if is(name, "connection") {
+                // Pingora reads keep-alive from the first of several; the
+                // lane leaves such requests to it.
+                connection_headers += 1;
+                if connection_headers > 1 {
+                    return None;
+                }
                 for token in crate::proxy::rules::elements(value) {
                     if token.eq_ignore_ascii_case(b"close") {
                         client_close = true;

@@ -1,9 +1,10 @@
 //! Which request headers reach the upstream, and the ones waitgate sets.
 //!
 //! Headers that describe one connection stop here (RFC 9110 §7.6.1):
-//! `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Upgrade` (kept
-//! only on a route that switches protocols), and every header the client's
-//! `Connection` names. Framing (`Content-Length`, `Transfer-Encoding`) and
+//! `Connection`, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`,
+//! `Proxy-Authorization`, `Proxy-Authenticate`, `HTTP2-Settings`, `Upgrade`
+//! (kept only on a route that switches protocols), and every header the
+//! client's `Connection` names. Framing (`Content-Length`, `Transfer-Encoding`) and
 //! `Host` always pass: each path's writer owns the framing, and a client
 //! must not be able to strip it by naming it in `Connection`.
 //!
@@ -177,7 +178,15 @@ impl<'a> Hop<'a> {
         if is(name, "connection") || is(name, "upgrade") {
             return self.upgrade;
         }
-        if is(name, "keep-alive") || is(name, "proxy-connection") || is(name, "te") {
+        // The rest of Pingora's own list of headers it never forwards.
+        if is(name, "keep-alive")
+            || is(name, "proxy-connection")
+            || is(name, "te")
+            || is(name, "trailer")
+            || is(name, "proxy-authorization")
+            || is(name, "proxy-authenticate")
+            || is(name, "http2-settings")
+        {
             return false;
         }
         if OWN.iter().any(|own| same_for_cgi(name, own)) {

@@ -28,11 +28,27 @@ pub struct Record<'a> {
 
 impl Record<'_> {
     /// Counts the request and writes its access-log line (target
-    /// `waitgate::access`, at debug level).
+    /// `waitgate::access`): at debug level, or at warn when the request
+    /// failed, so that a failure is logged once, whichever path served it.
     pub fn finish(&self, metrics: &Metrics) {
         let seconds = self.elapsed.as_secs_f64();
         if self.status > 0 {
             metrics.observe_request(self.route, self.status, seconds);
+        }
+        if let Some(error) = self.error {
+            tracing::warn!(
+                target: "waitgate::access",
+                request_id = self.request_id,
+                client = self.client.map(tracing::field::display),
+                method = self.method,
+                path = self.path,
+                status = self.status,
+                route = self.route,
+                elapsed_us = self.elapsed.as_micros() as u64,
+                error,
+                "request failed"
+            );
+            return;
         }
         tracing::debug!(
             target: "waitgate::access",

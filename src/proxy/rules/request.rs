@@ -7,10 +7,14 @@
 //! connection after the reply (RFC 9112 §6.1, §6.3). [`check`] refuses what
 //! is left, whichever parser read the head: repeated `Content-Length`s, a
 //! non-numeric one, any `Transfer-Encoding` other than a single `chunked`
-//! (which some upstreams would read differently), and an HTTP/1.1 request
-//! without exactly one `Host` (RFC 9112 §3.2). A refused request is answered
-//! with 400 and its connection closed, so nothing after it on that
-//! connection is read.
+//! (which some upstreams would read differently), an HTTP/1.1 request
+//! without exactly one `Host` (RFC 9112 §3.2) or with userinfo in it, and a
+//! `Connection` header that names ten or more options, a malformed one, or
+//! one of the headers a proxy chain relies on (`Host`, `X-Forwarded-*`).
+//! The last two are Pingora's own upstream-request rules; checking them here
+//! gives both HTTP paths the same answer. A refused request is answered with
+//! 400 and its connection closed, so nothing after it on that connection is
+//! read.
 
 use super::{is, Field};
 use crate::reply::Reply;
@@ -30,6 +34,7 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
     let mut encodings = 0;
     let mut chunked = true;
     let mut hosts = 0;
+    let mut options = 0;
     let mut shape = Shape::default();
     for (name, value) in fields {
         if is(name, "content-length") {
@@ -43,6 +48,25 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
             chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
         } else if is(name, "host") {
             hosts += 1;
+            if value.contains(&b'@') {
+                return Err(bad("The Host header must not carry userinfo."));
+            }
+        } else if is(name, "connection") {
+            for option in super::elements(value) {
+                options += 1;
+                if options >= MAX_CONNECTION_OPTIONS {
+                    return Err(bad("The Connection header names too many options."));
+                }
+                if !option.iter().all(|&b| is_tchar(b)) {
+                    return Err(bad("The Connection header names a malformed option."));
+                }
+                if PROTECTED
+                    .iter()
+                    .any(|p| option.eq_ignore_ascii_case(p.as_bytes()))
+                {
+                    return Err(bad("The Connection header may not name that header."));
+                }
+            }
         } else if is(name, "upgrade") {
             shape.upgrade = true;
         }
@@ -69,6 +93,23 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
         ));
     }
     Ok(shape)
+}
+
+/// Options a `Connection` header may name, at most (less one), as Pingora.
+const MAX_CONNECTION_OPTIONS: usize = 10;
+
+/// Headers a client may not make a proxy drop by naming them in
+/// `Connection`.
+const PROTECTED: [&str; 4] = [
+    "host",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+];
+
+/// A `tchar` of RFC 9110 §5.6.2: what a header name (a token) is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn bad(message: &str) -> Reply {
@@ -136,6 +177,36 @@ mod tests {
         assert_eq!(check_pairs(false, &[HOST, HOST]), Err(400));
         assert!(check_pairs(false, &[]).is_ok());
         assert!(check_pairs(false, &[HOST]).is_ok());
+    }
+
+    #[test]
+    fn host_with_userinfo_is_refused() {
+        assert_eq!(
+            check_pairs(true, &[("Host", "victim@evil.example")]),
+            Err(400)
+        );
+    }
+
+    #[test]
+    fn connection_options_follow_pingoras_rules() {
+        let many = ["keep-alive"; 10].join(", ");
+        assert_eq!(check_pairs(true, &[HOST, ("Connection", &many)]), Err(400));
+        let nine = ["keep-alive"; 9].join(", ");
+        assert!(check_pairs(true, &[HOST, ("Connection", &nine)]).is_ok());
+        for bad in [
+            "\"x-a\"",
+            ":authority",
+            "Host",
+            "X-Forwarded-For",
+            "x-forwarded-host",
+        ] {
+            assert_eq!(
+                check_pairs(true, &[HOST, ("Connection", bad)]),
+                Err(400),
+                "{bad}"
+            );
+        }
+        assert!(check_pairs(true, &[HOST, ("Connection", "close, X-Secret")]).is_ok());
     }
 
     #[test]

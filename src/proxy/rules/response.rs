@@ -142,13 +142,15 @@ pub fn field_value(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// 1 to 19 ASCII digits (any u64 below 10^19), around optional whitespace.
+/// 1 to 19 ASCII digits, around optional whitespace, at most `i64::MAX`
+/// (the largest length Pingora's client accepts).
 fn plain_length(value: &[u8]) -> Option<u64> {
     let digits = value.trim_ascii();
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    (n <= i64::MAX as u64).then_some(n)
 }
 
 #[cfg(test)]
@@ -205,6 +207,7 @@ mod tests {
             (200, &[("Content-Length", "0x10")]),
             (200, &[("Content-Length", "")]),
             (200, &[("Content-Length", "99999999999999999999")]),
+            (200, &[("Content-Length", "9999999999999999999")]),
             (200, &[("Content-Length", "2"), ("Content-Length", "3")]),
             (200, &[("Transfer-Encoding", "chunked,")]),
             (200, &[("Transfer-Encoding", "gzip, chunked")]),
