@@ -34,7 +34,7 @@ use routes::RouteTable;
 use rules::failure::Failure;
 use rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use rules::record::Record;
-use rules::{is, Field};
+use rules::Field;
 
 /// A request head as both HTTP paths read it: Pingora's parsed header and
 /// the lane's `httparse` fields both fit.
@@ -119,7 +119,7 @@ where
     let authorization = head
         .fields
         .clone()
-        .filter(|(name, _)| is(name, "authorization"))
+        .filter(|(name, _)| rules::name::Name::of(name) == rules::name::Name::Authorization)
         .map(|(_, value)| value);
     match tokens.check(authorization, &route.queue, now) {
         Ok(identity) => Decision::Forward {
@@ -265,10 +265,7 @@ impl ProxyHttp for Gate {
         RequestCtx {
             started: Instant::now(),
             request_id: String::new(),
-            peer: Peer {
-                ip: None,
-                trusted: false,
-            },
+            peer: Peer::new(None, &self.trusted),
             endpoint: None,
             route: None,
             identity: None,
@@ -359,7 +356,7 @@ impl ProxyHttp for Gate {
             return Err(Error::explain(ErrorType::InternalError, "no identity"));
         };
         let client = fields(&session.req_header().headers);
-        let forwarded_for = forward::forwarded_for(ctx.peer, client.iter().copied());
+        let forwarded_for = forward::forwarded_for(&ctx.peer, client.iter().copied());
         let proto = forward::forwarded_proto(ctx.peer, "http", client.iter().copied());
         let dropped: Vec<HeaderName> = {
             let hop = Hop::new(client.iter().copied(), ctx.upgrade);
@@ -473,7 +470,10 @@ impl ProxyHttp for Gate {
         let raw = header.raw_path();
         let path = raw.split(|&b| b == b'?').next().unwrap_or(raw);
         let path = String::from_utf8_lossy(path);
-        let error = error.map(|e| e.to_string());
+        // A client that went away is not a failure worth a warning.
+        let error = error
+            .filter(|e| Failure::from_pingora(e) != Failure::ClientGone)
+            .map(|e| e.to_string());
         Record {
             request_id: &ctx.request_id,
             client: ctx.peer.ip,

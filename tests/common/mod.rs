@@ -211,14 +211,22 @@ pub fn direct_lane() -> bool {
     )
 }
 
+/// The `direct-lane` line of a test config; none with
+/// `WAITGATE_TEST_DIRECT_LANE=unset` (for builds that predate the key).
+fn direct_lane_line() -> String {
+    match std::env::var("WAITGATE_TEST_DIRECT_LANE").as_deref() {
+        Ok("unset") => String::new(),
+        _ => format!("direct-lane: {}\n", direct_lane()),
+    }
+}
+
 pub fn config_with(redis_url: &str, ports: &Ports, upstream_port: u16, queues: &str) -> String {
     format!(
         "listen: 127.0.0.1:{listen}
 admin-listen: 127.0.0.1:{admin}
 threads: 2
 grace-period-s: 3
-direct-lane: {lane}
-redis:
+{lane}redis:
   url: {redis_url}
   command-timeout-ms: 300
 jwt:
@@ -238,7 +246,7 @@ routes:
 ",
         listen = ports.listen,
         admin = ports.admin,
-        lane = direct_lane(),
+        lane = direct_lane_line(),
         queues = indent(queues),
     )
 }
@@ -255,8 +263,12 @@ pub struct Waitgate {
     dir: tempfile::TempDir,
 }
 
+/// The binary under test: this build, or `WAITGATE_TEST_BINARY` (to run a
+/// suite against an earlier build and see which tests it fails).
 pub fn binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_waitgate"))
+    std::env::var_os("WAITGATE_TEST_BINARY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_waitgate")))
 }
 
 impl Waitgate {

@@ -8,7 +8,8 @@
 
 use crate::edge::jwt::{self, Identity};
 use crate::proxy::rules::forward::{self, Hop, Peer};
-use crate::proxy::rules::{is, Field};
+use crate::proxy::rules::name::Name;
+use crate::proxy::rules::Field;
 use crate::proxy::{decide, Decision, RequestHead};
 use crate::queue::Endpoint;
 
@@ -70,28 +71,27 @@ impl DirectLane {
         let mut client_close = false;
         let mut connection_headers = 0;
         for (name, value) in fields.clone() {
-            if is(name, "content-length")
-                || is(name, "transfer-encoding")
-                || is(name, "upgrade")
-                || is(name, "expect")
-            {
-                return None;
-            }
-            if is(name, "connection") {
-                // Pingora reads keep-alive from the first of several; the
-                // lane leaves such requests to it.
-                connection_headers += 1;
-                if connection_headers > 1 {
-                    return None;
+            match Name::of(name) {
+                Name::ContentLength | Name::TransferEncoding | Name::Upgrade | Name::Expect => {
+                    return None
                 }
-                for token in crate::proxy::rules::elements(value) {
-                    if token.eq_ignore_ascii_case(b"close") {
-                        client_close = true;
-                    } else if !token.eq_ignore_ascii_case(b"keep-alive") {
-                        // It names another header: rare, left to the proxy.
+                Name::Connection => {
+                    // Pingora reads keep-alive from the first of several; the
+                    // lane leaves such requests to it.
+                    connection_headers += 1;
+                    if connection_headers > 1 {
                         return None;
                     }
+                    for token in crate::proxy::rules::elements(value) {
+                        if token.eq_ignore_ascii_case(b"close") {
+                            client_close = true;
+                        } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                            // It names another header: rare, left to the proxy.
+                            return None;
+                        }
+                    }
                 }
+                _ => {}
             }
         }
 
@@ -153,7 +153,7 @@ fn upstream_head<'a>(
     request_id: &str,
 ) -> Vec<u8> {
     let hop = Hop::new(fields.clone(), false);
-    let forwarded_for = forward::forwarded_for(peer, fields.clone());
+    let forwarded_for = forward::forwarded_for(&peer, fields.clone());
     let proto = forward::forwarded_proto(peer, "http", fields.clone());
     let mut head = Vec::with_capacity(512);
     head.extend_from_slice(method.as_bytes());

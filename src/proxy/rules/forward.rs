@@ -19,10 +19,12 @@
 //! (`trusted-proxies`), as are its `X-Forwarded-Proto` and `X-Request-Id`.
 //! Anyone else could write anything there.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
+use super::name::{Name, Own};
 use super::{elements, is, Field};
 
 /// The headers waitgate sets on every forwarded request, in the spelling it
@@ -32,16 +34,6 @@ pub const QUEUE_HEADER: &str = "X-Waitgate-Queue";
 pub const FORWARDED_FOR: &str = "X-Forwarded-For";
 pub const FORWARDED_PROTO: &str = "X-Forwarded-Proto";
 pub const REQUEST_ID: &str = "X-Request-Id";
-
-/// Every name in [`OWN`] is dropped from the client's request, in any
-/// spelling (see the module doc), before waitgate sets its own.
-pub const OWN: [&str; 5] = [
-    USER_HEADER,
-    QUEUE_HEADER,
-    FORWARDED_FOR,
-    FORWARDED_PROTO,
-    REQUEST_ID,
-];
 
 /// The peers whose forwarding headers are believed: `trusted-proxies`.
 #[derive(Debug, Clone, Default)]
@@ -66,15 +58,33 @@ pub struct Peer {
     pub ip: Option<IpAddr>,
     /// The peer is a trusted proxy: its forwarding headers are kept.
     pub trusted: bool,
+    /// The address as text, rendered once per connection rather than once
+    /// per request (the longest IPv6 text is 45 bytes).
+    text: [u8; 45],
+    text_len: u8,
 }
 
 impl Peer {
     pub fn new(addr: Option<SocketAddr>, trusted: &TrustedProxies) -> Peer {
+        use std::io::Write;
         let ip = addr.map(|a| a.ip().to_canonical());
+        let mut text = [0u8; 45];
+        let mut cursor = std::io::Cursor::new(&mut text[..]);
+        if let Some(ip) = ip {
+            let _ = write!(cursor, "{ip}");
+        }
+        let text_len = cursor.position() as u8;
         Peer {
             ip,
             trusted: ip.is_some_and(|ip| trusted.contains(ip)),
+            text,
+            text_len,
         }
+    }
+
+    /// The address as `X-Forwarded-For` writes it; empty for no address.
+    pub fn ip_text(&self) -> &str {
+        std::str::from_utf8(&self.text[..usize::from(self.text_len)]).unwrap_or("")
     }
 }
 
@@ -92,7 +102,17 @@ pub fn request_id<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> St
             return String::from_utf8_lossy(id).into_owned();
         }
     }
-    format!("{:032x}", rand::random::<u128>())
+    random_id()
+}
+
+/// 128 random bits as 32 lower-case hex digits.
+fn random_id() -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits: u128 = rand::random();
+    let digits: Vec<u8> = (0..32)
+        .map(|i| HEX[((bits >> (124 - 4 * i)) & 0xf) as usize])
+        .collect();
+    String::from_utf8(digits).unwrap_or_default()
 }
 
 /// At most 128 visible ASCII characters: safe in a header and a log line.
@@ -102,27 +122,31 @@ fn is_sound_id(id: &[u8]) -> bool {
 
 /// `X-Forwarded-For` as sent upstream: the client's address, after what a
 /// trusted peer said about the hops before it.
-pub fn forwarded_for<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> String {
+pub fn forwarded_for<'p, 'a>(
+    peer: &'p Peer,
+    fields: impl Iterator<Item = Field<'a>>,
+) -> Cow<'p, str> {
+    if !peer.trusted {
+        return Cow::Borrowed(peer.ip_text());
+    }
     let mut value = String::new();
-    if peer.trusted {
-        for (_, sent) in fields.filter(|(name, _)| is(name, "x-forwarded-for")) {
-            for hop in elements(sent) {
-                if hop.iter().all(|b| b.is_ascii_graphic()) {
-                    if !value.is_empty() {
-                        value.push_str(", ");
-                    }
-                    value.push_str(&String::from_utf8_lossy(hop));
+    for (_, sent) in fields.filter(|(name, _)| is(name, "x-forwarded-for")) {
+        for hop in elements(sent) {
+            if hop.iter().all(|b| b.is_ascii_graphic()) {
+                if !value.is_empty() {
+                    value.push_str(", ");
                 }
+                value.push_str(&String::from_utf8_lossy(hop));
             }
         }
     }
-    if let Some(ip) = peer.ip {
+    if peer.ip.is_some() {
         if !value.is_empty() {
             value.push_str(", ");
         }
-        value.push_str(&ip.to_string());
+        value.push_str(peer.ip_text());
     }
-    value
+    Cow::Owned(value)
 }
 
 /// `X-Forwarded-Proto` as sent upstream: what a trusted peer said (`http`
@@ -155,7 +179,10 @@ pub struct Hop<'a> {
 impl<'a> Hop<'a> {
     pub fn new(fields: impl Iterator<Item = Field<'a>>, upgrade: bool) -> Hop<'a> {
         let mut listed = Vec::new();
-        for (_, value) in fields.filter(|(name, _)| is(name, "connection")) {
+        for (name, value) in fields {
+            if Name::of(name) != Name::Connection {
+                continue;
+            }
             for token in elements(value) {
                 // The usual values name no header; skip them without
                 // allocating.
@@ -170,71 +197,34 @@ impl<'a> Hop<'a> {
         Hop { listed, upgrade }
     }
 
-    /// Whether a client's header goes on to the upstream.
+    /// Whether a client's header goes on to the upstream. Every spelling of
+    /// waitgate's own headers is dropped (see the module doc).
     pub fn forwards(&self, name: &[u8]) -> bool {
-        if is(name, "content-length") || is(name, "transfer-encoding") || is(name, "host") {
-            return true;
+        match Name::of(name) {
+            Name::ContentLength | Name::TransferEncoding | Name::Host => true,
+            Name::Connection | Name::Upgrade => self.upgrade,
+            Name::Hop | Name::Own(_) | Name::OwnAlias => false,
+            _ => !self.is_listed(name),
         }
-        if is(name, "connection") || is(name, "upgrade") {
-            return self.upgrade;
-        }
-        // The rest of Pingora's own list of headers it never forwards.
-        if is(name, "keep-alive")
-            || is(name, "proxy-connection")
-            || is(name, "te")
-            || is(name, "trailer")
-            || is(name, "proxy-authorization")
-            || is(name, "proxy-authenticate")
-            || is(name, "http2-settings")
-        {
-            return false;
-        }
-        if OWN.iter().any(|own| same_for_cgi(name, own)) {
-            return false;
-        }
-        !self
-            .listed
-            .iter()
-            .any(|listed| listed.eq_ignore_ascii_case(name))
     }
 
     /// Whether an upstream's response header goes on to the client. Framing
     /// headers are each path's business; `Date` and `X-Request-Id` are
     /// waitgate's own.
     pub fn relays(&self, name: &[u8]) -> bool {
-        if is(name, "content-length") || is(name, "transfer-encoding") {
-            return true;
+        match Name::of(name) {
+            Name::ContentLength | Name::TransferEncoding => true,
+            Name::Connection | Name::Upgrade => self.upgrade,
+            Name::Hop | Name::Date | Name::Own(Own::RequestId) => false,
+            _ => !self.is_listed(name),
         }
-        if is(name, "connection") || is(name, "upgrade") {
-            return self.upgrade;
-        }
-        if is(name, "keep-alive")
-            || is(name, "proxy-connection")
-            || is(name, "te")
-            || is(name, "date")
-            || is(name, "x-request-id")
-        {
-            return false;
-        }
-        !self
-            .listed
+    }
+
+    fn is_listed(&self, name: &[u8]) -> bool {
+        self.listed
             .iter()
             .any(|listed| listed.eq_ignore_ascii_case(name))
     }
-}
-
-/// Whether two header names read the same to a CGI or WSGI backend: equal
-/// once case is ignored and `_` is read as `-`.
-fn same_for_cgi(name: &[u8], own: &str) -> bool {
-    let fold = |b: u8| match b {
-        b'_' => b'-',
-        b => b.to_ascii_lowercase(),
-    };
-    name.len() == own.len()
-        && name
-            .iter()
-            .zip(own.bytes())
-            .all(|(&a, b)| fold(a) == fold(b))
 }
 
 /// The headers waitgate adds to every forwarded request, in order.
@@ -344,16 +334,18 @@ mod tests {
         ];
         let stranger = peer("192.0.2.7", &trust);
         assert!(!stranger.trusted);
-        assert_eq!(forwarded_for(stranger, fields(&sent)), "192.0.2.7");
+        assert_eq!(forwarded_for(&stranger, fields(&sent)), "192.0.2.7");
         let proxy = peer("10.1.2.3", &trust);
         assert!(proxy.trusted);
         assert_eq!(
-            forwarded_for(proxy, fields(&sent)),
+            forwarded_for(&proxy, fields(&sent)),
             "1.2.3.4, 5.6.7.8, 9.9.9.9, 10.1.2.3"
         );
         let mapped = peer("::ffff:10.0.0.1", &trust);
         assert!(mapped.trusted);
-        assert_eq!(forwarded_for(mapped, fields(&[])), "10.0.0.1");
+        assert_eq!(forwarded_for(&mapped, fields(&[])), "10.0.0.1");
+        let v6 = peer("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", &trust);
+        assert_eq!(v6.ip_text(), "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff");
         assert!(peer("::1", &trust).trusted);
     }
 

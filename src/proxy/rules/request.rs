@@ -16,7 +16,8 @@
 //! 400 and its connection closed, so nothing after it on that connection is
 //! read.
 
-use super::{is, Field};
+use super::name::Name;
+use super::Field;
 use crate::reply::Reply;
 
 /// What the checks learned of a sound request head.
@@ -37,38 +38,43 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
     let mut options = 0;
     let mut shape = Shape::default();
     for (name, value) in fields {
-        if is(name, "content-length") {
-            lengths += 1;
-            let digits = value.trim_ascii();
-            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                return Err(bad("The Content-Length header is not a number."));
-            }
-        } else if is(name, "transfer-encoding") {
-            encodings += 1;
-            chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
-        } else if is(name, "host") {
-            hosts += 1;
-            if value.contains(&b'@') {
-                return Err(bad("The Host header must not carry userinfo."));
-            }
-        } else if is(name, "connection") {
-            for option in super::elements(value) {
-                options += 1;
-                if options >= MAX_CONNECTION_OPTIONS {
-                    return Err(bad("The Connection header names too many options."));
-                }
-                if !option.iter().all(|&b| is_tchar(b)) {
-                    return Err(bad("The Connection header names a malformed option."));
-                }
-                if PROTECTED
-                    .iter()
-                    .any(|p| option.eq_ignore_ascii_case(p.as_bytes()))
-                {
-                    return Err(bad("The Connection header may not name that header."));
+        match Name::of(name) {
+            Name::ContentLength => {
+                lengths += 1;
+                let digits = value.trim_ascii();
+                if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                    return Err(bad("The Content-Length header is not a number."));
                 }
             }
-        } else if is(name, "upgrade") {
-            shape.upgrade = true;
+            Name::TransferEncoding => {
+                encodings += 1;
+                chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            }
+            Name::Host => {
+                hosts += 1;
+                if value.contains(&b'@') {
+                    return Err(bad("The Host header must not carry userinfo."));
+                }
+            }
+            Name::Connection => {
+                for option in super::elements(value) {
+                    options += 1;
+                    if options >= MAX_CONNECTION_OPTIONS {
+                        return Err(bad("The Connection header names too many options."));
+                    }
+                    if !option.iter().all(|&b| is_tchar(b)) {
+                        return Err(bad("The Connection header names a malformed option."));
+                    }
+                    if PROTECTED
+                        .iter()
+                        .any(|p| option.eq_ignore_ascii_case(p.as_bytes()))
+                    {
+                        return Err(bad("The Connection header may not name that header."));
+                    }
+                }
+            }
+            Name::Upgrade => shape.upgrade = true,
+            _ => {}
         }
     }
     if lengths > 1 {

@@ -10,7 +10,8 @@
 //! that was not asked for is refused too: relaying it would turn the client
 //! connection into a raw tunnel to the upstream that bypasses every check.
 
-use super::{is, Field};
+use super::name::Name;
+use super::Field;
 
 /// Where an upstream response's body ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,24 +72,29 @@ pub fn shape<'a>(
     let mut chunked = true;
     let mut upstream_close = !http11;
     for (name, value) in fields {
-        if is(name, "content-length") {
-            let n = plain_length(value)
-                .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(Refusal::Ambiguous("two different Content-Lengths"));
+        match Name::of(name) {
+            Name::ContentLength => {
+                let n = plain_length(value)
+                    .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(Refusal::Ambiguous("two different Content-Lengths"));
+                }
+                length = Some(n);
             }
-            length = Some(n);
-        } else if is(name, "transfer-encoding") {
-            encodings += 1;
-            chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
-        } else if is(name, "connection") {
-            for token in super::elements(value) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    upstream_close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
-                    upstream_close = false;
+            Name::TransferEncoding => {
+                encodings += 1;
+                chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
+            }
+            Name::Connection => {
+                for token in super::elements(value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        upstream_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                        upstream_close = false;
+                    }
                 }
             }
+            _ => {}
         }
     }
     if encodings > 0 && (!chunked || encodings > 1) {
