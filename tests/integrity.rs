@@ -24,15 +24,19 @@ struct Env {
     token: String,
 }
 
-/// waitgate in front of a scripted upstream, with the protected route, a
-/// WebSocket route at `/ws`, and a token for user `fan`. `top` is extra
-/// top-level config (such as `trusted-proxies`).
-fn setup_with(top: &str, script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
+/// waitgate in front of a scripted upstream, with the protected route and a
+/// token for user `fan`. `top` is extra top-level config (such as
+/// `trusted-proxies`), `routes` extra routes.
+fn setup_with(
+    top: &str,
+    routes: &str,
+    script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static,
+) -> Env {
     let redis = Redis::start();
     let ports = Ports::new();
     let upstream = Scripted::start(move |r| script(r.path()));
     let config = format!(
-        "{top}{}  - prefix: /ws\n    upstream: ticketing\n    queue: baseball\n    websocket: true\n",
+        "{top}{}{routes}",
         config(&redis.url(), &ports, upstream.port)
     );
     let wg = Waitgate::start(&config, &ports);
@@ -46,8 +50,12 @@ fn setup_with(top: &str, script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'sta
 }
 
 fn setup(script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
-    setup_with("", script)
+    setup_with("", "", script)
 }
+
+/// A route at `/ws` that switches protocols.
+const WEBSOCKET_ROUTE: &str =
+    "  - prefix: /ws\n    upstream: ticketing\n    queue: baseball\n    websocket: true\n";
 
 /// Answers every path with a 200 naming the path, after `special` had its say.
 fn echo_or(
@@ -306,14 +314,18 @@ fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
 
 #[test]
 fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
-    let env = setup(echo_or(|p| {
-        p.starts_with("/ws").then(|| {
+    let env = setup_with(
+        "",
+        WEBSOCKET_ROUTE,
+        echo_or(|p| {
+            p.starts_with("/ws").then(|| {
             vec![Step::Send(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
                     .to_vec(),
             )]
         })
-    }));
+        }),
+    );
     let mut c = Client::connect(env.wg.addr);
     c.send(&format!(
         "GET /ws/chat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
@@ -506,7 +518,7 @@ fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
 
 #[test]
 fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
-    let env = setup_with("trusted-proxies: ['127.0.0.0/8']\n", echo_or(|_| None));
+    let env = setup_with("trusted-proxies: ['127.0.0.0/8']\n", "", echo_or(|_| None));
     let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: lb-42\r\n";
     for via in BOTH {
         let p = format!("{PROTECTED}/trusted-{via:?}");
