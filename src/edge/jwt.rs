@@ -259,9 +259,17 @@ impl Tokens {
         if value.len() > MAX_AUTHORIZATION {
             return Err(Reject::TooLarge);
         }
-        let token = bearer_token(value)?;
-        let verified = match self.verified.get(token) {
-            Some(v) => {
+        // A token byte-for-byte equal to one verified before needs none of
+        // the checks again, not even its characters' (the cache key is the
+        // whole token, so a hit cannot be forged): look it up first, since
+        // checking a few hundred bytes one by one was a measured share of
+        // the direct lane's time per request.
+        let cached = bearer_scheme(value).and_then(|candidate| {
+            let token = std::str::from_utf8(candidate).ok()?;
+            Some((token, self.verified.get(token)?))
+        });
+        let verified = match cached {
+            Some((_, v)) => {
                 // Verified before: only expiry can have changed.
                 if v.exp + self.leeway_s < now {
                     return Err(Reject::Expired);
@@ -269,6 +277,7 @@ impl Tokens {
                 v
             }
             None => {
+                let token = bearer_token(value)?;
                 let v = self.verify(token, now)?;
                 self.verified.insert(token, v.clone(), now, self.leeway_s);
                 v
@@ -331,6 +340,19 @@ impl Tokens {
             queue: token_queue.into(),
         })
     }
+}
+
+/// The credentials after `Bearer ` (scheme in any case, one or more
+/// spaces), unchecked: only a cache lookup may use them unchecked.
+fn bearer_scheme(value: &[u8]) -> Option<&[u8]> {
+    let space = value.iter().position(|&b| b == b' ')?;
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let start = rest.iter().position(|&b| b != b' ')?;
+    let end = rest.iter().rposition(|&b| b != b' ')? + 1;
+    Some(&rest[start..end])
 }
 
 /// `Bearer <token>`, scheme in any case (RFC 9110 §11.1), one or more spaces.
