@@ -8,7 +8,9 @@
 //! - [`config`]: the YAML file, parsed into one validated `Config` (what
 //!   `waitgate -t` runs).
 //! - [`server`]: assembles the Pingora services from the config.
-//! - [`proxy`]: the `ProxyHttp` dispatcher and the path classifier.
+//! - [`proxy`]: the `ProxyHttp` dispatcher, the path classifier, the
+//!   rulebook both HTTP paths call (`proxy::rules`) and the direct lane
+//!   (`proxy::lane`), waitgate's own relay for plain GETs and rank polls.
 //! - [`queue`]: the queue API (register, rank, dropout), one file per
 //!   endpoint.
 //! - [`edge`]: the signing key and the JWT checks at the edge.
