@@ -642,13 +642,13 @@ fn check_route_prefix(key: &str, prefix: &str) -> Result<(), ConfigError> {
             "must not end with / (prefixes match at segment boundaries already)",
         ));
     }
-    if crate::proxy::path::classify(prefix.as_bytes()).is_err() {
+    if crate::path::classify(prefix.as_bytes()).is_err() {
         return Err(invalid(
             key,
             "must be a plain path (no empty, . or .. segments, no %, ;, \\ or control bytes)",
         ));
     }
-    if crate::queue::is_queue_api_path(prefix) {
+    if crate::path::is_queue_api_path(prefix) {
         return Err(invalid(
             key,
             "overlaps the queue API (/api/v1/queue), which waitgate answers itself",
@@ -679,7 +679,7 @@ routes: []
     }
 
     #[test]
-    fn minimal_file_takes_the_seed_defaults() {
+    fn minimal_file_takes_the_defaults() {
         let c = Config::from_yaml(MINIMAL).unwrap();
         assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9091");

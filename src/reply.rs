@@ -3,7 +3,8 @@
 //! Handlers and checks return a [`Reply`] value; only [`Reply::send`] touches
 //! the session. Every reply is JSON (or empty), carries Content-Length and
 //! `Cache-Control: no-store`, and errors share one shape:
-//! `{"error":"<snake_case_code>","message":"<one sentence>"}`.
+//! `{"error":"<snake_case_code>","message":"<one sentence>"}`, made from an
+//! [`ApiError`] here and nowhere else.
 
 use std::borrow::Cow;
 
@@ -11,6 +12,8 @@ use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 use serde::Serialize;
+
+use crate::error::ApiError;
 
 /// `Retry-After` for 503s: Redis outages are usually a restart or failover,
 /// which take seconds.
@@ -40,22 +43,8 @@ impl Reply {
     pub fn json<T: Serialize>(status: u16, value: &T) -> Reply {
         match serde_json::to_vec(value) {
             Ok(body) => Reply::raw(status, Bytes::from(body)),
-            Err(_) => Reply::error(503, "internal_error", "The reply could not be encoded."),
+            Err(_) => Reply::from(ApiError::InternalError),
         }
-    }
-
-    /// The `{"error","message"}` body every failure uses.
-    pub fn error(status: u16, code: &str, message: &str) -> Reply {
-        let body = serde_json::to_vec(&ErrorBody {
-            error: code,
-            message,
-        })
-        .unwrap_or_default();
-        let mut reply = Reply::raw(status, Bytes::from(body));
-        if status == 503 {
-            reply = reply.header("Retry-After", RETRY_AFTER_S);
-        }
-        reply
     }
 
     pub fn no_content() -> Reply {
@@ -161,16 +150,42 @@ impl Reply {
     }
 }
 
+impl From<ApiError> for Reply {
+    /// The `{"error","message"}` body every failure uses, with the headers
+    /// its status calls for: `Retry-After` on a 503, `Allow` on a 405, the
+    /// RFC 6750 challenge on a refused token.
+    fn from(error: ApiError) -> Reply {
+        let message = error.message();
+        let body = serde_json::to_vec(&ErrorBody {
+            error: error.code(),
+            message: &message,
+        })
+        .unwrap_or_default();
+        let reply = Reply::raw(error.status(), Bytes::from(body));
+        match error {
+            ApiError::MethodNotAllowed { allow, .. } => reply.header("Allow", allow),
+            ApiError::InvalidToken(_) => {
+                reply.header("WWW-Authenticate", r#"Bearer error="invalid_token""#)
+            }
+            ApiError::InsufficientScope(_) => {
+                reply.header("WWW-Authenticate", r#"Bearer error="insufficient_scope""#)
+            }
+            _ if error.status() == 503 => reply.header("Retry-After", RETRY_AFTER_S),
+            _ => reply,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn errors_have_one_shape() {
-        let r = Reply::error(404, "user_not_queued", "The user is not in the queue.");
+        let r = Reply::from(ApiError::UserNotQueued { hint: "" });
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
         assert_eq!(v["error"], "user_not_queued");
-        assert_eq!(v["message"], "The user is not in the queue.");
+        assert_eq!(v["message"], "The user is not in this queue.");
         assert_eq!(v.as_object().unwrap().len(), 2);
         let h = r.response_header().unwrap();
         assert_eq!(
@@ -182,14 +197,24 @@ mod tests {
 
     #[test]
     fn unavailable_says_when_to_retry() {
-        let r = Reply::error(503, "redis_unavailable", "Try again.");
-        let h = r.response_header().unwrap();
+        for error in ApiError::all() {
+            let status = error.status();
+            let h = Reply::from(error).response_header().unwrap();
+            assert_eq!(
+                h.headers.get("retry-after").is_some(),
+                status == 503,
+                "{status}"
+            );
+        }
+        let h = Reply::from(ApiError::RedisUnavailable)
+            .response_header()
+            .unwrap();
         assert_eq!(h.headers["retry-after"], RETRY_AFTER_S);
     }
 
     #[test]
     fn raw_replies_match_the_session_ones() {
-        let r = Reply::error(503, "redis_unavailable", "Redis is down.").closing();
+        let r = Reply::from(ApiError::RedisUnavailable).closing();
         let text = String::from_utf8(r.to_http1(false)).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(
@@ -209,7 +234,7 @@ mod tests {
 
     #[test]
     fn closing_replies_say_so() {
-        let h = Reply::error(413, "body_too_large", "Too big.")
+        let h = Reply::from(ApiError::BodyTooLarge)
             .closing()
             .response_header()
             .unwrap();

@@ -2,16 +2,13 @@
 //! background services, from one validated [`Config`].
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use pingora::listeners::ListenerConfig;
 use pingora::protocols::l4::stream::L4BufferSettings;
 use pingora::server::configuration::ServerConf;
-use pingora::server::{RunArgs, Server, ShutdownWatch};
-use pingora::services::background::{background_service, BackgroundService};
+use pingora::server::{RunArgs, Server};
+use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
@@ -27,6 +24,8 @@ use crate::proxy::rules::forward::TrustedProxies;
 use crate::proxy::Gate;
 use crate::queue::credential::Credentials;
 use crate::queue::QueueApi;
+use crate::queues::Queues;
+use crate::shutdown::{Drain, InFlight};
 use crate::store::Store;
 
 /// Why the server could not be built.
@@ -76,8 +75,10 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let tokens = Arc::new(Tokens::new(secret, &config.jwt));
     let routes = Arc::new(RouteTable::build(config)?);
     let credentials = Credentials::new(secret);
+    let queues = Arc::new(Queues::new(config));
     let api = Arc::new(QueueApi::new(
         config,
+        queues.clone(),
         store,
         tokens.clone(),
         credentials,
@@ -120,7 +121,11 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     );
     server.add_service(proxy);
 
-    let shared = Shared::new(config, control.clone(), metrics.clone());
+    let shared = Shared {
+        store: control.clone(),
+        metrics: metrics.clone(),
+        queues,
+    };
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
     server.add_service(background_service("sampler", Sampler(shared)));
@@ -136,10 +141,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
 
     server.add_service(background_service(
         "drain",
-        Drain {
-            in_flight,
-            grace: config.grace_period,
-        },
+        Drain::new(in_flight, config.grace_period),
     ));
     Ok(server)
 }
@@ -159,28 +161,11 @@ pub fn run(server: Server) {
 /// is far below `max-connections`: raise it to the hard limit, as nginx's
 /// `worker_rlimit_nofile` would, and say so when even that is too low.
 fn raise_fd_limit(max_connections: usize) {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let Ok(current) = rlimit::increase_nofile_limit(u64::MAX) else {
+        return;
     };
-    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                limit = raised;
-            }
-        }
-    }
     // Connections to Redis, upstreams and the admin listener need some too.
     let needed = max_connections as u64 + 256;
-    let current: u64 = limit.rlim_cur;
     if current < needed {
         tracing::warn!(
             fd_limit = current,
@@ -194,84 +179,4 @@ fn check_bindable(key: &'static str, addr: SocketAddr) -> Result<(), StartError>
     TcpListener::bind(addr)
         .map(drop)
         .map_err(|source| StartError::Listen { key, addr, source })
-}
-
-/// The number of requests under way.
-#[derive(Default)]
-pub struct InFlight(AtomicUsize);
-
-/// One request under way; dropping it ends the request.
-pub struct InFlightGuard(Arc<InFlight>);
-
-impl InFlight {
-    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
-        self.0.fetch_add(1, Ordering::Relaxed);
-        InFlightGuard(self.clone())
-    }
-
-    pub fn count(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for InFlightGuard {
-    fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Ends the process as soon as a SIGTERM drain is complete, and at the
-/// latest when the grace period ends.
-///
-/// Pingora sleeps the whole grace period after SIGTERM whatever is left to
-/// do, then gives its runtimes more time to stop. Listeners are closed and
-/// idle keep-alive connections released as soon as the shutdown starts, so
-/// once no request is in flight there is nothing left to wait for: this
-/// service then exits the process.
-struct Drain {
-    in_flight: Arc<InFlight>,
-    grace: Duration,
-}
-
-/// How long the in-flight count must stay at zero before exiting: covers a
-/// request whose header was read just as the shutdown began.
-const DRAIN_QUIET: Duration = Duration::from_millis(100);
-
-#[async_trait]
-impl BackgroundService for Drain {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        if shutdown.changed().await.is_err() {
-            return;
-        }
-        let started = Instant::now();
-        tracing::info!(
-            in_flight = self.in_flight.count(),
-            grace_s = self.grace.as_secs(),
-            "draining"
-        );
-        let mut quiet_since: Option<Instant> = None;
-        while started.elapsed() < self.grace {
-            if self.in_flight.count() == 0 {
-                let since = *quiet_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= DRAIN_QUIET {
-                    tracing::info!(
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "drained, exiting"
-                    );
-                    std::process::exit(0);
-                }
-            } else {
-                quiet_since = None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // The grace period is a promise to the operator: requests still in
-        // flight now are cut off rather than keeping the process alive.
-        tracing::warn!(
-            in_flight = self.in_flight.count(),
-            grace_s = self.grace.as_secs(),
-            "grace period over, exiting with requests in flight"
-        );
-        std::process::exit(0);
-    }
 }

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 
-use super::{run_per_queue, FailureLog, QueueJob, Shared, RETRY};
+use super::shared::{run_per_queue, FailureLog, Shared, RETRY};
+use crate::queues::Queue;
 use crate::store::AdmitOutcome;
 
 pub struct Admission(pub Shared);
@@ -26,7 +27,7 @@ fn idle_tick(interval: Duration) -> Duration {
     (interval / 10).clamp(Duration::from_millis(5), Duration::from_millis(250))
 }
 
-async fn admit_loop(shared: Shared, queue: Arc<QueueJob>) {
+async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
     let interval = queue.admission.interval;
     let interval_ms = interval.as_millis() as u64;
     let mut log = FailureLog::new("admission");

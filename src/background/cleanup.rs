@@ -9,8 +9,9 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
-use super::{run_per_queue, FailureLog, QueueJob, Shared};
+use super::shared::{run_per_queue, FailureLog, Shared};
 use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT};
+use crate::queues::Queue;
 
 pub struct Cleanup(pub Shared);
 
@@ -21,7 +22,7 @@ impl BackgroundService for Cleanup {
     }
 }
 
-async fn cleanup_loop(shared: Shared, queue: Arc<QueueJob>) {
+async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = tokio::time::interval(queue.heartbeat.cleanup_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut log = FailureLog::new("cleanup");

@@ -9,7 +9,8 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
-use super::{run_per_queue, FailureLog, QueueJob, Shared};
+use super::shared::{run_per_queue, FailureLog, Shared};
+use crate::queues::Queue;
 
 /// How often the gauges are refreshed.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -23,7 +24,7 @@ impl BackgroundService for Sampler {
     }
 }
 
-async fn sample_loop(shared: Shared, queue: Arc<QueueJob>) {
+async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut log = FailureLog::new("sampler");

@@ -24,11 +24,12 @@ use serde::{Deserialize, Serialize};
 use crate::config::JwtConfig;
 use crate::edge::cache::{Verified, VerifiedTokens};
 use crate::edge::secret::Secret;
+use crate::error::ApiError;
 
 /// The role an admitted user's token carries.
 pub const ACTIVE_USER: &str = "ACTIVE_USER";
 
-/// The longest `Authorization` header considered (SPEC §4).
+/// The longest `Authorization` header considered.
 pub const MAX_AUTHORIZATION: usize = 4096;
 
 /// The claims waitgate signs.
@@ -97,6 +98,17 @@ pub enum Reject {
     IssuedInFuture,
     Role,
     Queue,
+}
+
+/// 401 (`invalid_token`) for a token that proves nothing; 403
+/// (`insufficient_scope`) for a valid one that does not grant the route.
+impl From<Reject> for ApiError {
+    fn from(reject: Reject) -> ApiError {
+        match reject.status() {
+            403 => ApiError::InsufficientScope(reject.message()),
+            _ => ApiError::InvalidToken(reject.message()),
+        }
+    }
 }
 
 impl Reject {
@@ -325,7 +337,7 @@ impl Tokens {
             }
         }
         // `sub` becomes the X-Waitgate-User header: it must be a userId.
-        if !crate::queue::input::is_valid_user_id(&sub) {
+        if !crate::user::is_valid(&sub) {
             return Err(Reject::InvalidClaim);
         }
         if claims.role.as_deref() != Some(ACTIVE_USER) {

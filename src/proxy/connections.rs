@@ -4,22 +4,20 @@
 //! Pingora's HTTP/1 reader times out each read on its own (60 s), so a
 //! client that sends one header byte a minute (slowloris) could hold a
 //! connection forever. [`Guarded`] wraps the proxy's connection loop:
-//! - each request header must arrive whole within `client-header-timeout-ms`
+//! - each request head must arrive whole within `client-header-timeout-ms`
 //!   of the moment the connection is ready for it (accept, or the end of the
 //!   previous reply), or the connection is closed; the same deadline bounds
 //!   an idle keep-alive connection;
 //! - past `max-connections` open connections, a new one gets a 503 and is
 //!   closed without being read.
 //!
-//! The proxy marks "header read" from `Gate::new_ctx`, which Pingora calls
-//! right after parsing a request header, through a task-local flag: the
-//! request runs in the same task as this loop.
-//!
-//! Each request is first offered to the direct lane (`super::lane`), which
-//! serves the protected routes' plain requests itself; what it does not take
-//! is put back in front of the stream, unconsumed, for the Pingora proxy.
+//! The loop reads the whole request head itself, under that deadline,
+//! before either HTTP path sees it ([`read_head`]). The head is then offered
+//! to the direct lane (`super::lane`), which serves the protected routes'
+//! plain requests itself; what it does not take is put back in front of the
+//! stream, unconsumed, for the Pingora proxy, which then parses a head that
+//! is already there.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,19 +29,61 @@ use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::lane::{DirectLane, Lane};
+use crate::error::ApiError;
+use crate::reply::Reply;
 
-tokio::task_local! {
-    /// Set once the current connection's request header has been read.
-    static HEADER_READ: Arc<AtomicBool>;
+/// The longest request head read before the proxy is left to refuse it:
+/// Pingora's own limit (1 MiB), so a head it would take is never cut short.
+const MAX_HEAD: usize = 1_048_575;
+
+/// Room made for each read of a request head.
+const READ_SIZE: usize = 4096;
+
+/// Where a request head ends: the empty line after its last field, with
+/// CRLF or bare LF line ends, after any empty lines before the request line
+/// (which parsers skip). The length of the head, if it is all there.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let mut at = start;
+    while let Some(nl) = buf[at..].iter().position(|&b| b == b'\n') {
+        let line_end = at + nl + 1;
+        match buf.get(line_end..) {
+            Some([b'\n', ..]) => return Some(line_end + 1),
+            Some([b'\r', b'\n', ..]) => return Some(line_end + 2),
+            _ => at = line_end,
+        }
+    }
+    None
 }
 
-/// Called by the proxy when a request header has been read.
-pub fn header_read() {
-    // Outside a guarded connection (unit tests) there is nothing to mark.
-    let _ = HEADER_READ.try_with(|flag| flag.store(true, Ordering::Relaxed));
+/// What reading a request head came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// The whole head is in the buffer (or more than [`MAX_HEAD`] without
+    /// its end, which the proxy refuses as it would have anyway).
+    Read,
+    /// Closed, failed, or no whole head before the deadline.
+    Closed,
+}
+
+/// Reads into `pending` until it holds a whole request head, by `deadline`.
+async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instant) -> Head {
+    loop {
+        if head_end(pending).is_some() || pending.len() > MAX_HEAD {
+            return Head::Read;
+        }
+        pending.reserve(READ_SIZE);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        // Pingora's coarse timer wheel: far cheaper per request than a
+        // tokio timer, and 10 ms of precision is plenty here.
+        match pingora::time::timeout(remaining, stream.read_buf(pending)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Head::Closed,
+        }
+    }
 }
 
 /// The limits, from the config.
@@ -94,27 +134,13 @@ impl Drop for Open {
     }
 }
 
-/// The 503 for a connection past the cap, built once (with its length
-/// computed, not counted by hand).
-static OVER_CAPACITY: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
-    let body =
-        r#"{"error":"too_many_connections","message":"The server has too many open connections."}"#;
-    format!(
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nRetry-After: 1\r\nCache-Control: no-store\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-});
-
 /// Answers 503 without reading the request, then closes gently: closing a
 /// socket with unread input makes the kernel send a reset, which can destroy
 /// the reply before the client reads it. So the write side is shut first and
 /// what the client sent is drained briefly (nginx's "lingering close").
 async fn refuse(stream: &mut Stream) {
-    use tokio::io::AsyncReadExt;
-    if stream.write_all(&OVER_CAPACITY).await.is_err() {
+    let reply = Reply::from(ApiError::TooManyConnections).closing();
+    if stream.write_all(&reply.to_http1(false)).await.is_err() {
         return;
     }
     let _ = stream.shutdown().await;
@@ -149,23 +175,23 @@ where
             return None;
         }
 
-        let flag = Arc::new(AtomicBool::new(false));
         let mut stream = stream;
         let mut settings = None;
         let mut shutdown_rx = shutdown.clone();
-        let direct = self
-            .direct
-            .as_ref()
-            .filter(|_| stream.as_any().is::<TcpStream>());
-        let peer = direct.map(|lane| lane.peer(&stream));
-        // Bytes the direct lane read past a request (a pipelined next one).
+        // The loop puts a read head back in front of the stream for the
+        // proxy, which only a plain TCP stream allows; the listener makes
+        // nothing else.
+        if !stream.as_any().is::<TcpStream>() {
+            return None;
+        }
+        let peer = self.direct.as_ref().map(|lane| lane.peer(&stream));
+        // Bytes read but not yet answered: a head, or a pipelined next one.
         let mut pending = BytesMut::new();
         loop {
             let deadline = Instant::now() + self.limits.header_timeout;
             // Wait for the next request's first byte holding nothing but the
-            // socket: Pingora's per-request state (tens of KB) is only built
-            // once there is something to read, so idle keep-alive
-            // connections stay cheap.
+            // socket: buffers are only allocated once there is something to
+            // read, so idle keep-alive connections stay cheap.
             if pending.is_empty() {
                 pending = BytesMut::new();
                 let mut first = [0u8; 1];
@@ -178,20 +204,19 @@ where
                     _ = shutdown_rx.changed() => return None,
                 }
             }
-            if let (Some(lane), Some(peer)) = (direct, peer) {
+            if read_head(&mut stream, &mut pending, deadline).await == Head::Closed {
+                return None;
+            }
+            if let (Some(lane), Some(peer)) = (&self.direct, peer) {
                 let closing = *shutdown.borrow();
-                match lane
-                    .serve(&mut stream, &mut pending, deadline, closing, peer)
-                    .await
-                {
+                match lane.serve(&mut stream, &mut pending, closing, peer).await {
                     Lane::Served => continue,
                     Lane::Closed => return None,
-                    Lane::Pass => {
-                        stream = unread(stream, &pending)?;
-                        pending.clear();
-                    }
+                    Lane::Pass => {}
                 }
             }
+            stream = unread(stream, &pending)?;
+            pending.clear();
             let mut session = ServerSession::new_http1(stream);
             if let Some(settings) = settings.take() {
                 HttpPersistentSettings::apply_to_session(settings, &mut session);
@@ -199,28 +224,11 @@ where
             if *shutdown.borrow() {
                 session.set_keepalive(None);
             } else {
-                // Pingora's per-read idle limit; the whole-header deadline
-                // below is the one that matters.
+                // Pingora's per-read idle limit, for a request body; the
+                // head is already read.
                 session.set_keepalive(Some(self.limits.header_timeout.as_secs().max(1)));
             }
-            flag.store(false, Ordering::Relaxed);
-            let request =
-                HEADER_READ.scope(flag.clone(), self.inner.process_new_http(session, shutdown));
-            tokio::pin!(request);
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let reused = tokio::select! {
-                reused = &mut request => reused,
-                // Pingora's coarse timer wheel: far cheaper per request than
-                // a tokio timer, and 10 ms of precision is plenty here.
-                _ = pingora::time::sleep(remaining) => {
-                    if !flag.load(Ordering::Relaxed) {
-                        // No whole header in time: drop the request, which
-                        // closes the connection.
-                        return None;
-                    }
-                    request.await
-                }
-            };
+            let reused = self.inner.process_new_http(session, shutdown).await;
             (stream, settings) = reused?.consume();
         }
     }
@@ -235,17 +243,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_over_capacity_reply_is_well_formed() {
-        let text = std::str::from_utf8(&OVER_CAPACITY).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("Content-Length: "))
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert_eq!(length, body.len());
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(v["error"], "too_many_connections");
+    fn a_head_ends_at_its_empty_line() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nrest"), Some(27));
+        assert_eq!(head_end(b"GET / HTTP/1.1\nHost: a\n\n"), Some(24));
+        assert_eq!(head_end(b"\r\n\r\nGET / HTTP/1.0\r\n\r\n"), Some(22));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
+        assert_eq!(head_end(b"\r\n\r\n"), None);
+        assert_eq!(head_end(b""), None);
     }
 }

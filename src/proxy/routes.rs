@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use pingora::prelude::HttpPeer;
 
-use super::path::under_prefix;
 use crate::config::Config;
+use crate::path::under_prefix;
 
 /// How long an idle upstream connection stays in the pool.
 pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);

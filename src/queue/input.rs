@@ -4,37 +4,22 @@
 //! explains what was wrong, so handlers read as a list of `?`s and nothing a
 //! client sends can reach Redis unchecked.
 
+use std::borrow::Cow;
+
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 use serde::de::DeserializeOwned;
 
+use crate::error::ApiError;
 use crate::reply::Reply;
+use crate::user::UserId;
 
-/// The largest request body the queue API reads (SPEC §3).
+/// The largest request body the queue API reads.
 pub const MAX_BODY: usize = 4096;
 
-/// The largest `userId` (SPEC §3).
-pub const MAX_USER_ID: usize = 128;
-
-/// `userId`: 1..128 characters of `A-Z a-z 0-9 . _ : @ -`.
-pub fn is_valid_user_id(user: &str) -> bool {
-    !user.is_empty()
-        && user.len() <= MAX_USER_ID
-        && user
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))
-}
-
-pub fn check_user_id(user: &str) -> Result<(), Reply> {
-    if is_valid_user_id(user) {
-        Ok(())
-    } else {
-        Err(Reply::error(
-            400,
-            "invalid_user_id",
-            "userId must be 1 to 128 characters of A-Z a-z 0-9 . _ : @ -.",
-        ))
-    }
+/// A client's `userId`, checked against the user id rule.
+pub fn user_id(text: impl Into<String>) -> Result<UserId, ApiError> {
+    UserId::parse(text).ok_or(ApiError::InvalidUserId)
 }
 
 /// Reads a JSON request body of at most [`MAX_BODY`] bytes.
@@ -45,12 +30,7 @@ pub fn check_user_id(user: &str) -> Result<(), Reply> {
 pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
     let header = session.req_header();
     if !is_json(header.headers.get(http::header::CONTENT_TYPE)) {
-        return Err(Reply::error(
-            415,
-            "unsupported_media_type",
-            "The body must be sent as Content-Type: application/json.",
-        )
-        .closing());
+        return Err(Reply::from(ApiError::UnsupportedMediaType).closing());
     }
     let declared = header
         .headers
@@ -90,28 +70,24 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
 
 /// Parses a JSON object body into `T`, telling syntax errors from field
 /// errors.
-pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Reply> {
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // serde would also read a struct from an array (`["user"]`); the API
     // takes named fields only.
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|&b| b != b'{')
         && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
     {
-        return Err(Reply::error(
-            400,
-            "invalid_request",
+        return Err(ApiError::InvalidRequest(Cow::Borrowed(
             "The body must be a JSON object.",
-        ));
+        )));
     }
     serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
-            Category::Data => Reply::error(400, "invalid_request", &sentence(&e.to_string())),
-            Category::Syntax | Category::Eof | Category::Io => Reply::error(
-                400,
-                "invalid_json",
-                &sentence(&format!("The body is not valid JSON: {e}")),
-            ),
+            Category::Data => ApiError::InvalidRequest(Cow::Owned(sentence(&e.to_string()))),
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::InvalidJson(sentence(&format!("The body is not valid JSON: {e}")))
+            }
         }
     })
 }
@@ -126,20 +102,13 @@ fn is_json(value: Option<&http::HeaderValue>) -> bool {
 }
 
 fn too_large() -> Reply {
-    Reply::error(
-        413,
-        "body_too_large",
-        "The request body is larger than 4096 bytes.",
-    )
-    .closing()
+    Reply::from(ApiError::BodyTooLarge).closing()
 }
 
 fn unreadable() -> Reply {
-    Reply::error(
-        400,
-        "invalid_request",
+    Reply::from(ApiError::InvalidRequest(Cow::Borrowed(
         "The request body could not be read.",
-    )
+    )))
     .closing()
 }
 
@@ -168,89 +137,55 @@ pub struct Query {
 }
 
 /// The `userId` (required, checked) and `queue` (optional) of a query.
-pub fn user_query(query: Option<&str>) -> Result<(String, Option<String>), Reply> {
+pub fn user_query(query: Option<&str>) -> Result<(UserId, Option<String>), ApiError> {
     let query = parse_query(query)?;
-    let user = query.user_id.ok_or_else(|| {
-        Reply::error(
-            400,
-            "invalid_request",
-            "The query parameter userId is required.",
-        )
-    })?;
-    check_user_id(&user)?;
-    Ok((user, query.queue))
+    let user = query.user_id.ok_or(ApiError::InvalidRequest(Cow::Borrowed(
+        "The query parameter userId is required.",
+    )))?;
+    Ok((user_id(user)?, query.queue))
 }
 
-pub fn parse_query(query: Option<&str>) -> Result<Query, Reply> {
+/// Reads the query as `application/x-www-form-urlencoded` (`%XX`, `+`).
+/// A malformed escape is kept as written (and then fails the user id rule
+/// or names no queue); a value that decodes to invalid UTF-8 is refused.
+pub fn parse_query(query: Option<&str>) -> Result<Query, ApiError> {
     let mut out = Query::default();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let slot = match name {
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let slot = match name.as_ref() {
             "userId" => &mut out.user_id,
             "queue" => &mut out.queue,
             _ => continue,
         };
         if slot.is_some() {
-            return Err(Reply::error(
-                400,
-                "invalid_request",
-                &format!("The query parameter {name} is given more than once."),
-            ));
+            return Err(ApiError::InvalidRequest(Cow::Owned(format!(
+                "The query parameter {name} is given more than once."
+            ))));
         }
-        let decoded = percent_decode(value).ok_or_else(|| {
-            Reply::error(
-                400,
-                "invalid_request",
-                &format!("The query parameter {name} is not valid percent-encoded UTF-8."),
-            )
-        })?;
-        *slot = Some(decoded);
+        // The decoder replaces invalid UTF-8 with U+FFFD; no valid user id
+        // or queue name holds one, so its presence means the bytes were bad.
+        if value.contains(char::REPLACEMENT_CHARACTER) {
+            return Err(ApiError::InvalidRequest(Cow::Owned(format!(
+                "The query parameter {name} is not valid percent-encoded UTF-8."
+            ))));
+        }
+        *slot = Some(value.into_owned());
     }
     Ok(out)
-}
-
-/// Decodes `application/x-www-form-urlencoded` values: `%XX` and `+`.
-fn percent_decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn code(r: Reply) -> (u16, String) {
-        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        (r.status, v["error"].as_str().unwrap().to_string())
+    fn status_code(e: ApiError) -> (u16, String) {
+        (e.status(), e.code().to_string())
     }
 
     #[test]
-    fn user_ids_follow_the_spec() {
-        for ok in ["user_10", "a", "x.y:z@w-v", &"u".repeat(128)] {
-            assert!(check_user_id(ok).is_ok(), "{ok}");
-        }
-        for bad in ["", " ", "a b", "a/b", "ü", "a\0", "{q}", &"u".repeat(129)] {
-            let (status, code) = code(check_user_id(bad).unwrap_err());
+    fn user_ids_follow_the_rule() {
+        assert_eq!(user_id("user_10").unwrap().as_str(), "user_10");
+        for bad in ["", "a b", &"u".repeat(129)] {
+            let (status, code) = status_code(user_id(bad).unwrap_err());
             assert_eq!((status, code.as_str()), (400, "invalid_user_id"), "{bad:?}");
         }
     }
@@ -261,10 +196,15 @@ mod tests {
         assert_eq!(q.user_id.as_deref(), Some("a@b"));
         assert_eq!(q.queue.as_deref(), Some("baseball"));
         assert_eq!(parse_query(None).unwrap(), Query::default());
-        let (status, code) = code(parse_query(Some("userId=a&userId=b")).unwrap_err());
+        let (status, code) = status_code(parse_query(Some("userId=a&userId=b")).unwrap_err());
         assert_eq!((status, code.as_str()), (400, "invalid_request"));
-        assert!(parse_query(Some("userId=%zz")).is_err());
-        assert!(parse_query(Some("userId=%ff")).is_err());
+        // A malformed escape stays as written, and fails the user id rule.
+        let (status, code) = status_code(user_query(Some("userId=%zz")).unwrap_err());
+        assert_eq!((status, code.as_str()), (400, "invalid_user_id"));
+        let (status, code) = status_code(parse_query(Some("userId=%ff")).unwrap_err());
+        assert_eq!((status, code.as_str()), (400, "invalid_request"));
+        let (status, code) = status_code(user_query(Some("queue=a")).unwrap_err());
+        assert_eq!((status, code.as_str()), (400, "invalid_request"));
         assert_eq!(
             parse_query(Some("userId=a+b")).unwrap().user_id.as_deref(),
             Some("a b")
@@ -279,17 +219,17 @@ mod tests {
             #[allow(dead_code)]
             user_id: String,
         }
-        let (s, c) = code(parse_json::<Body>(b"{").unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(b"{").unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_json"));
-        let (s, c) = code(parse_json::<Body>(b"{}").unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(b"{}").unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
-        let (s, c) = code(parse_json::<Body>(br#"{"userId":5}"#).unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(br#"{"userId":5}"#).unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
-        let (s, c) = code(parse_json::<Body>(br#"{"userId":"a","x":1}"#).unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(br#"{"userId":"a","x":1}"#).unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
-        let (s, c) = code(parse_json::<Body>(br#" ["a"]"#).unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(br#" ["a"]"#).unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_request"));
-        let (s, c) = code(parse_json::<Body>(br#"["a""#).unwrap_err());
+        let (s, c) = status_code(parse_json::<Body>(br#"["a""#).unwrap_err());
         assert_eq!((s, c.as_str()), (400, "invalid_json"));
         assert!(parse_json::<Body>(br#"{"userId":"a"}"#).is_ok());
     }

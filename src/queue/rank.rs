@@ -2,9 +2,12 @@
 
 use pingora::proxy::Session;
 
-use super::{active_reply, input, waiting_reply, Endpoint, QueueApi};
+use super::{body, input, Endpoint, QueueApi};
+use crate::error::ApiError;
+use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Position;
+use crate::user::UserId;
 
 pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
     answer(api, session.req_header().uri.query()).await
@@ -14,26 +17,58 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 /// Needs nothing else of the request, so the direct lane answers it too.
 pub async fn answer(api: &QueueApi, query: Option<&str>) -> Reply {
     match rank(api, query).await {
-        Ok(reply) | Err(reply) => reply,
+        Ok(reply) => reply,
+        Err(error) => Reply::from(error),
     }
 }
 
-async fn rank(api: &QueueApi, query: Option<&str>) -> Result<Reply, Reply> {
+async fn rank(api: &QueueApi, query: Option<&str>) -> Result<Reply, ApiError> {
     let (user, queue) = input::user_query(query)?;
     let queue = api.queue(queue.as_deref())?;
-
     let position = api
         .store()
-        .rank(&queue.keys, &user, &queue.admission)
+        .rank(&queue.keys, user.as_str(), &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
-    Ok(match position {
-        Position::Waiting(place) => waiting_reply(queue, &user, place, None),
-        Position::Active { .. } => active_reply(queue, &user),
-        Position::NotQueued => Reply::error(
-            404,
-            "user_not_queued",
-            "The user is not in this queue; register first.",
-        ),
-    })
+    outcome(queue, &user, position)
+}
+
+/// What the store's answer means for the client.
+fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, ApiError> {
+    match position {
+        Position::Waiting(place) => Ok(body::waiting(queue, user.as_str(), place, None)),
+        Position::Active { .. } => Ok(body::active(queue, user.as_str())),
+        Position::NotQueued => Err(ApiError::UserNotQueued {
+            hint: "register first",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Place;
+
+    #[test]
+    fn the_store_answer_becomes_the_reply() {
+        let queue = super::super::tests::queue();
+        let user = UserId::parse("u1").unwrap();
+        let waiting = outcome(
+            &queue,
+            &user,
+            Position::Waiting(Place {
+                rank: 4,
+                wait_ms: 2_400,
+            }),
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&waiting.body).unwrap();
+        assert_eq!(v["status"], "WAITING");
+        assert_eq!(v["rank"], 4);
+        assert_eq!(v["estimatedWaitingCount"], 5);
+        assert_eq!(v["estimatedWaitSeconds"], 2);
+        assert!(v.get("queueCredential").is_none());
+        let missing = outcome(&queue, &user, Position::NotQueued).unwrap_err();
+        assert_eq!((missing.status(), missing.code()), (404, "user_not_queued"));
+    }
 }

@@ -3,25 +3,37 @@
 use pingora::proxy::Session;
 use serde::Deserialize;
 
-use super::{active_reply, input, waiting_reply, Endpoint, QueueApi};
+use super::{body, input, Endpoint, QueueApi};
+use crate::error::ApiError;
 use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW};
+use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Registration;
+use crate::user::UserId;
 
-/// The request body.
+/// The request body as sent.
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Body {
-    pub user_id: String,
+struct Body {
+    user_id: String,
     #[serde(default)]
+    queue: Option<String>,
+}
+
+/// A register request that passed every check short of Redis.
+#[derive(Debug)]
+pub struct Request {
+    pub user: UserId,
     pub queue: Option<String>,
 }
 
-/// Parses and checks a register body: everything short of Redis.
-pub fn parse(body: &[u8]) -> Result<Body, Reply> {
+/// Parses and checks a register body.
+pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let body: Body = input::parse_json(body)?;
-    input::check_user_id(&body.user_id)?;
-    Ok(body)
+    Ok(Request {
+        user: input::user_id(body.user_id)?,
+        queue: body.queue,
+    })
 }
 
 pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
@@ -31,34 +43,100 @@ pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
 }
 
 async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
-    let body = parse(&api.read_body(session).await?)?;
-    let queue = api.queue(body.queue.as_deref())?;
-
+    let request = parse(&api.read_body(session).await?)?;
+    let queue = api.queue(request.queue.as_deref())?;
     let registration = api
         .store()
-        .register(&queue.keys, &body.user_id, &queue.admission)
+        .register(&queue.keys, request.user.as_str(), &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Register, e))?;
-
-    let (result, reply) = match registration {
-        Registration::New { place, arrival } => {
-            // Only a new registration gets a credential: it signs the arrival
-            // that Redis just gave this user.
-            let credential = api.credentials().issue(&queue.name, &body.user_id, arrival);
-            (
-                REGISTERED_NEW,
-                waiting_reply(queue, &body.user_id, place, Some(&credential)),
-            )
-        }
-        Registration::AlreadyWaiting(place) => (
-            REGISTERED_AGAIN,
-            waiting_reply(queue, &body.user_id, place, None),
-        ),
-        Registration::Active { .. } => (REGISTERED_ACTIVE, active_reply(queue, &body.user_id)),
-    };
+    let (result, reply) = outcome(queue, &request.user, registration, |arrival| {
+        api.credentials()
+            .issue(&queue.name, request.user.as_str(), arrival)
+    });
     api.metrics()
         .registrations
         .with_label_values(&[&queue.name, result])
         .inc();
     Ok(reply)
+}
+
+/// What the store's answer means: the metric label and the reply. Only a
+/// new registration gets a credential, made by `credential` from the
+/// arrival that Redis just gave this user.
+fn outcome(
+    queue: &Queue,
+    user: &UserId,
+    registration: Registration,
+    credential: impl FnOnce(u64) -> String,
+) -> (&'static str, Reply) {
+    match registration {
+        Registration::New { place, arrival } => {
+            let credential = credential(arrival);
+            (
+                REGISTERED_NEW,
+                body::waiting(queue, user.as_str(), place, Some(&credential)),
+            )
+        }
+        Registration::AlreadyWaiting(place) => (
+            REGISTERED_AGAIN,
+            body::waiting(queue, user.as_str(), place, None),
+        ),
+        Registration::Active { .. } => (REGISTERED_ACTIVE, body::active(queue, user.as_str())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Place;
+
+    #[test]
+    fn bodies_are_checked_before_redis() {
+        let ok = parse(br#"{"userId":"u1","queue":"baseball"}"#).unwrap();
+        assert_eq!(ok.user.as_str(), "u1");
+        assert_eq!(ok.queue.as_deref(), Some("baseball"));
+        for (body, code) in [
+            (&br#"{"userId":"a b"}"#[..], "invalid_user_id"),
+            (br#"{"userId":"u1","extra":1}"#, "invalid_request"),
+            (br#"{"queue":"baseball"}"#, "invalid_request"),
+            (br#"{"userId":"#, "invalid_json"),
+        ] {
+            assert_eq!(parse(body).unwrap_err().code(), code, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_new_registration_gets_a_credential() {
+        let queue = super::super::tests::queue();
+        let user = UserId::parse("u1").unwrap();
+        let place = Place {
+            rank: 0,
+            wait_ms: 0,
+        };
+        let (label, reply) = outcome(
+            &queue,
+            &user,
+            Registration::New { place, arrival: 7 },
+            |arrival| format!("credential-{arrival}"),
+        );
+        assert_eq!(label, REGISTERED_NEW);
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(v["queueCredential"], "credential-7");
+        let (label, reply) = outcome(&queue, &user, Registration::AlreadyWaiting(place), |_| {
+            unreachable!("no credential for a second registration")
+        });
+        assert_eq!(label, REGISTERED_AGAIN);
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert!(v.get("queueCredential").is_none());
+        let (label, reply) = outcome(
+            &queue,
+            &user,
+            Registration::Active { expires_at_ms: 1 },
+            |_| unreachable!(),
+        );
+        assert_eq!(label, REGISTERED_ACTIVE);
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(v["status"], "ACTIVE");
+    }
 }

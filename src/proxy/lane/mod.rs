@@ -14,7 +14,7 @@
 //! - HTTP/1.1 `GET` or `HEAD` with an origin-form target, no body
 //!   (`Content-Length`, `Transfer-Encoding`), no `Upgrade`, no `Expect`, and
 //!   a `Connection` header, if any, naming only `close` or `keep-alive`;
-//! - that the proxy's own decision (`crate::proxy::decide`) forwards, to a
+//! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
 //!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
 //!   with the proxy's handler (`crate::queue::rank::answer`).
 //!
@@ -27,10 +27,13 @@
 //! suites run both ways and `tests/differential.rs` compares them.
 
 pub mod chunked;
+mod io;
 pub mod pool;
 mod relay;
 pub mod request;
 pub mod response;
+
+pub use io::Lane;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,7 +41,6 @@ use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use pingora::protocols::Stream;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::routes::RouteTable;
 use super::rules::forward::{Peer, TrustedProxies, REQUEST_ID};
@@ -46,34 +48,17 @@ use super::rules::record::Record;
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
 use crate::queue::{rank, Endpoint, QueueApi};
-use crate::reply::Reply;
-use crate::server::InFlight;
+use crate::shutdown::InFlight;
+use io::send;
 use pool::Pool;
 use request::{Take, Taken};
 
-/// The largest request head the lane reads; a longer one is handed to the
+/// The largest request head the lane takes; a longer one is handed to the
 /// proxy (which has its own, larger limit).
 pub const MAX_HEAD: usize = 16 * 1024;
 
 /// Header slots for parsing a request; one with more is handed to the proxy.
 const MAX_HEADERS: usize = 64;
-
-/// Room made for each read (client and upstream).
-const READ_SIZE: usize = 4096;
-
-/// What became of the connection's next request.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Lane {
-    /// Not for the lane: everything read is still in the buffer, for the
-    /// proxy to read again.
-    Pass,
-    /// Answered; the connection carries on to its next request. A reply
-    /// that ends the connection is [`Lane::Closed`].
-    Served,
-    /// The client went away, sent no whole head in time, or the reply could
-    /// not be completed: close the connection.
-    Closed,
-}
 
 /// The lane: the routes, and a pool per upstream.
 pub struct DirectLane {
@@ -139,46 +124,38 @@ impl DirectLane {
 
     /// Serves the next request of a connection if it is one for the lane.
     ///
-    /// `pending` holds bytes already read from the client; more are read
-    /// into it until a whole head is there or `deadline` passes. On
-    /// [`Lane::Pass`] it holds everything read; on [`Lane::Served`] it holds
-    /// what followed the request (a pipelined next request). `closing` asks
-    /// for `Connection: close` (the server is shutting down). `peer` is the
-    /// client connection's far end.
+    /// `pending` holds a whole request head read by the connection loop
+    /// (and perhaps more). On [`Lane::Pass`] it still holds everything; on
+    /// [`Lane::Served`] it holds what followed the request (a pipelined next
+    /// request). `closing` asks for `Connection: close` (the server is
+    /// shutting down). `peer` is the client connection's far end.
     pub async fn serve(
         &self,
         client: &mut Stream,
         pending: &mut BytesMut,
-        deadline: Instant,
         closing: bool,
         peer: Peer,
     ) -> Lane {
-        let taken = loop {
-            if !pending.is_empty() {
-                let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                let mut request = httparse::Request::new(&mut headers);
-                match request.parse(pending) {
-                    Ok(httparse::Status::Complete(consumed)) => {
-                        match self.take(&request, consumed, peer) {
-                            Some(taken) => break taken,
-                            None => return Lane::Pass,
-                        }
-                    }
-                    Ok(httparse::Status::Partial) => {}
-                    // The proxy answers malformed requests.
-                    Err(_) => return Lane::Pass,
-                }
-            }
-            if pending.len() >= MAX_HEAD {
-                return Lane::Pass;
-            }
-            pending.reserve(READ_SIZE);
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            match pingora::time::timeout(remaining, client.read_buf(pending)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                // Closed, failed, or no whole head before the deadline.
-                _ => return Lane::Closed,
-            }
+        if pending.len() > MAX_HEAD {
+            return Lane::Pass;
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut request = httparse::Request::new(&mut headers);
+        let taken = match request.parse(pending) {
+            Ok(httparse::Status::Complete(consumed)) => match request::take(
+                &self.routes,
+                &self.tokens,
+                |route| self.pool(route).is_some(),
+                &request,
+                consumed,
+                peer,
+            ) {
+                Some(taken) => taken,
+                None => return Lane::Pass,
+            },
+            // Malformed, or more header fields than the lane parses: the
+            // proxy answers it.
+            _ => return Lane::Pass,
         };
 
         let _in_flight = self.in_flight.enter();
@@ -247,14 +224,4 @@ impl DirectLane {
         }
         lane
     }
-}
-
-/// Writes one reply of waitgate's own and flushes it; false if the client
-/// is gone. `head_request`: the reply answers a HEAD (no body is sent).
-async fn send(client: &mut Stream, reply: &Reply, head_request: bool) -> bool {
-    client
-        .write_all(&reply.to_http1(head_request))
-        .await
-        .is_ok()
-        && client.flush().await.is_ok()
 }

@@ -19,10 +19,10 @@ use pingora::protocols::Stream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::io::{send, Lane, READ_SIZE};
 use super::pool::Pool;
 use super::request::Plan;
 use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
-use super::{send, Lane, READ_SIZE};
 use crate::proxy::rules::failure::Failure;
 use crate::proxy::rules::forward::REQUEST_ID;
 use crate::proxy::rules::response::Body;

@@ -3,18 +3,18 @@
 //! The lane takes only what it can relay without a body and without a
 //! protocol switch; everything else, and every request whose decision is
 //! not "forward" or "rank", goes back to the Pingora proxy unread. The
-//! decision itself is the proxy's (`crate::proxy::decide`), and the headers
+//! decision itself is the proxy's (`crate::proxy::decision`), and the headers
 //! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
 
-use crate::edge::jwt::{self, Identity};
+use crate::edge::jwt::{self, Identity, Tokens};
+use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
 use crate::proxy::rules::name::Name;
 use crate::proxy::rules::Field;
-use crate::proxy::{decide, Decision, RequestHead};
 use crate::queue::Endpoint;
 
 use super::response::push_field;
-use super::DirectLane;
+use crate::proxy::routes::RouteTable;
 
 /// A request the lane takes.
 pub enum Take {
@@ -47,100 +47,102 @@ pub struct Taken {
     pub path: String,
 }
 
-impl DirectLane {
-    /// Whether the lane takes this request, and what it sends upstream.
-    pub(super) fn take(
-        &self,
-        request: &httparse::Request<'_, '_>,
-        consumed: usize,
-        peer: Peer,
-    ) -> Option<Taken> {
-        if request.version != Some(1) {
-            return None;
-        }
-        let (method, head_request) = match request.method? {
-            "GET" => ("GET", false),
-            "HEAD" => ("HEAD", true),
-            _ => return None,
-        };
-        let target = request.path?.as_bytes();
-        if !target.starts_with(b"/") {
-            return None;
-        }
-        let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
-        let mut client_close = false;
-        let mut connection_headers = 0;
-        for (name, value) in fields.clone() {
-            match Name::of(name) {
-                Name::ContentLength | Name::TransferEncoding | Name::Upgrade | Name::Expect => {
-                    return None
+/// Whether the lane takes this request, and what it sends upstream.
+/// `pooled` tells whether the lane holds a pool for a route (it has none
+/// for a TLS upstream).
+pub fn take(
+    routes: &RouteTable,
+    tokens: &Tokens,
+    pooled: impl Fn(usize) -> bool,
+    request: &httparse::Request<'_, '_>,
+    consumed: usize,
+    peer: Peer,
+) -> Option<Taken> {
+    if request.version != Some(1) {
+        return None;
+    }
+    let (method, head_request) = match request.method? {
+        "GET" => ("GET", false),
+        "HEAD" => ("HEAD", true),
+        _ => return None,
+    };
+    let target = request.path?.as_bytes();
+    if !target.starts_with(b"/") {
+        return None;
+    }
+    let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+    let mut client_close = false;
+    let mut connection_headers = 0;
+    for (name, value) in fields.clone() {
+        match Name::of(name) {
+            Name::ContentLength | Name::TransferEncoding | Name::Upgrade | Name::Expect => {
+                return None
+            }
+            Name::Connection => {
+                // Pingora reads keep-alive from the first of several; the
+                // lane leaves such requests to it.
+                connection_headers += 1;
+                if connection_headers > 1 {
+                    return None;
                 }
-                Name::Connection => {
-                    // Pingora reads keep-alive from the first of several; the
-                    // lane leaves such requests to it.
-                    connection_headers += 1;
-                    if connection_headers > 1 {
+                for token in crate::proxy::rules::elements(value) {
+                    if token.eq_ignore_ascii_case(b"close") {
+                        client_close = true;
+                    } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                        // It names another header: rare, left to the proxy.
                         return None;
                     }
-                    for token in crate::proxy::rules::elements(value) {
-                        if token.eq_ignore_ascii_case(b"close") {
-                            client_close = true;
-                        } else if !token.eq_ignore_ascii_case(b"keep-alive") {
-                            // It names another header: rare, left to the proxy.
-                            return None;
-                        }
-                    }
                 }
-                _ => {}
             }
+            _ => {}
         }
-
-        let head = RequestHead {
-            method,
-            http11: true,
-            target,
-            fields: fields.clone(),
-        };
-        let take = match decide(&self.routes, &self.tokens, &head, jwt::now_s()) {
-            Decision::Forward {
-                route,
-                identity,
-                origin: None,
-                upgrade: false,
-            } if self.pool(route).is_some() => {
-                let request_id = forward::request_id(peer, fields.clone());
-                let head = upstream_head(method, target, fields, peer, &identity, &request_id);
-                return Some(Taken {
-                    take: Take::Forward(Plan {
-                        route,
-                        identity,
-                        head,
-                        head_request,
-                    }),
-                    consumed,
-                    client_close,
-                    request_id,
-                    method,
-                    path: path_of(target),
-                });
-            }
-            Decision::Queue(Endpoint::Rank) if !head_request => Take::Rank {
-                query: target
-                    .iter()
-                    .position(|&b| b == b'?')
-                    .map(|at| String::from_utf8_lossy(&target[at + 1..]).into_owned()),
-            },
-            _ => return None,
-        };
-        Some(Taken {
-            take,
-            consumed,
-            client_close,
-            request_id: forward::request_id(peer, fields),
-            method,
-            path: path_of(target),
-        })
     }
+
+    let head = RequestHead {
+        method,
+        http11: true,
+        target,
+        fields: fields.clone(),
+    };
+    let take = match decide(routes, tokens, &head, jwt::now_s()) {
+        Decision::Forward {
+            route,
+            identity,
+            origin: None,
+            upgrade: false,
+        } if pooled(route) => {
+            let request_id = forward::request_id(peer, fields.clone());
+            let head = upstream_head(method, target, fields, peer, &identity, &request_id);
+            return Some(Taken {
+                take: Take::Forward(Plan {
+                    route,
+                    identity,
+                    head,
+                    head_request,
+                }),
+                consumed,
+                client_close,
+                request_id,
+                method,
+                path: path_of(target),
+            });
+        }
+        Decision::Queue(Endpoint::Rank) if !head_request => Take::Rank {
+            query: target
+                .iter()
+                .position(|&b| b == b'?')
+                .map(|at| String::from_utf8_lossy(&target[at + 1..]).into_owned()),
+        },
+        _ => return None,
+    };
+    Some(Taken {
+        take,
+        consumed,
+        client_close,
+        request_id: forward::request_id(peer, fields),
+        method,
+        path: path_of(target),
+    })
 }
 
 /// The request line and headers the upstream gets.

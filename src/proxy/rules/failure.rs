@@ -10,6 +10,9 @@
 
 use pingora::{Error, ErrorSource, ErrorType};
 
+use std::borrow::Cow;
+
+use crate::error::ApiError;
 use crate::reply::Reply;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,21 +62,16 @@ impl Failure {
         if started {
             return None;
         }
-        let reply = match self {
-            Failure::Unavailable => {
-                Reply::error(502, "upstream_unavailable", "The upstream failed.")
-            }
-            Failure::Timeout => Reply::error(
-                504,
-                "upstream_timeout",
-                "The upstream did not answer in time.",
-            ),
-            Failure::BadRequest(status) => {
-                Reply::error(status, "bad_request", "The request could not be processed.")
-            }
+        let error = match self {
+            Failure::Unavailable => ApiError::UpstreamUnavailable,
+            Failure::Timeout => ApiError::UpstreamTimeout,
+            Failure::BadRequest(status) => ApiError::BadRequest {
+                status,
+                message: Cow::Borrowed("The request could not be processed."),
+            },
             Failure::ClientGone => return None,
         };
-        Some(reply.closing())
+        Some(Reply::from(error).closing())
     }
 }
 

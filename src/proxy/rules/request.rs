@@ -18,7 +18,7 @@
 
 use super::name::Name;
 use super::Field;
-use crate::reply::Reply;
+use crate::error::ApiError;
 
 /// What the checks learned of a sound request head.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub struct Shape {
 
 /// Checks a request head's framing and `Host`. `http11`: the request says
 /// HTTP/1.1 (an HTTP/1.0 request may omit `Host`).
-pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Result<Shape, Reply> {
+pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Result<Shape, ApiError> {
     let mut lengths = 0;
     let mut encodings = 0;
     let mut chunked = true;
@@ -118,17 +118,11 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn bad(message: &str) -> Reply {
-    Reply::error(400, "bad_request", message)
-}
-
-/// The 400 for an `Upgrade` request to a route that does not take them.
-pub fn upgrade_refused() -> Reply {
-    Reply::error(
-        400,
-        "upgrade_not_allowed",
-        "This route does not switch protocols.",
-    )
+fn bad(message: &'static str) -> ApiError {
+    ApiError::BadRequest {
+        status: 400,
+        message: std::borrow::Cow::Borrowed(message),
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +134,7 @@ mod tests {
             http11,
             pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
         )
-        .map_err(|r| r.status)
+        .map_err(|r| r.status())
     }
 
     const HOST: (&str, &str) = ("Host", "tickets");

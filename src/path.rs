@@ -1,4 +1,5 @@
-//! The path classifier: which request targets are too ambiguous to route.
+//! The path rules: which request targets are too ambiguous to route, what
+//! is under a prefix, and which paths are the queue API's.
 //!
 //! Pingora forwards the request target as it was received and does no
 //! normalisation, while backends (Spring, Tomcat, nginx, Express) each
@@ -181,6 +182,64 @@ pub fn under_prefix(path: &str, prefix: &str) -> bool {
     match path.strip_prefix(prefix) {
         Some(rest) => rest.is_empty() || rest.starts_with('/'),
         None => false,
+    }
+}
+
+/// Everything under this prefix is the queue API; nothing under it is ever
+/// forwarded.
+pub const QUEUE_API_PREFIX: &str = "/api/v1/queue";
+
+pub fn is_queue_api_path(path: &str) -> bool {
+    under_prefix(path, QUEUE_API_PREFIX)
+}
+
+/// The endpoints of the queue API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Register,
+    Rank,
+    Dropout,
+    Token,
+}
+
+impl Endpoint {
+    pub const ALL: [Endpoint; 4] = [
+        Endpoint::Register,
+        Endpoint::Rank,
+        Endpoint::Dropout,
+        Endpoint::Token,
+    ];
+
+    pub fn from_path(path: &str) -> Option<Endpoint> {
+        Endpoint::ALL.into_iter().find(|e| e.path() == path)
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Register => "/api/v1/queue/register",
+            Endpoint::Rank => "/api/v1/queue/rank",
+            Endpoint::Dropout => "/api/v1/queue/dropout",
+            Endpoint::Token => "/api/v1/queue/active/token",
+        }
+    }
+
+    /// The one method the endpoint takes.
+    pub fn method(self) -> &'static str {
+        match self {
+            Endpoint::Register | Endpoint::Token => "POST",
+            Endpoint::Rank => "GET",
+            Endpoint::Dropout => "DELETE",
+        }
+    }
+
+    /// The name used in logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Register => "register",
+            Endpoint::Rank => "rank",
+            Endpoint::Dropout => "dropout",
+            Endpoint::Token => "token",
+        }
     }
 }
 
@@ -389,5 +448,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn endpoints_live_under_the_queue_prefix() {
+        for endpoint in Endpoint::ALL {
+            assert!(is_queue_api_path(endpoint.path()));
+            assert_eq!(Endpoint::from_path(endpoint.path()), Some(endpoint));
+        }
+        assert_eq!(Endpoint::from_path("/api/v1/queue/rank/"), None);
+        assert!(is_queue_api_path("/api/v1/queue"));
+        assert!(!is_queue_api_path("/api/v1/queuex"));
     }
 }

@@ -1,0 +1,71 @@
+//! What every background loop shares: the store, the metrics, the queues,
+//! a loop runner and a log that reports an outage once.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::server::ShutdownWatch;
+use tokio::task::JoinSet;
+
+use crate::metrics::Metrics;
+use crate::queues::{Queue, Queues};
+use crate::store::Store;
+
+/// What every background loop shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub store: Arc<Store>,
+    pub metrics: Arc<Metrics>,
+    pub queues: Arc<Queues>,
+}
+
+/// Runs `job` once per queue until shutdown; dropping the set on return
+/// cancels the loops between two Redis calls' awaits, never inside a
+/// script (a script is one atomic command on the Redis side).
+pub(super) async fn run_per_queue<F, Fut>(shared: &Shared, mut shutdown: ShutdownWatch, job: F)
+where
+    F: Fn(Shared, Arc<Queue>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut loops = JoinSet::new();
+    for queue in shared.queues.iter() {
+        loops.spawn(job(shared.clone(), queue.clone()));
+    }
+    // Returns on shutdown, or if the server dropped the sender.
+    let _ = shutdown.changed().await;
+    loops.shutdown().await;
+}
+
+/// Logs a Redis failure once when it starts and once when it ends, not on
+/// every retry of an outage.
+pub(super) struct FailureLog {
+    what: &'static str,
+    failing: bool,
+}
+
+impl FailureLog {
+    pub(super) fn new(what: &'static str) -> FailureLog {
+        FailureLog {
+            what,
+            failing: false,
+        }
+    }
+
+    pub(super) fn failed(&mut self, queue: &str, error: &dyn std::fmt::Display) {
+        if !self.failing {
+            tracing::warn!(queue, task = self.what, %error, "background redis call failing");
+            self.failing = true;
+        }
+    }
+
+    pub(super) fn succeeded(&mut self, queue: &str) {
+        if self.failing {
+            tracing::info!(queue, task = self.what, "background redis call recovered");
+            self.failing = false;
+        }
+    }
+}
+
+/// A pause used between retries while Redis fails.
+pub(super) const RETRY: Duration = Duration::from_millis(200);

@@ -1,0 +1,279 @@
+//! Every error waitgate answers with itself, as one type.
+//!
+//! Each variant knows its status, its `error` code and its one-sentence
+//! `message`; [`crate::reply::Reply`] turns it into the JSON reply (and adds
+//! the headers a status calls for) in one place. `docs/api.md` lists every
+//! `(status, code)` pair, and a test keeps that table and [`ApiError::all`]
+//! the same.
+
+use std::borrow::Cow;
+
+/// An error answered to a client: `{"error": code, "message": message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 400: a query parameter, header or body field is missing, repeated or
+    /// of the wrong type. The message says which.
+    InvalidRequest(Cow<'static, str>),
+    /// 400: the body is not JSON at all.
+    InvalidJson(String),
+    /// 400: `userId` breaks the user-id rule.
+    InvalidUserId,
+    /// 415: a body not declared `application/json`.
+    UnsupportedMediaType,
+    /// 413: a body over the queue API's limit.
+    BodyTooLarge,
+    /// 408: the body did not arrive in time.
+    RequestTimeout,
+    /// 405: the endpoint at `path` only takes `allow`.
+    MethodNotAllowed {
+        path: &'static str,
+        allow: &'static str,
+    },
+    /// 404: no queue has the name given.
+    UnknownQueue,
+    /// 404: the user is not in the queue. `hint` ends the message.
+    UserNotQueued { hint: &'static str },
+    /// 403: the queue credential does not match the registration.
+    CredentialMismatch,
+    /// 403: not active, or a wrong credential (one answer for both).
+    NotActive,
+    /// 503: Redis did not answer.
+    RedisUnavailable,
+    /// 503: a reply could not be encoded (never expected).
+    InternalError,
+    /// 503: the connection cap is reached.
+    TooManyConnections,
+    /// 400: the path breaks a path-safety rule.
+    BadPath(&'static str),
+    /// A 4xx for a request that is not sound HTTP (framing, `Host`, the
+    /// target); `status` is 400 unless the HTTP layer chose another 4xx.
+    BadRequest {
+        status: u16,
+        message: Cow<'static, str>,
+    },
+    /// 400: `Upgrade` on a route that does not allow it.
+    UpgradeNotAllowed,
+    /// 404: no route serves the path.
+    NotFound,
+    /// 401: no token, or one that proves nothing.
+    InvalidToken(&'static str),
+    /// 403: a valid token that does not grant this route.
+    InsufficientScope(&'static str),
+    /// 502: the upstream refused, reset, closed early or answered with
+    /// something the edge rules refuse.
+    UpstreamUnavailable,
+    /// 504: the upstream did not connect or answer in time.
+    UpstreamTimeout,
+}
+
+impl ApiError {
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::InvalidRequest(_)
+            | ApiError::InvalidJson(_)
+            | ApiError::InvalidUserId
+            | ApiError::BadPath(_)
+            | ApiError::UpgradeNotAllowed => 400,
+            ApiError::BadRequest { status, .. } => *status,
+            ApiError::InvalidToken(_) => 401,
+            ApiError::CredentialMismatch | ApiError::NotActive | ApiError::InsufficientScope(_) => {
+                403
+            }
+            ApiError::UnknownQueue | ApiError::UserNotQueued { .. } | ApiError::NotFound => 404,
+            ApiError::MethodNotAllowed { .. } => 405,
+            ApiError::RequestTimeout => 408,
+            ApiError::BodyTooLarge => 413,
+            ApiError::UnsupportedMediaType => 415,
+            ApiError::UpstreamUnavailable => 502,
+            ApiError::RedisUnavailable | ApiError::InternalError | ApiError::TooManyConnections => {
+                503
+            }
+            ApiError::UpstreamTimeout => 504,
+        }
+    }
+
+    /// The `error` field: a stable snake_case code clients can match on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidUserId => "invalid_user_id",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::BodyTooLarge => "body_too_large",
+            ApiError::RequestTimeout => "request_timeout",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::UnknownQueue => "unknown_queue",
+            ApiError::UserNotQueued { .. } => "user_not_queued",
+            ApiError::CredentialMismatch => "credential_mismatch",
+            ApiError::NotActive => "not_active",
+            ApiError::RedisUnavailable => "redis_unavailable",
+            ApiError::InternalError => "internal_error",
+            ApiError::TooManyConnections => "too_many_connections",
+            ApiError::BadPath(_) => "bad_path",
+            ApiError::BadRequest { .. } => "bad_request",
+            ApiError::UpgradeNotAllowed => "upgrade_not_allowed",
+            ApiError::NotFound => "not_found",
+            ApiError::InvalidToken(_) => "invalid_token",
+            ApiError::InsufficientScope(_) => "insufficient_scope",
+            ApiError::UpstreamUnavailable => "upstream_unavailable",
+            ApiError::UpstreamTimeout => "upstream_timeout",
+        }
+    }
+
+    /// The `message` field: one sentence for a person.
+    pub fn message(&self) -> Cow<'static, str> {
+        let text: &'static str = match self {
+            ApiError::InvalidRequest(message) | ApiError::BadRequest { message, .. } => {
+                return message.clone()
+            }
+            ApiError::InvalidJson(detail) => return Cow::Owned(detail.clone()),
+            ApiError::MethodNotAllowed { path, allow } => {
+                return Cow::Owned(format!("{path} only accepts {allow}."))
+            }
+            ApiError::UserNotQueued { hint } => {
+                return if hint.is_empty() {
+                    Cow::Borrowed("The user is not in this queue.")
+                } else {
+                    Cow::Owned(format!("The user is not in this queue; {hint}."))
+                }
+            }
+            ApiError::BadPath(why)
+            | ApiError::InvalidToken(why)
+            | ApiError::InsufficientScope(why) => why,
+            ApiError::InvalidUserId => {
+                "userId must be 1 to 128 characters of A-Z a-z 0-9 . _ : @ -."
+            }
+            ApiError::UnsupportedMediaType => {
+                "The body must be sent as Content-Type: application/json."
+            }
+            ApiError::BodyTooLarge => "The request body is larger than 4096 bytes.",
+            ApiError::RequestTimeout => "The request body did not arrive in time.",
+            ApiError::UnknownQueue => "No queue has that name.",
+            ApiError::CredentialMismatch => "The queue credential does not match.",
+            ApiError::NotActive => {
+                "The user is not active, or the queue credential does not match."
+            }
+            ApiError::RedisUnavailable => "The queue store is unavailable; retry shortly.",
+            ApiError::InternalError => "The reply could not be encoded.",
+            ApiError::TooManyConnections => "The server has too many open connections.",
+            ApiError::UpgradeNotAllowed => "This route does not switch protocols.",
+            ApiError::NotFound => "No route serves this path.",
+            ApiError::UpstreamUnavailable => "The upstream failed.",
+            ApiError::UpstreamTimeout => "The upstream did not answer in time.",
+        };
+        Cow::Borrowed(text)
+    }
+
+    /// One error of every kind, for the tests that keep the docs and the
+    /// type in step. The match below does not compile when a variant is
+    /// added without an example here.
+    pub fn all() -> Vec<ApiError> {
+        let all = vec![
+            ApiError::InvalidRequest(Cow::Borrowed("")),
+            ApiError::InvalidJson(String::new()),
+            ApiError::InvalidUserId,
+            ApiError::UnsupportedMediaType,
+            ApiError::BodyTooLarge,
+            ApiError::RequestTimeout,
+            ApiError::MethodNotAllowed {
+                path: "",
+                allow: "",
+            },
+            ApiError::UnknownQueue,
+            ApiError::UserNotQueued { hint: "" },
+            ApiError::CredentialMismatch,
+            ApiError::NotActive,
+            ApiError::RedisUnavailable,
+            ApiError::InternalError,
+            ApiError::TooManyConnections,
+            ApiError::BadPath(""),
+            ApiError::BadRequest {
+                status: 400,
+                message: Cow::Borrowed(""),
+            },
+            ApiError::UpgradeNotAllowed,
+            ApiError::NotFound,
+            ApiError::InvalidToken(""),
+            ApiError::InsufficientScope(""),
+            ApiError::UpstreamUnavailable,
+            ApiError::UpstreamTimeout,
+        ];
+        for error in &all {
+            match error {
+                ApiError::InvalidRequest(_)
+                | ApiError::InvalidJson(_)
+                | ApiError::InvalidUserId
+                | ApiError::UnsupportedMediaType
+                | ApiError::BodyTooLarge
+                | ApiError::RequestTimeout
+                | ApiError::MethodNotAllowed { .. }
+                | ApiError::UnknownQueue
+                | ApiError::UserNotQueued { .. }
+                | ApiError::CredentialMismatch
+                | ApiError::NotActive
+                | ApiError::RedisUnavailable
+                | ApiError::InternalError
+                | ApiError::TooManyConnections
+                | ApiError::BadPath(_)
+                | ApiError::BadRequest { .. }
+                | ApiError::UpgradeNotAllowed
+                | ApiError::NotFound
+                | ApiError::InvalidToken(_)
+                | ApiError::InsufficientScope(_)
+                | ApiError::UpstreamUnavailable
+                | ApiError::UpstreamTimeout => {}
+            }
+        }
+        all
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status(), self.code(), self.message())
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_code() {
+        let all = ApiError::all();
+        let mut codes: Vec<_> = all.iter().map(ApiError::code).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), all.len());
+        for error in &all {
+            assert!((400..600).contains(&error.status()), "{error:?}");
+            assert!(error
+                .code()
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b == b'_'));
+        }
+    }
+
+    #[test]
+    fn messages_are_sentences() {
+        let user = ApiError::UserNotQueued {
+            hint: "register first",
+        };
+        assert_eq!(
+            user.message(),
+            "The user is not in this queue; register first."
+        );
+        let method = ApiError::MethodNotAllowed {
+            path: "/api/v1/queue/rank",
+            allow: "GET",
+        };
+        assert_eq!(method.message(), "/api/v1/queue/rank only accepts GET.");
+        assert_eq!(ApiError::NotActive.status(), 403);
+        assert_eq!(
+            ApiError::UpstreamTimeout.to_string(),
+            "504 upstream_timeout: The upstream did not answer in time."
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! The decision for a request, made from its head alone, as a plain value:
+//! answered by the queue API, forwarded, refused at the edge, or answered
+//! at once. The Pingora proxy ([`super::gate`]) and the direct lane
+//! ([`super::lane`]) both call [`decide`], so both decide alike.
+
+use std::borrow::Cow;
+
+use super::routes::RouteTable;
+use super::rules;
+use super::rules::Field;
+use crate::edge::jwt::{Identity, Reject, Tokens};
+use crate::error::ApiError;
+use crate::path::{self, is_queue_api_path, Endpoint};
+
+/// A request head as both HTTP paths read it: Pingora's parsed header and
+/// the lane's `httparse` fields both fit.
+pub struct RequestHead<'a, F> {
+    pub method: &'a str,
+    /// HTTP/1.1 (an HTTP/1.0 request may omit `Host`).
+    pub http11: bool,
+    /// The request target exactly as received.
+    pub target: &'a [u8],
+    pub fields: F,
+}
+
+/// What to do with a request, decided from its head alone.
+#[derive(Debug)]
+pub enum Decision {
+    /// Answered by the queue API.
+    Queue(Endpoint),
+    /// Forward to the route's upstream on behalf of `identity`. `origin` is
+    /// set when the target was absolute-form and must be rewritten to the
+    /// path that was checked; `upgrade` when the request asks to switch
+    /// protocols (on a route that allows it).
+    Forward {
+        route: usize,
+        identity: Identity,
+        origin: Option<Vec<u8>>,
+        upgrade: bool,
+    },
+    /// Refused at the edge (401/403) on this route.
+    Deny { route: usize, reject: Reject },
+    /// Answered at once (bad framing or path, no such route, a refused
+    /// upgrade), on a route if one was found.
+    Respond {
+        route: Option<usize>,
+        error: ApiError,
+    },
+}
+
+/// The decision for a request. Shared by the Pingora proxy and the direct
+/// lane, so both decide alike. `now` is the proxy's clock in seconds, for
+/// the token's `exp` and `iat`.
+pub fn decide<'a, F>(
+    routes: &RouteTable,
+    tokens: &Tokens,
+    head: &RequestHead<'a, F>,
+    now: u64,
+) -> Decision
+where
+    F: Iterator<Item = Field<'a>> + Clone,
+{
+    let respond = |error| Decision::Respond { route: None, error };
+    let shape = match rules::request::check(head.http11, head.fields.clone()) {
+        Ok(shape) => shape,
+        Err(error) => return respond(error),
+    };
+    let Some(target) = path::origin_form(head.target) else {
+        return respond(ApiError::BadPath(
+            "The request target must be a path or an absolute http(s) URL.",
+        ));
+    };
+    if let Err(why) = path::classify(&target) {
+        return respond(ApiError::BadPath(why.message()));
+    }
+    // classify() accepted only ASCII, so this cannot fail.
+    let target_str = std::str::from_utf8(&target).unwrap_or("/");
+    let path = target_str.split('?').next().unwrap_or(target_str);
+
+    if is_queue_api_path(path) {
+        return match Endpoint::from_path(path) {
+            Some(_) if shape.upgrade => respond(ApiError::UpgradeNotAllowed),
+            Some(endpoint) => Decision::Queue(endpoint),
+            None => respond(ApiError::NotFound),
+        };
+    }
+    let Some((index, route)) = routes.find(path).and_then(|i| Some((i, routes.get(i)?))) else {
+        return respond(ApiError::NotFound);
+    };
+    if shape.upgrade && !route.websocket {
+        return Decision::Respond {
+            route: Some(index),
+            error: ApiError::UpgradeNotAllowed,
+        };
+    }
+    let authorization = head
+        .fields
+        .clone()
+        .filter(|(name, _)| rules::name::Name::of(name) == rules::name::Name::Authorization)
+        .map(|(_, value)| value);
+    match tokens.check(authorization, &route.queue, now) {
+        Ok(identity) => Decision::Forward {
+            route: index,
+            identity,
+            origin: match target {
+                Cow::Owned(rewritten) => Some(rewritten),
+                Cow::Borrowed(b) if b.len() != head.target.len() => Some(b.to_vec()),
+                Cow::Borrowed(_) => None,
+            },
+            upgrade: shape.upgrade,
+        },
+        Err(reject) => Decision::Deny {
+            route: index,
+            reject,
+        },
+    }
+}
+
+/// The request target as the client sent it, from the raw request line.
+///
+/// Pingora's parsed header keeps the target as the `http` crate read it,
+/// which cuts a `#fragment` off; the lane reads the raw line. Both decide
+/// on the raw bytes, so both refuse what one parser would cut and another
+/// forward.
+pub fn request_target(raw_head: &[u8]) -> Option<&[u8]> {
+    // A parser skips empty lines before the request line (RFC 9112 §2.2).
+    let start = raw_head.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    let line = raw_head[start..].split(|&b| b == b'\n').next()?;
+    let mut parts = line
+        .trim_ascii_end()
+        .split(|&b| b == b' ')
+        .filter(|p| !p.is_empty());
+    let _method = parts.next()?;
+    parts.next()
+}

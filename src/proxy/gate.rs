@@ -1,0 +1,634 @@
+//! The `ProxyHttp` implementation: Pingora's path for every request the
+//! direct lane does not take.
+//!
+//! [`decide`] makes the decision from the request head; the phases below
+//! only act on it, and every HTTP rule they apply comes from
+//! [`super::rules`].
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use http::{HeaderName, Method, Version};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::modules::http::HttpModules;
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use pingora::{Error, ErrorType, Result};
+
+use super::decision::{decide, request_target, Decision, RequestHead};
+use super::routes::RouteTable;
+use super::rules;
+use super::rules::failure::Failure;
+use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
+use super::rules::record::Record;
+use super::rules::Field;
+use crate::edge::jwt::{self, Identity, Tokens};
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::queue::{Endpoint, QueueApi};
+use crate::reply::Reply;
+use crate::shutdown::{InFlight, InFlightGuard};
+
+/// What one request carries between phases.
+pub struct RequestCtx {
+    /// When the request header was read: for the latency metric and logs.
+    pub started: Instant,
+    /// Sent upstream, returned to the client, written to the access log.
+    pub request_id: String,
+    pub peer: Peer,
+    /// The queue API endpoint, when the request was one.
+    pub endpoint: Option<Endpoint>,
+    /// The protected route, once chosen.
+    pub route: Option<usize>,
+    /// Who the verified token speaks for, for the identity headers.
+    pub identity: Option<Identity>,
+    /// The request asks to switch protocols, on a route that allows it.
+    pub upgrade: bool,
+    /// Set when waitgate wrote the reply itself.
+    pub status: Option<u16>,
+    /// Held for the life of the request; dropping it ends the request for
+    /// the shutdown drain, whichever way the request ends.
+    _in_flight: InFlightGuard,
+}
+
+/// The proxy: the queue API plus the protected routes.
+pub struct Gate {
+    api: Arc<QueueApi>,
+    routes: Arc<RouteTable>,
+    tokens: Arc<Tokens>,
+    /// Counts requests under way, so that SIGTERM can exit as soon as they
+    /// are done instead of sleeping out the whole grace period.
+    in_flight: Arc<InFlight>,
+    metrics: Arc<Metrics>,
+    trusted: TrustedProxies,
+    body_timeout: std::time::Duration,
+}
+
+impl Gate {
+    pub fn new(
+        api: Arc<QueueApi>,
+        routes: Arc<RouteTable>,
+        tokens: Arc<Tokens>,
+        in_flight: Arc<InFlight>,
+        metrics: Arc<Metrics>,
+        trusted: TrustedProxies,
+        body_timeout: std::time::Duration,
+    ) -> Gate {
+        Gate {
+            api,
+            routes,
+            tokens,
+            in_flight,
+            metrics,
+            trusted,
+            body_timeout,
+        }
+    }
+
+    /// Decides what to do with a request Pingora has parsed. `target` is
+    /// the request target as received (see [`request_target`]).
+    pub fn decide(&self, header: &RequestHeader, target: &[u8], now: u64) -> Decision {
+        let list = fields(&header.headers);
+        let head = RequestHead {
+            method: header.method.as_str(),
+            http11: header.version == Version::HTTP_11,
+            target,
+            fields: list.iter().copied(),
+        };
+        decide(&self.routes, &self.tokens, &head, now)
+    }
+}
+
+/// A Pingora header's fields in the rules' form. Collected, because the
+/// rules walk a head more than once and `http`'s iterator cannot be cloned.
+fn fields(headers: &http::HeaderMap) -> Vec<Field<'_>> {
+    headers
+        .iter()
+        .map(|(name, value)| (name.as_str().as_bytes(), value.as_bytes()))
+        .collect()
+}
+
+#[async_trait]
+impl ProxyHttp for Gate {
+    type CTX = RequestCtx;
+
+    /// No downstream modules: Pingora's default adds a (disabled) response
+    /// compression module that would still run on every request and body
+    /// chunk. waitgate forwards the upstream's bytes as they are.
+    fn init_downstream_modules(&self, _modules: &mut HttpModules) {}
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx {
+            started: Instant::now(),
+            request_id: String::new(),
+            peer: Peer::new(None, &self.trusted),
+            endpoint: None,
+            route: None,
+            identity: None,
+            upgrade: false,
+            status: None,
+            _in_flight: self.in_flight.enter(),
+        }
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let client = session.client_addr().and_then(|a| a.as_inet()).copied();
+        ctx.peer = Peer::new(client, &self.trusted);
+        ctx.request_id =
+            forward::request_id(ctx.peer, fields(&session.req_header().headers).into_iter());
+        let raw_head = session.as_downstream().to_h1_raw();
+        let target = request_target(&raw_head)
+            .unwrap_or_else(|| session.req_header().raw_path())
+            .to_vec();
+        let mut reply = match self.decide(session.req_header(), &target, jwt::now_s()) {
+            Decision::Forward {
+                route,
+                identity,
+                origin,
+                upgrade,
+            } => {
+                // What was checked is exactly what is forwarded.
+                let checked = origin.unwrap_or(target);
+                if session.req_header().raw_path() != checked.as_slice() {
+                    session.req_header_mut().set_raw_path(&checked)?;
+                }
+                // A proxied body may pause this long between reads.
+                session.set_read_timeout(Some(self.body_timeout));
+                ctx.route = Some(route);
+                ctx.identity = Some(identity);
+                ctx.upgrade = upgrade;
+                return Ok(false);
+            }
+            Decision::Queue(endpoint) => {
+                ctx.endpoint = Some(endpoint);
+                self.api.serve(endpoint, session).await
+            }
+            Decision::Deny { route, reject } => {
+                ctx.route = Some(route);
+                self.metrics
+                    .jwt_rejected
+                    .with_label_values(&[reject.reason()])
+                    .inc();
+                Reply::from(ApiError::from(reject))
+            }
+            Decision::Respond { route, error } => {
+                ctx.route = route;
+                Reply::from(error)
+            }
+        };
+        // An unread body would have to be drained before the connection could
+        // carry another request; closing is cheaper and safer.
+        if !session.as_downstream_mut().is_body_done() {
+            reply = reply.closing();
+        }
+        ctx.status = Some(reply.status);
+        reply
+            .header(REQUEST_ID, ctx.request_id.as_str())
+            .send(session)
+            .await?;
+        Ok(true)
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut RequestCtx,
+    ) -> Result<Box<HttpPeer>> {
+        ctx.route
+            .and_then(|i| self.routes.get(i))
+            .map(|route| route.peer())
+            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route chosen"))
+    }
+
+    /// The request the upstream gets: the client's, less what the rules say
+    /// stops here, plus waitgate's own headers.
+    async fn upstream_request_filter(
+        &self,
+        session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let Some(identity) = &ctx.identity else {
+            return Err(Error::explain(ErrorType::InternalError, "no identity"));
+        };
+        let client = fields(&session.req_header().headers);
+        let forwarded_for = forward::forwarded_for(&ctx.peer, client.iter().copied());
+        let proto = forward::forwarded_proto(ctx.peer, "http", client.iter().copied());
+        let dropped: Vec<HeaderName> = {
+            let hop = Hop::new(client.iter().copied(), ctx.upgrade);
+            upstream_request
+                .headers
+                .keys()
+                .filter(|name| !hop.forwards(name.as_str().as_bytes()))
+                .cloned()
+                .collect()
+        };
+        for name in dropped {
+            upstream_request.remove_header(&name);
+        }
+        for (name, value) in forward::added(
+            &identity.user,
+            &identity.queue,
+            &forwarded_for,
+            proto,
+            &ctx.request_id,
+        ) {
+            upstream_request.insert_header(name, value)?;
+        }
+        Ok(())
+    }
+
+    /// The response head is judged by the same rules as the lane's: framing
+    /// that could be read two ways, or a switch of protocols nobody asked
+    /// for, is a 502; connection-scoped headers stop here.
+    async fn upstream_response_filter(
+        &self,
+        session: &mut Session,
+        response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let head_request = session.req_header().method == Method::HEAD;
+        let shape = rules::response::shape(
+            response.status.as_u16(),
+            response.version != Version::HTTP_10 && response.version != Version::HTTP_09,
+            head_request,
+            ctx.upgrade,
+            fields(&response.headers).into_iter(),
+        )
+        .map_err(|refusal| {
+            Error::explain(ErrorType::InvalidHTTPHeader, refusal.message()).into_up()
+        })?;
+        let switching = shape.body == rules::response::Body::Tunnel;
+        let dropped: Vec<HeaderName> = {
+            let hop = Hop::new(fields(&response.headers).into_iter(), switching);
+            response
+                .headers
+                .keys()
+                .filter(|name| !hop.relays(name.as_str().as_bytes()))
+                .cloned()
+                .collect()
+        };
+        for name in dropped {
+            response.remove_header(&name);
+        }
+        if !shape.interim {
+            response.insert_header(REQUEST_ID, ctx.request_id.as_str())?;
+        }
+        // A proxy speaks its own version (RFC 9110 §6.2).
+        response.set_version(Version::HTTP_11);
+        Ok(())
+    }
+
+    /// Upstream failures get the same JSON error shape as everything else,
+    /// unless the reply has started: then the connection is closed.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let started = session
+            .response_written()
+            .is_some_and(|r| !r.status.is_informational());
+        let mut error_code = 0;
+        if let Some(reply) = Failure::from_pingora(e).reply(started) {
+            error_code = reply.status;
+            ctx.status = Some(reply.status);
+            let _ = reply
+                .header(REQUEST_ID, ctx.request_id.as_str())
+                .send(session)
+                .await;
+        }
+        FailToProxy {
+            error_code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    /// The access record logs failures once; Pingora's own line would be a
+    /// second one.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, _error: &Error) -> bool {
+        true
+    }
+
+    async fn logging(&self, session: &mut Session, error: Option<&Error>, ctx: &mut RequestCtx) {
+        let status = ctx
+            .status
+            .or_else(|| session.response_written().map(|r| r.status.as_u16()))
+            .unwrap_or(0);
+        let route = ctx.route.and_then(|i| self.routes.get(i));
+        let label = match (ctx.endpoint, route) {
+            (Some(endpoint), _) => endpoint.name(),
+            (None, Some(route)) => route.prefix.as_str(),
+            (None, None) => "other",
+        };
+        let header = session.req_header();
+        let raw = header.raw_path();
+        let path = raw.split(|&b| b == b'?').next().unwrap_or(raw);
+        let path = String::from_utf8_lossy(path);
+        // A client that went away is not a failure worth a warning.
+        let error = error
+            .filter(|e| Failure::from_pingora(e) != Failure::ClientGone)
+            .map(|e| e.to_string());
+        Record {
+            request_id: &ctx.request_id,
+            client: ctx.peer.ip,
+            method: header.method.as_str(),
+            path: &path,
+            status,
+            route: label,
+            queue: ctx
+                .identity
+                .as_ref()
+                .map(|i| &*i.queue)
+                .or(route.map(|r| r.queue.as_str())),
+            user: ctx.identity.as_ref().map(|i| &*i.user),
+            elapsed: ctx.started.elapsed(),
+            error: error.as_deref(),
+        }
+        .finish(&self.metrics);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::edge::jwt::Reject;
+    use crate::edge::secret::Secret;
+    use crate::queue::credential::Credentials;
+    use crate::queues::Queues;
+    use crate::store::Store;
+
+    const CONFIG: &str = "
+redis: {url: 'redis://127.0.0.1:1/0'}
+queues: {baseball: {}, soccer: {}}
+upstreams: {ticketing: {address: '127.0.0.1:9000'}}
+routes:
+  - {prefix: /api/v1/follow-up, upstream: ticketing, queue: baseball}
+  - {prefix: /soccer, upstream: ticketing, queue: soccer}
+";
+
+    fn gate() -> (Gate, Arc<Tokens>) {
+        let config = Config::from_yaml(CONFIG).unwrap();
+        let secret = Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap();
+        let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
+        let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
+        let metrics = Arc::new(Metrics::new(&config));
+        let api = Arc::new(QueueApi::new(
+            &config,
+            Arc::new(Queues::new(&config)),
+            store,
+            tokens.clone(),
+            Credentials::new(&secret),
+            metrics.clone(),
+        ));
+        let routes = Arc::new(RouteTable::build(&config).unwrap());
+        let gate = Gate::new(
+            api,
+            routes,
+            tokens.clone(),
+            Arc::new(InFlight::default()),
+            metrics,
+            TrustedProxies::default(),
+            config.clients.body_timeout,
+        );
+        (gate, tokens)
+    }
+
+    /// An HTTP/1.1 GET with one `Host` and these headers.
+    fn request(target: &[u8], headers: &[(&str, &str)]) -> RequestHeader {
+        let mut h = bare_request(target, headers);
+        h.append_header("host", "tickets").unwrap();
+        h
+    }
+
+    fn bare_request(target: &[u8], headers: &[(&str, &str)]) -> RequestHeader {
+        let mut h = RequestHeader::build("GET", b"/", None).unwrap();
+        assert_eq!(h.version, Version::HTTP_11);
+        h.set_raw_path(target).unwrap();
+        for (n, v) in headers {
+            h.append_header(n.to_string(), *v).unwrap();
+        }
+        h
+    }
+
+    impl Gate {
+        /// Decides on the target as Pingora parsed it (unit tests have no
+        /// raw request line).
+        fn decide_parsed(&self, header: &RequestHeader, now: u64) -> Decision {
+            self.decide(header, header.raw_path(), now)
+        }
+    }
+
+    #[test]
+    fn the_target_is_read_from_the_raw_request_line() {
+        let raw = b"GET /x?a#frag HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(request_target(raw), Some(&b"/x?a#frag"[..]));
+        assert_eq!(request_target(b"GET  /y  HTTP/1.0\n\n"), Some(&b"/y"[..]));
+        assert_eq!(request_target(b"GET\r\n"), None);
+        assert_eq!(
+            request_target(b"\r\n\r\nGET /z#f HTTP/1.1\r\n\r\n"),
+            Some(&b"/z#f"[..])
+        );
+    }
+
+    fn status(d: Decision) -> u16 {
+        match d {
+            Decision::Respond { error, .. } => error.status(),
+            Decision::Deny { reject, .. } => ApiError::from(reject).status(),
+            Decision::Queue(_) => 1,
+            Decision::Forward { .. } => 2,
+        }
+    }
+
+    fn bearer(tokens: &Tokens, queue: &str) -> String {
+        let now = jwt::now_s();
+        let t = tokens.issue("u1", queue, (now + 60) * 1000, now).unwrap();
+        format!("Bearer {}", t.token)
+    }
+
+    #[test]
+    fn queue_endpoints_are_recognised_exactly() {
+        let (g, _) = gate();
+        let now = jwt::now_s();
+        for (target, want) in [
+            ("/api/v1/queue/register", Endpoint::Register),
+            ("/api/v1/queue/rank?userId=a", Endpoint::Rank),
+            ("/api/v1/queue/dropout?userId=a", Endpoint::Dropout),
+            ("/api/v1/queue/active/token", Endpoint::Token),
+        ] {
+            match g.decide_parsed(&request(target.as_bytes(), &[]), now) {
+                Decision::Queue(e) => assert_eq!(e, want),
+                other => panic!("{target}: {other:?}"),
+            }
+        }
+        for target in [
+            "/api/v1/queue/register/",
+            "/api/v1/queue/Register",
+            "/api/v1/queue",
+            "/api/v1/queuex",
+            "/",
+        ] {
+            assert_eq!(
+                status(g.decide_parsed(&request(target.as_bytes(), &[]), now)),
+                404,
+                "{target}"
+            );
+        }
+    }
+
+    #[test]
+    fn protected_routes_need_a_token_of_their_queue() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let baseball = bearer(&tokens, "baseball");
+        match g.decide_parsed(
+            &request(b"/api/v1/follow-up/x", &[("authorization", &baseball)]),
+            now,
+        ) {
+            Decision::Forward {
+                route,
+                identity,
+                origin,
+                upgrade,
+            } => {
+                assert!(!upgrade);
+                assert_eq!(route, 0);
+                assert_eq!(&*identity.user, "u1");
+                assert_eq!(origin, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide_parsed(
+            &request(b"/soccer/seat", &[("authorization", &baseball)]),
+            now,
+        );
+        assert!(
+            matches!(
+                d,
+                Decision::Deny {
+                    route: 1,
+                    reject: Reject::Queue
+                }
+            ),
+            "{d:?}"
+        );
+        let d = g.decide_parsed(&request(b"/api/v1/follow-up", &[]), now);
+        assert!(
+            matches!(
+                d,
+                Decision::Deny {
+                    reject: Reject::Missing,
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
+        assert_eq!(
+            status(g.decide_parsed(
+                &request(b"/api/v1/follow-upx", &[("authorization", &baseball)]),
+                now
+            )),
+            404
+        );
+    }
+
+    #[test]
+    fn absolute_form_is_checked_and_rewritten_to_its_path() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        match g.decide_parsed(
+            &request(
+                b"http://evil.example/api/v1/follow-up/a?b=1",
+                &[("authorization", &auth)],
+            ),
+            now,
+        ) {
+            Decision::Forward { origin, .. } => {
+                assert_eq!(origin.as_deref(), Some(&b"/api/v1/follow-up/a?b=1"[..]))
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide_parsed(
+            &request(
+                b"http://x/api/v1/follow-up/../admin",
+                &[("authorization", &auth)],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn ambiguous_framing_is_refused_before_routing() {
+        let (g, _) = gate();
+        let now = jwt::now_s();
+        let d = g.decide_parsed(
+            &request(
+                b"/api/v1/queue/register",
+                &[("content-length", "3"), ("content-length", "3")],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn http11_without_exactly_one_host_is_refused_before_the_token_is_read() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        let d = g.decide_parsed(
+            &bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]),
+            now,
+        );
+        assert_eq!(status(d), 400);
+        let d = g.decide_parsed(
+            &request(
+                b"/api/v1/follow-up/x",
+                &[("authorization", &auth), ("host", "other")],
+            ),
+            now,
+        );
+        assert_eq!(status(d), 400);
+        let mut old = bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]);
+        old.set_version(Version::HTTP_10);
+        assert_eq!(status(g.decide_parsed(&old, now)), 2);
+    }
+
+    #[test]
+    fn upgrades_are_refused_on_routes_that_do_not_switch_protocols() {
+        let (g, tokens) = gate();
+        let now = jwt::now_s();
+        let auth = bearer(&tokens, "baseball");
+        let upgrade = [("authorization", auth.as_str()), ("upgrade", "websocket")];
+        match g.decide_parsed(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
+            Decision::Respond { route, error } => {
+                assert_eq!(route, Some(0));
+                assert_eq!(error, ApiError::UpgradeNotAllowed);
+            }
+            other => panic!("{other:?}"),
+        }
+        let d = g.decide_parsed(&request(b"/api/v1/queue/rank?userId=a", &upgrade), now);
+        assert_eq!(status(d), 400);
+    }
+
+    #[test]
+    fn denials_carry_the_bearer_challenge() {
+        let r = Reply::from(ApiError::from(Reject::Expired));
+        assert_eq!(r.status, 401);
+        assert!(r
+            .headers
+            .iter()
+            .any(|(n, v)| *n == "WWW-Authenticate" && v == r#"Bearer error="invalid_token""#));
+        let r = Reply::from(ApiError::from(Reject::Role));
+        assert_eq!(r.status, 403);
+        assert!(r
+            .headers
+            .iter()
+            .any(|(n, v)| *n == "WWW-Authenticate" && v == r#"Bearer error="insufficient_scope""#));
+    }
+}

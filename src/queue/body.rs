@@ -1,0 +1,59 @@
+//! How register and rank describe a user: one shape for a waiting user, one
+//! for an admitted one.
+
+use serde::Serialize;
+
+use crate::queues::Queue;
+use crate::reply::Reply;
+use crate::store::Place;
+
+/// A waiting user, as register and rank describe it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WaitingBody<'a> {
+    user_id: &'a str,
+    queue: &'a str,
+    status: &'static str,
+    rank: u64,
+    estimated_waiting_count: u64,
+    estimated_wait_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_credential: Option<&'a str>,
+}
+
+/// An admitted user.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ActiveBody<'a> {
+    user_id: &'a str,
+    queue: &'a str,
+    status: &'static str,
+}
+
+/// `estimatedWaitSeconds` is the gate's estimate (see `lua/lib.lua`),
+/// rounded to the nearest second.
+pub fn waiting(queue: &Queue, user: &str, place: Place, credential: Option<&str>) -> Reply {
+    Reply::json(
+        200,
+        &WaitingBody {
+            user_id: user,
+            queue: &queue.name,
+            status: "WAITING",
+            rank: place.rank,
+            estimated_waiting_count: place.rank + 1,
+            estimated_wait_seconds: place.wait_ms.saturating_add(500) / 1000,
+            queue_credential: credential,
+        },
+    )
+}
+
+pub fn active(queue: &Queue, user: &str) -> Reply {
+    Reply::json(
+        200,
+        &ActiveBody {
+            user_id: user,
+            queue: &queue.name,
+            status: "ACTIVE",
+        },
+    )
+}

@@ -1,0 +1,96 @@
+//! Shutdown: the count of requests under way, and the drain that ends the
+//! process as soon as a SIGTERM finds none left.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+
+/// The number of requests under way.
+#[derive(Default)]
+pub struct InFlight(AtomicUsize);
+
+/// One request under way; dropping it ends the request.
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard(self.clone())
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Ends the process as soon as a SIGTERM drain is complete, and at the
+/// latest when the grace period ends.
+///
+/// Pingora sleeps the whole grace period after SIGTERM whatever is left to
+/// do, then gives its runtimes more time to stop. Listeners are closed and
+/// idle keep-alive connections released as soon as the shutdown starts, so
+/// once no request is in flight there is nothing left to wait for: this
+/// service then exits the process.
+pub struct Drain {
+    in_flight: Arc<InFlight>,
+    grace: Duration,
+}
+
+impl Drain {
+    pub fn new(in_flight: Arc<InFlight>, grace: Duration) -> Drain {
+        Drain { in_flight, grace }
+    }
+}
+
+/// How long the in-flight count must stay at zero before exiting: covers a
+/// request whose header was read just as the shutdown began.
+const DRAIN_QUIET: Duration = Duration::from_millis(100);
+
+#[async_trait]
+impl BackgroundService for Drain {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        if shutdown.changed().await.is_err() {
+            return;
+        }
+        let started = Instant::now();
+        tracing::info!(
+            in_flight = self.in_flight.count(),
+            grace_s = self.grace.as_secs(),
+            "draining"
+        );
+        let mut quiet_since: Option<Instant> = None;
+        while started.elapsed() < self.grace {
+            if self.in_flight.count() == 0 {
+                let since = *quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= DRAIN_QUIET {
+                    tracing::info!(
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "drained, exiting"
+                    );
+                    std::process::exit(0);
+                }
+            } else {
+                quiet_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The grace period is a promise to the operator: requests still in
+        // flight now are cut off rather than keeping the process alive.
+        tracing::warn!(
+            in_flight = self.in_flight.count(),
+            grace_s = self.grace.as_secs(),
+            "grace period over, exiting with requests in flight"
+        );
+        std::process::exit(0);
+    }
+}
