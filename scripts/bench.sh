@@ -11,7 +11,7 @@
 #
 # Every reference runs in the same rounds as what it is compared with (A/B
 # alternation), and the table shows medians over the rounds and their ratio.
-# It installs what it needs (nginx, wrk, redis), starts everything itself and
+# It checks for what it needs (nginx, wrk, redis; it says what to install), starts everything itself and
 # leaves nothing running.
 #
 #   scripts/bench.sh              # 3 rounds of 10 s per measure
@@ -36,7 +36,7 @@ pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for conf in "$work"/nginx-*.conf; do
-    [ -f "$conf" ] && nginx -p "$work" -c "$conf" -s stop 2>/dev/null || true
+    if [ -f "$conf" ]; then nginx -p "$work" -c "$conf" -s stop 2>/dev/null || true; fi
   done
   wait 2>/dev/null || true
   [ -n "${BENCH_KEEP:-}" ] && cp -r "$work" /tmp/bench-work; rm -rf "$work"
@@ -121,7 +121,7 @@ EOF
 waitgate_conf $P_WG $P_ADMIN > "$work/waitgate.yaml"
 RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate.yaml" &
 WG_PID=$!
-pids+=($WG_PID)
+pids+=("$WG_PID")
 wait_port $P_WG
 # The same with the direct lane off: every request through Pingora's proxy.
 { echo "direct-lane: false"; waitgate_conf $P_WG_OFF $P_ADMIN_OFF; } > "$work/waitgate-off.yaml"
@@ -183,7 +183,7 @@ cat "$work/status.lua" >> "$work/register.lua"
 # wrk one thread, 64 connections, like the targets were measured.
 run_wrk() { # label, extra args...
   local label=$1; shift
-  wrk -t1 -c$connections -d${seconds}s --latency "$@" > "$work/wrk.out" 2>&1
+  wrk -t1 -c$connections -d"${seconds}"s --latency "$@" > "$work/wrk.out" 2>&1
   local rps p99 bad
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.out")
   p99=$(awk '$1=="99%" {print $2}' "$work/wrk.out")
@@ -241,7 +241,7 @@ per_call() { # counter, n, curl args...
   local before after start took idle_before idle_after
   start=$(date +%s.%N)
   before=$($commandstats)
-  for i in $(seq "$n"); do curl -s -o /dev/null "$@"; done
+  for _ in $(seq "$n"); do curl -s -o /dev/null "$@"; done
   after=$($commandstats)
   took=$(python3 -c "print($(date +%s.%N) - $start)")
   idle_before=$($commandstats)
@@ -272,6 +272,8 @@ sys.stdin.read()
 EOF
 }
 nginx_pids() { cat "$work/proxy/nginx.pid"; pgrep -P "$(cat "$work/proxy/nginx.pid")"; }
+# The pid lists are split into words on purpose.
+# shellcheck disable=SC2046,SC2086
 measure_rss() { # label, port, path, pids...
   local label=$1 port=$2 path=$3; shift 3
   local before after
@@ -289,6 +291,7 @@ if [ -n "${BENCH_SKIP_RSS:-}" ]; then
   echo "waitgate 0 1" >> "$work/rss"; echo "nginx 0 1" >> "$work/rss"
 else
 measure_rss waitgate $P_WG /api/v1/follow-up/seat "$WG_PID"
+# shellcheck disable=SC2046
 measure_rss nginx $P_NGINX /api/v1/follow-up/seat $(nginx_pids)
 fi
 

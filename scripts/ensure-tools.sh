@@ -1,33 +1,68 @@
-# Sourced by the other scripts: installs what building and testing need.
-# Debian/Ubuntu packages: cmake (Pingora's build), redis-server (tests, demo).
+# shellcheck shell=bash
+# Sourced by the other scripts: checks that what building and testing need is
+# there. Debian/Ubuntu packages: build-essential (a C compiler for the -sys
+# crates), cmake (Pingora's build), redis-server and redis-tools (tests, demo).
+#
+# ensure_packages never installs anything and never calls sudo: when something
+# is missing it says what, and the exact command that installs it, and exits.
+# install_packages (used by .ci/run only) installs the missing packages itself,
+# as root with apt-get.
 
-ensure_packages() {
-  local missing=()
-  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-  command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-  for tool in "$@"; do
-    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+# The Debian package that provides a command.
+package_for() {
+  case "$1" in
+    cc | make) echo build-essential ;;
+    c++) echo g++ ;;
+    redis-cli | redis-benchmark) echo redis-tools ;;
+    *) echo "$1" ;;
+  esac
+}
+
+# Sets MISSING_PACKAGES to the Debian packages of the commands (the usual ones
+# plus "$@") that are not on PATH, each package once.
+find_missing_packages() {
+  MISSING_PACKAGES=()
+  local tool pkg have
+  for tool in cc cmake redis-server redis-cli "$@"; do
+    command -v "$tool" >/dev/null 2>&1 && continue
+    pkg=$(package_for "$tool")
+    for have in "${MISSING_PACKAGES[@]}"; do
+      [ "$have" = "$pkg" ] && continue 2
+    done
+    MISSING_PACKAGES+=("$pkg")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+}
 
-  local sudo=""
-  if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then
-      sudo="sudo"
-    else
-      echo "Missing: ${missing[*]}. Install them with:" >&2
-      echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
-      exit 1
-    fi
+# Checks for the commands the scripts need (the usual ones plus "$@"); when
+# some are missing, prints them and how to install them, and exits 1.
+ensure_packages() {
+  find_missing_packages "$@"
+  [ ${#MISSING_PACKAGES[@]} -eq 0 ] && return 0
+  echo "Missing Debian/Ubuntu packages: ${MISSING_PACKAGES[*]}" >&2
+  if command -v apt-get >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo "
+    echo "Install them with:" >&2
+    echo "  ${sudo}apt-get update && ${sudo}apt-get install -y ${MISSING_PACKAGES[*]}" >&2
+  else
+    echo "Install them with your system's package manager." >&2
   fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "Missing: ${missing[*]}. Install them with your package manager, then run this again." >&2
-    exit 1
+  echo "Then run $0 again." >&2
+  exit 1
+}
+
+# For CI (.ci/run): installs the missing packages (the usual ones plus the
+# packages of the commands "$@") with apt-get. Needs root; without root or
+# apt-get it fails the way ensure_packages does.
+install_packages() {
+  find_missing_packages "$@"
+  [ ${#MISSING_PACKAGES[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    ensure_packages "$@"
   fi
-  echo "Installing ${missing[*]} ..." >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  echo "Installing ${MISSING_PACKAGES[*]} ..." >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING_PACKAGES[@]}" >/dev/null
 }
 
 ensure_rust() {

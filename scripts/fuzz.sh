@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
 ensure_rust
-ensure_packages
+ensure_packages c++ # libFuzzer is C++
 
 seconds=${1:-20}
 shift || true
@@ -41,7 +41,8 @@ for target in "${targets[@]}"; do
   echo "fuzzing $target for ${seconds}s ..."
   cargo fuzz run --fuzz-dir fuzz "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
     -max_total_time="$seconds" -print_final_stats=1 2>&1 | grep -E "^Done|stat::number_of_executed_units|ERROR|panicked" || true
-  # A failure leaves its input in fuzz/artifacts/<target>/.
+  # A failure leaves its input in fuzz/artifacts/<target>/ (libFuzzer's own file names).
+  # shellcheck disable=SC2010
   if ls fuzz/artifacts/"$target"/ 2>/dev/null | grep -qE '^(crash|timeout|oom|leak)-'; then
     echo "fuzz target $target failed: see fuzz/artifacts/$target/" >&2
     exit 1
