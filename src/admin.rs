@@ -10,7 +10,9 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::reply::Reply;
 use crate::store::Store;
 
 pub struct AdminApp {
@@ -38,15 +40,19 @@ fn json(status: u16, body: &str) -> Response<Vec<u8>> {
     reply(status, "application/json", body.as_bytes().to_vec())
 }
 
+fn error(error: ApiError) -> Response<Vec<u8>> {
+    Reply::from(error).into_response()
+}
+
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let header = session.req_header();
         if header.method != http::Method::GET && header.method != http::Method::HEAD {
-            return json(
-                405,
-                r#"{"error":"method_not_allowed","message":"The admin endpoints only accept GET."}"#,
-            );
+            return error(ApiError::MethodNotAllowed {
+                path: "Each admin endpoint",
+                allow: "GET",
+            });
         }
         match header.uri.path() {
             // The process runs and its runtime answers.
@@ -65,16 +71,10 @@ impl ServeHttp for AdminApp {
                 Err(e) => {
                     self.metrics.redis_error("ping");
                     tracing::debug!(%e, "not ready");
-                    json(
-                        503,
-                        r#"{"error":"redis_unavailable","message":"Redis does not answer."}"#,
-                    )
+                    error(ApiError::RedisUnavailable)
                 }
             },
-            _ => json(
-                404,
-                r#"{"error":"not_found","message":"Try /healthz, /readyz or /metrics."}"#,
-            ),
+            _ => error(ApiError::NotFound),
         }
     }
 }

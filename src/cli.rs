@@ -1,4 +1,4 @@
-//! The command line (SPEC §1): `waitgate -c FILE [-t]`.
+//! The command line: `waitgate -c FILE [-t]`.
 
 use std::path::PathBuf;
 

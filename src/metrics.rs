@@ -1,4 +1,4 @@
-//! The metrics (SPEC §7): one struct of typed collectors on a private
+//! The metrics: one struct of typed collectors on a private
 //! registry, created once and shared.
 //!
 //! Queue depth gauges are set by a background sampler, not per scrape, so a

@@ -133,6 +133,18 @@ impl Reply {
         out
     }
 
+    /// The reply as an `http` response, for Pingora's plain HTTP apps (the
+    /// admin listener).
+    pub fn into_response(self) -> http::Response<Vec<u8>> {
+        let mut response = http::Response::builder().status(self.status);
+        for (name, value) in self.fields() {
+            response = response.header(name, value.as_ref());
+        }
+        response
+            .body(self.body.to_vec())
+            .unwrap_or_else(|_| http::Response::new(Vec::new()))
+    }
+
     /// Writes the reply to the client.
     pub async fn send(self, session: &mut Session) -> pingora::Result<()> {
         if self.close {

@@ -1,6 +1,6 @@
 //! Background work against a real Redis: heartbeat cleanup, the global
 //! admission gate (FIFO, several instances, max-active), wait estimates,
-//! metrics and readiness (SPEC §6, §7). Intervals are short so each test
+//! metrics and readiness. Intervals are short so each test
 //! takes seconds.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The command line (SPEC §1) and the shipped configuration files.
+//! The command line and the shipped configuration files.
 
 mod common;
 
@@ -34,9 +34,9 @@ fn every_shipped_config_is_valid() {
     }
 }
 
-/// Golden test: the example config holds the seed's defaults.
+/// Golden test: the example config holds the documented defaults.
 #[test]
-fn example_config_holds_the_seed_defaults() {
+fn example_config_holds_the_documented_defaults() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/waitgate.yaml");
     let c = waitgate::config::Config::load(&path).unwrap();
     let q = &c.queues["baseball"];

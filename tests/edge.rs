@@ -1,5 +1,5 @@
 //! The edge against a real Redis, the real binary and a recording upstream
-//! (SPEC §3 token endpoint, §4 protected routes).
+//! (the token endpoint and the protected routes).
 //!
 //! Every test also checks what the upstream did or did not receive: a refusal
 //! that still reached the upstream would be a refusal in name only.

@@ -1,4 +1,4 @@
-//! The queue API against a real Redis and the real binary (SPEC §3, §5).
+//! The queue API against a real Redis and the real binary (docs/api.md, and the Redis state in docs/operations.md).
 
 mod common;
 
@@ -287,7 +287,7 @@ fn several_queues_need_a_queue_name() {
     assert!(soccer.is_some());
 }
 
-/// Every row of the SPEC §3 status table, each with an `{"error","message"}`
+/// Every row of the queue API's status table, each with an `{"error","message"}`
 /// body, and none of them writes anything.
 #[test]
 fn bad_input_gets_a_clear_4xx_and_changes_nothing() {

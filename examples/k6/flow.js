@@ -1,5 +1,5 @@
-// The full waitgate flow for k6 users (the seed system was load-tested with
-// k6): register -> poll rank until ACTIVE -> token -> protected call ->
+// The full waitgate flow for k6 users (k6 is what many ticketing teams
+// load-test with): register -> poll rank until ACTIVE -> token -> protected call ->
 // dropout. The same flow as examples/load_driver.rs.
 //
 //   k6 run -e TARGET=http://127.0.0.1:8080 -e USERS=2000 -e RATE=200 examples/k6/flow.js

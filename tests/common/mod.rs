@@ -189,7 +189,7 @@ impl Ports {
     }
 }
 
-/// A config with one queue `baseball` (the seed defaults, but at most one
+/// A config with one queue `baseball` (the defaults, but at most one
 /// active user: with [`Redis::start`] nobody is admitted), one upstream
 /// `ticketing` and one route.
 pub fn config(redis_url: &str, ports: &Ports, upstream_port: u16) -> String {
