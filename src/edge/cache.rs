@@ -6,11 +6,13 @@
 //! verified: nothing can be forged through the cache. What verification
 //! decides once stays true (signature, issuer, audience, role, lifetime,
 //! `iat`/`nbf` already reached), except expiry, which is checked again on
-//! every hit. The cache is bounded: a full shard first drops its expired
-//! entries, then everything.
+//! every hit. The cache is bounded: each shard is an LRU (the `lru` crate),
+//! so a full shard forgets the token used least recently, one at a time.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
 
 /// What a verified token grants.
 #[derive(Debug, Clone)]
@@ -29,53 +31,55 @@ const SHARDS: usize = 16;
 /// per process, still resists chosen-collision floods.
 type RandomState = ahash::RandomState;
 
+type Shard = Mutex<LruCache<Box<str>, Verified, RandomState>>;
+
 pub struct VerifiedTokens {
-    shards: Vec<Mutex<HashMap<Box<str>, Verified, RandomState>>>,
-    per_shard: usize,
+    /// Empty when the cache is off.
+    shards: Vec<Shard>,
     hasher: RandomState,
 }
 
 impl VerifiedTokens {
     /// A cache of at most `capacity` tokens (0 turns it off).
     pub fn new(capacity: usize) -> VerifiedTokens {
-        VerifiedTokens {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_hasher(RandomState::new())))
+        let shards = match NonZeroUsize::new(capacity.div_ceil(SHARDS)) {
+            Some(per_shard) => (0..SHARDS)
+                .map(|_| Mutex::new(LruCache::with_hasher(per_shard, RandomState::new())))
                 .collect(),
-            per_shard: capacity.div_ceil(SHARDS),
+            None => Vec::new(),
+        };
+        VerifiedTokens {
+            shards,
             hasher: RandomState::new(),
         }
     }
 
-    fn shard(&self, token: &str) -> &Mutex<HashMap<Box<str>, Verified, RandomState>> {
-        let i = self.hasher.hash_one(token) as usize % SHARDS;
-        &self.shards[i]
+    fn shard(&self, token: &str) -> Option<&Shard> {
+        if self.shards.is_empty() {
+            return None;
+        }
+        let i = self.hasher.hash_one(token) as usize % self.shards.len();
+        Some(&self.shards[i])
     }
 
     pub fn get(&self, token: &str) -> Option<Verified> {
-        if self.per_shard == 0 {
-            return None;
-        }
         // A poisoned lock only means another thread panicked mid-insert;
-        // the map is still a valid map.
-        let shard = self.shard(token).lock().unwrap_or_else(|p| p.into_inner());
+        // the cache is still a valid cache.
+        let mut shard = self.shard(token)?.lock().unwrap_or_else(|p| p.into_inner());
         shard.get(token).cloned()
     }
 
-    /// Remembers a token that passed every check; `now` and `leeway` decide
-    /// which entries are dead when the shard is full.
-    pub fn insert(&self, token: &str, verified: Verified, now: u64, leeway: u64) {
-        if self.per_shard == 0 {
-            return;
+    /// Remembers a token that passed every check.
+    pub fn insert(&self, token: &str, verified: Verified) {
+        if let Some(shard) = self.shard(token) {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            shard.put(token.into(), verified);
         }
-        let mut shard = self.shard(token).lock().unwrap_or_else(|p| p.into_inner());
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, v| v.exp + leeway >= now);
-            if shard.len() >= self.per_shard {
-                shard.clear();
-            }
-        }
-        shard.insert(token.into(), verified);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap().len()).sum()
     }
 }
 
@@ -94,7 +98,7 @@ mod tests {
     #[test]
     fn remembers_exact_tokens_only() {
         let c = VerifiedTokens::new(64);
-        c.insert("a.b.c", v(100), 0, 5);
+        c.insert("a.b.c", v(100));
         assert_eq!(c.get("a.b.c").unwrap().exp, 100);
         assert!(c.get("a.b.C").is_none());
         assert!(c.get("a.b.c ").is_none());
@@ -104,27 +108,31 @@ mod tests {
     fn stays_bounded() {
         let c = VerifiedTokens::new(32);
         for i in 0..10_000 {
-            c.insert(&format!("t{i}"), v(100), 0, 5);
+            c.insert(&format!("t{i}"), v(100));
         }
-        let total: usize = c.shards.iter().map(|s| s.lock().unwrap().len()).sum();
-        assert!(total <= 32, "{total}");
+        assert!(c.len() <= 32, "{}", c.len());
+        assert!(c.len() >= 16, "{}", c.len());
     }
 
     #[test]
-    fn a_full_shard_drops_expired_entries_first() {
+    fn a_full_shard_forgets_the_least_recently_used_token() {
         let c = VerifiedTokens::new(SHARDS); // one per shard
-        c.insert("old", v(10), 0, 0);
-        // Same shard or not, an insert at a later time never keeps more than
-        // the capacity, and a live entry survives when a dead one can go.
-        c.insert("old2", v(10), 100, 0);
-        let total: usize = c.shards.iter().map(|s| s.lock().unwrap().len()).sum();
-        assert!(total <= SHARDS);
+                                             // Find two tokens of one shard.
+        let first = "t0".to_string();
+        let same = (1..)
+            .map(|i| format!("t{i}"))
+            .find(|t| std::ptr::eq(c.shard(t).unwrap(), c.shard(&first).unwrap()))
+            .unwrap();
+        c.insert(&first, v(1));
+        c.insert(&same, v(2));
+        assert!(c.get(&first).is_none());
+        assert_eq!(c.get(&same).unwrap().exp, 2);
     }
 
     #[test]
     fn zero_capacity_turns_it_off() {
         let c = VerifiedTokens::new(0);
-        c.insert("a", v(100), 0, 5);
+        c.insert("a", v(100));
         assert!(c.get("a").is_none());
     }
 }

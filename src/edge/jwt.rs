@@ -291,7 +291,7 @@ impl Tokens {
             None => {
                 let token = bearer_token(value)?;
                 let v = self.verify(token, now)?;
-                self.verified.insert(token, v.clone(), now, self.leeway_s);
+                self.verified.insert(token, v.clone());
                 v
             }
         };
