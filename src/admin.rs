@@ -1,7 +1,13 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/healthz/redis`.
 //!
 //! It listens apart from the proxy so that probes and scrapes never compete
 //! with, or are exposed to, the public listener.
+//!
+//! Readiness is not Redis health. An instance whose Redis is down still
+//! serves admitted users (their tokens are checked with no Redis call); a
+//! load balancer that took it out would turn a Redis blip into a full
+//! outage. So `/readyz` answers 200 while the process serves, and Redis has
+//! its own signals: `waitgate_redis_up` and `/healthz/redis`.
 
 use std::sync::Arc;
 
@@ -57,20 +63,29 @@ impl ServeHttp for AdminApp {
         match header.uri.path() {
             // The process runs and its runtime answers.
             "/healthz" => json(200, r#"{"status":"ok"}"#),
-            // Ready only while Redis answers: a load balancer should not send
-            // queue traffic to an instance that can only answer 503.
-            // Prometheus text format; the gauges come from the sampler, so a
-            // scrape never waits on Redis.
+            // Prometheus text format; the gauges come from the sampler and
+            // the probe, so a scrape never waits on Redis.
             "/metrics" => reply(
                 200,
                 "text/plain; version=0.0.4; charset=utf-8",
                 self.metrics.encode(),
             ),
-            "/readyz" => match self.store.ping().await {
-                Ok(()) => json(200, r#"{"status":"ready"}"#),
+            // Ready while the process serves: the proxy runs in this same
+            // process, and answers admitted users whatever Redis does. The
+            // body says what the probe last saw of Redis, for people.
+            "/readyz" => {
+                if self.metrics.redis_up.get() == 1 {
+                    json(200, r#"{"status":"ready","redis":"up"}"#)
+                } else {
+                    json(200, r#"{"status":"ready","redis":"down"}"#)
+                }
+            }
+            // Redis, asked now.
+            "/healthz/redis" => match self.store.ping().await {
+                Ok(()) => json(200, r#"{"redis":"up"}"#),
                 Err(e) => {
                     self.metrics.redis_error("ping");
-                    tracing::debug!(%e, "not ready");
+                    tracing::debug!(%e, "redis health check failed");
                     error(ApiError::RedisUnavailable)
                 }
             },

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use crate::config::{Config, ConfigError};
-use crate::edge::secret::{Secret, SecretError};
+use crate::edge::secret::{Keys, SecretError};
+use crate::proxy::routes::{ResolveError, RouteTable};
 use crate::server::{self, StartError};
 
 #[derive(Parser, Debug)]
@@ -19,7 +20,8 @@ pub struct Cli {
     #[arg(short = 'c', long = "conf", value_name = "FILE")]
     pub conf: PathBuf,
 
-    /// Check the configuration and JWT_SECRET, print OK or the error, and exit.
+    /// Check the configuration (upstream names resolved, routes not shadowed)
+    /// and JWT_SECRET, print OK or the error, and exit.
     #[arg(short = 't', long = "test")]
     pub test: bool,
 }
@@ -32,33 +34,44 @@ pub enum CliError {
     #[error(transparent)]
     Secret(#[from] SecretError),
     #[error(transparent)]
+    Resolve(#[from] ResolveError),
+    #[error(transparent)]
     Start(#[from] StartError),
 }
 
 /// The checks `-t` runs, and start-up runs first.
-pub fn check(cli: &Cli) -> Result<(Config, Secret), CliError> {
+pub fn check(cli: &Cli) -> Result<(Config, Keys), CliError> {
     let config = Config::load(&cli.conf).map_err(|source| CliError::Config {
         path: cli.conf.display().to_string(),
         source,
     })?;
-    let secret = Secret::from_env()?;
-    crate::edge::self_test(&secret)?;
-    Ok((config, secret))
+    // Every upstream name must resolve now, as start-up needs it to.
+    RouteTable::build(&config)?;
+    let keys = Keys::from_env()?;
+    crate::edge::self_test(&keys)?;
+    Ok((config, keys))
 }
 
 /// Checks, then runs the server (or just reports with `-t`).
 pub fn run(cli: &Cli) -> Result<(), CliError> {
-    let (config, secret) = check(cli)?;
+    let (config, keys) = check(cli)?;
     if cli.test {
         println!("{}: OK", cli.conf.display());
         return Ok(());
     }
-    let server = server::build(&config, &secret)?;
+    crate::logging::init(&config.log);
+    // From here on a SIGHUP asks for a reload instead of ending the process.
+    if let Err(e) = crate::reload::catch_sighup() {
+        tracing::warn!(error = %e, "cannot catch SIGHUP; reloads are off");
+    }
+    let server = server::build(&config, &keys, &cli.conf)?;
     tracing::info!(
         listen = %config.listen,
         admin = %config.admin_listen,
         queues = config.queues.len(),
         routes = config.routes.len(),
+        key = %keys.current.kid(),
+        previous_key = keys.previous.as_ref().map(|k| k.kid()),
         "waitgate starting"
     );
     server::run(server);

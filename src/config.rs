@@ -61,7 +61,30 @@ pub struct Config {
     pub upstreams: BTreeMap<String, UpstreamConfig>,
     /// In file order: the first matching prefix wins.
     pub routes: Vec<RouteConfig>,
+    pub log: LogConfig,
 }
+
+/// The logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogConfig {
+    /// One line per request at `info` (target `waitgate::access`).
+    pub access: bool,
+    pub format: LogFormat,
+    /// The `tracing` filter (`RUST_LOG` syntax); `RUST_LOG`, when set, wins.
+    pub filter: String,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The filter when neither `log.filter` nor `RUST_LOG` says otherwise:
+/// waitgate's own events, and only warnings from its dependencies (Pingora
+/// is chatty at info).
+pub const DEFAULT_LOG_FILTER: &str = "warn,waitgate=info";
 
 /// What a client may take of the proxy listener.
 #[derive(Debug, Clone, Copy)]
@@ -172,6 +195,49 @@ struct RawConfig {
     queues: BTreeMap<String, RawQueue>,
     upstreams: BTreeMap<String, RawUpstream>,
     routes: Vec<RawRoute>,
+    #[serde(default)]
+    log: RawLog,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawLog {
+    access: bool,
+    format: String,
+    filter: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            access: true,
+            format: "text".into(),
+            filter: DEFAULT_LOG_FILTER.into(),
+        }
+    }
+}
+
+impl RawLog {
+    fn validate(self) -> Result<LogConfig, ConfigError> {
+        let format = match self.format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => {
+                return Err(invalid(
+                    "log.format",
+                    format!("must be text or json (got `{other}`)"),
+                ))
+            }
+        };
+        if let Err(e) = tracing_subscriber::EnvFilter::builder().parse(&self.filter) {
+            return Err(invalid("log.filter", format!("not a valid filter: {e}")));
+        }
+        Ok(LogConfig {
+            access: self.access,
+            format,
+            filter: self.filter,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -413,17 +479,29 @@ impl RawConfig {
                     format!("names no queue: `{}`", raw.queue),
                 ));
             }
-            if let Some(earlier) = routes
-                .iter()
-                .position(|r: &RouteConfig| r.prefix == raw.prefix)
+            // The first matching prefix wins, so a route under an earlier
+            // one would never be used.
+            if let Some((earlier, shadow)) =
+                routes
+                    .iter()
+                    .enumerate()
+                    .find(|(_, r): &(usize, &RouteConfig)| {
+                        crate::path::under_prefix(&raw.prefix, &r.prefix)
+                    })
             {
-                return Err(invalid(
-                    format!("{key}.prefix"),
+                let why = if shadow.prefix == raw.prefix {
                     format!(
                         "`{}` is already the prefix of routes[{earlier}]",
                         raw.prefix
-                    ),
-                ));
+                    )
+                } else {
+                    format!(
+                        "`{}` is shadowed by routes[{earlier}] (`{}`), which comes first and \
+                         matches every path under it; list the longer prefix first",
+                        raw.prefix, shadow.prefix
+                    )
+                };
+                return Err(invalid(format!("{key}.prefix"), why));
             }
             routes.push(RouteConfig {
                 prefix: raw.prefix,
@@ -446,6 +524,7 @@ impl RawConfig {
             queues,
             upstreams,
             routes,
+            log: self.log.validate()?,
         })
     }
 }
@@ -830,6 +909,16 @@ routes: []
             "{base}routes: [{{prefix: /x, upstream: up, queue: q}}, {{prefix: /x, upstream: up, queue: q}}]\n"
         ));
         assert!(e.starts_with("routes[1].prefix:"), "{e}");
+        let e = error_of(&format!(
+            "{base}routes: [{{prefix: /x, upstream: up, queue: q}}, {{prefix: /x/y, upstream: up, queue: q}}]\n"
+        ));
+        assert!(e.starts_with("routes[1].prefix:"), "{e}");
+        assert!(e.contains("shadowed by routes[0]"), "{e}");
+        // The longer prefix first is fine, and so is a sibling.
+        Config::from_yaml(&format!(
+            "{base}routes: [{{prefix: /x/y, upstream: up, queue: q}}, {{prefix: /x, upstream: up, queue: q}}, {{prefix: /xy, upstream: up, queue: q}}]\n"
+        ))
+        .unwrap();
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub mod path;
 pub mod proxy;
 pub mod queue;
 pub mod queues;
+pub mod reload;
 pub mod reply;
 pub mod server;
 pub mod shutdown;

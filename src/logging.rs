@@ -1,23 +1,155 @@
-//! Log set-up: `tracing` events, one line each, filtered by `RUST_LOG`.
+//! Logs: `tracing` events, one line each (text or JSON), written to stderr
+//! off the request path, with a filter that a reload can change.
+//!
+//! - The filter is `log.filter`, or `RUST_LOG` when that is set (then a
+//!   reload leaves it alone and says so).
+//! - Lines are handed to a writer thread (`tracing-appender`'s non-blocking
+//!   writer), so a request never waits on a `write(2)` to stderr: at tens of
+//!   thousands of requests a second, one system call per access line would
+//!   be a measured share of the proxy's time. If the writer falls 128,000
+//!   lines behind, further lines are dropped rather than requests slowed.
+//! - The access log (`log.access`) is one line per request at `info`,
+//!   target `waitgate::access`, written by the request record
+//!   (`proxy::rules::record`) for both HTTP paths.
+//! - [`warn_limited`] writes a repeated warning (a Redis outage fails every
+//!   request) at most once a second per cause, with the count it stood for.
 //!
 //! Pingora logs through the `log` crate; the subscriber's `log` bridge turns
 //! those records into events too, so one filter governs both.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{LazyLock, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use tracing_subscriber::EnvFilter;
+use tracing_appender::non_blocking::WorkerGuard;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{reload, EnvFilter, Layer, Registry};
 
-/// The filter when `RUST_LOG` is unset: waitgate's own events, and only
-/// warnings from its dependencies (Pingora is chatty at info).
-const DEFAULT_FILTER: &str = "warn,waitgate=info";
+use crate::config::{LogConfig, LogFormat, DEFAULT_LOG_FILTER};
 
-pub fn init() {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
-    // A second init (tests build several servers) is harmless: keep the first.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .try_init();
+static ACCESS: AtomicBool = AtomicBool::new(false);
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+/// Dropping it flushes the writer thread; taken by [`flush`].
+static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
+
+/// `RUST_LOG`, when set and not empty.
+fn env_filter() -> Option<String> {
+    std::env::var("RUST_LOG")
+        .ok()
+        .filter(|f| !f.trim().is_empty())
+}
+
+/// Sets up logging from the config. A second call (tests build several
+/// servers in one process) keeps the first subscriber.
+pub fn init(config: &LogConfig) {
+    ACCESS.store(config.access, Ordering::Relaxed);
+    let filter_text = env_filter().unwrap_or_else(|| config.filter.clone());
+    let filter = EnvFilter::builder()
+        .parse(&filter_text)
+        .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    let (filter, handle) = reload::Layer::new(filter);
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let ansi = std::io::stderr().is_terminal();
+    let format = match config.format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(ansi)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_writer(writer)
+            .boxed(),
+    };
+    let installed = tracing_subscriber::registry()
+        .with(filter)
+        .with(format)
+        .try_init()
+        .is_ok();
+    if installed {
+        let _ = FILTER.set(handle);
+        *GUARD.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
+    }
+}
+
+/// Applies a reloaded config's log settings: the access log switch, and the
+/// filter unless `RUST_LOG` fixes it. The format needs a restart.
+pub fn reload(config: &LogConfig) {
+    ACCESS.store(config.access, Ordering::Relaxed);
+    if env_filter().is_some() {
+        tracing::info!("log.filter not applied: RUST_LOG is set and wins");
+        return;
+    }
+    let Some(handle) = FILTER.get() else { return };
+    match EnvFilter::builder().parse(&config.filter) {
+        Ok(filter) => {
+            if handle.reload(filter).is_err() {
+                tracing::warn!("log.filter could not be applied");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "log.filter not applied"),
+    }
+}
+
+/// Whether to write one line per request.
+pub fn access_enabled() -> bool {
+    ACCESS.load(Ordering::Relaxed)
+}
+
+/// Writes out every line still queued for the writer thread. Called just
+/// before the process exits on its own.
+pub fn flush() {
+    drop(GUARD.lock().unwrap_or_else(|p| p.into_inner()).take());
+}
+
+/// When each cause last logged, and how many it has not logged since.
+static LIMITED: LazyLock<Mutex<HashMap<&'static str, (Instant, u64)>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// At most one line a second per cause.
+const LIMIT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Logs a warning for `cause` at most once a second; the line says how many
+/// occurrences it stands for (`count`, this one included).
+pub fn warn_limited(cause: &'static str, error: &dyn std::fmt::Display) {
+    if let Some(count) = due(cause, Instant::now()) {
+        tracing::warn!(cause, count, %error, "redis call failed");
+    }
+}
+
+/// `Some(count)` when `cause` may log at `now`: the occurrences since its
+/// last line, this one included.
+fn due(cause: &'static str, now: Instant) -> Option<u64> {
+    let mut limited = LIMITED.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = limited.entry(cause).or_insert((now - LIMIT_INTERVAL, 0));
+    entry.1 += 1;
+    if now.duration_since(entry.0) < LIMIT_INTERVAL {
+        return None;
+    }
+    let count = entry.1;
+    *entry = (now, 0);
+    Some(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_warning_is_written_once_a_second_with_its_count() {
+        let start = Instant::now() + Duration::from_secs(10);
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(due("test-a", at(0)), Some(1));
+        for ms in 1..=19 {
+            assert_eq!(due("test-a", at(ms * 50)), None);
+        }
+        // Another cause has its own budget.
+        assert_eq!(due("test-b", at(500)), Some(1));
+        assert_eq!(due("test-a", at(1000)), Some(20));
+        assert_eq!(due("test-a", at(1001)), None);
+    }
 }

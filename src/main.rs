@@ -10,7 +10,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = waitgate::cli::Cli::parse();
-    waitgate::logging::init();
     match waitgate::cli::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -28,6 +28,10 @@ pub struct Metrics {
     pub http_duration: HistogramVec,
     /// Open client connections on the proxy listener.
     pub connections: IntGauge,
+    /// 1 while Redis answers the probe, 0 while it does not.
+    pub redis_up: IntGauge,
+    /// SIGHUP reloads, by result (`ok`, `refused`).
+    pub reloads: IntCounterVec,
 }
 
 /// Label values of `waitgate_cleanup_removed_total{reason}`.
@@ -103,6 +107,37 @@ impl Metrics {
             .register(Box::new(connections.clone()))
             .expect("registered once");
 
+        let redis_up = IntGauge::new(
+            "waitgate_redis_up",
+            "1 while Redis answers this instance's probe (every second), else 0.",
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(redis_up.clone()))
+            .expect("registered once");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "waitgate_build_info",
+                "Always 1; the labels say which build runs.",
+            ),
+            &["version"],
+        )
+        .expect("static metric");
+        registry
+            .register(Box::new(build_info.clone()))
+            .expect("registered once");
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        // CPU seconds, resident memory, open and maximum file descriptors,
+        // start time: `process_*`, as every Prometheus exporter names them.
+        // Registering it twice (tests build several servers in one process)
+        // is refused harmlessly by the private registry.
+        #[cfg(target_os = "linux")]
+        let _ = registry.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ));
+
         let m = Metrics {
             admitted: counter(
                 &registry,
@@ -146,12 +181,19 @@ impl Metrics {
                 "Requests answered, by route and status.",
                 &["route", "status"],
             ),
+            reloads: counter(
+                &registry,
+                "waitgate_config_reloads_total",
+                "Config reloads (SIGHUP), by result: ok, or refused (the running config stays).",
+                &["result"],
+            ),
             registry,
             queue_waiting,
             queue_active,
             admission_rate,
             http_duration,
             connections,
+            redis_up,
         };
         for queue in config.queues.keys() {
             let q = queue.as_str();
@@ -169,6 +211,9 @@ impl Metrics {
         }
         for op in REDIS_OPS {
             m.redis_errors.with_label_values(&[op]);
+        }
+        for result in ["ok", "refused"] {
+            m.reloads.with_label_values(&[result]);
         }
         for reject in Reject::ALL {
             m.jwt_rejected.with_label_values(&[reject.reason()]);
@@ -215,7 +260,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_spec_metric_is_exported() {
+    fn every_documented_metric_is_exported() {
         let config = Config::from_yaml(
             "redis: {url: 'redis://x:1'}\nqueues: {baseball: {}}\nupstreams: {}\nroutes: []\n",
         )
@@ -233,6 +278,11 @@ mod tests {
             "waitgate_jwt_rejected_total{reason=\"expired\"}",
             "waitgate_http_requests_total{route=\"register\",status=\"200\"}",
             "waitgate_http_request_duration_seconds_bucket{route=\"register\"",
+            "waitgate_redis_up 0",
+            "waitgate_build_info{version=\"",
+            "process_open_fds ",
+            "process_resident_memory_bytes ",
+            "process_cpu_seconds_total ",
         ] {
             assert!(text.contains(name), "missing {name}");
         }

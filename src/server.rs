@@ -2,7 +2,11 @@
 //! background services, from one validated [`Config`].
 
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
 
 use pingora::listeners::ListenerConfig;
 use pingora::protocols::l4::stream::L4BufferSettings;
@@ -12,10 +16,10 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
-use crate::background::{Admission, Cleanup, Sampler, Shared};
+use crate::background::{Admission, Cleanup, Probe, Sampler, Shared};
 use crate::config::Config;
 use crate::edge::jwt::Tokens;
-use crate::edge::secret::Secret;
+use crate::edge::secret::Keys;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
 use crate::proxy::lane::DirectLane;
@@ -25,6 +29,7 @@ use crate::proxy::Gate;
 use crate::queue::credential::Credentials;
 use crate::queue::QueueApi;
 use crate::queues::Queues;
+use crate::reload::Reloader;
 use crate::shutdown::{Drain, InFlight};
 use crate::store::Store;
 
@@ -44,7 +49,8 @@ pub enum StartError {
 }
 
 /// Builds the whole server, ready to [`run`].
-pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
+/// `path` is the file `config` came from: a SIGHUP reads it again.
+pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartError> {
     // Pingora reports a port in use by panicking in a service thread; check
     // first so the operator gets one line that names the key.
     check_bindable("listen", config.listen)?;
@@ -72,10 +78,11 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let in_flight = Arc::new(InFlight::default());
 
     let metrics = Arc::new(Metrics::new(config));
-    let tokens = Arc::new(Tokens::new(secret, &config.jwt));
-    let routes = Arc::new(RouteTable::build(config)?);
-    let credentials = Credentials::new(secret);
-    let queues = Arc::new(Queues::new(config));
+    let tokens = Arc::new(Tokens::with_keys(keys, &config.jwt));
+    let routes = Arc::new(ArcSwap::from_pointee(RouteTable::build(config)?));
+    let credentials = Credentials::with_keys(keys);
+    let queues = Arc::new(ArcSwap::from_pointee(Queues::new(config)));
+    let (reloaded, reloaded_rx) = watch::channel(0u64);
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
@@ -86,18 +93,18 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     ));
     let trusted = TrustedProxies::new(config.trusted_proxies.clone());
     let direct = config.direct_lane.then(|| {
-        DirectLane::new(
-            routes.clone(),
+        Arc::new(DirectLane::new(
+            routes.load_full(),
             tokens.clone(),
             api.clone(),
             metrics.clone(),
             in_flight.clone(),
             trusted.clone(),
-        )
+        ))
     });
     let gate = Gate::new(
         api,
-        routes,
+        routes.clone(),
         tokens,
         in_flight.clone(),
         metrics.clone(),
@@ -112,7 +119,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
         pingora::proxy::http_proxy(&server.configuration, gate),
         limits,
         metrics.connections.clone(),
-        direct,
+        direct.clone(),
     );
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(
@@ -124,11 +131,25 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
     let shared = Shared {
         store: control.clone(),
         metrics: metrics.clone(),
-        queues,
+        queues: queues.clone(),
+        reloaded: reloaded_rx,
     };
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
-    server.add_service(background_service("sampler", Sampler(shared)));
+    server.add_service(background_service("sampler", Sampler(shared.clone())));
+    server.add_service(background_service("probe", Probe(shared)));
+    server.add_service(background_service(
+        "reload",
+        Reloader {
+            path: path.to_path_buf(),
+            current: std::sync::Mutex::new(config.clone()),
+            routes,
+            lane: direct,
+            queues,
+            reloaded,
+            metrics: metrics.clone(),
+        },
+    ));
 
     let mut admin = Service::new(
         "waitgate admin".to_string(),
@@ -141,7 +162,7 @@ pub fn build(config: &Config, secret: &Secret) -> Result<Server, StartError> {
 
     server.add_service(background_service(
         "drain",
-        Drain::new(in_flight, config.grace_period),
+        Drain::new(in_flight, config.grace_period, crate::logging::flush),
     ));
     Ok(server)
 }

@@ -44,11 +44,17 @@ impl Drop for InFlightGuard {
 pub struct Drain {
     in_flight: Arc<InFlight>,
     grace: Duration,
+    /// Runs just before the process exits (writes out buffered log lines).
+    before_exit: fn(),
 }
 
 impl Drain {
-    pub fn new(in_flight: Arc<InFlight>, grace: Duration) -> Drain {
-        Drain { in_flight, grace }
+    pub fn new(in_flight: Arc<InFlight>, grace: Duration, before_exit: fn()) -> Drain {
+        Drain {
+            in_flight,
+            grace,
+            before_exit,
+        }
     }
 }
 
@@ -77,6 +83,7 @@ impl BackgroundService for Drain {
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "drained, exiting"
                     );
+                    (self.before_exit)();
                     std::process::exit(0);
                 }
             } else {
@@ -91,6 +98,7 @@ impl BackgroundService for Drain {
             grace_s = self.grace.as_secs(),
             "grace period over, exiting with requests in flight"
         );
+        (self.before_exit)();
         std::process::exit(0);
     }
 }

@@ -80,6 +80,28 @@ fn a_bad_config_is_one_line_naming_the_key() {
 }
 
 #[test]
+fn the_check_resolves_upstream_names_and_refuses_shadowed_routes() {
+    let base = "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\n";
+    // `.invalid` never resolves (RFC 6761).
+    let e = check_fails(
+        &format!("{base}upstreams: {{up: {{address: 'no-such-host.invalid:80'}}}}\nroutes: [{{prefix: /x, upstream: up, queue: q}}]\n"),
+        Some(SECRET_B64),
+    );
+    assert!(
+        e.contains("upstreams.up.address") && e.contains("no-such-host.invalid"),
+        "{e}"
+    );
+    let e = check_fails(
+        &format!("{base}upstreams: {{up: {{address: 'localhost:80'}}}}\nroutes: [{{prefix: /api, upstream: up, queue: q}}, {{prefix: /api/v2, upstream: up, queue: q}}]\n"),
+        Some(SECRET_B64),
+    );
+    assert!(
+        e.contains("routes[1].prefix") && e.contains("shadowed"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_missing_short_or_garbled_secret_stops_start_up() {
     let e = check_fails(GOOD, None);
     assert!(e.contains("JWT_SECRET"), "{e}");

@@ -9,10 +9,12 @@
 
 mod admission;
 mod cleanup;
+mod probe;
 mod sampler;
 mod shared;
 
 pub use admission::Admission;
 pub use cleanup::Cleanup;
+pub use probe::{Probe, PROBE_INTERVAL};
 pub use sampler::{Sampler, SAMPLE_INTERVAL};
 pub use shared::Shared;

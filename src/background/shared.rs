@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use pingora::server::ShutdownWatch;
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::metrics::Metrics;
@@ -17,24 +19,47 @@ use crate::store::Store;
 pub struct Shared {
     pub store: Arc<Store>,
     pub metrics: Arc<Metrics>,
-    pub queues: Arc<Queues>,
+    /// Replaced whole by a reload, which then bumps `reloaded`.
+    pub queues: Arc<ArcSwap<Queues>>,
+    pub reloaded: watch::Receiver<u64>,
 }
 
-/// Runs `job` once per queue until shutdown; dropping the set on return
-/// cancels the loops between two Redis calls' awaits, never inside a
-/// script (a script is one atomic command on the Redis side).
+/// Runs `job` once per queue until shutdown, and again for the new queues
+/// after each reload. Dropping a set of loops cancels them between two
+/// Redis calls' awaits, never inside a script (a script is one atomic
+/// command on the Redis side); every loop keeps its state in Redis, so a
+/// restarted loop carries on where the old one stopped.
 pub(super) async fn run_per_queue<F, Fut>(shared: &Shared, mut shutdown: ShutdownWatch, job: F)
 where
     F: Fn(Shared, Arc<Queue>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let mut loops = JoinSet::new();
-    for queue in shared.queues.iter() {
-        loops.spawn(job(shared.clone(), queue.clone()));
+    let mut reloaded = shared.reloaded.clone();
+    loop {
+        let mut loops = JoinSet::new();
+        for queue in shared.queues.load().iter() {
+            loops.spawn(job(shared.clone(), queue.clone()));
+        }
+        tokio::select! {
+            // Shutdown, or the server dropped the sender.
+            _ = shutdown.changed() => {
+                loops.shutdown().await;
+                return;
+            }
+            changed = reloaded.changed() => {
+                loops.shutdown().await;
+                if changed.is_err() {
+                    // Nothing can reload any more: run these until shutdown.
+                    for queue in shared.queues.load().iter() {
+                        loops.spawn(job(shared.clone(), queue.clone()));
+                    }
+                    let _ = shutdown.changed().await;
+                    loops.shutdown().await;
+                    return;
+                }
+            }
+        }
     }
-    // Returns on shutdown, or if the server dropped the sender.
-    let _ = shutdown.changed().await;
-    loops.shutdown().await;
 }
 
 /// Logs a Redis failure once when it starts and once when it ends, not on

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::JwtConfig;
 use crate::edge::cache::{Verified, VerifiedTokens};
-use crate::edge::secret::Secret;
+use crate::edge::secret::{Keys, Secret};
 use crate::error::ApiError;
 
 /// The role an admitted user's token carries.
@@ -184,10 +184,14 @@ impl Reject {
     }
 }
 
-/// Signs and checks tokens with one key and one policy.
+/// Signs tokens with the current key and checks them with the current or,
+/// during a rotation, the previous one; one policy.
 pub struct Tokens {
     encoding: EncodingKey,
-    decoding: DecodingKey,
+    /// The current key's id, put in the `kid` header of every new token.
+    kid: String,
+    /// The keys that verify, current first, each with its id.
+    decoding: Vec<(String, DecodingKey)>,
     validation: Validation,
     issuer: String,
     audience: String,
@@ -208,7 +212,12 @@ pub fn now_s() -> u64 {
 }
 
 impl Tokens {
+    /// One key, no rotation.
     pub fn new(secret: &Secret, config: &JwtConfig) -> Tokens {
+        Tokens::with_keys(&Keys::single(secret.clone()), config)
+    }
+
+    pub fn with_keys(keys: &Keys, config: &JwtConfig) -> Tokens {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.algorithms = vec![Algorithm::HS256];
         validation.leeway = config.leeway.as_secs();
@@ -218,8 +227,12 @@ impl Tokens {
         validation.set_audience(&[&config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         Tokens {
-            encoding: EncodingKey::from_secret(secret.as_bytes()),
-            decoding: DecodingKey::from_secret(secret.as_bytes()),
+            encoding: EncodingKey::from_secret(keys.current.as_bytes()),
+            kid: keys.current.kid(),
+            decoding: keys
+                .all()
+                .map(|key| (key.kid(), DecodingKey::from_secret(key.as_bytes())))
+                .collect(),
             validation,
             issuer: config.issuer.clone(),
             audience: config.audience.clone(),
@@ -249,7 +262,9 @@ impl Tokens {
             exp,
             jti: URL_SAFE_NO_PAD.encode(jti),
         };
-        let token = encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).ok()?;
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(self.kid.clone());
+        let token = encode(&header, &claims, &self.encoding).ok()?;
         Some(Issued {
             token,
             expires_in: exp - now,
@@ -306,14 +321,31 @@ impl Tokens {
 
     /// Every check but the route's queue, on a token not seen before.
     fn verify(&self, token: &str, now: u64) -> Result<Verified, Reject> {
-        match jsonwebtoken::decode_header(token) {
-            Ok(header) if header.alg == Algorithm::HS256 => {}
+        let kid = match jsonwebtoken::decode_header(token) {
+            Ok(header) if header.alg == Algorithm::HS256 => header.kid,
             Ok(_) => return Err(Reject::Algorithm),
             Err(_) => return Err(header_reject(token)),
+        };
+        // A token names its key; one without a `kid` (made before keys had
+        // ids) is tried with each. An id that names none of our keys cannot
+        // have a signature we made.
+        let mut keys = self
+            .decoding
+            .iter()
+            .filter(|(id, _)| kid.as_deref().is_none_or(|kid| kid == id))
+            .peekable();
+        if keys.peek().is_none() {
+            return Err(Reject::Signature);
         }
-        let claims = decode::<CheckedClaims>(token, &self.decoding, &self.validation)
-            .map_err(|e| map_error(e.kind()))?
-            .claims;
+        let mut outcome = Err(Reject::Signature);
+        for (_, key) in keys {
+            outcome = decode::<CheckedClaims>(token, key, &self.validation)
+                .map_err(|e| map_error(e.kind()));
+            if !matches!(outcome, Err(Reject::Signature)) {
+                break;
+            }
+        }
+        let claims = outcome?.claims;
 
         let (Some(sub), Some(exp)) = (claims.sub, claims.exp) else {
             return Err(Reject::MissingClaim);
@@ -435,6 +467,55 @@ mod tests {
 
     fn secret() -> Secret {
         Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap()
+    }
+
+    fn other_secret() -> Secret {
+        Secret::from_base64(&URL_SAFE_NO_PAD.encode([7u8; 32])).unwrap()
+    }
+
+    #[test]
+    fn a_rotation_keeps_old_tokens_until_the_previous_key_goes() {
+        let now = now_s();
+        let until = (now + 60) * 1000;
+        let old = Tokens::new(&secret(), &config());
+        let old_token = old.issue("u1", "baseball", until, now).unwrap().token;
+        let header = jsonwebtoken::decode_header(&old_token).unwrap();
+        assert_eq!(header.kid.as_deref(), Some(secret().kid().as_str()));
+
+        let rotating = Tokens::with_keys(
+            &Keys {
+                current: other_secret(),
+                previous: Some(secret()),
+            },
+            &config(),
+        );
+        let bearer = |t: &str| format!("Bearer {t}");
+        let check = |tokens: &Tokens, t: &str| {
+            tokens.check(std::iter::once(bearer(t).as_bytes()), "baseball", now)
+        };
+        assert!(check(&rotating, &old_token).is_ok());
+        let new_token = rotating.issue("u1", "baseball", until, now).unwrap().token;
+        let header = jsonwebtoken::decode_header(&new_token).unwrap();
+        assert_eq!(header.kid.as_deref(), Some(other_secret().kid().as_str()));
+        assert!(check(&rotating, &new_token).is_ok());
+
+        let rotated = Tokens::new(&other_secret(), &config());
+        assert_eq!(check(&rotated, &old_token).unwrap_err(), Reject::Signature);
+        assert!(check(&rotated, &new_token).is_ok());
+        assert_eq!(check(&old, &new_token).unwrap_err(), Reject::Signature);
+
+        // A token without a kid (made before keys had ids) is tried with
+        // each key.
+        let claims = json!({"sub": "u1", "role": ACTIVE_USER, "queue": "baseball",
+            "iss": "waitgate", "aud": "ticketing", "iat": now, "exp": now + 60});
+        let no_kid = encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret().as_bytes()),
+        )
+        .unwrap();
+        assert!(check(&rotating, &no_kid).is_ok());
+        assert_eq!(check(&rotated, &no_kid).unwrap_err(), Reject::Signature);
     }
 
     fn tokens() -> Tokens {

@@ -99,11 +99,16 @@ pub struct Guarded<A> {
     limits: Limits,
     /// The open-connection count, kept in the metric that exports it.
     open: IntGauge,
-    direct: Option<DirectLane>,
+    direct: Option<Arc<DirectLane>>,
 }
 
 impl<A> Guarded<A> {
-    pub fn new(inner: A, limits: Limits, open: IntGauge, direct: Option<DirectLane>) -> Guarded<A> {
+    pub fn new(
+        inner: A,
+        limits: Limits,
+        open: IntGauge,
+        direct: Option<Arc<DirectLane>>,
+    ) -> Guarded<A> {
         Guarded {
             inner: Arc::new(inner),
             limits,

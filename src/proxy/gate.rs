@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use http::{HeaderName, Method, Version};
 use pingora::http::{RequestHeader, ResponseHeader};
@@ -39,7 +40,10 @@ pub struct RequestCtx {
     pub peer: Peer,
     /// The queue API endpoint, when the request was one.
     pub endpoint: Option<Endpoint>,
-    /// The protected route, once chosen.
+    /// The route table the request was decided with (a reload may replace
+    /// the table while the request runs), and the protected route in it,
+    /// once chosen.
+    pub routes: Option<Arc<RouteTable>>,
     pub route: Option<usize>,
     /// Who the verified token speaks for, for the identity headers.
     pub identity: Option<Identity>,
@@ -55,7 +59,8 @@ pub struct RequestCtx {
 /// The proxy: the queue API plus the protected routes.
 pub struct Gate {
     api: Arc<QueueApi>,
-    routes: Arc<RouteTable>,
+    /// Replaced whole by a reload.
+    routes: Arc<ArcSwap<RouteTable>>,
     tokens: Arc<Tokens>,
     /// Counts requests under way, so that SIGTERM can exit as soon as they
     /// are done instead of sleeping out the whole grace period.
@@ -68,7 +73,7 @@ pub struct Gate {
 impl Gate {
     pub fn new(
         api: Arc<QueueApi>,
-        routes: Arc<RouteTable>,
+        routes: Arc<ArcSwap<RouteTable>>,
         tokens: Arc<Tokens>,
         in_flight: Arc<InFlight>,
         metrics: Arc<Metrics>,
@@ -86,9 +91,15 @@ impl Gate {
         }
     }
 
-    /// Decides what to do with a request Pingora has parsed. `target` is
-    /// the request target as received (see [`request_target`]).
-    pub fn decide(&self, header: &RequestHeader, target: &[u8], now: u64) -> Decision {
+    /// Decides what to do with a request Pingora has parsed, with `routes`.
+    /// `target` is the request target as received (see [`request_target`]).
+    pub fn decide(
+        &self,
+        routes: &RouteTable,
+        header: &RequestHeader,
+        target: &[u8],
+        now: u64,
+    ) -> Decision {
         let list = fields(&header.headers);
         let head = RequestHead {
             method: header.method.as_str(),
@@ -96,7 +107,7 @@ impl Gate {
             target,
             fields: list.iter().copied(),
         };
-        decide(&self.routes, &self.tokens, &head, now)
+        decide(routes, &self.tokens, &head, now)
     }
 }
 
@@ -124,6 +135,7 @@ impl ProxyHttp for Gate {
             request_id: String::new(),
             peer: Peer::new(None, &self.trusted),
             endpoint: None,
+            routes: None,
             route: None,
             identity: None,
             upgrade: false,
@@ -141,7 +153,10 @@ impl ProxyHttp for Gate {
         let target = request_target(&raw_head)
             .unwrap_or_else(|| session.req_header().raw_path())
             .to_vec();
-        let mut reply = match self.decide(session.req_header(), &target, jwt::now_s()) {
+        let routes = self.routes.load_full();
+        let decision = self.decide(&routes, session.req_header(), &target, jwt::now_s());
+        ctx.routes = Some(routes);
+        let mut reply = match decision {
             Decision::Forward {
                 route,
                 identity,
@@ -195,8 +210,10 @@ impl ProxyHttp for Gate {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        ctx.route
-            .and_then(|i| self.routes.get(i))
+        ctx.routes
+            .as_ref()
+            .zip(ctx.route)
+            .and_then(|(routes, i)| routes.get(i))
             .map(|route| route.peer())
             .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route chosen"))
     }
@@ -317,7 +334,11 @@ impl ProxyHttp for Gate {
             .status
             .or_else(|| session.response_written().map(|r| r.status.as_u16()))
             .unwrap_or(0);
-        let route = ctx.route.and_then(|i| self.routes.get(i));
+        let route = ctx
+            .routes
+            .as_ref()
+            .zip(ctx.route)
+            .and_then(|(routes, i)| routes.get(i));
         let label = match (ctx.endpoint, route) {
             (Some(endpoint), _) => endpoint.name(),
             (None, Some(route)) => route.prefix.as_str(),
@@ -378,13 +399,13 @@ routes:
         let metrics = Arc::new(Metrics::new(&config));
         let api = Arc::new(QueueApi::new(
             &config,
-            Arc::new(Queues::new(&config)),
+            Arc::new(ArcSwap::from_pointee(Queues::new(&config))),
             store,
             tokens.clone(),
             Credentials::new(&secret),
             metrics.clone(),
         ));
-        let routes = Arc::new(RouteTable::build(&config).unwrap());
+        let routes = Arc::new(ArcSwap::from_pointee(RouteTable::build(&config).unwrap()));
         let gate = Gate::new(
             api,
             routes,
@@ -418,7 +439,7 @@ routes:
         /// Decides on the target as Pingora parsed it (unit tests have no
         /// raw request line).
         fn decide_parsed(&self, header: &RequestHeader, now: u64) -> Decision {
-            self.decide(header, header.raw_path(), now)
+            self.decide(&self.routes.load(), header, header.raw_path(), now)
         }
     }
 

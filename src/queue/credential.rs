@@ -25,7 +25,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::edge::secret::Secret;
+use crate::edge::secret::{Keys, Secret};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -41,10 +41,12 @@ pub const MAX_LEN: usize = 256;
 /// Separates the credential key from every other use of `JWT_SECRET`.
 const KEY_LABEL: &[u8] = b"waitgate queue credential v1";
 
-/// Makes and checks credentials. Built once from the JWT secret.
+/// Makes credentials with the current key and checks them with the current
+/// or, during a rotation, the previous one. Built once from the JWT keys.
 #[derive(Clone)]
 pub struct Credentials {
-    key: HmacSha256,
+    /// The current key first.
+    keys: Vec<HmacSha256>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -54,15 +56,14 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
+    /// One key, no rotation.
     pub fn new(secret: &Secret) -> Credentials {
-        // K = HMAC(JWT_SECRET, label): a key of its own, so that no credential
-        // is ever a valid HS256 signature and the other way round.
-        let mut derive =
-            HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
-        derive.update(KEY_LABEL);
-        let key = derive.finalize().into_bytes();
+        Credentials::with_keys(&Keys::single(secret.clone()))
+    }
+
+    pub fn with_keys(keys: &Keys) -> Credentials {
         Credentials {
-            key: HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length"),
+            keys: keys.all().map(derive).collect(),
         }
     }
 
@@ -70,7 +71,8 @@ impl Credentials {
     pub fn issue(&self, queue: &str, user: &str, arrival: u64) -> String {
         let mut raw = [0u8; BYTES];
         raw[..ARRIVAL].copy_from_slice(&arrival.to_be_bytes());
-        raw[ARRIVAL..].copy_from_slice(&self.tag(queue, user, arrival)[..TAG]);
+        let tag = keyed(&self.keys[0], queue, user, arrival).finalize();
+        raw[ARRIVAL..].copy_from_slice(&tag.into_bytes()[..TAG]);
         URL_SAFE_NO_PAD.encode(raw)
     }
 
@@ -87,30 +89,39 @@ impl Credentials {
             _ => return None,
         }
         let arrival = u64::from_be_bytes(raw[..ARRIVAL].try_into().expect("8 bytes"));
-        self.keyed(queue, user, arrival)
-            .verify_truncated_left(&raw[ARRIVAL..])
-            .ok()?;
-        Some(arrival)
+        // Each key is checked in constant time; which key matched, or that
+        // none did, is all a timing could tell.
+        self.keys
+            .iter()
+            .any(|key| {
+                keyed(key, queue, user, arrival)
+                    .verify_truncated_left(&raw[ARRIVAL..])
+                    .is_ok()
+            })
+            .then_some(arrival)
     }
+}
 
-    fn tag(&self, queue: &str, user: &str, arrival: u64) -> [u8; 32] {
-        self.keyed(queue, user, arrival)
-            .finalize()
-            .into_bytes()
-            .into()
-    }
+/// K = HMAC(JWT key, label): a key of its own, so that no credential is ever
+/// a valid HS256 signature and the other way round.
+fn derive(secret: &Secret) -> HmacSha256 {
+    let mut derive =
+        HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    derive.update(KEY_LABEL);
+    let key = derive.finalize().into_bytes();
+    HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length")
+}
 
-    /// The MAC over the three fields, each length-prefixed so that no two
-    /// different (queue, user) pairs feed it the same bytes.
-    fn keyed(&self, queue: &str, user: &str, arrival: u64) -> HmacSha256 {
-        let mut mac = self.key.clone();
-        for field in [queue.as_bytes(), user.as_bytes()] {
-            mac.update(&(field.len() as u32).to_be_bytes());
-            mac.update(field);
-        }
-        mac.update(&arrival.to_be_bytes());
-        mac
+/// The MAC over the three fields, each length-prefixed so that no two
+/// different (queue, user) pairs feed it the same bytes.
+fn keyed(key: &HmacSha256, queue: &str, user: &str, arrival: u64) -> HmacSha256 {
+    let mut mac = key.clone();
+    for field in [queue.as_bytes(), user.as_bytes()] {
+        mac.update(&(field.len() as u32).to_be_bytes());
+        mac.update(field);
     }
+    mac.update(&arrival.to_be_bytes());
+    mac
 }
 
 #[cfg(test)]
@@ -133,6 +144,21 @@ mod tests {
             c.check("baseball", "user_10", &issued),
             Some(1_795_000_000_123_456)
         );
+    }
+
+    #[test]
+    fn a_rotation_keeps_old_credentials_until_the_previous_key_goes() {
+        let key = |byte: u8| Secret::from_base64(&URL_SAFE_NO_PAD.encode([byte; 32])).unwrap();
+        let old = credentials(1).issue("baseball", "user_10", 42);
+        let rotating = Credentials::with_keys(&Keys {
+            current: key(2),
+            previous: Some(key(1)),
+        });
+        assert_eq!(rotating.check("baseball", "user_10", &old), Some(42));
+        let new = rotating.issue("baseball", "user_10", 43);
+        assert_eq!(credentials(2).check("baseball", "user_10", &new), Some(43));
+        assert_eq!(credentials(1).check("baseball", "user_10", &new), None);
+        assert_eq!(credentials(2).check("baseball", "user_10", &old), None);
     }
 
     #[test]
@@ -185,6 +211,10 @@ mod tests {
         }
         direct.update(&7u64.to_be_bytes());
         let direct: [u8; 32] = direct.finalize().into_bytes().into();
-        assert_ne!(direct, c.tag("q", "u", 7));
+        let tag: [u8; 32] = keyed(&c.keys[0], "q", "u", 7)
+            .finalize()
+            .into_bytes()
+            .into();
+        assert_ne!(direct, tag);
     }
 }

@@ -16,6 +16,7 @@ pub mod token;
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use pingora::proxy::Session;
 
 use crate::config::Config;
@@ -30,7 +31,8 @@ use credential::Credentials;
 
 /// The queue API: the queues and the store behind them.
 pub struct QueueApi {
-    queues: Arc<Queues>,
+    /// Replaced whole by a reload.
+    queues: Arc<ArcSwap<Queues>>,
     store: Arc<Store>,
     tokens: Arc<Tokens>,
     credentials: Credentials,
@@ -42,7 +44,7 @@ pub struct QueueApi {
 impl QueueApi {
     pub fn new(
         config: &Config,
-        queues: Arc<Queues>,
+        queues: Arc<ArcSwap<Queues>>,
         store: Arc<Store>,
         tokens: Arc<Tokens>,
         credentials: Credentials,
@@ -75,8 +77,8 @@ impl QueueApi {
     }
 
     /// The queue a request names, or the only one when it names none.
-    fn queue(&self, name: Option<&str>) -> Result<&Queue, ApiError> {
-        self.queues.find(name).map(|q| &**q)
+    fn queue(&self, name: Option<&str>) -> Result<Arc<Queue>, ApiError> {
+        self.queues.load().find(name).cloned()
     }
 
     pub fn store(&self) -> &Store {
@@ -108,9 +110,8 @@ impl QueueApi {
     fn unavailable(&self, endpoint: Endpoint, error: StoreError) -> ApiError {
         self.metrics.redis_error(endpoint.name());
         match &error {
-            StoreError::Unavailable(_) => {
-                tracing::warn!(op = endpoint.name(), %error, "redis call failed")
-            }
+            // An outage fails every request: one line a second says so.
+            StoreError::Unavailable(_) => crate::logging::warn_limited(endpoint.name(), &error),
             StoreError::Failed(_) => {
                 tracing::error!(op = endpoint.name(), %error, "redis call failed")
             }

@@ -30,7 +30,7 @@ async fn rank(api: &QueueApi, query: Option<&str>) -> Result<Reply, ApiError> {
         .rank(&queue.keys, user.as_str(), &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
-    outcome(queue, &user, position)
+    outcome(&queue, &user, position)
 }
 
 /// What the store's answer means for the client.

@@ -50,7 +50,7 @@ async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply>
         .register(&queue.keys, request.user.as_str(), &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Register, e))?;
-    let (result, reply) = outcome(queue, &request.user, registration, |arrival| {
+    let (result, reply) = outcome(&queue, &request.user, registration, |arrival| {
         api.credentials()
             .issue(&queue.name, request.user.as_str(), arrival)
     });

@@ -280,10 +280,16 @@ impl Waitgate {
     /// waitgate reports a listen failure, the ports are picked again (and
     /// replaced in the config) a few times; use `addr`/`admin`, not `ports`.
     pub fn start(config: &str, ports: &Ports) -> Waitgate {
+        Waitgate::start_env(config, ports, &[])
+    }
+
+    /// [`Waitgate::start`] with extra environment variables (which may
+    /// replace `JWT_SECRET` and `RUST_LOG`).
+    pub fn start_env(config: &str, ports: &Ports, env: &[(&str, &str)]) -> Waitgate {
         let mut config = config.to_string();
         let (mut listen, mut admin) = (ports.listen, ports.admin);
         for _ in 0..5 {
-            match Waitgate::try_start(&config, listen, admin) {
+            match Waitgate::try_start(&config, listen, admin, env) {
                 Ok(wg) => return wg,
                 Err(log) if log.contains("cannot listen") => {
                     let (new_listen, new_admin) = (free_port(), free_port());
@@ -311,7 +317,12 @@ impl Waitgate {
         panic!("waitgate found no free ports in 5 tries");
     }
 
-    fn try_start(config: &str, listen: u16, admin: u16) -> Result<Waitgate, String> {
+    fn try_start(
+        config: &str,
+        listen: u16,
+        admin: u16,
+        env: &[(&str, &str)],
+    ) -> Result<Waitgate, String> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("waitgate.yaml");
         std::fs::write(&path, config).unwrap();
@@ -321,6 +332,7 @@ impl Waitgate {
             .arg(&path)
             .env("JWT_SECRET", SECRET_B64)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -350,6 +362,11 @@ impl Waitgate {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("waitgate.log")).unwrap_or_default()
+    }
+
+    /// The config file the process was started with (a reload reads it).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("waitgate.yaml")
     }
 
     pub fn pid(&self) -> u32 {
@@ -413,6 +430,11 @@ pub struct Response {
 }
 
 impl Response {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

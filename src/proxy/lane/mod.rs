@@ -35,10 +35,10 @@ pub mod response;
 
 pub use io::Lane;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
 use pingora::protocols::Stream;
 
@@ -60,16 +60,60 @@ pub const MAX_HEAD: usize = 16 * 1024;
 /// Header slots for parsing a request; one with more is handed to the proxy.
 const MAX_HEADERS: usize = 64;
 
-/// The lane: the routes, and a pool per upstream.
-pub struct DirectLane {
+/// The routes the lane serves and a pool per upstream: replaced whole when
+/// the config is reloaded.
+pub struct LaneTable {
     routes: Arc<RouteTable>,
+    /// Per route, in route order; `None` for TLS upstreams.
+    pools: Vec<Option<Arc<Pool>>>,
+}
+
+impl LaneTable {
+    /// Routes to the same address share its pool; a pool of `old` for the
+    /// same address and timeouts is kept, with its idle connections.
+    fn build(routes: Arc<RouteTable>, old: Option<&LaneTable>) -> LaneTable {
+        let mut pools_by_addr: Vec<Arc<Pool>> = old
+            .map(|t| t.pools.iter().flatten().cloned().collect())
+            .unwrap_or_default();
+        let pools = routes
+            .iter()
+            .map(|route| {
+                if route.tls {
+                    return None;
+                }
+                let same = |p: &&Arc<Pool>| {
+                    p.addr == route.addr
+                        && p.connect_timeout == route.connect_timeout
+                        && p.read_timeout == route.read_timeout
+                };
+                if let Some(pool) = pools_by_addr.iter().find(same) {
+                    return Some(pool.clone());
+                }
+                let pool = Arc::new(Pool::new(
+                    route.addr,
+                    route.connect_timeout,
+                    route.read_timeout,
+                ));
+                pools_by_addr.push(pool.clone());
+                Some(pool)
+            })
+            .collect();
+        LaneTable { routes, pools }
+    }
+
+    fn pool(&self, route: usize) -> Option<&Pool> {
+        self.pools.get(route)?.as_deref()
+    }
+}
+
+/// The lane: its table, and what it shares with the proxy.
+pub struct DirectLane {
+    table: ArcSwap<LaneTable>,
     tokens: Arc<Tokens>,
     api: Arc<QueueApi>,
     metrics: Arc<Metrics>,
     in_flight: Arc<InFlight>,
     trusted: TrustedProxies,
-    /// Per route, in route order; `None` for TLS upstreams.
-    pools: Vec<Option<Arc<Pool>>>,
 }
 
 impl DirectLane {
@@ -81,33 +125,22 @@ impl DirectLane {
         in_flight: Arc<InFlight>,
         trusted: TrustedProxies,
     ) -> DirectLane {
-        // Routes to the same upstream share its pool.
-        let mut by_name: BTreeMap<&str, Arc<Pool>> = BTreeMap::new();
-        let pools = routes
-            .iter()
-            .map(|route| {
-                if route.tls {
-                    return None;
-                }
-                let pool = by_name.entry(&route.upstream).or_insert_with(|| {
-                    Arc::new(Pool::new(
-                        route.addr,
-                        route.connect_timeout,
-                        route.read_timeout,
-                    ))
-                });
-                Some(pool.clone())
-            })
-            .collect();
         DirectLane {
-            routes,
+            table: ArcSwap::from_pointee(LaneTable::build(routes, None)),
             tokens,
             api,
             metrics,
             in_flight,
             trusted,
-            pools,
         }
+    }
+
+    /// Serves `routes` from now on (a reload). Requests under way finish
+    /// with the table they started with.
+    pub fn update(&self, routes: Arc<RouteTable>) {
+        let old = self.table.load_full();
+        self.table
+            .store(Arc::new(LaneTable::build(routes, Some(&old))));
     }
 
     /// The far end of a client connection, as the forwarding headers see it.
@@ -116,10 +149,6 @@ impl DirectLane {
             .get_socket_digest()
             .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).copied());
         Peer::new(addr, &self.trusted)
-    }
-
-    fn pool(&self, route: usize) -> Option<&Pool> {
-        self.pools.get(route)?.as_deref()
     }
 
     /// Serves the next request of a connection if it is one for the lane.
@@ -139,13 +168,14 @@ impl DirectLane {
         if pending.len() > MAX_HEAD {
             return Lane::Pass;
         }
+        let table = self.table.load_full();
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut request = httparse::Request::new(&mut headers);
         let taken = match request.parse(pending) {
             Ok(httparse::Status::Complete(consumed)) => match request::take(
-                &self.routes,
+                &table.routes,
                 &self.tokens,
-                |route| self.pool(route).is_some(),
+                |route| table.pool(route).is_some(),
                 &request,
                 consumed,
                 peer,
@@ -184,11 +214,11 @@ impl DirectLane {
         };
         let lane = match &take {
             Take::Forward(plan) => {
-                let route = self.routes.get(plan.route);
+                let route = table.routes.get(plan.route);
                 record.route = route.map_or("other", |r| r.prefix.as_str());
                 record.queue = Some(&plan.identity.queue);
                 record.user = Some(&plan.identity.user);
-                let Some(pool) = self.pool(plan.route) else {
+                let Some(pool) = table.pool(plan.route) else {
                     return Lane::Closed;
                 };
                 let outcome = relay::forward(pool, plan, client, close, &request_id).await;

@@ -28,13 +28,16 @@ pub struct Record<'a> {
 
 impl Record<'_> {
     /// Counts the request and writes its access-log line (target
-    /// `waitgate::access`): at debug level, or at warn when the request
-    /// failed, so that a failure is logged once, whichever path served it.
+    /// `waitgate::access`): at `info` when the access log is on, and at
+    /// `warn` whether it is on or not when the request failed upstream, so
+    /// that a failure is one line, whichever path served it.
     pub fn finish(&self, metrics: &Metrics) {
         let seconds = self.elapsed.as_secs_f64();
         if self.status > 0 {
             metrics.observe_request(self.route, self.status, seconds);
         }
+        // Milliseconds with microseconds: what people read, still exact.
+        let duration_ms = self.elapsed.as_micros() as f64 / 1000.0;
         if let Some(error) = self.error {
             tracing::warn!(
                 target: "waitgate::access",
@@ -43,25 +46,29 @@ impl Record<'_> {
                 method = self.method,
                 path = self.path,
                 status = self.status,
+                duration_ms,
                 route = self.route,
-                elapsed_us = self.elapsed.as_micros() as u64,
+                queue = self.queue,
+                user = self.user,
                 error,
                 "request failed"
             );
             return;
         }
-        tracing::debug!(
+        if !crate::logging::access_enabled() {
+            return;
+        }
+        tracing::info!(
             target: "waitgate::access",
             request_id = self.request_id,
             client = self.client.map(tracing::field::display),
             method = self.method,
             path = self.path,
             status = self.status,
+            duration_ms,
             route = self.route,
             queue = self.queue,
             user = self.user,
-            elapsed_us = self.elapsed.as_micros() as u64,
-            error = self.error,
             "request"
         );
     }

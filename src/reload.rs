@@ -1,0 +1,181 @@
+//! SIGHUP: read the config file again and apply it with no connection
+//! dropped.
+//!
+//! What changes at once: the routes and upstreams (both HTTP paths; the
+//! direct lane keeps the pools of upstreams that did not change), the
+//! queues and their parameters (the background loops restart with them),
+//! and the log filter and access-log switch. What needs a restart is named
+//! in the log: the listeners, threads, the Redis connection, the JWT policy,
+//! the client limits, `direct-lane`, `trusted-proxies` and `log.format`.
+//!
+//! A file that does not validate, or whose upstreams do not resolve, is
+//! refused with one log line, and the running config stays. Requests under
+//! way finish with the tables they started with: each table is swapped
+//! whole (`arc-swap`), never edited in place.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::proxy::lane::DirectLane;
+use crate::proxy::routes::RouteTable;
+use crate::queues::Queues;
+
+/// Set by the SIGHUP handler installed at start-up ([`catch_sighup`]), so
+/// that a SIGHUP that arrives before the reloader runs is not lost, and
+/// never kills the process.
+static REQUESTED: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+/// Installs the SIGHUP handler: from now on SIGHUP asks for a reload
+/// instead of ending the process (its default).
+pub fn catch_sighup() -> std::io::Result<()> {
+    let flag = REQUESTED.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, flag.clone()).map(drop)
+}
+
+/// What a reload replaces, and what it tells.
+pub struct Reloader {
+    pub path: PathBuf,
+    pub current: Mutex<Config>,
+    pub routes: Arc<ArcSwap<RouteTable>>,
+    pub lane: Option<Arc<DirectLane>>,
+    pub queues: Arc<ArcSwap<Queues>>,
+    /// Bumped after the queues are replaced: the background loops restart.
+    pub reloaded: watch::Sender<u64>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[async_trait]
+impl BackgroundService for Reloader {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGHUP; reloads are off");
+                return;
+            }
+        };
+        let requested = REQUESTED.get().cloned();
+        loop {
+            if requested
+                .as_ref()
+                .is_some_and(|flag| flag.swap(false, Ordering::Relaxed))
+            {
+                self.reload().await;
+                continue;
+            }
+            tokio::select! {
+                _ = hangup.recv() => {}
+                _ = shutdown.changed() => return,
+            }
+            // The flag was set by the same signal.
+            if let Some(flag) = &requested {
+                flag.store(false, Ordering::Relaxed);
+            }
+            self.reload().await;
+        }
+    }
+}
+
+impl Reloader {
+    /// Reads, checks and applies the file; or refuses it and says why.
+    pub async fn reload(&self) {
+        let path = self.path.clone();
+        // Resolving upstream names blocks: off the runtime's threads.
+        let loaded = tokio::task::spawn_blocking(move || {
+            let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let routes = RouteTable::build(&config).map_err(|e| e.to_string())?;
+            Ok::<_, String>((config, routes))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the reload task failed: {e}")));
+        let (config, routes) = match loaded {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                self.metrics.reloads.with_label_values(&["refused"]).inc();
+                tracing::warn!(%error, "reload refused; the running config stays");
+                return;
+            }
+        };
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        for key in needs_restart(&current, &config) {
+            tracing::warn!(key, "changed in the file; takes effect after a restart");
+        }
+        let routes = Arc::new(routes);
+        self.routes.store(routes.clone());
+        if let Some(lane) = &self.lane {
+            lane.update(routes);
+        }
+        self.queues.store(Arc::new(Queues::new(&config)));
+        self.reloaded.send_modify(|generation| *generation += 1);
+        crate::logging::reload(&config.log);
+        self.metrics.reloads.with_label_values(&["ok"]).inc();
+        tracing::info!(
+            routes = config.routes.len(),
+            upstreams = config.upstreams.len(),
+            queues = config.queues.len(),
+            "config reloaded"
+        );
+        *current = config;
+    }
+}
+
+/// The keys that differ between `old` and `new` but only apply at start.
+fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
+    let differs =
+        |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
+    let mut keys = Vec::new();
+    let checks: [(&'static str, bool); 10] = [
+        ("listen", old.listen != new.listen),
+        ("admin-listen", old.admin_listen != new.admin_listen),
+        ("threads", old.threads != new.threads),
+        ("grace-period-s", old.grace_period != new.grace_period),
+        (
+            "max-connections and client timeouts",
+            differs(&old.clients, &new.clients),
+        ),
+        ("direct-lane", old.direct_lane != new.direct_lane),
+        (
+            "trusted-proxies",
+            old.trusted_proxies != new.trusted_proxies,
+        ),
+        ("redis", differs(&old.redis, &new.redis)),
+        ("jwt", differs(&old.jwt, &new.jwt)),
+        ("log.format", old.log.format != new.log.format),
+    ];
+    for (key, changed) in checks {
+        if changed {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str =
+        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\nupstreams: {}\nroutes: []\n";
+
+    #[test]
+    fn only_start_time_keys_are_reported() {
+        let old = Config::from_yaml(BASE).unwrap();
+        let same = Config::from_yaml(&format!("{BASE}log: {{filter: debug}}\n")).unwrap();
+        assert!(needs_restart(&old, &same).is_empty());
+        let moved = Config::from_yaml(&format!(
+            "listen: 127.0.0.1:8081\nthreads: 3\n{BASE}jwt: {{issuer: other}}\n"
+        ))
+        .unwrap();
+        assert_eq!(needs_restart(&old, &moved), ["listen", "threads", "jwt"]);
+    }
+}

@@ -1,0 +1,385 @@
+//! What an operator relies on, against real processes: readiness behind a
+//! real load balancer while Redis is down, key rotation across restarts,
+//! the access log from both HTTP paths, rate-limited outage warnings, and
+//! the Redis and process metrics.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+fn protected(addr: SocketAddr, token: &str) -> Response {
+    request(
+        addr,
+        "GET",
+        "/api/v1/follow-up/seat",
+        &[("Authorization", &bearer(token))],
+        None,
+    )
+    .unwrap()
+}
+
+/// A haproxy in front of `backends`, health-checking each one's
+/// `/readyz` on its admin port every 100 ms (down after 2 failures).
+struct Haproxy {
+    addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Haproxy {
+    fn start(backends: &[&Waitgate]) -> Haproxy {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, wg)| {
+                format!(
+                    "    server wg{i} {} check port {} inter 100ms fall 2 rise 1\n",
+                    wg.addr,
+                    wg.admin.port()
+                )
+            })
+            .collect();
+        let config = format!(
+            "global\n    maxconn 1000\n\
+             defaults\n    mode http\n    timeout connect 1s\n    timeout client 10s\n    timeout server 10s\n\
+             frontend public\n    bind 127.0.0.1:{port}\n    default_backend waitgate\n\
+             backend waitgate\n    balance roundrobin\n    option httpchk GET /readyz\n    http-check expect status 200\n{servers}"
+        );
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, config).unwrap();
+        let child = Command::new("haproxy")
+            .arg("-f")
+            .arg(&path)
+            .arg("-db")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("haproxy is installed (apt-get install haproxy)");
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let started = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "haproxy did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Haproxy {
+            addr,
+            child,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn admitted_users_keep_getting_through_a_load_balancer_while_redis_is_down() {
+    let mut redis = Redis::start();
+    let upstream = Upstream::start();
+    let (p1, p2) = (Ports::new(), Ports::new());
+    let wg1 = Waitgate::start(&config(&redis.url(), &p1, upstream.port), &p1);
+    let wg2 = Waitgate::start(&config(&redis.url(), &p2, upstream.port), &p2);
+    let token = admitted_token(&wg1, &redis, "fan_1");
+    let lb = Haproxy::start(&[&wg1, &wg2]);
+    // Both backends are checked up before the outage.
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..10 {
+        assert_eq!(protected(lb.addr, &token).status, 200);
+    }
+
+    redis.kill();
+    // Many health-check rounds: a backend that failed its check would be
+    // out by now.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut statuses = std::collections::BTreeMap::new();
+    for _ in 0..100 {
+        *statuses
+            .entry(protected(lb.addr, &token).status)
+            .or_insert(0) += 1;
+    }
+    assert_eq!(
+        statuses.get(&200),
+        Some(&100),
+        "through the load balancer: {statuses:?}"
+    );
+
+    // Readiness stays up; Redis health says what it is.
+    for wg in [&wg1, &wg2] {
+        let ready = get(wg.admin, "/readyz").unwrap();
+        assert_eq!(ready.status, 200);
+        assert_eq!(ready.json()["redis"], "down");
+        let health = get(wg.admin, "/healthz/redis").unwrap();
+        assert_eq!(health.status, 503);
+        assert_eq!(health.error_code(), "redis_unavailable");
+        let metrics = get(wg.admin, "/metrics").unwrap().text();
+        assert!(metrics.contains("\nwaitgate_redis_up 0\n"), "{metrics}");
+    }
+    // The queue API itself answers 503 through the balancer, fast.
+    let started = Instant::now();
+    let r = get(lb.addr, "/api/v1/queue/rank?userId=fan_1").unwrap();
+    assert_eq!(r.status, 503);
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    redis.restart();
+    let back = Instant::now();
+    loop {
+        let metrics = get(wg1.admin, "/metrics").unwrap().text();
+        if metrics.contains("\nwaitgate_redis_up 1\n") {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(5), "redis_up stayed 0");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(wg1.admin, "/healthz/redis").unwrap().status, 200);
+}
+
+#[test]
+fn the_redis_build_and_process_metrics_are_exported() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    // The probe runs every second.
+    let started = Instant::now();
+    let text = loop {
+        let text = get(wg.admin, "/metrics").unwrap().text();
+        if text.contains("\nwaitgate_redis_up 1\n") {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    for line in [
+        format!("waitgate_build_info{{version=\"{version}\"}} 1"),
+        "process_open_fds ".to_string(),
+        "process_resident_memory_bytes ".to_string(),
+        "process_cpu_seconds_total ".to_string(),
+        "process_start_time_seconds ".to_string(),
+    ] {
+        assert!(text.contains(&line), "missing {line}");
+    }
+    // A refusal at the edge counts under the route that refused it.
+    let r = request(
+        wg.addr,
+        "GET",
+        "/api/v1/follow-up/seat",
+        &[("Authorization", "Bearer nope")],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.status, 401);
+    let text = get(wg.admin, "/metrics").unwrap().text();
+    assert!(
+        text.contains("waitgate_http_requests_total{route=\"/api/v1/follow-up\",status=\"401\"} 1"),
+        "{text}"
+    );
+}
+
+/// The JSON access lines of a log.
+fn access_lines(log: &str) -> Vec<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "waitgate::access")
+        .collect()
+}
+
+#[test]
+fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let config = format!(
+        "{}log:\n  format: json\n",
+        config(&redis.url(), &ports, upstream.port)
+    );
+    // Let the config's filter decide, as in production.
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_7");
+    // A plain GET (the direct lane when it is on) and a POST (always
+    // Pingora's proxy).
+    assert_eq!(protected(wg.addr, &token).status, 200);
+    let post = request(
+        wg.addr,
+        "POST",
+        "/api/v1/follow-up/seat?secret=1",
+        &[("Authorization", &bearer(&token))],
+        Some(b"{}"),
+    )
+    .unwrap();
+    assert_eq!(post.status, 200);
+    let started = Instant::now();
+    let lines = loop {
+        let lines = access_lines(&wg.log());
+        if lines.len() >= 5 || started.elapsed() > Duration::from_secs(3) {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // register, token, GET, POST (the admission was by hand).
+    let forwarded: Vec<_> = lines
+        .iter()
+        .filter(|l| l["route"] == "/api/v1/follow-up")
+        .collect();
+    assert_eq!(forwarded.len(), 2, "{lines:#?}");
+    for (line, method) in forwarded.iter().zip(["GET", "POST"]) {
+        assert_eq!(line["level"], "INFO");
+        assert_eq!(line["method"], method);
+        assert_eq!(line["path"], "/api/v1/follow-up/seat", "no query: {line}");
+        assert_eq!(line["status"], 200);
+        assert_eq!(line["client"], "127.0.0.1");
+        assert_eq!(line["queue"], "baseball");
+        assert_eq!(line["user"], "fan_7");
+        assert!(line["duration_ms"].as_f64().is_some(), "{line}");
+        assert!(line["timestamp"].as_str().is_some(), "{line}");
+        assert_eq!(line["request_id"].as_str().unwrap().len(), 32, "{line}");
+    }
+    let register = lines.iter().find(|l| l["route"] == "register").unwrap();
+    assert_eq!(register["method"], "POST");
+    assert_eq!(register["status"], 200);
+    // The line as written, for the docs.
+    let log = wg.log();
+    let raw = log
+        .lines()
+        .find(|l| l.contains("waitgate::access") && l.contains("\"GET\""))
+        .unwrap();
+    println!("{raw}");
+
+    // log.access: false turns the lines off.
+    let ports = Ports::new();
+    let quiet = format!(
+        "{}log:\n  format: json\n  access: false\n",
+        common::config(&redis.url(), &ports, upstream.port)
+    );
+    let wg = Waitgate::start_env(&quiet, &ports, &[("RUST_LOG", "")]);
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/rank?userId=nobody")
+            .unwrap()
+            .status,
+        404
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(access_lines(&wg.log()).is_empty(), "{}", wg.log());
+}
+
+#[test]
+fn a_redis_outage_is_one_warning_a_second_not_one_per_request() {
+    let mut redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start_env(
+        &config(&redis.url(), &ports, upstream.port),
+        &ports,
+        &[("RUST_LOG", "warn")],
+    );
+    redis.kill();
+    let started = Instant::now();
+    let mut failed = 0;
+    while started.elapsed() < Duration::from_millis(1900) {
+        let r = get(wg.addr, "/api/v1/queue/rank?userId=someone").unwrap();
+        assert_eq!(r.status, 503);
+        failed += 1;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log = wg.log();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("redis call failed") && l.contains("cause=\"rank\""))
+        .collect();
+    assert!(failed >= 10, "{failed}");
+    assert!(
+        (1..=3).contains(&warnings.len()),
+        "{failed} failures, {} lines:\n{log}",
+        warnings.len()
+    );
+    // The lines account for the requests they stand for.
+    let counted: u64 = warnings
+        .iter()
+        .filter_map(|l| l.split("count=").nth(1))
+        .filter_map(|c| c.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert!(counted >= 1 && counted <= failed, "{counted} of {failed}");
+}
+
+/// A second fixed key, for rotation.
+const OTHER_SECRET_B64: &str = "b3RoZXIta2V5LWZvci13YWl0Z2F0ZS1yb3RhdGlvbi10ZXN0cw==";
+
+#[test]
+fn a_rotated_key_keeps_old_tokens_and_credentials_until_it_is_removed() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    let start = |env: &[(&str, &str)]| {
+        let ports = Ports::new();
+        Waitgate::start_env(&config(&redis.url(), &ports, upstream.port), &ports, env)
+    };
+
+    // Before: one key. A token and a waiting user's credential made with it.
+    let old = start(&[]);
+    let token = admitted_token(&old, &redis, "fan_1");
+    let credential = register_new(old.addr, "fan_2");
+    drop(old);
+
+    // During the rotation: the new key, and the old one as previous.
+    let rotating = start(&[
+        ("JWT_SECRET", OTHER_SECRET_B64),
+        ("JWT_SECRET_PREVIOUS", SECRET_B64),
+    ]);
+    assert_eq!(protected(rotating.addr, &token).status, 200);
+    // The waiting user's credential still proves who they are.
+    admit_by_hand(&mut redis.conn(), "fan_2", u64::MAX / 2_000_000);
+    let exchange = |addr, credential: &str| {
+        post_json(
+            addr,
+            "/api/v1/queue/active/token",
+            &serde_json::json!({ "userId": "fan_2", "queueCredential": credential }).to_string(),
+        )
+        .unwrap()
+    };
+    let r = exchange(rotating.addr, &credential);
+    assert_eq!(r.status, 200, "{r:?}");
+    let new_token = r.json()["accessToken"].as_str().unwrap().to_string();
+    assert_eq!(protected(rotating.addr, &new_token).status, 200);
+    drop(rotating);
+
+    // After: the previous key removed. What it made stops working; what the
+    // new key made goes on.
+    let rotated = start(&[("JWT_SECRET", OTHER_SECRET_B64)]);
+    let r = protected(rotated.addr, &token);
+    assert_eq!(r.status, 401);
+    assert_eq!(r.error_code(), "invalid_token");
+    assert_eq!(exchange(rotated.addr, &credential).status, 403);
+    assert_eq!(protected(rotated.addr, &new_token).status, 200);
+
+    // A previous key equal to the current one is refused at start.
+    let out = run_binary(
+        &["-c", rotated.config_path().to_str().unwrap(), "-t"],
+        Some(SECRET_B64),
+    );
+    assert!(out.status.success());
+    let mut cmd = Command::new(binary());
+    let out = cmd
+        .args(["-c", rotated.config_path().to_str().unwrap(), "-t"])
+        .env("JWT_SECRET", SECRET_B64)
+        .env("JWT_SECRET_PREVIOUS", SECRET_B64)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SECRET_PREVIOUS"));
+}

@@ -1,0 +1,216 @@
+//! SIGHUP reloads the config file with no connection dropped: routes,
+//! upstreams, queues and the log filter change; a bad file is refused and
+//! the running config stays.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The test config: queue `baseball` (admission held, as in
+/// [`common::config`]), the follow-up route, and `extra` appended.
+fn config_text(redis: &Redis, ports: &Ports, upstream: u16, queues: &str, extra: &str) -> String {
+    format!(
+        "{}{extra}",
+        config_with(&redis.url(), ports, upstream, queues)
+    )
+}
+
+fn wait_for_log(wg: &Waitgate, needle: &str, count: usize) {
+    let started = Instant::now();
+    while wg.log().matches(needle).count() < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no {needle:?} in the log:\n{}",
+            wg.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request() {
+    let redis = Redis::start();
+    let first = Upstream::start();
+    let second = Upstream::start();
+    let ports = Ports::new();
+    let queues = "baseball: {admission: {max-active: 1}}";
+    let log = "log: {filter: 'warn,waitgate::reload=info', format: text}\n";
+    let wg = Waitgate::start_env(
+        &config_text(&redis, &ports, first.port, queues, log),
+        &ports,
+        &[("RUST_LOG", "")],
+    );
+    let token = admitted_token(&wg, &redis, "fan_1");
+    let auth = format!("Bearer {token}");
+
+    // Two clients keep requests going across the reloads: one on a single
+    // kept-alive connection, one opening a connection per request.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut clients = Vec::new();
+    {
+        let (stop, ok, failed, auth) = (stop.clone(), ok.clone(), failed.clone(), auth.clone());
+        let addr = wg.addr;
+        clients.push(std::thread::spawn(move || {
+            let mut client = Client::connect(addr);
+            while !stop.load(Ordering::Relaxed) {
+                client.send(&format!(
+                    "GET /api/v1/follow-up/seat HTTP/1.1\r\nHost: t\r\nAuthorization: {auth}\r\n\r\n"
+                ));
+                let (head, _) = client.response();
+                if head.status == 200 && head.header("connection") != Some("close") {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }));
+    }
+    {
+        let (stop, ok, failed, auth) = (stop.clone(), ok.clone(), failed.clone(), auth.clone());
+        let addr = wg.addr;
+        clients.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match request(
+                    addr,
+                    "GET",
+                    "/api/v1/follow-up/seat",
+                    &[("Authorization", &auth)],
+                    None,
+                ) {
+                    Ok(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Before: no route /v2, no queue `soccer`, no access lines.
+    assert_eq!(get(wg.addr, "/v2/seat").unwrap().status, 404);
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/register",
+        r#"{"userId":"fan_2","queue":"soccer"}"#,
+    )
+    .unwrap();
+    assert_eq!(r.error_code(), "unknown_queue");
+    assert!(!wg.log().contains("waitgate::access"), "{}", wg.log());
+
+    // The new file: route /v2 to the second upstream, a queue `soccer` that
+    // admits quickly, and the access log let through.
+    let routes = "  - prefix: /v2\n    upstream: second\n    queue: baseball\n";
+    let new = config_text(
+        &redis,
+        &ports,
+        first.port,
+        &format!("{queues}\nsoccer: {{admission: {{interval-ms: 100}}}}"),
+        "log: {filter: 'warn,waitgate::reload=info,waitgate::access=info', format: text}\n",
+    )
+    .replace(
+        "routes:\n",
+        &format!(
+            "  second:\n    address: 127.0.0.1:{}\nroutes:\n{routes}",
+            second.port
+        ),
+    );
+    std::fs::write(wg.config_path(), &new).unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "config reloaded", 1);
+
+    let r = request(
+        wg.addr,
+        "GET",
+        "/v2/seat",
+        &[("Authorization", &auth)],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(second.seen().last().unwrap().target, "/v2/seat");
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/register",
+        r#"{"userId":"fan_2","queue":"soccer"}"#,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    // The background loops run for the new queue: fan_2 is admitted.
+    let started = Instant::now();
+    loop {
+        let r = get(wg.addr, "/api/v1/queue/rank?userId=fan_2&queue=soccer").unwrap();
+        if r.json()["status"] == "ACTIVE" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The new filter lets the access lines through.
+    wait_for_log(&wg, "waitgate::access", 1);
+
+    // A bad file is refused; everything keeps working as reloaded.
+    std::fs::write(wg.config_path(), new.replace("routes:", "routez:")).unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "reload refused", 1);
+    let r = request(
+        wg.addr,
+        "GET",
+        "/v2/seat",
+        &[("Authorization", &auth)],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    // So is a file whose upstream does not resolve.
+    std::fs::write(
+        wg.config_path(),
+        new.replace(
+            &format!("127.0.0.1:{}", second.port),
+            "no-such-host.invalid:80",
+        ),
+    )
+    .unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "reload refused", 2);
+    assert!(wg.log().contains("no-such-host.invalid"), "{}", wg.log());
+
+    // A listener change is reported as needing a restart.
+    std::fs::write(
+        wg.config_path(),
+        new.replace(
+            &format!("listen: 127.0.0.1:{}", wg.addr.port()),
+            &format!("listen: 127.0.0.1:{}", free_port()),
+        ),
+    )
+    .unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "config reloaded", 2);
+    assert!(
+        wg.log().contains("takes effect after a restart"),
+        "{}",
+        wg.log()
+    );
+
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    println!("requests across four reloads: {ok} answered 200, {failed} failed");
+    assert!(ok > 100, "{ok}");
+    assert_eq!(failed, 0);
+    let metrics = get(wg.admin, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains("waitgate_config_reloads_total{result=\"ok\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("waitgate_config_reloads_total{result=\"refused\"} 2"),
+        "{metrics}"
+    );
+}
