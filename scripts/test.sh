@@ -13,7 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
 ensure_rust
-ensure_packages
+# haproxy: the readiness test behind a load balancer; promtool and
+# systemd-analyze: the deployment checks (tests/deploy.rs).
+ensure_packages haproxy promtool systemd-analyze
+ensure_python_tools
 
 cargo build --all-targets --locked
 edge_suites=(--test edge --test direct --test faults --test hostile --test integrity)
