@@ -414,20 +414,22 @@ fn a_scrape_is_prometheus_text_with_every_spec_metric() {
 }
 
 #[test]
-fn redis_errors_are_counted_by_operation_and_readyz_flips() {
+fn redis_errors_are_counted_by_operation_and_redis_health_flips_but_not_readiness() {
     let mut redis = Redis::start();
     let wg = start(&redis, "baseball: {admission: {max-active: 1}}");
     assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 200);
     redis.kill();
     assert_eq!(register(wg.addr, "x").status, 503);
     assert_eq!(rank(wg.addr, "x").status, 503);
-    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
     let m = scrape(&wg);
     assert!(m[r#"waitgate_redis_errors_total{op="register"}"#] >= 1.0);
     assert!(m[r#"waitgate_redis_errors_total{op="rank"}"#] >= 1.0);
     redis.restart();
     let start = Instant::now();
-    while get(wg.admin, "/readyz").unwrap().status != 200 {
+    while get(wg.admin, "/healthz/redis").unwrap().status != 200 {
         assert!(start.elapsed() < Duration::from_secs(5));
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -59,7 +59,9 @@ fn redis_down_gives_fast_503_and_a_restart_is_recovered_from() {
 
     redis.kill();
     assert_fast_503(wg.addr);
-    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 503);
+    // Still ready: admitted users need no Redis.
+    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
     assert_eq!(get(wg.admin, "/healthz").unwrap().status, 200);
 
     // The new Redis is empty: no data and no scripts loaded (NOSCRIPT).
@@ -69,7 +71,7 @@ fn redis_down_gives_fast_503_and_a_restart_is_recovered_from() {
     let r = rank(wg.addr, "after");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["rank"], 0);
-    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 200);
 }
 
 #[test]
@@ -95,7 +97,7 @@ fn hung_redis_gives_fast_503_then_recovers() {
     redis.signal("STOP");
     assert_fast_503(wg.addr);
     let start = Instant::now();
-    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 503);
     assert!(start.elapsed() < FAST);
 
     redis.signal("CONT");
@@ -110,7 +112,7 @@ fn waitgate_starts_without_redis_and_serves_once_it_comes() {
     let ports = Ports::new();
     let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
     assert_fast_503(wg.addr);
-    assert_eq!(get(wg.admin, "/readyz").unwrap().status, 503);
+    assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 503);
     redis.restart();
     recovers(wg.addr, "late");
 }
