@@ -60,10 +60,6 @@ pub fn run(cli: &Cli) -> Result<(), CliError> {
         return Ok(());
     }
     crate::logging::init(&config.log);
-    // From here on a SIGHUP asks for a reload instead of ending the process.
-    if let Err(e) = crate::reload::catch_sighup() {
-        tracing::warn!(error = %e, "cannot catch SIGHUP; reloads are off");
-    }
     let server = server::build(&config, &keys, &cli.conf)?;
     tracing::info!(
         listen = %config.listen,

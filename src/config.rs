@@ -143,15 +143,36 @@ pub struct AdmissionConfig {
 
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    /// `host:port` as written in the file.
-    pub address: String,
+    /// `host:port` each, as written in the file (`address` is one of them).
+    pub addresses: Vec<String>,
+    /// How often names are resolved again.
+    pub resolve_interval: Duration,
+    pub load_balancing: LoadBalancing,
+    /// Active health checks; without them every address is used.
+    pub health_check: Option<HealthCheckConfig>,
     pub tls: bool,
-    /// Server name for TLS; defaults to the host part of `address`.
+    /// Server name for TLS; defaults to the host part of the first address.
     pub sni: String,
     /// Past this, connecting gives the client a 504.
     pub connect_timeout: Duration,
     /// Past this without a byte of the response, the client gets a 504.
     pub read_timeout: Duration,
+}
+
+/// How a request picks one of an upstream's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadBalancing {
+    RoundRobin,
+    LeastConnections,
+}
+
+/// An active health check: `GET path` on each address every `interval`;
+/// no 200 within `timeout` marks the address down until one does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthCheckConfig {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -316,7 +337,16 @@ impl Default for RawAdmission {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawUpstream {
-    address: String,
+    #[serde(default)]
+    address: Option<String>,
+    #[serde(default)]
+    addresses: Option<Vec<String>>,
+    #[serde(default = "defaults::resolve_interval_s")]
+    resolve_interval_s: u64,
+    #[serde(default = "defaults::load_balancing")]
+    load_balancing: String,
+    #[serde(default)]
+    health_check: Option<RawHealthCheck>,
     #[serde(default)]
     tls: bool,
     #[serde(default)]
@@ -325,6 +355,24 @@ struct RawUpstream {
     connect_timeout_ms: u64,
     #[serde(default = "defaults::read_timeout_ms")]
     read_timeout_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawHealthCheck {
+    path: String,
+    interval_ms: u64,
+    timeout_ms: u64,
+}
+
+impl Default for RawHealthCheck {
+    fn default() -> Self {
+        RawHealthCheck {
+            path: "/".into(),
+            interval_ms: 1_000,
+            timeout_ms: 500,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -364,6 +412,12 @@ mod defaults {
     }
     pub fn connect_timeout_ms() -> u64 {
         2_000
+    }
+    pub fn resolve_interval_s() -> u64 {
+        30
+    }
+    pub fn load_balancing() -> String {
+        "round-robin".into()
     }
     pub fn read_timeout_ms() -> u64 {
         30_000
@@ -611,9 +665,79 @@ impl RawQueue {
 
 impl RawUpstream {
     fn validate(self, key: &str) -> Result<UpstreamConfig, ConfigError> {
-        let address = self.address.trim().to_string();
-        let host = split_host_port(&address)
-            .ok_or_else(|| invalid(format!("{key}.address"), "must be host:port"))?;
+        let (list_key, addresses) = match (self.address, self.addresses) {
+            (Some(address), None) => (format!("{key}.address"), vec![address]),
+            (None, Some(addresses)) => (format!("{key}.addresses"), addresses),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    key.to_string(),
+                    "give address or addresses, not both",
+                ))
+            }
+            (None, None) => {
+                return Err(invalid(
+                    format!("{key}.addresses"),
+                    "an upstream needs address (host:port) or addresses (a list)",
+                ))
+            }
+        };
+        if addresses.is_empty() {
+            return Err(invalid(list_key, "must list at least one host:port"));
+        }
+        let addresses: Vec<String> = addresses.iter().map(|a| a.trim().to_string()).collect();
+        for address in &addresses {
+            if split_host_port(address).is_none() {
+                return Err(invalid(
+                    list_key.clone(),
+                    format!("`{address}` must be host:port"),
+                ));
+            }
+        }
+        let host = split_host_port(&addresses[0]).unwrap_or_default();
+        let load_balancing = match self.load_balancing.as_str() {
+            "round-robin" => LoadBalancing::RoundRobin,
+            "least-connections" => LoadBalancing::LeastConnections,
+            other => {
+                return Err(invalid(
+                    format!("{key}.load-balancing"),
+                    format!("must be round-robin or least-connections (got `{other}`)"),
+                ))
+            }
+        };
+        let health_check = match self.health_check {
+            None => None,
+            Some(check) => {
+                if !check.path.starts_with('/')
+                    || crate::path::classify(check.path.as_bytes()).is_err()
+                {
+                    return Err(invalid(
+                        format!("{key}.health-check.path"),
+                        "must be a plain path starting with /",
+                    ));
+                }
+                Some(HealthCheckConfig {
+                    path: check.path,
+                    interval: Duration::from_millis(ranged(
+                        &format!("{key}.health-check.interval-ms"),
+                        check.interval_ms,
+                        50,
+                        3_600_000,
+                    )?),
+                    timeout: Duration::from_millis(ranged(
+                        &format!("{key}.health-check.timeout-ms"),
+                        check.timeout_ms,
+                        10,
+                        60_000,
+                    )?),
+                })
+            }
+        };
+        let resolve_interval = Duration::from_secs(ranged(
+            &format!("{key}.resolve-interval-s"),
+            self.resolve_interval_s,
+            1,
+            86_400,
+        )?);
         let sni = match self.sni {
             Some(sni) if sni.trim().is_empty() => {
                 return Err(invalid(format!("{key}.sni"), "must not be empty"))
@@ -625,7 +749,10 @@ impl RawUpstream {
                 .to_string(),
         };
         Ok(UpstreamConfig {
-            address,
+            addresses,
+            resolve_interval,
+            load_balancing,
+            health_check,
             tls: self.tls,
             sni,
             connect_timeout: Duration::from_millis(ranged(

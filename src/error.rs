@@ -22,6 +22,8 @@ pub enum ApiError {
     UnsupportedMediaType,
     /// 413: a body over the queue API's limit.
     BodyTooLarge,
+    /// 431: a request head over the limit.
+    HeadersTooLarge,
     /// 408: the body did not arrive in time.
     RequestTimeout,
     /// 405: the endpoint at `path` only takes `allow`.
@@ -83,6 +85,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,
             ApiError::BodyTooLarge => 413,
+            ApiError::HeadersTooLarge => 431,
             ApiError::UnsupportedMediaType => 415,
             ApiError::UpstreamUnavailable => 502,
             ApiError::RedisUnavailable | ApiError::InternalError | ApiError::TooManyConnections => {
@@ -100,6 +103,7 @@ impl ApiError {
             ApiError::InvalidUserId => "invalid_user_id",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::BodyTooLarge => "body_too_large",
+            ApiError::HeadersTooLarge => "headers_too_large",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::UnknownQueue => "unknown_queue",
@@ -147,6 +151,7 @@ impl ApiError {
                 "The body must be sent as Content-Type: application/json."
             }
             ApiError::BodyTooLarge => "The request body is larger than 4096 bytes.",
+            ApiError::HeadersTooLarge => "The request head is larger than 64 KiB.",
             ApiError::RequestTimeout => "The request body did not arrive in time.",
             ApiError::UnknownQueue => "No queue has that name.",
             ApiError::CredentialMismatch => "The queue credential does not match.",
@@ -174,6 +179,7 @@ impl ApiError {
             ApiError::InvalidUserId,
             ApiError::UnsupportedMediaType,
             ApiError::BodyTooLarge,
+            ApiError::HeadersTooLarge,
             ApiError::RequestTimeout,
             ApiError::MethodNotAllowed {
                 path: "",
@@ -205,6 +211,7 @@ impl ApiError {
                 | ApiError::InvalidUserId
                 | ApiError::UnsupportedMediaType
                 | ApiError::BodyTooLarge
+                | ApiError::HeadersTooLarge
                 | ApiError::RequestTimeout
                 | ApiError::MethodNotAllowed { .. }
                 | ApiError::UnknownQueue

@@ -10,7 +10,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = waitgate::cli::Cli::parse();
-    match waitgate::cli::run(&cli) {
+    // First of all: from here on a SIGHUP asks for a reload instead of
+    // ending the process, even while the config is still being read (a
+    // `systemctl reload` right after `start`).
+    let sighup = waitgate::reload::catch_sighup();
+    if let Err(e) = sighup {
+        eprintln!("waitgate: cannot catch SIGHUP ({e}); reloads are off");
+    }
+    let outcome = waitgate::cli::run(&cli);
+    waitgate::logging::flush();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("waitgate: {e}");

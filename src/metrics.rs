@@ -195,20 +195,7 @@ impl Metrics {
             connections,
             redis_up,
         };
-        for queue in config.queues.keys() {
-            let q = queue.as_str();
-            m.queue_waiting.with_label_values(&[q]);
-            m.queue_active.with_label_values(&[q]);
-            m.admission_rate.with_label_values(&[q]);
-            m.admitted.with_label_values(&[q]);
-            m.tokens_issued.with_label_values(&[q]);
-            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
-                m.cleanup_removed.with_label_values(&[q, reason]);
-            }
-            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
-                m.registrations.with_label_values(&[q, result]);
-            }
-        }
+        m.add_queues(config.queues.keys().map(String::as_str));
         for op in REDIS_OPS {
             m.redis_errors.with_label_values(&[op]);
         }
@@ -219,6 +206,43 @@ impl Metrics {
             m.jwt_rejected.with_label_values(&[reject.reason()]);
         }
         m
+    }
+
+    /// Creates every label set of these queues, so that a scrape shows
+    /// zeros rather than missing series (and an alert on a new queue can
+    /// see its counters from the start).
+    pub fn add_queues<'a>(&self, queues: impl Iterator<Item = &'a str>) {
+        for q in queues {
+            self.queue_waiting.with_label_values(&[q]);
+            self.queue_active.with_label_values(&[q]);
+            self.admission_rate.with_label_values(&[q]);
+            self.admitted.with_label_values(&[q]);
+            self.tokens_issued.with_label_values(&[q]);
+            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
+                self.cleanup_removed.with_label_values(&[q, reason]);
+            }
+            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
+                self.registrations.with_label_values(&[q, result]);
+            }
+        }
+    }
+
+    /// Drops every series of these queues (removed by a reload), so that no
+    /// gauge goes on reporting, and no alert firing on, a queue that is gone.
+    pub fn remove_queues<'a>(&self, queues: impl Iterator<Item = &'a str>) {
+        for q in queues {
+            let _ = self.queue_waiting.remove_label_values(&[q]);
+            let _ = self.queue_active.remove_label_values(&[q]);
+            let _ = self.admission_rate.remove_label_values(&[q]);
+            let _ = self.admitted.remove_label_values(&[q]);
+            let _ = self.tokens_issued.remove_label_values(&[q]);
+            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
+                let _ = self.cleanup_removed.remove_label_values(&[q, reason]);
+            }
+            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
+                let _ = self.registrations.remove_label_values(&[q, result]);
+            }
+        }
     }
 
     /// The registry in Prometheus text format.

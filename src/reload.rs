@@ -44,6 +44,10 @@ pub fn catch_sighup() -> std::io::Result<()> {
 /// What a reload replaces, and what it tells.
 pub struct Reloader {
     pub path: PathBuf,
+    /// What the process started with: the keys that only apply at start
+    /// are compared with it.
+    pub started: Config,
+    /// The config applied last.
     pub current: Mutex<Config>,
     pub routes: Arc<ArcSwap<RouteTable>>,
     pub lane: Option<Arc<DirectLane>>,
@@ -81,6 +85,8 @@ impl BackgroundService for Reloader {
             if let Some(flag) = &requested {
                 flag.store(false, Ordering::Relaxed);
             }
+            // A SIGHUP that comes during a reload leads to one more: the
+            // file may have changed after it was read.
             self.reload().await;
         }
     }
@@ -107,8 +113,11 @@ impl Reloader {
             }
         };
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        for key in needs_restart(&current, &config) {
-            tracing::warn!(key, "changed in the file; takes effect after a restart");
+        for key in needs_restart(&self.started, &config) {
+            tracing::warn!(
+                key,
+                "differs from what the process started with; takes effect after a restart"
+            );
         }
         let routes = Arc::new(routes);
         self.routes.store(routes.clone());
@@ -116,6 +125,13 @@ impl Reloader {
             lane.update(routes);
         }
         self.queues.store(Arc::new(Queues::new(&config)));
+        let gone = current
+            .queues
+            .keys()
+            .filter(|q| !config.queues.contains_key(*q));
+        self.metrics.remove_queues(gone.map(String::as_str));
+        self.metrics
+            .add_queues(config.queues.keys().map(String::as_str));
         self.reloaded.send_modify(|generation| *generation += 1);
         crate::logging::reload(&config.log);
         self.metrics.reloads.with_label_values(&["ok"]).inc();

@@ -23,6 +23,7 @@ use crate::edge::secret::Keys;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
 use crate::proxy::lane::DirectLane;
+use crate::proxy::routes::Maintenance;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::rules::forward::TrustedProxies;
 use crate::proxy::Gate;
@@ -139,9 +140,16 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     server.add_service(background_service("sampler", Sampler(shared.clone())));
     server.add_service(background_service("probe", Probe(shared)));
     server.add_service(background_service(
+        "upstream checks",
+        Maintenance {
+            routes: routes.clone(),
+        },
+    ));
+    server.add_service(background_service(
         "reload",
         Reloader {
             path: path.to_path_buf(),
+            started: config.clone(),
             current: std::sync::Mutex::new(config.clone()),
             routes,
             lane: direct,

@@ -88,7 +88,7 @@ fn the_check_resolves_upstream_names_and_refuses_shadowed_routes() {
         Some(SECRET_B64),
     );
     assert!(
-        e.contains("upstreams.up.address") && e.contains("no-such-host.invalid"),
+        e.contains("upstreams.up: cannot resolve") && e.contains("no-such-host.invalid"),
         "{e}"
     );
     let e = check_fails(

@@ -35,9 +35,11 @@ use super::lane::{DirectLane, Lane};
 use crate::error::ApiError;
 use crate::reply::Reply;
 
-/// The longest request head read before the proxy is left to refuse it:
-/// Pingora's own limit (1 MiB), so a head it would take is never cut short.
-const MAX_HEAD: usize = 1_048_575;
+/// The longest request head taken, on both HTTP paths; a longer one gets
+/// 431 and the connection is closed. nginx's default is 32 KiB (four 8 KiB
+/// buffers); a head with a JWT is under 2 KiB. Held per connection only
+/// while a head is being read.
+pub const MAX_HEAD: usize = 64 * 1024;
 
 /// Room made for each read of a request head.
 const READ_SIZE: usize = 4096;
@@ -46,9 +48,18 @@ const READ_SIZE: usize = 4096;
 /// CRLF or bare LF line ends, after any empty lines before the request line
 /// (which parsers skip). The length of the head, if it is all there.
 pub fn head_end(buf: &[u8]) -> Option<usize> {
+    head_end_from(buf, 0)
+}
+
+/// [`head_end`], looking only at what may have changed since `scanned`
+/// bytes were looked at without finding the end: a head that arrives a
+/// byte at a time is scanned once in all, not once per byte.
+fn head_end_from(buf: &[u8], scanned: usize) -> Option<usize> {
     let start = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
-    let mut at = start;
-    while let Some(nl) = buf[at..].iter().position(|&b| b == b'\n') {
+    // An end seen from `scanned` on may begin up to 3 bytes before it
+    // (`\n\r\n`), but never before the request line.
+    let mut at = scanned.saturating_sub(3).max(start);
+    while let Some(nl) = memchr::memchr(b'\n', &buf[at..]) {
         let line_end = at + nl + 1;
         match buf.get(line_end..) {
             Some([b'\n', ..]) => return Some(line_end + 1),
@@ -62,19 +73,25 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
 /// What reading a request head came to.
 #[derive(Debug, PartialEq, Eq)]
 enum Head {
-    /// The whole head is in the buffer (or more than [`MAX_HEAD`] without
-    /// its end, which the proxy refuses as it would have anyway).
+    /// The whole head is in the buffer.
     Read,
+    /// More than [`MAX_HEAD`] without its end.
+    TooLarge,
     /// Closed, failed, or no whole head before the deadline.
     Closed,
 }
 
 /// Reads into `pending` until it holds a whole request head, by `deadline`.
 async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instant) -> Head {
+    let mut scanned = 0;
     loop {
-        if head_end(pending).is_some() || pending.len() > MAX_HEAD {
+        if head_end_from(pending, scanned).is_some() {
             return Head::Read;
         }
+        if pending.len() > MAX_HEAD {
+            return Head::TooLarge;
+        }
+        scanned = pending.len();
         pending.reserve(READ_SIZE);
         let remaining = deadline.saturating_duration_since(Instant::now());
         // Pingora's coarse timer wheel: far cheaper per request than a
@@ -193,7 +210,6 @@ where
         // Bytes read but not yet answered: a head, or a pipelined next one.
         let mut pending = BytesMut::new();
         loop {
-            let deadline = Instant::now() + self.limits.header_timeout;
             // Wait for the next request's first byte holding nothing but the
             // socket: buffers are only allocated once there is something to
             // read, so idle keep-alive connections stay cheap.
@@ -209,8 +225,17 @@ where
                     _ = shutdown_rx.changed() => return None,
                 }
             }
-            if read_head(&mut stream, &mut pending, deadline).await == Head::Closed {
-                return None;
+            // The whole head within the header timeout of its first byte.
+            let deadline = Instant::now() + self.limits.header_timeout;
+            match read_head(&mut stream, &mut pending, deadline).await {
+                Head::Read => {}
+                Head::Closed => return None,
+                Head::TooLarge => {
+                    let reply = Reply::from(ApiError::HeadersTooLarge).closing();
+                    let _ = stream.write_all(&reply.to_http1(false)).await;
+                    let _ = stream.shutdown().await;
+                    return None;
+                }
             }
             if let (Some(lane), Some(peer)) = (&self.direct, peer) {
                 let closing = *shutdown.borrow();
@@ -221,7 +246,8 @@ where
                 }
             }
             stream = unread(stream, &pending)?;
-            pending.clear();
+            // Not kept for the life of the request (a long tunnel, say).
+            pending = BytesMut::new();
             let mut session = ServerSession::new_http1(stream);
             if let Some(settings) = settings.take() {
                 HttpPersistentSettings::apply_to_session(settings, &mut session);
@@ -255,5 +281,32 @@ mod tests {
         assert_eq!(head_end(b"GET / HTTP/1.1\r\nHost: a\r\n"), None);
         assert_eq!(head_end(b"\r\n\r\n"), None);
         assert_eq!(head_end(b""), None);
+    }
+
+    #[test]
+    fn a_head_that_arrives_in_pieces_is_found_where_the_pieces_meet() {
+        let head = b"\r\nGET / HTTP/1.1\r\nHost: a\r\nX: y\r\n\r\n";
+        for split in 0..head.len() {
+            // What was scanned before the last piece came found nothing.
+            let scanned = split.min(head.len());
+            if head_end(&head[..scanned]).is_some() {
+                continue;
+            }
+            assert_eq!(
+                head_end_from(head, scanned),
+                Some(head.len()),
+                "split at {split}"
+            );
+        }
+        let bare = b"GET / HTTP/1.1\nHost: a\n\n";
+        for split in 0..bare.len() {
+            if head_end(&bare[..split]).is_none() {
+                assert_eq!(
+                    head_end_from(bare, split),
+                    Some(bare.len()),
+                    "split at {split}"
+                );
+            }
+        }
     }
 }

@@ -24,6 +24,7 @@ use super::rules::failure::Failure;
 use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
 use super::rules::Field;
+use super::upstream::{Chosen, NO_HEALTHY_ADDRESS};
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -49,6 +50,9 @@ pub struct RequestCtx {
     pub identity: Option<Identity>,
     /// The request asks to switch protocols, on a route that allows it.
     pub upgrade: bool,
+    /// The upstream address the request went to, counted as under way
+    /// there until the request ends.
+    pub chosen: Option<Chosen>,
     /// Set when waitgate wrote the reply itself.
     pub status: Option<u16>,
     /// Held for the life of the request; dropping it ends the request for
@@ -139,6 +143,7 @@ impl ProxyHttp for Gate {
             route: None,
             identity: None,
             upgrade: false,
+            chosen: None,
             status: None,
             _in_flight: self.in_flight.enter(),
         }
@@ -210,12 +215,21 @@ impl ProxyHttp for Gate {
         _session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
-        ctx.routes
+        let Some(route) = ctx
+            .routes
             .as_ref()
             .zip(ctx.route)
             .and_then(|(routes, i)| routes.get(i))
-            .map(|route| route.peer())
-            .ok_or_else(|| Error::explain(ErrorType::InternalError, "no route chosen"))
+        else {
+            return Err(Error::explain(ErrorType::InternalError, "no route chosen"));
+        };
+        // No healthy address: 502 at once, without trying to connect.
+        let chosen = route.upstream.select().ok_or_else(|| {
+            Error::explain(ErrorType::ConnectNoRoute, NO_HEALTHY_ADDRESS).into_up()
+        })?;
+        let peer = route.upstream.peer(chosen.addr);
+        ctx.chosen = Some(chosen);
+        Ok(peer)
     }
 
     /// The request the upstream gets: the client's, less what the rules say

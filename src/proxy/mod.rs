@@ -15,6 +15,7 @@ pub mod gate;
 pub mod lane;
 pub mod routes;
 pub mod rules;
+pub mod upstream;
 
 pub use decision::{decide, Decision, RequestHead};
 pub use gate::Gate;

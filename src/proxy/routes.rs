@@ -1,83 +1,60 @@
-//! The protected routes: path prefix -> (queue, upstream peer).
+//! The protected routes: path prefix -> (queue, upstream).
 
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::time::Duration;
-
-use pingora::prelude::HttpPeer;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::config::Config;
 use crate::path::under_prefix;
 
-/// How long an idle upstream connection stays in the pool.
-pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
+pub use super::upstream::{ResolveError, Upstream, UPSTREAM_IDLE};
 
-/// One protected route, with its upstream resolved once at start.
+/// One protected route.
 pub struct ProtectedRoute {
     pub prefix: String,
     /// Tokens for this route must carry this queue.
     pub queue: String,
-    pub upstream: String,
-    /// The upstream's address, resolved at start, and how to reach it: what
-    /// the direct lane (`super::lane`) needs.
-    pub addr: SocketAddr,
-    pub tls: bool,
-    pub connect_timeout: Duration,
-    pub read_timeout: Duration,
+    /// Shared with every other route that names the same upstream.
+    pub upstream: Arc<Upstream>,
     /// Takes `Upgrade` requests (WebSocket); other routes refuse them.
     pub websocket: bool,
-    /// Cloned per request. Pingora pools upstream connections by peer, so
-    /// equal peers share kept-alive connections.
-    peer: HttpPeer,
-}
-
-impl ProtectedRoute {
-    pub fn peer(&self) -> Box<HttpPeer> {
-        Box::new(self.peer.clone())
-    }
-}
-
-/// Why a route table could not be built.
-#[derive(Debug, thiserror::Error)]
-#[error("upstreams.{name}.address: cannot resolve `{address}`: {problem}")]
-pub struct ResolveError {
-    name: String,
-    address: String,
-    problem: String,
 }
 
 /// The routes in file order: the first matching prefix wins.
 pub struct RouteTable {
     routes: Vec<ProtectedRoute>,
+    upstreams: Vec<Arc<Upstream>>,
 }
 
 impl RouteTable {
-    /// Resolves every upstream address once. DNS changes need a restart;
-    /// resolving per request would put a blocking lookup on the hot path.
+    /// Builds every upstream a route names, resolving its names now
+    /// (blocking: at start, or off the runtime on a reload); they are
+    /// resolved again in the background (`resolve-interval-s`).
     pub fn build(config: &Config) -> Result<RouteTable, ResolveError> {
+        let mut upstreams: BTreeMap<&str, Arc<Upstream>> = BTreeMap::new();
         let mut routes = Vec::with_capacity(config.routes.len());
         for route in &config.routes {
-            let upstream = &config.upstreams[&route.upstream];
-            let addr = resolve(&route.upstream, &upstream.address)?;
-            let mut peer = HttpPeer::new(addr, upstream.tls, upstream.sni.clone());
-            peer.options.connection_timeout = Some(upstream.connect_timeout);
-            peer.options.read_timeout = Some(upstream.read_timeout);
-            peer.options.write_timeout = Some(upstream.read_timeout);
-            // Kept-alive connections idle this long are closed rather than
-            // reused: upstreams commonly close idle connections after 60 s+.
-            peer.options.idle_timeout = Some(UPSTREAM_IDLE);
+            let upstream = match upstreams.get(route.upstream.as_str()) {
+                Some(upstream) => upstream.clone(),
+                None => {
+                    let built = Arc::new(Upstream::build(
+                        &route.upstream,
+                        &config.upstreams[&route.upstream],
+                    )?);
+                    upstreams.insert(&route.upstream, built.clone());
+                    built
+                }
+            };
             routes.push(ProtectedRoute {
                 prefix: route.prefix.clone(),
                 queue: route.queue.clone(),
-                upstream: route.upstream.clone(),
-                addr,
-                tls: upstream.tls,
-                connect_timeout: upstream.connect_timeout,
-                read_timeout: upstream.read_timeout,
+                upstream,
                 websocket: route.websocket,
-                peer,
             });
         }
-        Ok(RouteTable { routes })
+        Ok(RouteTable {
+            routes,
+            upstreams: upstreams.into_values().collect(),
+        })
     }
 
     /// The index of the first route whose prefix holds `path`.
@@ -94,19 +71,41 @@ impl RouteTable {
     pub fn iter(&self) -> impl Iterator<Item = &ProtectedRoute> {
         self.routes.iter()
     }
+
+    /// Every upstream a route names, once each.
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.upstreams
+    }
 }
 
-fn resolve(name: &str, address: &str) -> Result<SocketAddr, ResolveError> {
-    let error = |problem: String| ResolveError {
-        name: name.to_string(),
-        address: address.to_string(),
-        problem,
-    };
-    address
-        .to_socket_addrs()
-        .map_err(|e| error(e.to_string()))?
-        .next()
-        .ok_or_else(|| error("no address found".to_string()))
+/// Runs every upstream's discovery and health checks when they are due,
+/// for whatever route table is current (a reload brings new upstreams).
+pub struct Maintenance {
+    pub routes: Arc<arc_swap::ArcSwap<RouteTable>>,
+}
+
+/// How often due work is looked for; below the shortest check interval.
+const MAINTENANCE_TICK: std::time::Duration = std::time::Duration::from_millis(25);
+
+#[async_trait::async_trait]
+impl pingora::services::background::BackgroundService for Maintenance {
+    async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
+        let mut tick = tokio::time::interval(MAINTENANCE_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let routes = self.routes.load_full();
+            for upstream in routes.upstreams() {
+                let upstream = upstream.clone();
+                // Each on its own task: a slow check of one upstream never
+                // delays another's.
+                tokio::spawn(async move { upstream.maintain().await });
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -131,6 +130,16 @@ mod tests {
         assert_eq!(t.find("/api/v1/follow-upx"), None);
         assert_eq!(t.find("/api/v1/Follow-up"), None);
         assert_eq!(t.get(0).unwrap().queue, "r");
-        assert_eq!(t.get(1).unwrap().upstream, "a");
+        assert_eq!(t.get(1).unwrap().upstream.name, "a");
+    }
+
+    #[test]
+    fn routes_to_one_upstream_share_it() {
+        let t = table("[{prefix: /x, upstream: a, queue: q}, {prefix: /y, upstream: a, queue: r}]");
+        assert!(Arc::ptr_eq(
+            &t.get(0).unwrap().upstream,
+            &t.get(1).unwrap().upstream
+        ));
+        assert_eq!(t.upstreams().len(), 1);
     }
 }

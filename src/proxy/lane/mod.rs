@@ -35,16 +35,20 @@ pub mod response;
 
 pub use io::Lane;
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
 use pingora::protocols::Stream;
 
 use super::routes::RouteTable;
+use super::rules::failure::Failure;
 use super::rules::forward::{Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
+use super::upstream::{Upstream, NO_HEALTHY_ADDRESS};
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
 use crate::queue::{rank, Endpoint, QueueApi};
@@ -60,49 +64,48 @@ pub const MAX_HEAD: usize = 16 * 1024;
 /// Header slots for parsing a request; one with more is handed to the proxy.
 const MAX_HEADERS: usize = 64;
 
-/// The routes the lane serves and a pool per upstream: replaced whole when
-/// the config is reloaded.
+/// The routes the lane serves, and a pool per upstream address: replaced
+/// whole when the config is reloaded.
 pub struct LaneTable {
     routes: Arc<RouteTable>,
-    /// Per route, in route order; `None` for TLS upstreams.
-    pools: Vec<Option<Arc<Pool>>>,
+    /// By address and timeouts; made as addresses are first chosen.
+    pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
 }
 
+/// Connections are shared by upstreams with the same address and timeouts.
+type PoolKey = (SocketAddr, Duration, Duration);
+
 impl LaneTable {
-    /// Routes to the same address share its pool; a pool of `old` for the
-    /// same address and timeouts is kept, with its idle connections.
+    /// Keeps the pools of `old` (with their idle connections): an address
+    /// a reload kept is still the same server.
     fn build(routes: Arc<RouteTable>, old: Option<&LaneTable>) -> LaneTable {
-        let mut pools_by_addr: Vec<Arc<Pool>> = old
-            .map(|t| t.pools.iter().flatten().cloned().collect())
+        let pools = old
+            .map(|t| t.pools.lock().unwrap_or_else(|p| p.into_inner()).clone())
             .unwrap_or_default();
-        let pools = routes
-            .iter()
-            .map(|route| {
-                if route.tls {
-                    return None;
-                }
-                let same = |p: &&Arc<Pool>| {
-                    p.addr == route.addr
-                        && p.connect_timeout == route.connect_timeout
-                        && p.read_timeout == route.read_timeout
-                };
-                if let Some(pool) = pools_by_addr.iter().find(same) {
-                    return Some(pool.clone());
-                }
-                let pool = Arc::new(Pool::new(
-                    route.addr,
-                    route.connect_timeout,
-                    route.read_timeout,
-                ));
-                pools_by_addr.push(pool.clone());
-                Some(pool)
-            })
-            .collect();
-        LaneTable { routes, pools }
+        LaneTable {
+            routes,
+            pools: Mutex::new(pools),
+        }
     }
 
-    fn pool(&self, route: usize) -> Option<&Pool> {
-        self.pools.get(route)?.as_deref()
+    /// Whether the lane serves a route: plain-TCP upstreams only.
+    fn serves(&self, route: usize) -> bool {
+        self.routes.get(route).is_some_and(|r| !r.upstream.tls)
+    }
+
+    fn pool(&self, upstream: &Upstream, addr: SocketAddr) -> Arc<Pool> {
+        let key = (addr, upstream.connect_timeout, upstream.read_timeout);
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(Pool::new(
+                    addr,
+                    upstream.connect_timeout,
+                    upstream.read_timeout,
+                ))
+            })
+            .clone()
     }
 }
 
@@ -175,7 +178,7 @@ impl DirectLane {
             Ok(httparse::Status::Complete(consumed)) => match request::take(
                 &table.routes,
                 &self.tokens,
-                |route| table.pool(route).is_some(),
+                |route| table.serves(route),
                 &request,
                 consumed,
                 peer,
@@ -218,10 +221,26 @@ impl DirectLane {
                 record.route = route.map_or("other", |r| r.prefix.as_str());
                 record.queue = Some(&plan.identity.queue);
                 record.user = Some(&plan.identity.user);
-                let Some(pool) = table.pool(plan.route) else {
+                let Some(route) = route else {
                     return Lane::Closed;
                 };
-                let outcome = relay::forward(pool, plan, client, close, &request_id).await;
+                // No healthy address: 502 at once, as the proxy answers.
+                let outcome = match route.upstream.select() {
+                    Some(chosen) => {
+                        let pool = table.pool(&route.upstream, chosen.addr);
+                        relay::forward(&pool, plan, client, close, &request_id).await
+                    }
+                    None => {
+                        relay::fail(
+                            Failure::Unavailable,
+                            NO_HEALTHY_ADDRESS,
+                            plan,
+                            client,
+                            &request_id,
+                        )
+                        .await
+                    }
+                };
                 record.status = outcome.status;
                 record.error = outcome.error;
                 outcome.lane

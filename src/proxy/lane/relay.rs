@@ -50,21 +50,7 @@ pub async fn forward(
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let (conn, response) = match exchange(pool, plan, &mut buf, client).await {
         Ok(answer) => answer,
-        Err((failure, why)) => {
-            let status = match failure.reply(false) {
-                Some(reply) => {
-                    let reply = reply.header(REQUEST_ID, request_id);
-                    send(client, &reply, plan.head_request).await;
-                    reply.status
-                }
-                None => 0,
-            };
-            return Outcome {
-                status,
-                lane: Lane::Closed,
-                error: Some(why),
-            };
-        }
+        Err((failure, why)) => return fail(failure, why, plan, client, request_id).await,
     };
     let mut out = response.head;
     let date = pingora::protocols::http::date::get_cached_date();
@@ -102,6 +88,30 @@ pub async fn forward(
         status: response.status,
         lane,
         error: None,
+    }
+}
+
+/// Answers a request that failed before any reply was sent, as the proxy
+/// would (see `crate::proxy::rules::failure`), and ends the connection.
+pub async fn fail(
+    failure: Failure,
+    why: &'static str,
+    plan: &Plan,
+    client: &mut Stream,
+    request_id: &str,
+) -> Outcome {
+    let status = match failure.reply(false) {
+        Some(reply) => {
+            let reply = reply.header(REQUEST_ID, request_id);
+            send(client, &reply, plan.head_request).await;
+            reply.status
+        }
+        None => 0,
+    };
+    Outcome {
+        status,
+        lane: Lane::Closed,
+        error: Some(why),
     }
 }
 

@@ -1,0 +1,297 @@
+//! An upstream: its addresses, the choice among them, and their health, on
+//! `pingora-load-balancing`, for both HTTP paths.
+//!
+//! - Addresses may be names. They are resolved at start (every address of
+//!   every name, not just the first) and again every `resolve-interval-s`,
+//!   off the request path; a lookup that fails keeps the addresses known.
+//! - With `health-check`, each address gets `GET path` every `interval-ms`;
+//!   an address that does not answer 200 within `timeout-ms` gets no
+//!   traffic until it does again. With none healthy, a request gets 502 at
+//!   once, without trying to connect.
+//! - `round-robin` is the crate's selector. `least-connections` is ours:
+//!   the crate has none (its selection module lists it as to do), and it is
+//!   a few lines over the requests under way per address, which both paths
+//!   count through [`Chosen`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::http::RequestHeader;
+use pingora::lb::discovery::ServiceDiscovery;
+use pingora::lb::health_check::{HealthCheck, HttpHealthCheck, TcpHealthCheck};
+use pingora::lb::selection::RoundRobin;
+use pingora::lb::{Backend, Backends, LoadBalancer};
+use pingora::prelude::HttpPeer;
+
+use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
+
+/// The failure of a request whose upstream has no healthy address.
+pub const NO_HEALTHY_ADDRESS: &str = "no healthy upstream address";
+
+/// How long an idle upstream connection stays in the pool.
+pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
+
+/// Why an upstream could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("upstreams.{name}: cannot resolve `{address}`: {problem}")]
+pub struct ResolveError {
+    name: String,
+    address: String,
+    problem: String,
+}
+
+/// One upstream, shared by every route that names it.
+pub struct Upstream {
+    pub name: String,
+    pub tls: bool,
+    pub sni: String,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    policy: LoadBalancing,
+    balancer: LoadBalancer<RoundRobin>,
+    /// Requests under way per address, for least-connections (both paths
+    /// count, whatever the policy).
+    active: Mutex<HashMap<SocketAddr, Arc<AtomicUsize>>>,
+    resolve_interval: Duration,
+    check_interval: Option<Duration>,
+    /// When discovery and health checks last ran, and whether one runs now.
+    last_resolve: Mutex<Instant>,
+    last_check: Mutex<Option<Instant>>,
+    busy: AtomicBool,
+}
+
+/// The address a request goes to; counts as a request under way there
+/// until dropped.
+pub struct Chosen {
+    pub addr: SocketAddr,
+    active: Arc<AtomicUsize>,
+}
+
+impl Drop for Chosen {
+    fn drop(&mut self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Upstream {
+    /// Resolves every address now (blocking: at start-up, or off the
+    /// runtime on a reload).
+    pub fn build(name: &str, config: &UpstreamConfig) -> Result<Upstream, ResolveError> {
+        let mut first = BTreeSet::new();
+        for address in &config.addresses {
+            for addr in resolve(name, address)? {
+                first.insert(backend(addr));
+            }
+        }
+        let discovery = Resolver {
+            addresses: config.addresses.clone(),
+            first: Mutex::new(Some(first)),
+        };
+        let mut backends = Backends::new(Box::new(discovery));
+        if let Some(check) = &config.health_check {
+            backends.set_health_check(health_check(check, config));
+        }
+        let balancer = LoadBalancer::<RoundRobin>::from_backends(backends);
+        // The first discovery returns the addresses resolved above without
+        // waiting on anything, so it completes here.
+        let _ = futures_lite_now(balancer.update());
+        Ok(Upstream {
+            name: name.to_string(),
+            tls: config.tls,
+            sni: config.sni.clone(),
+            connect_timeout: config.connect_timeout,
+            read_timeout: config.read_timeout,
+            policy: config.load_balancing,
+            balancer,
+            active: Mutex::new(HashMap::new()),
+            resolve_interval: config.resolve_interval,
+            check_interval: config.health_check.as_ref().map(|c| c.interval),
+            last_resolve: Mutex::new(Instant::now()),
+            last_check: Mutex::new(None),
+            busy: AtomicBool::new(false),
+        })
+    }
+
+    /// An address for the next request, by the upstream's policy among the
+    /// healthy ones; `None` when none is healthy.
+    pub fn select(&self) -> Option<Chosen> {
+        let addr = match self.policy {
+            LoadBalancing::RoundRobin => inet(&self.balancer.select(b"", 256)?)?,
+            LoadBalancing::LeastConnections => self.least_busy()?,
+        };
+        let active = {
+            let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            active.entry(addr).or_default().clone()
+        };
+        active.fetch_add(1, Ordering::Relaxed);
+        Some(Chosen { addr, active })
+    }
+
+    fn least_busy(&self) -> Option<SocketAddr> {
+        let backends = self.balancer.backends();
+        let all = backends.get_backend();
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter()
+            .filter(|b| backends.ready(b))
+            .filter_map(inet)
+            .min_by_key(|addr| active.get(addr).map_or(0, |n| n.load(Ordering::Relaxed)))
+    }
+
+    /// Pingora's peer for `addr`, with this upstream's TLS and timeouts.
+    pub fn peer(&self, addr: SocketAddr) -> Box<HttpPeer> {
+        let mut peer = HttpPeer::new(addr, self.tls, self.sni.clone());
+        peer.options.connection_timeout = Some(self.connect_timeout);
+        peer.options.read_timeout = Some(self.read_timeout);
+        peer.options.write_timeout = Some(self.read_timeout);
+        // Kept-alive connections idle this long are closed rather than
+        // reused: upstreams commonly close idle connections after 60 s+.
+        peer.options.idle_timeout = Some(UPSTREAM_IDLE);
+        Box::new(peer)
+    }
+
+    /// The addresses known now, each with whether it takes traffic.
+    pub fn health(&self) -> Vec<(SocketAddr, bool)> {
+        let backends = self.balancer.backends();
+        backends
+            .get_backend()
+            .iter()
+            .filter_map(|b| Some((inet(b)?, backends.ready(b))))
+            .collect()
+    }
+
+    /// Runs what is due: discovery every `resolve-interval-s`, the health
+    /// checks every `interval-ms`. At most one run at a time.
+    pub async fn maintain(&self) {
+        if self.busy.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let now = Instant::now();
+        let resolve_due = {
+            let mut last = self.last_resolve.lock().unwrap_or_else(|p| p.into_inner());
+            let due = now.duration_since(*last) >= self.resolve_interval;
+            if due {
+                *last = now;
+            }
+            due
+        };
+        if resolve_due {
+            if let Err(e) = self.balancer.update().await {
+                tracing::warn!(upstream = %self.name, error = %e, "resolving the upstream's names failed; keeping its addresses");
+            }
+        }
+        let check_due = self.check_interval.is_some_and(|interval| {
+            let mut last = self.last_check.lock().unwrap_or_else(|p| p.into_inner());
+            let due = last.is_none_or(|at| now.duration_since(at) >= interval);
+            if due {
+                *last = Some(now);
+            }
+            due
+        });
+        if check_due {
+            self.balancer.backends().run_health_check(true).await;
+        }
+        self.busy.store(false, Ordering::Release);
+    }
+}
+
+fn backend(addr: SocketAddr) -> Backend {
+    Backend {
+        addr: pingora::protocols::l4::socket::SocketAddr::Inet(addr),
+        weight: 1,
+        ext: Default::default(),
+    }
+}
+
+fn inet(backend: &Backend) -> Option<SocketAddr> {
+    backend.addr.as_inet().copied()
+}
+
+fn resolve(name: &str, address: &str) -> Result<Vec<SocketAddr>, ResolveError> {
+    let error = |problem: String| ResolveError {
+        name: name.to_string(),
+        address: address.to_string(),
+        problem,
+    };
+    let addrs: Vec<SocketAddr> = address
+        .to_socket_addrs()
+        .map_err(|e| error(e.to_string()))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(error("no address found".to_string()));
+    }
+    Ok(addrs)
+}
+
+/// The health check a config asks for: `GET path` answered 200, within the
+/// timeout, from each address; one failure marks it down, one success up.
+fn health_check(
+    check: &HealthCheckConfig,
+    upstream: &UpstreamConfig,
+) -> Box<dyn HealthCheck + Send + Sync> {
+    let mut http = HttpHealthCheck::new(&upstream.sni, upstream.tls);
+    http.peer_template.options.connection_timeout = Some(check.timeout);
+    http.peer_template.options.read_timeout = Some(check.timeout);
+    http.peer_template.options.total_connection_timeout = Some(check.timeout);
+    http.consecutive_failure = 1;
+    http.consecutive_success = 1;
+    match RequestHeader::build("GET", check.path.as_bytes(), None) {
+        Ok(mut req) => {
+            let _ = req.insert_header("Host", upstream.sni.as_str());
+            let _ = req.insert_header("User-Agent", "waitgate-health-check");
+            http.req = req;
+            Box::new(http)
+        }
+        // The path was checked when the config was read; a TCP check is
+        // the fallback that cannot fail to build.
+        Err(_) => TcpHealthCheck::new(),
+    }
+}
+
+/// Discovery by name: the first call returns the addresses resolved at
+/// build time (so that building completes without a runtime); later calls
+/// resolve every name again. A name that fails is skipped; all failing is
+/// an error, which keeps the addresses known.
+struct Resolver {
+    addresses: Vec<String>,
+    first: Mutex<Option<BTreeSet<Backend>>>,
+}
+
+#[async_trait]
+impl ServiceDiscovery for Resolver {
+    async fn discover(&self) -> pingora::Result<(BTreeSet<Backend>, HashMap<u64, bool>)> {
+        if let Some(first) = self.first.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Ok((first, HashMap::new()));
+        }
+        let mut found = BTreeSet::new();
+        for address in &self.addresses {
+            if let Ok(addrs) = tokio::net::lookup_host(address.as_str()).await {
+                found.extend(addrs.map(backend));
+            }
+        }
+        if found.is_empty() {
+            return Err(pingora::Error::explain(
+                pingora::ErrorType::ConnectNoRoute,
+                "no upstream name resolved",
+            ));
+        }
+        Ok((found, HashMap::new()))
+    }
+}
+
+/// Polls a future once: the first discovery never waits, so its update
+/// completes on the first poll.
+fn futures_lite_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
