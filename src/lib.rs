@@ -22,6 +22,10 @@
 //! - [`reply`]: the one writer of the replies waitgate makes itself.
 //! - [`cli`] and [`logging`]: the command line and log set-up.
 
+// The proxy's request futures nest the store's (three Redis topologies
+// behind one call) deeper than the default limit of 128 lets rustc lay out.
+#![recursion_limit = "256"]
+
 pub mod admin;
 pub mod background;
 pub mod cli;

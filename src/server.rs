@@ -43,7 +43,7 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("redis.url: {0}")]
+    #[error("redis: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Resolve(#[from] crate::proxy::routes::ResolveError),
@@ -74,8 +74,8 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     // tasks and probes. Each opens lazily in the runtime that uses it first,
     // so the proxy's Redis traffic is driven on the proxy's own threads
     // instead of waking a background thread for every call.
-    let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
-    let control = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout)?);
+    let store = Arc::new(Store::new(&config.redis)?);
+    let control = Arc::new(Store::new(&config.redis)?);
     let in_flight = Arc::new(InFlight::default());
 
     let metrics = Arc::new(Metrics::new(config));

@@ -409,7 +409,7 @@ routes:
         let config = Config::from_yaml(CONFIG).unwrap();
         let secret = Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap();
         let tokens = Arc::new(Tokens::new(&secret, &config.jwt));
-        let store = Arc::new(Store::new(&config.redis.url, config.redis.command_timeout).unwrap());
+        let store = Arc::new(Store::new(&config.redis).unwrap());
         let metrics = Arc::new(Metrics::new(&config));
         let api = Arc::new(QueueApi::new(
             &config,

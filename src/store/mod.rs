@@ -14,10 +14,13 @@ mod keys;
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
-use crate::config::{AdmissionConfig, HeartbeatConfig};
+use crate::config::{AdmissionConfig, HeartbeatConfig, RedisConfig, RedisMode, RedisTls};
 
 pub use keys::QueueKeys;
 
@@ -137,41 +140,237 @@ pub enum Dropout {
     CredentialMismatch,
 }
 
-/// The store: one lazily opened, self-reconnecting multiplexed connection.
+/// The store: Redis as one server, a Sentinel-watched master, or a
+/// Cluster, behind the same typed calls.
 pub struct Store {
-    client: redis::Client,
-    /// Opened on first use, inside whichever Pingora runtime gets there
-    /// first: a Redis connection must be created inside a runtime, and
-    /// Pingora's runtimes only exist once the server runs.
-    connection: OnceLock<ConnectionManager>,
+    backend: Backend,
     timeout: Duration,
+    /// `WAIT replicas timeout` after each write, when configured.
+    wait: Option<(u64, Duration)>,
+}
+
+/// How the store reaches Redis. Each is the redis crate's own support;
+/// connections open on first use, inside whichever Pingora runtime gets
+/// there first (a Redis connection must be made inside a runtime, and
+/// Pingora's runtimes only exist once the server runs).
+enum Backend {
+    /// One server: a self-reconnecting multiplexed connection.
+    Standalone {
+        client: redis::Client,
+        manager: OnceLock<ConnectionManager>,
+    },
+    /// The master that the Sentinels name. The connection is dropped on any
+    /// failure that may mean a failover (refused, reset, `READONLY`), and
+    /// the Sentinels are asked again on the next call.
+    Sentinel {
+        sentinels: tokio::sync::Mutex<SentinelClient>,
+        master: std::sync::Mutex<Option<MultiplexedConnection>>,
+    },
+    /// A Redis Cluster: the crate follows `MOVED`/`ASK`. Every key of a
+    /// queue shares its `{queue}` hash tag, so each script runs on the one
+    /// node that owns the queue's slot. When a master dies, the crate keeps
+    /// reconnecting to it rather than asking the cluster who took over
+    /// (measured: no recovery within 30 s), so, as with Sentinel, the
+    /// connection is dropped on such a failure and the next call maps the
+    /// cluster again from the seed nodes.
+    Cluster {
+        client: ClusterClient,
+        current: std::sync::Mutex<Option<ClusterConnection>>,
+        connecting: tokio::sync::Mutex<()>,
+    },
+}
+
+/// A connection of any backend, for the scripts and commands.
+#[derive(Clone)]
+enum Conn {
+    Manager(ConnectionManager),
+    Multiplexed(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Manager(c) => c.req_packed_command(cmd),
+            Conn::Multiplexed(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Manager(c) => c.get_db(),
+            Conn::Multiplexed(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 impl Store {
-    pub fn new(url: &str, timeout: Duration) -> Result<Store, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| StoreError::Failed(e.to_string()))?;
+    /// A store for `config`; nothing is connected until the first call.
+    pub fn new(config: &RedisConfig) -> Result<Store, StoreError> {
+        let failed = |e: redis::RedisError| StoreError::Failed(e.to_string());
+        let certificates = config.tls.as_ref().map(tls_certificates).transpose()?;
+        let backend = match &config.mode {
+            RedisMode::Standalone { url } => {
+                let client = match certificates {
+                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs),
+                    None => redis::Client::open(url.as_str()),
+                }
+                .map_err(failed)?;
+                Backend::Standalone {
+                    client,
+                    manager: OnceLock::new(),
+                }
+            }
+            RedisMode::Sentinel {
+                sentinels,
+                master_name,
+            } => {
+                let addresses = sentinels
+                    .iter()
+                    .map(|url| {
+                        redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                            .map(|info| info.addr().clone())
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(failed)?;
+                let mut builder = SentinelClientBuilder::new(
+                    addresses,
+                    master_name.clone(),
+                    SentinelServerType::Master,
+                )
+                .map_err(failed)?;
+                if let Some(certs) = certificates {
+                    builder = builder
+                        .set_client_to_redis_certificates(certs.clone())
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_sentinel_certificates(certs)
+                        .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+                }
+                Backend::Sentinel {
+                    sentinels: tokio::sync::Mutex::new(builder.build().map_err(failed)?),
+                    master: std::sync::Mutex::new(None),
+                }
+            }
+            RedisMode::Cluster { nodes } => {
+                let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(config.command_timeout)
+                    .response_timeout(config.command_timeout)
+                    .retries(2)
+                    .min_retry_wait(20)
+                    .max_retry_wait(200);
+                if let Some(certs) = certificates {
+                    builder = builder.certs(certs);
+                }
+                Backend::Cluster {
+                    client: builder.build().map_err(failed)?,
+                    current: std::sync::Mutex::new(None),
+                    connecting: tokio::sync::Mutex::new(()),
+                }
+            }
+        };
         Ok(Store {
-            client,
-            connection: OnceLock::new(),
-            timeout,
+            backend,
+            timeout: config.command_timeout,
+            wait: (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout)),
         })
     }
 
-    fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        if let Some(c) = self.connection.get() {
-            return Ok(c.clone());
+    async fn connection(&self) -> Result<Conn, StoreError> {
+        match &self.backend {
+            Backend::Standalone { client, manager } => {
+                if let Some(c) = manager.get() {
+                    return Ok(Conn::Manager(c.clone()));
+                }
+                // Retries are few and short: a caller never waits past
+                // `timeout` anyway, and the next call starts a new
+                // reconnect if this one fails.
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(self.timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(500));
+                let made = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    .map_err(|e| StoreError::Failed(e.to_string()))?;
+                Ok(Conn::Manager(manager.get_or_init(|| made).clone()))
+            }
+            Backend::Sentinel { sentinels, master } => {
+                if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok(Conn::Multiplexed(c));
+                }
+                let found = self
+                    .bounded(async {
+                        let mut sentinels = sentinels.lock().await;
+                        // Another call may have found the master meanwhile.
+                        if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                            return Ok(c);
+                        }
+                        let config = redis::AsyncConnectionConfig::new()
+                            .set_connection_timeout(Some(self.timeout))
+                            .set_response_timeout(Some(self.timeout));
+                        sentinels.get_async_connection_with_config(&config).await
+                    })
+                    .await?;
+                *master.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.clone());
+                Ok(Conn::Multiplexed(found))
+            }
+            Backend::Cluster {
+                client,
+                current,
+                connecting,
+            } => {
+                if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok(Conn::Cluster(c));
+                }
+                let made = self
+                    .bounded(async {
+                        let _one_at_a_time = connecting.lock().await;
+                        if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                            return Ok(c);
+                        }
+                        client.get_async_connection().await
+                    })
+                    .await?;
+                *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(made.clone());
+                Ok(Conn::Cluster(made))
+            }
         }
-        // Retries are few and short: a caller never waits past `timeout`
-        // anyway, and the next call starts a new reconnect if this one fails.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| StoreError::Failed(e.to_string()))?;
-        Ok(self.connection.get_or_init(|| manager).clone())
+    }
+
+    /// After a failure that may mean a failover, forgets the connection to
+    /// the Sentinel master or the Cluster, so that the next call asks who
+    /// serves now.
+    fn failed(&self, error: &StoreError) {
+        if !matches!(error, StoreError::Unavailable(_)) {
+            return;
+        }
+        match &self.backend {
+            Backend::Sentinel { master, .. } => {
+                master.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+            Backend::Cluster { current, .. } => {
+                current.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+            Backend::Standalone { .. } => {}
+        }
     }
 
     /// Awaits one Redis call within the command timeout (on Pingora's coarse
@@ -195,17 +394,65 @@ impl Store {
         &self,
         invocation: ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection()?;
-        self.bounded(invocation.invoke_async(&mut connection)).await
+        let mut connection = self.connection().await?;
+        let result = self.bounded(invocation.invoke_async(&mut connection)).await;
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        result
     }
 
-    /// Answers while Redis answers: for `/readyz`.
+    /// Runs a script that writes, then, with `redis.wait-replicas`, waits
+    /// until that many replicas have the write: an acknowledged change then
+    /// survives the master's loss. Too few replicas in time is a 503, and
+    /// the client's retry is safe (every write is idempotent for the same
+    /// user). `key` routes the `WAIT` to the node that ran the script.
+    async fn run_write<T: FromRedisValue>(
+        &self,
+        invocation: ScriptInvocation<'_>,
+        key: &str,
+    ) -> Result<T, StoreError> {
+        let value = self.run(invocation).await?;
+        let Some((replicas, timeout)) = self.wait else {
+            return Ok(value);
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        let acknowledged: u64 = match self.connection().await? {
+            Conn::Cluster(mut c) => {
+                let route = redis::cluster_routing::RoutingInfo::SingleNode(
+                    redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+                        redis::cluster_routing::Route::with_key(
+                            key,
+                            redis::cluster_routing::SlotAddr::Master,
+                        ),
+                    ),
+                );
+                let reply = self.bounded(c.route_command(wait, route)).await?;
+                redis::from_redis_value(reply).map_err(|e| StoreError::Failed(e.to_string()))?
+            }
+            mut c => self.bounded(wait.query_async(&mut c)).await?,
+        };
+        if acknowledged < replicas {
+            return Err(StoreError::Unavailable(format!(
+                "the write reached {acknowledged} of {replicas} replicas in time"
+            )));
+        }
+        Ok(value)
+    }
+
+    /// Answers while Redis answers: for the probe and `/healthz/redis`.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut connection = self.connection()?;
+        let mut connection = self.connection().await?;
         let ping = redis::cmd("PING");
-        self.bounded(ping.query_async::<String>(&mut connection))
+        let result = self
+            .bounded(ping.query_async::<String>(&mut connection))
             .await
-            .map(drop)
+            .map(drop);
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        result
     }
 
     pub async fn register(
@@ -224,7 +471,8 @@ impl Store {
             .arg(user)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
-        let (code, value, wait, arrival): (i64, i64, i64, i64) = self.run(invocation).await?;
+        let (code, value, wait, arrival): (i64, i64, i64, i64) =
+            self.run_write(invocation, &keys.waiting).await?;
         match code {
             1 => Ok(Registration::New {
                 place: place(value, wait)?,
@@ -281,7 +529,8 @@ impl Store {
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
             .arg(admission.max_active);
-        let (admitted, window, why, now_ms): (i64, i64, i64, i64) = self.run(invocation).await?;
+        let (admitted, window, why, now_ms): (i64, i64, i64, i64) =
+            self.run_write(invocation, &keys.waiting).await?;
         let outcome = match why {
             0 => AdmitOutcome::Decided,
             1 => AdmitOutcome::AlreadyDecided,
@@ -311,7 +560,7 @@ impl Store {
             .key(&keys.active)
             .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.cleanup_batch_size);
-        let (stale, expired): (i64, i64) = self.run(invocation).await?;
+        let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
             stale_waiting: count(stale)?,
             expired_active: count(expired)?,
@@ -324,7 +573,7 @@ impl Store {
         pipe.zcard(&keys.waiting)
             .zcard(&keys.active)
             .hget(&keys.admission, "rate");
-        let mut connection = self.connection()?;
+        let mut connection = self.connection().await?;
         let (waiting, active, rate_per_window) = self
             .bounded(pipe.query_async::<(u64, u64, Option<f64>)>(&mut connection))
             .await?;
@@ -351,7 +600,7 @@ impl Store {
             .key(&keys.active)
             .arg(user)
             .arg(arrival);
-        let code: i64 = self.run(invocation).await?;
+        let code: i64 = self.run_write(invocation, &keys.waiting).await?;
         match code {
             1 => Ok(Dropout::Removed),
             0 => Ok(Dropout::NotQueued),
@@ -378,6 +627,26 @@ impl Store {
         let expiry: i64 = self.run(invocation).await?;
         Ok(u64::try_from(expiry).ok().filter(|&ms| ms > 0))
     }
+}
+
+/// The certificates of `redis.tls`: a private CA to trust, and a client
+/// certificate and key when the server asks for one.
+fn tls_certificates(tls: &RedisTls) -> Result<redis::TlsCertificates, StoreError> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| StoreError::Failed(format!("{}: {e}", path.display())))
+    };
+    let client_tls = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read(cert)?,
+            client_key: read(key)?,
+        }),
+        _ => None,
+    };
+    let root_cert = tls.ca_file.as_deref().map(read).transpose()?;
+    Ok(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    })
 }
 
 fn classify(e: redis::RedisError) -> StoreError {
