@@ -142,13 +142,17 @@ struct Run {
     failures: usize,
 }
 
+/// The acknowledged users, every answer's time and whether it succeeded,
+/// and the failures.
+type Stream = (Vec<String>, Vec<(Instant, bool)>, usize);
+
 /// Registers new users from 4 clients until `stop`, noting every
 /// acknowledged one and when successes happened.
 fn register_stream(
     addr: SocketAddr,
     queue: &'static str,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(Vec<String>, Vec<(Instant, bool)>, usize)> {
+) -> std::thread::JoinHandle<Stream> {
     std::thread::spawn(move || {
         let clients: Vec<_> = (0..4)
             .map(|t| {
