@@ -172,7 +172,7 @@ enum Backend {
     /// reconnecting to it rather than asking the cluster who took over
     /// (measured: no recovery within 30 s), so, as with Sentinel, the
     /// connection is dropped on such a failure and the next call maps the
-    /// cluster again from the seed nodes.
+    /// cluster again from the configured nodes.
     Cluster {
         client: ClusterClient,
         current: std::sync::Mutex<Option<ClusterConnection>>,
