@@ -186,6 +186,9 @@ pub struct UpstreamConfig {
     pub tls: bool,
     /// Server name for TLS; defaults to the host part of the first address.
     pub sni: String,
+    /// A private CA that signs the upstream's certificate (PEM); without it,
+    /// the public web roots. The certificate is always verified.
+    pub ca_file: Option<PathBuf>,
     /// Past this, connecting gives the client a 504.
     pub connect_timeout: Duration,
     /// Past this without a byte of the response, the client gets a 504.
@@ -407,13 +410,60 @@ struct RawUpstream {
     #[serde(default)]
     health_check: Option<RawHealthCheck>,
     #[serde(default)]
-    tls: bool,
+    tls: RawTls,
     #[serde(default)]
     sni: Option<String>,
     #[serde(default = "defaults::connect_timeout_ms")]
     connect_timeout_ms: u64,
     #[serde(default = "defaults::read_timeout_ms")]
     read_timeout_ms: u64,
+}
+
+/// `tls: true|false`, or `tls: {sni, ca-file}` (which turns TLS on).
+#[derive(Default)]
+struct RawTls {
+    on: bool,
+    sni: Option<String>,
+    ca_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTlsMap {
+    #[serde(default)]
+    sni: Option<String>,
+    #[serde(default)]
+    ca_file: Option<PathBuf>,
+}
+
+impl<'de> Deserialize<'de> for RawTls {
+    /// A bool or a map, each with its own errors: an unknown key in the map
+    /// is named, as everywhere else in the file.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = RawTls;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false, or a map with sni and ca-file")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<RawTls, E> {
+                Ok(RawTls {
+                    on,
+                    ..RawTls::default()
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawTls, A::Error> {
+                let map =
+                    RawTlsMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawTls {
+                    on: true,
+                    sni: map.sni,
+                    ca_file: map.ca_file,
+                })
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Deserialize)]
@@ -899,7 +949,7 @@ impl RawUpstream {
             1,
             86_400,
         )?);
-        let sni = match self.sni {
+        let sni = match self.tls.sni.clone().or(self.sni) {
             Some(sni) if sni.trim().is_empty() => {
                 return Err(invalid(format!("{key}.sni"), "must not be empty"))
             }
@@ -914,7 +964,25 @@ impl RawUpstream {
             resolve_interval,
             load_balancing,
             health_check,
-            tls: self.tls,
+            tls: self.tls.on,
+            ca_file: match self.tls.ca_file {
+                None => None,
+                Some(path) => {
+                    let pem = std::fs::read(&path).map_err(|e| {
+                        invalid(
+                            format!("{key}.tls.ca-file"),
+                            format!("{}: {e}", path.display()),
+                        )
+                    })?;
+                    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+                        return Err(invalid(
+                            format!("{key}.tls.ca-file"),
+                            format!("{}: no PEM certificate in it", path.display()),
+                        ));
+                    }
+                    Some(path)
+                }
+            },
             sni,
             connect_timeout: Duration::from_millis(ranged(
                 &format!("{key}.connect-timeout-ms"),

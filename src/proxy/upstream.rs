@@ -26,6 +26,8 @@ use pingora::lb::health_check::{HealthCheck, HttpHealthCheck, TcpHealthCheck};
 use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, Backends, LoadBalancer};
 use pingora::prelude::HttpPeer;
+use pingora::protocols::tls::CaType;
+use pingora::utils::tls::{parse_x509, WrappedX509};
 
 use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
 
@@ -37,8 +39,9 @@ pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
 /// Why an upstream could not be built.
 #[derive(Debug, thiserror::Error)]
-#[error("upstreams.{name}: cannot resolve `{address}`: {problem}")]
+#[error("upstreams.{name}: cannot {what} `{address}`: {problem}")]
 pub struct ResolveError {
+    what: &'static str,
     name: String,
     address: String,
     problem: String,
@@ -51,6 +54,8 @@ pub struct Upstream {
     pub sni: String,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// The private CA the upstream's certificate must chain to.
+    ca: Option<Arc<CaType>>,
     policy: LoadBalancing,
     balancer: LoadBalancer<RoundRobin>,
     /// Requests under way per address, for least-connections (both paths
@@ -91,9 +96,13 @@ impl Upstream {
             addresses: config.addresses.clone(),
             first: Mutex::new(Some(first)),
         };
+        let ca = match &config.ca_file {
+            Some(path) => Some(load_ca(name, path)?),
+            None => None,
+        };
         let mut backends = Backends::new(Box::new(discovery));
         if let Some(check) = &config.health_check {
-            backends.set_health_check(health_check(check, config));
+            backends.set_health_check(health_check(check, config, ca.clone()));
         }
         let balancer = LoadBalancer::<RoundRobin>::from_backends(backends);
         // The first discovery returns the addresses resolved above without
@@ -105,6 +114,7 @@ impl Upstream {
             sni: config.sni.clone(),
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
+            ca,
             policy: config.load_balancing,
             balancer,
             active: Mutex::new(HashMap::new()),
@@ -144,6 +154,9 @@ impl Upstream {
     /// Pingora's peer for `addr`, with this upstream's TLS and timeouts.
     pub fn peer(&self, addr: SocketAddr) -> Box<HttpPeer> {
         let mut peer = HttpPeer::new(addr, self.tls, self.sni.clone());
+        // Pingora verifies the certificate and the name by default; a
+        // private CA replaces the public roots for this upstream.
+        peer.options.ca = self.ca.clone();
         peer.options.connection_timeout = Some(self.connect_timeout);
         peer.options.read_timeout = Some(self.read_timeout);
         peer.options.write_timeout = Some(self.read_timeout);
@@ -198,6 +211,29 @@ impl Upstream {
     }
 }
 
+/// The certificates of a PEM file, as Pingora's per-peer CA list.
+fn load_ca(name: &str, path: &std::path::Path) -> Result<Arc<CaType>, ResolveError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let error = |problem: String| ResolveError {
+        what: "read the CA file",
+        name: name.to_string(),
+        address: path.display().to_string(),
+        problem,
+    };
+    let certificates: Vec<WrappedX509> = CertificateDer::pem_file_iter(path)
+        .map_err(|e| error(e.to_string()))?
+        .map(|cert| {
+            cert.map(|der| WrappedX509::new(der.to_vec(), parse_x509))
+                .map_err(|e| error(e.to_string()))
+        })
+        .collect::<Result<_, _>>()?;
+    if certificates.is_empty() {
+        return Err(error("no certificate in the CA file".to_string()));
+    }
+    Ok(Arc::from(certificates.into_boxed_slice()))
+}
+
 fn backend(addr: SocketAddr) -> Backend {
     Backend {
         addr: pingora::protocols::l4::socket::SocketAddr::Inet(addr),
@@ -212,6 +248,7 @@ fn inet(backend: &Backend) -> Option<SocketAddr> {
 
 fn resolve(name: &str, address: &str) -> Result<Vec<SocketAddr>, ResolveError> {
     let error = |problem: String| ResolveError {
+        what: "resolve",
         name: name.to_string(),
         address: address.to_string(),
         problem,
@@ -231,8 +268,10 @@ fn resolve(name: &str, address: &str) -> Result<Vec<SocketAddr>, ResolveError> {
 fn health_check(
     check: &HealthCheckConfig,
     upstream: &UpstreamConfig,
+    ca: Option<Arc<CaType>>,
 ) -> Box<dyn HealthCheck + Send + Sync> {
     let mut http = HttpHealthCheck::new(&upstream.sni, upstream.tls);
+    http.peer_template.options.ca = ca;
     http.peer_template.options.connection_timeout = Some(check.timeout);
     http.peer_template.options.read_timeout = Some(check.timeout);
     http.peer_template.options.total_connection_timeout = Some(check.timeout);

@@ -1,0 +1,192 @@
+//! TLS to an upstream signed by a private CA made in the test: verified by
+//! default, with `tls.ca-file` and `tls.sni`; an unknown issuer or a wrong
+//! name is a 502, never a connection that skipped the check.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, and a server certificate it signs for `tickets.internal` and
+/// 127.0.0.1.
+fn make_ca(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=waitgate test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=tickets.internal",
+        ],
+    );
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:tickets.internal,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+}
+
+/// `openssl s_server -www`: answers any GET over TLS with 200 and a page.
+struct TlsServer {
+    port: u16,
+    child: Child,
+}
+
+impl TlsServer {
+    fn start(dir: &Path) -> TlsServer {
+        let port = free_port();
+        let child = Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["-cert", "server.pem", "-key", "server.key"])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "s_server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        TlsServer { port, child }
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn answer(redis: &Redis, port: u16, tls: &str, user: &str) -> Response {
+    let ports = Ports::new();
+    let config = config(&redis.url(), &ports, port).replace(
+        &format!("    address: 127.0.0.1:{port}\n"),
+        &format!("    address: 127.0.0.1:{port}\n    tls: {tls}\n"),
+    );
+    let wg = Waitgate::start(&config, &ports);
+    let token = admitted_token(&wg, redis, user);
+    request(
+        wg.addr,
+        "GET",
+        "/api/v1/follow-up/seat",
+        &[("Authorization", &format!("Bearer {token}"))],
+        None,
+    )
+    .unwrap()
+}
+
+#[test]
+fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
+    let dir = tempfile::tempdir().unwrap();
+    make_ca(dir.path());
+    let server = TlsServer::start(dir.path());
+    let ca = dir.path().join("ca.pem");
+    let redis = Redis::start();
+
+    // The private CA and the certificate's name: through.
+    let ok = answer(
+        &redis,
+        server.port,
+        &format!("{{sni: tickets.internal, ca-file: '{}'}}", ca.display()),
+        "fan_1",
+    );
+    assert_eq!(ok.status, 200, "{ok:?}");
+    assert!(ok.text().contains("s_server"), "{}", ok.text());
+
+    // TLS on, but only the public roots: the issuer is unknown.
+    let unknown = answer(&redis, server.port, "{sni: tickets.internal}", "fan_2");
+    assert_eq!(unknown.status, 502, "{unknown:?}");
+    assert_eq!(unknown.error_code(), "upstream_unavailable");
+
+    // The right CA, the wrong name.
+    let wrong = answer(
+        &redis,
+        server.port,
+        &format!("{{sni: other.internal, ca-file: '{}'}}", ca.display()),
+        "fan_3",
+    );
+    assert_eq!(wrong.status, 502, "{wrong:?}");
+
+    // A CA file that is not one is refused at start, naming the key.
+    std::fs::write(dir.path().join("bad.pem"), "not a certificate").unwrap();
+    let config = config(&redis.url(), &Ports::new(), server.port).replace(
+        &format!("    address: 127.0.0.1:{}\n", server.port),
+        &format!(
+            "    address: 127.0.0.1:{}\n    tls: {{ca-file: '{}'}}\n",
+            server.port,
+            dir.path().join("bad.pem").display()
+        ),
+    );
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("upstreams.ticketing.tls.ca-file"));
+}
