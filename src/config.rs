@@ -42,6 +42,8 @@ pub struct Config {
     /// Where `/metrics`, `/healthz` and `/readyz` listen: kept apart from
     /// `listen` so that the public listener never exposes them.
     pub admin_listen: SocketAddr,
+    /// A second proxy listener, with TLS, speaking HTTP/2 and HTTP/1.1.
+    pub listen_tls: Option<TlsListener>,
     /// Worker threads of the proxy service.
     pub threads: usize,
     /// SIGTERM: stop accepting, drain in-flight requests, exit within this.
@@ -62,6 +64,15 @@ pub struct Config {
     /// In file order: the first matching prefix wins.
     pub routes: Vec<RouteConfig>,
     pub log: LogConfig,
+}
+
+/// The TLS listener: the same proxy, over TLS, HTTP/2 or HTTP/1.1 by ALPN.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsListener {
+    pub address: SocketAddr,
+    /// The certificate chain and its key (PEM).
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// The logs.
@@ -232,6 +243,8 @@ struct RawConfig {
     listen: String,
     #[serde(default = "defaults::admin_listen")]
     admin_listen: String,
+    #[serde(default)]
+    listen_tls: Option<RawTlsListener>,
     #[serde(default = "defaults::threads")]
     threads: u64,
     #[serde(default = "defaults::grace_period_s")]
@@ -254,6 +267,14 @@ struct RawConfig {
     routes: Vec<RawRoute>,
     #[serde(default)]
     log: RawLog,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTlsListener {
+    address: String,
+    cert_file: PathBuf,
+    key_file: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -579,6 +600,37 @@ impl RawConfig {
     fn validate(self) -> Result<Config, ConfigError> {
         let listen = socket_addr("listen", &self.listen)?;
         let admin_listen = socket_addr("admin-listen", &self.admin_listen)?;
+        let listen_tls = match self.listen_tls {
+            None => None,
+            Some(tls) => {
+                let address = socket_addr("listen-tls.address", &tls.address)?;
+                if address == listen || address == admin_listen {
+                    return Err(invalid(
+                        "listen-tls.address",
+                        "must differ from listen and admin-listen",
+                    ));
+                }
+                for (key, path) in [("cert-file", &tls.cert_file), ("key-file", &tls.key_file)] {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        invalid(
+                            format!("listen-tls.{key}"),
+                            format!("{}: {e}", path.display()),
+                        )
+                    })?;
+                    if !text.contains("-----BEGIN ") {
+                        return Err(invalid(
+                            format!("listen-tls.{key}"),
+                            format!("{}: not PEM", path.display()),
+                        ));
+                    }
+                }
+                Some(TlsListener {
+                    address,
+                    cert_file: tls.cert_file,
+                    key_file: tls.key_file,
+                })
+            }
+        };
         if listen == admin_listen {
             return Err(invalid(
                 "admin-listen",
@@ -683,6 +735,7 @@ impl RawConfig {
         Ok(Config {
             listen,
             admin_listen,
+            listen_tls,
             threads,
             grace_period,
             clients,

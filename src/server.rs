@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use pingora::listeners::tls::TlsSettings;
 use pingora::listeners::ListenerConfig;
 use pingora::protocols::l4::stream::L4BufferSettings;
 use pingora::server::configuration::ServerConf;
@@ -47,6 +48,8 @@ pub enum StartError {
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
     Resolve(#[from] crate::proxy::routes::ResolveError),
+    #[error("listen-tls: {0}")]
+    Tls(String),
 }
 
 /// Builds the whole server, ready to [`run`].
@@ -56,6 +59,9 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     // first so the operator gets one line that names the key.
     check_bindable("listen", config.listen)?;
     check_bindable("admin-listen", config.admin_listen)?;
+    if let Some(tls) = &config.listen_tls {
+        check_bindable("listen-tls.address", tls.address)?;
+    }
     raise_fd_limit(config.clients.max_connections);
 
     // SIGTERM: the drain service below exits once nothing is in flight, and
@@ -127,6 +133,16 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         ListenerConfig::tcp(config.listen.to_string())
             .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER)),
     );
+    if let Some(tls) = &config.listen_tls {
+        let mut settings = TlsSettings::intermediate(
+            &tls.cert_file.to_string_lossy(),
+            &tls.key_file.to_string_lossy(),
+        )
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+        // ALPN: h2, then http/1.1.
+        settings.enable_h2();
+        proxy.add_tls_with_settings(&tls.address.to_string(), None, settings);
+    }
     server.add_service(proxy);
 
     let shared = Shared {

@@ -200,11 +200,13 @@ where
         let mut stream = stream;
         let mut settings = None;
         let mut shutdown_rx = shutdown.clone();
-        // The loop puts a read head back in front of the stream for the
-        // proxy, which only a plain TCP stream allows; the listener makes
-        // nothing else.
+        // The TLS listener: Pingora's own loop, which speaks HTTP/2 or
+        // HTTP/1.1 as ALPN chose, with no direct lane (it puts a read head
+        // back in front of a plain TCP stream only). Pingora's per-read
+        // timeouts bound its heads; the whole-head deadline is the plain
+        // listener's.
         if !stream.as_any().is::<TcpStream>() {
-            return None;
+            return self.inner.process_new(stream, shutdown).await;
         }
         let peer = self.direct.as_ref().map(|lane| lane.peer(&stream));
         // Bytes read but not yet answered: a head, or a pipelined next one.

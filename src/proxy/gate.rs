@@ -245,7 +245,12 @@ impl ProxyHttp for Gate {
         };
         let client = fields(&session.req_header().headers);
         let forwarded_for = forward::forwarded_for(&ctx.peer, client.iter().copied());
-        let proto = forward::forwarded_proto(ctx.peer, "http", client.iter().copied());
+        let scheme = if session.digest().is_some_and(|d| d.ssl_digest.is_some()) {
+            "https"
+        } else {
+            "http"
+        };
+        let proto = forward::forwarded_proto(ctx.peer, scheme, client.iter().copied());
         let dropped: Vec<HeaderName> = {
             let hop = Hop::new(client.iter().copied(), ctx.upgrade);
             upstream_request
