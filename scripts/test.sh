@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ensure_rust
 # haproxy: the readiness test behind a load balancer; promtool and
 # systemd-analyze: the deployment checks (tests/deploy.rs).
-ensure_packages haproxy promtool systemd-analyze
+ensure_packages haproxy promtool systemd-analyze openssl curl
 ensure_python_tools
 
 cargo build --all-targets --locked
