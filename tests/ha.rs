@@ -313,7 +313,7 @@ fn sentinel_failover(wait_replicas: u64, replicas: usize) {
             "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: waitgate\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 200\n",
             urls.join(", ")
         ),
-        "  baseball:\n    admission: {interval-ms: 200, batch-size: 5}\n",
+        "  baseball:\n    admission: {interval-ms: 200, batch-size: 5}\n    heartbeat: {timeout-ms: 60000, cleanup-interval-ms: 200}\n",
     );
     let wg = Waitgate::start(&config, &ports);
     wait_for(
@@ -387,6 +387,19 @@ fn admission_survives(wg: &Waitgate, zcard: impl Fn(&str) -> u64) -> (u64, u64) 
         .unwrap();
     println!("admissions counted {admitted}, users active {low}..{high}");
     assert!(admitted >= low, "counted {admitted} < active {low}");
+    // The cleanup runs every 200 ms: over a second after the failover its
+    // Redis calls all succeed.
+    let cleanup_errors = |text: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with("waitgate_redis_errors_total{op=\"cleanup\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let first = cleanup_errors(&get(wg.admin, "/metrics").unwrap().text());
+    std::thread::sleep(Duration::from_secs(1));
+    let second = cleanup_errors(&get(wg.admin, "/metrics").unwrap().text());
+    println!("cleanup errors: {first} during the failover, none in the second after ({second})");
+    assert_eq!(first, second, "the cleanup still fails after the failover");
     (admitted, high)
 }
 
@@ -526,7 +539,11 @@ fn cluster_failover(wait_replicas: u64, replicas: usize) {
     let ports = Ports::new();
     let queues: String = ["baseball", "soccer", "tennis", "golf"]
         .iter()
-        .map(|q| format!("  {q}:\n    admission: {{interval-ms: 200, batch-size: 5}}\n"))
+        .map(|q| {
+            format!(
+                "  {q}:\n    admission: {{interval-ms: 200, batch-size: 5}}\n    heartbeat: {{timeout-ms: 60000, cleanup-interval-ms: 200}}\n"
+            )
+        })
         .collect();
     let config = waitgate_config(
         &ports,

@@ -56,10 +56,15 @@ pub struct Upstream {
     pub read_timeout: Duration,
     /// The private CA the upstream's certificate must chain to.
     ca: Option<Arc<CaType>>,
+    /// The one address of an upstream that can only ever have one: a
+    /// single IP (no name to resolve again) with no health check. Requests
+    /// go straight to it, without the balancer's per-request work (a set
+    /// allocated and backends hashed per choice, measured on the hot path).
+    pub fixed: Option<SocketAddr>,
     policy: LoadBalancing,
     balancer: LoadBalancer<RoundRobin>,
     /// Requests under way per address, for least-connections (both paths
-    /// count, whatever the policy).
+    /// count).
     active: Mutex<HashMap<SocketAddr, Arc<AtomicUsize>>>,
     resolve_interval: Duration,
     check_interval: Option<Duration>,
@@ -73,12 +78,15 @@ pub struct Upstream {
 /// until dropped.
 pub struct Chosen {
     pub addr: SocketAddr,
-    active: Arc<AtomicUsize>,
+    /// Counted only for least-connections.
+    active: Option<Arc<AtomicUsize>>,
 }
 
 impl Drop for Chosen {
     fn drop(&mut self) {
-        self.active.fetch_sub(1, Ordering::Relaxed);
+        if let Some(active) = &self.active {
+            active.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -115,6 +123,10 @@ impl Upstream {
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             ca,
+            fixed: match config.addresses.as_slice() {
+                [one] if config.health_check.is_none() => one.parse().ok(),
+                _ => None,
+            },
             policy: config.load_balancing,
             balancer,
             active: Mutex::new(HashMap::new()),
@@ -129,8 +141,14 @@ impl Upstream {
     /// An address for the next request, by the upstream's policy among the
     /// healthy ones; `None` when none is healthy.
     pub fn select(&self) -> Option<Chosen> {
+        if let Some(addr) = self.fixed {
+            return Some(Chosen { addr, active: None });
+        }
         let addr = match self.policy {
-            LoadBalancing::RoundRobin => inet(&self.balancer.select(b"", 256)?)?,
+            LoadBalancing::RoundRobin => {
+                let addr = inet(&self.balancer.select(b"", 256)?)?;
+                return Some(Chosen { addr, active: None });
+            }
             LoadBalancing::LeastConnections => self.least_busy()?,
         };
         let active = {
@@ -138,7 +156,10 @@ impl Upstream {
             active.entry(addr).or_default().clone()
         };
         active.fetch_add(1, Ordering::Relaxed);
-        Some(Chosen { addr, active })
+        Some(Chosen {
+            addr,
+            active: Some(active),
+        })
     }
 
     fn least_busy(&self) -> Option<SocketAddr> {

@@ -70,6 +70,9 @@ pub struct LaneTable {
     routes: Arc<RouteTable>,
     /// By address and timeouts; made as addresses are first chosen.
     pools: Mutex<HashMap<PoolKey, Arc<Pool>>>,
+    /// Per route, the pool of an upstream with one fixed address: found
+    /// without the lock and the map.
+    fixed: Vec<Option<Arc<Pool>>>,
 }
 
 /// Connections are shared by upstreams with the same address and timeouts.
@@ -82,10 +85,19 @@ impl LaneTable {
         let pools = old
             .map(|t| t.pools.lock().unwrap_or_else(|p| p.into_inner()).clone())
             .unwrap_or_default();
-        LaneTable {
-            routes,
+        let mut table = LaneTable {
+            routes: routes.clone(),
             pools: Mutex::new(pools),
-        }
+            fixed: Vec::new(),
+        };
+        table.fixed = routes
+            .iter()
+            .map(|route| {
+                let addr = route.upstream.fixed.filter(|_| !route.upstream.tls)?;
+                Some(table.pool(&route.upstream, addr))
+            })
+            .collect();
+        table
     }
 
     /// Whether the lane serves a route: plain-TCP upstreams only.
@@ -227,7 +239,10 @@ impl DirectLane {
                 // No healthy address: 502 at once, as the proxy answers.
                 let outcome = match route.upstream.select() {
                     Some(chosen) => {
-                        let pool = table.pool(&route.upstream, chosen.addr);
+                        let pool = match table.fixed.get(plan.route) {
+                            Some(Some(pool)) => pool.clone(),
+                            _ => table.pool(&route.upstream, chosen.addr),
+                        };
                         relay::forward(&pool, plan, client, close, &request_id).await
                     }
                     None => {
