@@ -5,7 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use waitgate::queue::input::{is_valid_user_id, parse_query, user_query};
+use waitgate::queue::input::{parse_query, user_query};
+use waitgate::user::is_valid as is_valid_user_id;
 use waitgate::edge::secret::Secret;
 use waitgate::queue::credential::Credentials;
 use waitgate::queue::{register, token};
@@ -15,24 +16,22 @@ static CREDENTIALS: std::sync::LazyLock<Credentials> = std::sync::LazyLock::new(
 });
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(body) = register::parse(data) {
-        assert!(is_valid_user_id(&body.user_id));
+    if let Ok(request) = register::parse(data) {
+        assert!(is_valid_user_id(request.user.as_str()));
     }
-    if let Ok(body) = token::parse(data) {
-        assert!(is_valid_user_id(&body.user_id));
-        assert!(!body.queue_credential.is_empty());
-        let queue = body.queue.as_deref().unwrap_or("baseball");
-        if let Some(arrival) = CREDENTIALS.check(queue, &body.user_id, &body.queue_credential) {
-            assert_eq!(
-                CREDENTIALS.issue(queue, &body.user_id, arrival),
-                body.queue_credential
-            );
+    if let Ok(request) = token::parse(data) {
+        let user = request.user.as_str();
+        assert!(is_valid_user_id(user));
+        assert!(!request.credential.is_empty());
+        let queue = request.queue.as_deref().unwrap_or("baseball");
+        if let Some(arrival) = CREDENTIALS.check(queue, user, &request.credential) {
+            assert_eq!(CREDENTIALS.issue(queue, user, arrival), request.credential);
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = parse_query(Some(text));
         if let Ok((user, _)) = user_query(Some(text)) {
-            assert!(is_valid_user_id(&user));
+            assert!(is_valid_user_id(user.as_str()));
         }
     }
 });

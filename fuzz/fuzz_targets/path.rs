@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use waitgate::proxy::path::{classify, origin_form, under_prefix};
+use waitgate::path::{classify, origin_form, under_prefix};
 
 fuzz_target!(|data: &[u8]| {
     let Some(target) = origin_form(data) else {
