@@ -383,3 +383,31 @@ fn a_rotated_key_keeps_old_tokens_and_credentials_until_it_is_removed() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SECRET_PREVIOUS"));
 }
+
+#[test]
+fn an_upstream_failure_is_one_log_line() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    // Nothing listens on the upstream's port.
+    let dead = free_port();
+    let wg = Waitgate::start_env(
+        &config(&redis.url(), &ports, dead),
+        &ports,
+        &[("RUST_LOG", "")],
+    );
+    let token = admitted_token(&wg, &redis, "fan_9");
+    let r = protected(wg.addr, &token);
+    assert_eq!(r.status, 502);
+    let id = r.header("x-request-id").unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(300));
+    let log = wg.log();
+    let about: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&id) || l.to_lowercase().contains("fail to proxy"))
+        .collect();
+    assert_eq!(about.len(), 1, "{log}");
+    assert!(
+        about[0].contains("request failed") && about[0].contains("WARN"),
+        "{log}"
+    );
+}
