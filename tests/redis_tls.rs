@@ -10,79 +10,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl is installed");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA; a server certificate for 127.0.0.1 and a client certificate, both
 /// signed by it.
 fn certificates(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=waitgate test CA",
-        ],
-    );
-    std::fs::write(dir.join("server.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    std::fs::write(dir.join("client.cnf"), "extendedKeyUsage=clientAuth\n").unwrap();
-    for (name, ext) in [("server", "server.cnf"), ("client", "client.cnf")] {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
+    tls::ca(dir);
+    tls::signed(dir, "server", "server", "subjectAltName=IP:127.0.0.1\n");
+    tls::signed(dir, "client", "client", "extendedKeyUsage=clientAuth\n");
 }
 
 struct TlsRedis {

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod scripted;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
