@@ -344,6 +344,14 @@ impl Waitgate {
             child: Some(child),
             dir,
         };
+        // A port taken between `free_port` and waitgate's bind (another
+        // test's upstream, say) makes waitgate exit at once, naming it: give
+        // it that moment before polling, so that the poll never lands on
+        // the other test's server and shows up in what it recorded.
+        std::thread::sleep(Duration::from_millis(100));
+        if let Some(status) = wg.child.as_mut().unwrap().try_wait().unwrap() {
+            return Err(format!("exited with {status}: {}", wg.log()));
+        }
         let started = Instant::now();
         loop {
             if get(wg.admin, "/healthz").is_ok_and(|r| r.status == 200)
