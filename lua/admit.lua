@@ -1,41 +1,138 @@
 -- admit: the global admission gate. Moves up to a batch of users from the
 -- head of waiting to active, at most once per window, whichever waitgate
--- instance calls first.
+-- instance calls first. At a scheduled open it first places the pre-queue
+-- in the waiting queue, one bounded step per call.
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] active ZSET,
--- KEYS[4] admission HASH: window (last decided window), rate (average users
---         admitted per window), admitted (last batch), total, at (ms)
+-- KEYS[4] admission HASH: window (last decided window), next (ms: no
+--         decision before this), rate (average users admitted per window),
+--         admitted (last batch), total, at (ms)
 -- KEYS[5] credential HASH: userId -> arrival, for each admitted user, so
 --         that the token exchange can tell this registration's credential
 --         from an earlier one's
+-- KEYS[6] control HASH (live settings and the event, see lib.lua)
+-- KEYS[7] prequeue ZSET (userId -> arrival)
 -- ARGV[1] interval (ms): windows are floor(TIME / interval)
 -- ARGV[2] batch size
 -- ARGV[3] active TTL (ms)
 -- ARGV[4] max active (0 = no cap)
+--         (ARGV[1], [2] and [4] as configured; the control hash may
+--         override each)
+-- ARGV[5] a fresh random seed (hex): used only if this call starts placing
+--         a pre-queue, and then recorded for audit
+-- ARGV[6] pre-queued users placed per call (bounds the call's Redis time)
 --
--- Returns {admitted, window, why, now_ms}: why = 0 decided now, 1 this
--- window was already decided (by any instance), 2 nobody waits, 3 the
--- max-active cap left no room. now_ms lets the caller sleep until the next
--- window by Redis's clock rather than its own.
+-- Returns {admitted, window, why, now_ms, next_ms}: why = 0 decided now,
+-- 1 this window was already decided (by any instance), 2 nobody waits,
+-- 3 the max-active cap left no room, 4 admission is paused, 5 the queue has
+-- not opened yet, 6 placed a step of the pre-queue (call again at once).
+-- next_ms is when, by Redis's clock, a call may decide again, so the caller
+-- sleeps by Redis's clock rather than its own.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
-if #KEYS ~= 5 or #ARGV ~= 4 or not interval or interval < 1 or not batch or batch < 1
-    or not ttl or ttl < 1 or not max_active or max_active < 0 then
+local seed, step = ARGV[5], tonumber(ARGV[6])
+if #KEYS ~= 7 or #ARGV ~= 6 or not interval or interval < 1 or not batch or batch < 1
+    or not ttl or ttl < 1 or not max_active or max_active < 0
+    or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1 then
   return redis.error_reply('ERR waitgate admit: bad arguments')
 end
 
-local now_ms = math.floor(now_us() / 1000)
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local control = read_control(KEYS[6])
+interval = control.interval or interval
+batch = control.batch or batch
+max_active = control.max_active or max_active
 local window = math.floor(now_ms / interval)
-local gate = redis.call('HMGET', KEYS[4], 'window', 'rate')
+local phase = event_phase(control, now_ms)
+
+if phase == 'scheduled' or phase == 'prequeue' then
+  return {0, window, 5, now_ms, now_ms}
+end
+
+-- Offsets of a shuffled placement are 44-bit hashes: scores stay below
+-- 2^53 (base ~ 2^51 microseconds), and 1,000,000 users in 2^44 places
+-- share one by chance about once in 35 opens (a tie is then ordered by
+-- userId, still the seed's doing).
+local SPAN = 17592186044416
+
+if phase == 'placing' then
+  local c = redis.call('HMGET', KEYS[6], 'seed', 'base', 'cursor', 'shuffle', 'placed_count')
+  local base, cursor, count = tonumber(c[2]), c[3], tonumber(c[5]) or 0
+  local shuffle = c[4] == '1'
+  if c[1] then
+    seed = c[1]
+  else
+    -- The first step, by whichever instance gets here first: its seed is
+    -- the one. Everyone already waiting stays ahead; everyone who registers
+    -- from now on gets a score at or above the floor, behind the pre-queue.
+    local tail = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+    base = math.max(now, (tonumber(tail[2]) or 0) + 1)
+    local span = redis.call('ZCARD', KEYS[7])
+    if shuffle then
+      span = SPAN
+    end
+    redis.call('HSET', KEYS[6], 'seed', seed, 'base', int(base), 'floor', int(base + span),
+      'opened_at', int(now_ms), 'prequeued', redis.call('ZCARD', KEYS[7]))
+  end
+  local from = '-inf'
+  if cursor then
+    from = '(' .. cursor
+  end
+  local next = redis.call('ZRANGE', KEYS[7], from, '+inf', 'BYSCORE', 'LIMIT', 0, step,
+    'WITHSCORES')
+  local scored, beats = {}, {}
+  for i = 1, #next, 2 do
+    local user = next[i]
+    local offset = count
+    if shuffle then
+      offset = tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
+    end
+    count = count + 1
+    scored[#scored + 1] = int(base + offset)
+    scored[#scored + 1] = user
+    beats[#beats + 1] = int(now_ms)
+    beats[#beats + 1] = user
+  end
+  in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
+  -- A placed user has a heartbeat timeout from the open to show up.
+  in_chunks(beats, function(...) redis.call('ZADD', KEYS[2], ...) end)
+  local record = {'placed_count', count}
+  if #next > 0 then
+    record[#record + 1] = 'cursor'
+    record[#record + 1] = next[#next]
+  end
+  if #next < 2 * step then
+    record[#record + 1] = 'placed'
+    record[#record + 1] = '1'
+    record[#record + 1] = 'placed_at'
+    record[#record + 1] = int(now_ms)
+  end
+  redis.call('HSET', KEYS[6], unpack(record))
+  return {0, window, 6, now_ms, now_ms}
+end
+
+if control.paused then
+  return {0, window, 4, now_ms, now_ms}
+end
+
+local gate = redis.call('HMGET', KEYS[4], 'window', 'rate', 'next')
+local next_ms = (window + 1) * interval
 -- One decision per window: N instances, or a tick that comes late, can never
--- admit more than one batch in a window.
-if (tonumber(gate[1]) or -1) >= window then
-  return {0, window, 1, now_ms}
+-- admit more than one batch in a window. `next` is kept with the decision,
+-- so that a window that changes length live still counts from the last one.
+local decided_until = tonumber(gate[3])
+if decided_until then
+  if now_ms < decided_until then
+    return {0, window, 1, now_ms, decided_until}
+  end
+elseif (tonumber(gate[1]) or -1) >= window then
+  return {0, window, 1, now_ms, next_ms}
 end
 -- An empty queue does not use up the window, so the first arrival after a
 -- quiet spell is admitted at the next tick rather than the next window.
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  return {0, window, 2, now_ms}
+  return {0, window, 2, now_ms, now_ms}
 end
 
 local room = batch
@@ -55,8 +152,21 @@ if room > 0 then
     users[#users + 1] = popped[i]
     scored[#scored + 1] = expiry
     scored[#scored + 1] = popped[i]
-    arrivals[#arrivals + 1] = popped[i]
-    arrivals[#arrivals + 1] = int(tonumber(popped[i + 1]))
+  end
+  -- A placed pre-queue user's credential names its pre-queue arrival, not
+  -- its (shuffled) place; that entry goes with the admission.
+  local prequeued = {}
+  if #users > 0 and redis.call('EXISTS', KEYS[7]) == 1 then
+    in_chunks(users, function(...)
+      for _, score in ipairs(redis.call('ZMSCORE', KEYS[7], ...)) do
+        prequeued[#prequeued + 1] = score
+      end
+      redis.call('ZREM', KEYS[7], ...)
+    end)
+  end
+  for i = 1, #users do
+    arrivals[#arrivals + 1] = users[i]
+    arrivals[#arrivals + 1] = int(tonumber(prequeued[i] or popped[2 * i]))
   end
   admitted = #users
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
@@ -75,7 +185,8 @@ if admitted == room then
     rate = admitted
   end
 end
-local record = {'window', int(window), 'admitted', admitted, 'at', int(now_ms)}
+local record = {'window', int(window), 'next', int(next_ms), 'admitted', admitted,
+  'at', int(now_ms)}
 if rate then
   record[#record + 1] = 'rate'
   record[#record + 1] = string.format('%.4f', rate)
@@ -84,6 +195,6 @@ redis.call('HSET', KEYS[4], unpack(record))
 redis.call('HINCRBY', KEYS[4], 'total', admitted)
 
 if room == 0 then
-  return {0, window, 3, now_ms}
+  return {0, window, 3, now_ms, next_ms}
 end
-return {admitted, window, 0, now_ms}
+return {admitted, window, 0, now_ms, next_ms}

@@ -2,13 +2,14 @@
 -- their expiry, a bounded batch of each per call.
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
--- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET
+-- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET,
+-- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there)
 -- ARGV[1] heartbeat timeout (ms)
 -- ARGV[2] batch size
 --
 -- Returns {removed_waiting, removed_active}.
 local timeout, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 4 or #ARGV ~= 2 or not timeout or timeout < 1 or not batch or batch < 1 then
+if #KEYS ~= 5 or #ARGV ~= 2 or not timeout or timeout < 1 or not batch or batch < 1 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -17,7 +18,10 @@ local now_ms = math.floor(now_us() / 1000)
 -- own atomic step, so a user who just polled is never in this range.
 local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms - timeout),
   'LIMIT', 0, batch)
-in_chunks(stale, function(...) redis.call('ZREM', KEYS[1], ...) end)
+in_chunks(stale, function(...)
+  redis.call('ZREM', KEYS[1], ...)
+  redis.call('ZREM', KEYS[5], ...)
+end)
 -- They are the first #stale heartbeats by rank: removing that range walks the
 -- head of the skiplist once, rather than looking each member up again.
 if #stale > 0 then

@@ -6,26 +6,31 @@
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only),
--- KEYS[4] active ZSET
+-- KEYS[4] active ZSET, KEYS[5] prequeue ZSET (userId -> arrival: pre-queued
+--         users, and placed ones until admitted)
 -- ARGV[1] userId
 -- ARGV[2] the arrival the credential names (decimal, microseconds)
 --
 -- Returns  1  removed from waiting (or active), heartbeat and credential
 --          0  not queued: nothing is written
 --         -1  the credential is of an earlier registration: nothing is written
-if #KEYS ~= 4 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
+if #KEYS ~= 5 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate dropout: bad arguments')
 end
 local user, arrival = ARGV[1], tonumber(ARGV[2])
 
+-- A placed pre-queue user's credential names its pre-queue arrival; anyone
+-- else's, its score in waiting.
+local prequeued = redis.call('ZSCORE', KEYS[5], user)
 local waiting = redis.call('ZSCORE', KEYS[1], user)
-if waiting then
-  if tonumber(waiting) ~= arrival then
+if waiting or prequeued then
+  if tonumber(prequeued or waiting) ~= arrival then
     return -1
   end
   redis.call('ZREM', KEYS[1], user)
   redis.call('ZREM', KEYS[2], user)
+  redis.call('ZREM', KEYS[5], user)
   return 1
 end
 

@@ -44,3 +44,42 @@ local function in_chunks(list, fn)
     fn(unpack(list, i, math.min(i + 499, #list)))
   end
 end
+
+-- The operator's live settings and the event schedule of a queue, from its
+-- control HASH (written by control.lua; absent fields keep the configured
+-- values): paused, batch, interval, max_active (live admission overrides),
+-- prequeue_from, open_at (ms), shuffle, placed (the pre-queue has been placed
+-- in the waiting queue), floor (the lowest waiting score a registration after
+-- the open may take: the placed pre-queue sits below it).
+local function read_control(key)
+  local c = redis.call('HMGET', key, 'paused', 'batch', 'interval', 'max_active',
+    'prequeue_from', 'open_at', 'placed', 'floor')
+  return {
+    paused = c[1] == '1',
+    batch = tonumber(c[2]),
+    interval = tonumber(c[3]),
+    max_active = tonumber(c[4]),
+    prequeue_from = tonumber(c[5]),
+    open_at = tonumber(c[6]),
+    placed = c[7] == '1',
+    floor = tonumber(c[8]),
+  }
+end
+
+-- Where a queue's event stands at now_ms:
+--   'open'       no event, or the event's pre-queue has been placed
+--   'scheduled'  registration has not opened yet (before prequeue_from)
+--   'prequeue'   registrations are pre-queued until open_at
+--   'placing'    open_at has passed and the pre-queue is being placed
+local function event_phase(c, now_ms)
+  if not c.open_at or c.placed then
+    return 'open'
+  end
+  if c.prequeue_from and now_ms < c.prequeue_from then
+    return 'scheduled'
+  end
+  if now_ms < c.open_at then
+    return 'prequeue'
+  end
+  return 'placing'
+end

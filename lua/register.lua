@@ -1,10 +1,13 @@
--- register: put a user at the tail of the waiting queue, once.
+-- register: put a user at the tail of the waiting queue, once; or, before a
+-- scheduled open, in the pre-queue.
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
 -- KEYS[2] heartbeat ZSET  (userId -> last sign of life, ms)
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only)
 -- KEYS[4] active ZSET     (userId -> active-state expiry, ms)
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
+-- KEYS[6] control HASH    (live settings and the event, see lib.lua)
+-- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
 -- ARGV[1] userId
 -- ARGV[2] admission interval (ms), ARGV[3] admission batch size
 --
@@ -13,45 +16,85 @@
 --                                      queueCredential (src/queue/credential.rs)
 --         {2, rank, wait_ms, 0}        already waiting: place kept
 --         {3, expiry, 0, 0}            already active until expiry (ms)
+--         {4, opens_in_ms, 0, 0}       already pre-queued
+--         {5, opens_in_ms, 0, arrival} pre-queued now (0: opening now)
+--         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
+-- wait_ms is -1 while admission is paused.
 --
 -- A waiting user costs two sorted-set entries and nothing else.
 local interval, batch = tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 5 or #ARGV ~= 3 or #ARGV[1] == 0 or #ARGV[1] > 128
+if #KEYS ~= 7 or #ARGV ~= 3 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not interval or interval < 1 or not batch or batch < 1 then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
 local user = ARGV[1]
 local now = now_us()
 local now_ms = math.floor(now / 1000)
+local control = read_control(KEYS[6])
+local phase = event_phase(control, now_ms)
+interval, batch = control.interval or interval, control.batch or batch
 
+local function estimate(rank)
+  if control.paused then
+    return -1
+  end
+  return wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch)
+end
+
+-- Strictly increasing scores with no ties: the arrival time in microseconds,
+-- bumped past the set's tail when two arrive in the same microsecond or the
+-- clock steps back, and never below `low`. Scores stay below 2^53, so
+-- doubles hold them exactly.
+local function next_score(key, low)
+  local score = math.max(now, low or 0)
+  local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if tail[2] and tonumber(tail[2]) >= score then
+    score = tonumber(tail[2]) + 1
+  end
+  return score
+end
+
+local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
 local rank = redis.call('ZRANK', KEYS[1], user)
 if rank then
+  if phase ~= 'open' then
+    return {4, opens_in, 0, 0}
+  end
   -- Registering again is a sign of life too.
   redis.call('ZADD', KEYS[2], int(now_ms), user)
-  return {2, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch), 0}
+  return {2, rank, estimate(rank), 0}
+end
+if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
+  return {4, opens_in, 0, 0}
 end
 
 local expiry = redis.call('ZSCORE', KEYS[4], user)
 if expiry and tonumber(expiry) > now_ms then
   return {3, tonumber(expiry), 0, 0}
 end
-
--- Strict FIFO with no ties: the score is the arrival time in microseconds,
--- bumped past the current tail when two arrive in the same microsecond or
--- the clock steps back. Scores stay below 2^53, so doubles hold them exactly.
-local score = now
-local tail = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if tail[2] and tonumber(tail[2]) >= score then
-  score = tonumber(tail[2]) + 1
+if phase == 'scheduled' then
+  return {6, control.prequeue_from, 0, 0}
 end
-
 if expiry then
   -- An active state that ran out but was not cleaned up yet, with the
   -- credential entry of that earlier registration.
   redis.call('ZREM', KEYS[4], user)
   redis.call('HDEL', KEYS[3], user)
 end
+
+if phase == 'prequeue' then
+  local score = next_score(KEYS[7])
+  redis.call('ZADD', KEYS[7], int(score), user)
+  return {5, opens_in, 0, score}
+end
+
+-- After the open (or while the pre-queue is being placed), everyone who
+-- arrives is behind every pre-queued user: at or above the floor.
+local score = next_score(KEYS[1], control.floor)
 redis.call('ZADD', KEYS[1], int(score), user)
 redis.call('ZADD', KEYS[2], int(now_ms), user)
+if phase == 'placing' then
+  return {5, 0, 0, score}
+end
 rank = redis.call('ZCARD', KEYS[1]) - 1
-return {1, rank, wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch), score}
+return {1, rank, estimate(rank), score}

@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/healthz/redis`.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `/healthz/redis`,
+//! and the operators' API under `/admin/v1/` (see [`crate::control`]).
 //!
 //! It listens apart from the proxy so that probes and scrapes never compete
 //! with, or are exposed to, the public listener.
@@ -16,6 +17,7 @@ use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 
+use crate::control::{self, ControlApi};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::reply::Reply;
@@ -24,11 +26,34 @@ use crate::store::Store;
 pub struct AdminApp {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
+    control: Arc<ControlApi>,
 }
 
 impl AdminApp {
-    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>) -> AdminApp {
-        AdminApp { store, metrics }
+    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, control: Arc<ControlApi>) -> AdminApp {
+        AdminApp {
+            store,
+            metrics,
+            control,
+        }
+    }
+}
+
+/// Reads a request body of at most `limit` bytes; `None` when longer or
+/// broken.
+async fn read_body(session: &mut ServerSession, limit: usize) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > limit {
+                    return None;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Some(body),
+            Err(_) => return None,
+        }
     }
 }
 
@@ -53,6 +78,24 @@ fn error(error: ApiError) -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if session.req_header().uri.path().starts_with(control::PREFIX) {
+            let Some(body) = read_body(session, control::MAX_BODY).await else {
+                return error(ApiError::BodyTooLarge);
+            };
+            let header = session.req_header();
+            let request = control::Request {
+                method: header.method.as_str(),
+                path: header.uri.path(),
+                authorization: header
+                    .headers
+                    .get_all(http::header::AUTHORIZATION)
+                    .iter()
+                    .map(|v| v.as_bytes())
+                    .collect(),
+                body: &body,
+            };
+            return self.control.serve(request).await.into_response();
+        }
         let header = session.req_header();
         if header.method != http::Method::GET && header.method != http::Method::HEAD {
             return error(ApiError::MethodNotAllowed {

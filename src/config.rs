@@ -565,9 +565,9 @@ mod defaults {
 // keep one Lua script call short (Redis runs scripts one at a time, so a huge
 // batch would stall every other client).
 
-const MAX_BATCH: u64 = 10_000;
-const MIN_INTERVAL_MS: u64 = 10;
-const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
+pub const MAX_BATCH: u64 = 10_000;
+pub const MIN_INTERVAL_MS: u64 = 10;
+pub const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
 const MAX_NAME_LEN: usize = 64;
 
 impl Config {

@@ -66,6 +66,14 @@ pub enum ApiError {
     UpstreamUnavailable,
     /// 504: the upstream did not connect or answer in time.
     UpstreamTimeout,
+    /// 403: a scheduled open has not opened registration yet; the reply
+    /// carries `opensAt` (RFC 3339).
+    QueueNotOpen { opens_at: String },
+    /// 401: the admin API's bearer token is missing or wrong.
+    AdminUnauthorized,
+    /// 409: the change conflicts with the queue's state (the message says
+    /// how).
+    Conflict(&'static str),
 }
 
 impl ApiError {
@@ -78,9 +86,12 @@ impl ApiError {
             | ApiError::UpgradeNotAllowed => 400,
             ApiError::BadRequest { status, .. } => *status,
             ApiError::InvalidToken(_) => 401,
-            ApiError::CredentialMismatch | ApiError::NotActive | ApiError::InsufficientScope(_) => {
-                403
-            }
+            ApiError::CredentialMismatch
+            | ApiError::NotActive
+            | ApiError::InsufficientScope(_)
+            | ApiError::QueueNotOpen { .. } => 403,
+            ApiError::AdminUnauthorized => 401,
+            ApiError::Conflict(_) => 409,
             ApiError::UnknownQueue | ApiError::UserNotQueued { .. } | ApiError::NotFound => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,
@@ -121,6 +132,9 @@ impl ApiError {
             ApiError::InsufficientScope(_) => "insufficient_scope",
             ApiError::UpstreamUnavailable => "upstream_unavailable",
             ApiError::UpstreamTimeout => "upstream_timeout",
+            ApiError::QueueNotOpen { .. } => "queue_not_open",
+            ApiError::AdminUnauthorized => "unauthorized",
+            ApiError::Conflict(_) => "conflict",
         }
     }
 
@@ -141,7 +155,11 @@ impl ApiError {
                     Cow::Owned(format!("The user is not in this queue; {hint}."))
                 }
             }
+            ApiError::QueueNotOpen { opens_at } => {
+                return Cow::Owned(format!("Registration opens at {opens_at}."))
+            }
             ApiError::BadPath(why)
+            | ApiError::Conflict(why)
             | ApiError::InvalidToken(why)
             | ApiError::InsufficientScope(why) => why,
             ApiError::InvalidUserId => {
@@ -165,6 +183,7 @@ impl ApiError {
             ApiError::NotFound => "No route serves this path.",
             ApiError::UpstreamUnavailable => "The upstream failed.",
             ApiError::UpstreamTimeout => "The upstream did not answer in time.",
+            ApiError::AdminUnauthorized => "A valid admin bearer token is required.",
         };
         Cow::Borrowed(text)
     }
@@ -203,6 +222,11 @@ impl ApiError {
             ApiError::InsufficientScope(""),
             ApiError::UpstreamUnavailable,
             ApiError::UpstreamTimeout,
+            ApiError::QueueNotOpen {
+                opens_at: String::new(),
+            },
+            ApiError::AdminUnauthorized,
+            ApiError::Conflict(""),
         ];
         for error in &all {
             match error {
@@ -228,7 +252,10 @@ impl ApiError {
                 | ApiError::InvalidToken(_)
                 | ApiError::InsufficientScope(_)
                 | ApiError::UpstreamUnavailable
-                | ApiError::UpstreamTimeout => {}
+                | ApiError::UpstreamTimeout
+                | ApiError::QueueNotOpen { .. }
+                | ApiError::AdminUnauthorized
+                | ApiError::Conflict(_) => {}
             }
         }
         all

@@ -18,7 +18,9 @@
 //! - [`background`]: the admission gate, the heartbeat cleanup and the
 //!   gauge sampler, run by every instance with no leader.
 //! - [`metrics`]: the Prometheus collectors.
-//! - [`admin`]: `/metrics`, `/healthz` and `/readyz` on their own listener.
+//! - [`admin`]: `/metrics`, `/healthz` and `/readyz` on their own listener,
+//!   and the operators' API ([`control`]: pause, live rates, scheduled
+//!   opens, revocation) under `/admin/v1/`.
 //! - [`reply`]: the one writer of the replies waitgate makes itself.
 //! - [`cli`] and [`logging`]: the command line and log set-up.
 
@@ -30,6 +32,7 @@ pub mod admin;
 pub mod background;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod edge;
 pub mod error;
 pub mod logging;
@@ -43,4 +46,5 @@ pub mod reply;
 pub mod server;
 pub mod shutdown;
 pub mod store;
+pub mod time;
 pub mod user;

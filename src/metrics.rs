@@ -32,7 +32,36 @@ pub struct Metrics {
     pub redis_up: IntGauge,
     /// SIGHUP reloads, by result (`ok`, `refused`).
     pub reloads: IntCounterVec,
+    /// 1 while an operator has paused a queue's admission (sampled).
+    pub queue_paused: IntGaugeVec,
+    /// 1 for the phase a queue's event is in, 0 for the others (sampled).
+    pub event_phase: IntGaugeVec,
+    /// Admin API changes, by queue and action.
+    pub admin_changes: IntCounterVec,
+    /// Revocations this instance made, by source (`admin`, `release`).
+    pub revocations: IntCounterVec,
+    /// Early releases by the backend (`X-Waitgate-Release`).
+    pub releases: IntCounterVec,
+    /// Revoked users this instance refuses tokens of.
+    pub revoked_users: IntGauge,
 }
+
+/// Label values of `waitgate_event_phase{phase}`.
+pub const EVENT_PHASES: [&str; 4] = ["scheduled", "prequeue", "placing", "open"];
+
+/// Label values of `waitgate_admin_changes_total{action}`.
+pub const ADMIN_ACTIONS: [&str; 6] = [
+    "pause",
+    "resume",
+    "admission",
+    "event",
+    "end_event",
+    "revoke",
+];
+
+/// Label values of `waitgate_revocations_total{source}`.
+pub const REVOKED_BY_ADMIN: &str = "admin";
+pub const REVOKED_BY_RELEASE: &str = "release";
 
 /// Label values of `waitgate_cleanup_removed_total{reason}`.
 pub const CLEANUP_HEARTBEAT: &str = "heartbeat_timeout";
@@ -42,6 +71,13 @@ pub const CLEANUP_EXPIRED: &str = "active_expired";
 pub const REGISTERED_NEW: &str = "new";
 pub const REGISTERED_AGAIN: &str = "already_waiting";
 pub const REGISTERED_ACTIVE: &str = "already_active";
+pub const REGISTERED_NOT_OPEN: &str = "not_open";
+const REGISTERED: [&str; 4] = [
+    REGISTERED_NEW,
+    REGISTERED_AGAIN,
+    REGISTERED_ACTIVE,
+    REGISTERED_NOT_OPEN,
+];
 
 /// Latency buckets: the queue API answers in well under a millisecond when
 /// Redis is local; the tail up to the command timeout and beyond matters.
@@ -187,6 +223,53 @@ impl Metrics {
                 "Config reloads (SIGHUP), by result: ok, or refused (the running config stays).",
                 &["result"],
             ),
+            admin_changes: counter(
+                &registry,
+                "waitgate_admin_changes_total",
+                "Changes made through the admin API by this instance, by queue and action.",
+                &["queue", "action"],
+            ),
+            revocations: counter(
+                &registry,
+                "waitgate_revocations_total",
+                "Users whose active state this instance ended and whose tokens it revoked, by source.",
+                &["queue", "source"],
+            ),
+            releases: counter(
+                &registry,
+                "waitgate_releases_total",
+                "Upstream responses that released their user's slot (X-Waitgate-Release).",
+                &["queue"],
+            ),
+            queue_paused: int_gauge(
+                "waitgate_queue_paused",
+                "1 while admission to the queue is paused by an operator (sampled from Redis).",
+            ),
+            event_phase: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "waitgate_event_phase",
+                        "1 for the phase the queue's event is in (scheduled, prequeue, placing, open), sampled from Redis.",
+                    ),
+                    &["queue", "phase"],
+                )
+                .expect("static metric");
+                registry
+                    .register(Box::new(g.clone()))
+                    .expect("registered once");
+                g
+            },
+            revoked_users: {
+                let g = IntGauge::new(
+                    "waitgate_revoked_users",
+                    "Users this instance refuses tokens of (revoked within a token's lifetime).",
+                )
+                .expect("static metric");
+                registry
+                    .register(Box::new(g.clone()))
+                    .expect("registered once");
+                g
+            },
             registry,
             queue_waiting,
             queue_active,
@@ -218,10 +301,21 @@ impl Metrics {
             self.admission_rate.with_label_values(&[q]);
             self.admitted.with_label_values(&[q]);
             self.tokens_issued.with_label_values(&[q]);
+            self.queue_paused.with_label_values(&[q]);
+            self.releases.with_label_values(&[q]);
+            for phase in EVENT_PHASES {
+                self.event_phase.with_label_values(&[q, phase]);
+            }
+            for action in ADMIN_ACTIONS {
+                self.admin_changes.with_label_values(&[q, action]);
+            }
+            for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
+                self.revocations.with_label_values(&[q, source]);
+            }
             for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
                 self.cleanup_removed.with_label_values(&[q, reason]);
             }
-            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
+            for result in REGISTERED {
                 self.registrations.with_label_values(&[q, result]);
             }
         }
@@ -236,10 +330,21 @@ impl Metrics {
             let _ = self.admission_rate.remove_label_values(&[q]);
             let _ = self.admitted.remove_label_values(&[q]);
             let _ = self.tokens_issued.remove_label_values(&[q]);
+            let _ = self.queue_paused.remove_label_values(&[q]);
+            let _ = self.releases.remove_label_values(&[q]);
+            for phase in EVENT_PHASES {
+                let _ = self.event_phase.remove_label_values(&[q, phase]);
+            }
+            for action in ADMIN_ACTIONS {
+                let _ = self.admin_changes.remove_label_values(&[q, action]);
+            }
+            for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
+                let _ = self.revocations.remove_label_values(&[q, source]);
+            }
             for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
                 let _ = self.cleanup_removed.remove_label_values(&[q, reason]);
             }
-            for result in [REGISTERED_NEW, REGISTERED_AGAIN, REGISTERED_ACTIVE] {
+            for result in REGISTERED {
                 let _ = self.registrations.remove_label_values(&[q, result]);
             }
         }
@@ -275,8 +380,9 @@ impl Metrics {
 }
 
 /// The `op` label values of `waitgate_redis_errors_total`.
-pub const REDIS_OPS: [&str; 8] = [
-    "register", "rank", "dropout", "token", "admit", "cleanup", "sample", "ping",
+pub const REDIS_OPS: [&str; 11] = [
+    "register", "rank", "dropout", "token", "admit", "cleanup", "sample", "ping", "control",
+    "revoke", "revoked_sync",
 ];
 
 #[cfg(test)]

@@ -35,6 +35,9 @@ pub struct Reply {
 struct ErrorBody<'a> {
     error: &'a str,
     message: &'a str,
+    /// When registration opens (`queue_not_open` only).
+    #[serde(rename = "opensAt", skip_serializing_if = "Option::is_none")]
+    opens_at: Option<&'a str>,
 }
 
 impl Reply {
@@ -171,6 +174,10 @@ impl From<ApiError> for Reply {
         let body = serde_json::to_vec(&ErrorBody {
             error: error.code(),
             message: &message,
+            opens_at: match &error {
+                ApiError::QueueNotOpen { opens_at } => Some(opens_at),
+                _ => None,
+            },
         })
         .unwrap_or_default();
         let reply = Reply::raw(error.status(), Bytes::from(body));
@@ -182,6 +189,7 @@ impl From<ApiError> for Reply {
             ApiError::InsufficientScope(_) => {
                 reply.header("WWW-Authenticate", r#"Bearer error="insufficient_scope""#)
             }
+            ApiError::AdminUnauthorized => reply.header("WWW-Authenticate", "Bearer"),
             _ if error.status() == 503 => reply.header("Retry-After", RETRY_AFTER_S),
             _ => reply,
         }

@@ -17,8 +17,9 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
-use crate::background::{Admission, Cleanup, Probe, Sampler, Shared};
+use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared};
 use crate::config::Config;
+use crate::control::{AdminToken, ControlApi};
 use crate::edge::jwt::Tokens;
 use crate::edge::secret::Keys;
 use crate::metrics::Metrics;
@@ -50,6 +51,8 @@ pub enum StartError {
     Resolve(#[from] crate::proxy::routes::ResolveError),
     #[error("listen-tls: {0}")]
     Tls(String),
+    #[error(transparent)]
+    AdminToken(#[from] crate::control::AdminTokenError),
 }
 
 /// Builds the whole server, ready to [`run`].
@@ -98,6 +101,13 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         credentials,
         metrics.clone(),
     ));
+    let control_api = ControlApi::new(
+        AdminToken::from_env()?,
+        control.clone(),
+        queues.clone(),
+        tokens.clone(),
+        metrics.clone(),
+    );
     let trusted = TrustedProxies::new(config.trusted_proxies.clone());
     let direct = config.direct_lane.then(|| {
         Arc::new(DirectLane::new(
@@ -112,7 +122,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let gate = Gate::new(
         api,
         routes.clone(),
-        tokens,
+        tokens.clone(),
         in_flight.clone(),
         metrics.clone(),
         trusted,
@@ -154,7 +164,15 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
     server.add_service(background_service("sampler", Sampler(shared.clone())));
-    server.add_service(background_service("probe", Probe(shared)));
+    server.add_service(background_service("probe", Probe(shared.clone())));
+    server.add_service(background_service(
+        "revocations",
+        Revocations {
+            shared,
+            revoked: tokens.revoked().clone(),
+            keep: tokens.longest_life(),
+        },
+    ));
     server.add_service(background_service(
         "upstream checks",
         Maintenance {
@@ -177,7 +195,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
 
     let mut admin = Service::new(
         "waitgate admin".to_string(),
-        AdminApp::new(control, metrics),
+        AdminApp::new(control.clone(), metrics.clone(), Arc::new(control_api)),
     );
     admin.add_tcp(&config.admin_listen.to_string());
     // One thread is plenty for scrapes and probes.

@@ -21,6 +21,10 @@ impl BackgroundService for Admission {
     }
 }
 
+/// The longest the loop sleeps between two calls, so that a window an
+/// operator shortened live takes effect within a second.
+const MAX_SLEEP: Duration = Duration::from_secs(1);
+
 /// How often to look again while the queue is empty, so that the first
 /// arrival after a quiet spell is admitted promptly.
 fn idle_tick(interval: Duration) -> Duration {
@@ -29,7 +33,6 @@ fn idle_tick(interval: Duration) -> Duration {
 
 async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
     let interval = queue.admission.interval;
-    let interval_ms = interval.as_millis() as u64;
     let mut log = FailureLog::new("admission");
     loop {
         let pause = match shared.store.admit(&queue.keys, &queue.admission).await {
@@ -43,14 +46,18 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                         .inc_by(a.admitted);
                     tracing::debug!(queue = %queue.name, admitted = a.admitted, window = a.window, "admitted");
                 }
-                let to_next_window = Duration::from_millis(
-                    (a.window + 1) * interval_ms - a.now_ms.min((a.window + 1) * interval_ms),
-                );
+                let to_next = Duration::from_millis(a.next_ms.saturating_sub(a.now_ms));
                 match a.outcome {
-                    AdmitOutcome::Empty => idle_tick(interval).min(to_next_window),
+                    AdmitOutcome::Empty | AdmitOutcome::Paused | AdmitOutcome::NotOpen => {
+                        idle_tick(interval)
+                    }
+                    // Another step of the pre-queue at once.
+                    AdmitOutcome::Placing => Duration::ZERO,
                     // A small random offset spreads the instances' calls
-                    // over the first moments of the next window.
-                    _ => to_next_window + jitter(interval),
+                    // over the first moments of the next window. An
+                    // operator may shorten the window live: look again
+                    // within a second whatever the window's length.
+                    _ => (to_next + jitter(interval)).min(MAX_SLEEP),
                 }
             }
             Err(e) => {

@@ -1,5 +1,6 @@
 //! Background work, run by every instance: the global admission gate, the
-//! heartbeat cleanup, and the gauge sampler.
+//! heartbeat cleanup, the gauge sampler, the Redis probe and the revocation
+//! sync.
 //!
 //! Each is a Pingora `BackgroundService` that runs one loop per queue and
 //! stops when the server shuts down. None of them needs a leader or a lock:
@@ -10,11 +11,13 @@
 mod admission;
 mod cleanup;
 mod probe;
+mod revocations;
 mod sampler;
 mod shared;
 
 pub use admission::Admission;
 pub use cleanup::Cleanup;
 pub use probe::{Probe, PROBE_INTERVAL};
+pub use revocations::{Revocations, SYNC_INTERVAL};
 pub use sampler::{Sampler, SAMPLE_INTERVAL};
 pub use shared::Shared;

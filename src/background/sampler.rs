@@ -10,6 +10,7 @@ use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
 use super::shared::{run_per_queue, FailureLog, Shared};
+use crate::metrics::EVENT_PHASES;
 use crate::queues::Queue;
 
 /// How often the gauges are refreshed.
@@ -28,7 +29,7 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut log = FailureLog::new("sampler");
-    let interval_s = queue.admission.interval.as_secs_f64();
+    let configured_interval_ms = queue.admission.interval.as_millis() as u64;
     let m = &shared.metrics;
     loop {
         ticker.tick().await;
@@ -43,9 +44,18 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
                     .with_label_values(&[name])
                     .set(sample.active as i64);
                 if let Some(rate) = sample.rate_per_window {
+                    let interval_ms = sample.interval_ms.unwrap_or(configured_interval_ms);
                     m.admission_rate
                         .with_label_values(&[name])
-                        .set(rate / interval_s);
+                        .set(rate * 1000.0 / interval_ms.max(1) as f64);
+                }
+                m.queue_paused
+                    .with_label_values(&[name])
+                    .set(i64::from(sample.paused));
+                for phase in EVENT_PHASES {
+                    m.event_phase
+                        .with_label_values(&[name, phase])
+                        .set(i64::from(phase == sample.phase));
                 }
             }
             Err(e) => {

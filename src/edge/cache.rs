@@ -18,6 +18,9 @@ use lru::LruCache;
 #[derive(Debug, Clone)]
 pub struct Verified {
     pub exp: u64,
+    /// `iat`, or for a token without one, the earliest it can have been
+    /// issued (`exp` less the longest lifetime): for revocations.
+    pub iat: u64,
     pub user: Arc<str>,
     /// The token's own `queue` claim; routes compare it with theirs.
     pub queue: Arc<str>,
@@ -90,6 +93,7 @@ mod tests {
     fn v(exp: u64) -> Verified {
         Verified {
             exp,
+            iat: 0,
             user: "u".into(),
             queue: "q".into(),
         }

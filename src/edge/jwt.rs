@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::JwtConfig;
 use crate::edge::cache::{Verified, VerifiedTokens};
+use crate::edge::revoked::Revoked;
 use crate::edge::secret::{Keys, Secret};
 use crate::error::ApiError;
 
@@ -98,6 +99,7 @@ pub enum Reject {
     IssuedInFuture,
     Role,
     Queue,
+    Revoked,
 }
 
 /// 401 (`invalid_token`) for a token that proves nothing; 403
@@ -112,7 +114,7 @@ impl From<Reject> for ApiError {
 }
 
 impl Reject {
-    pub const ALL: [Reject; 16] = [
+    pub const ALL: [Reject; 17] = [
         Reject::Missing,
         Reject::Duplicate,
         Reject::TooLarge,
@@ -129,6 +131,7 @@ impl Reject {
         Reject::IssuedInFuture,
         Reject::Role,
         Reject::Queue,
+        Reject::Revoked,
     ];
 
     /// The metric label.
@@ -150,6 +153,7 @@ impl Reject {
             Reject::IssuedInFuture => "issued_in_future",
             Reject::Role => "role",
             Reject::Queue => "queue",
+            Reject::Revoked => "revoked",
         }
     }
 
@@ -180,6 +184,7 @@ impl Reject {
             Reject::IssuedInFuture => "The token is issued in the future.",
             Reject::Role => "The token does not carry the ACTIVE_USER role.",
             Reject::Queue => "The token is for another queue.",
+            Reject::Revoked => "The token has been revoked.",
         }
     }
 }
@@ -198,6 +203,8 @@ pub struct Tokens {
     ttl_s: u64,
     leeway_s: u64,
     verified: VerifiedTokens,
+    /// Users whose tokens are refused until they are admitted again.
+    revoked: Arc<Revoked>,
 }
 
 /// How many verified tokens are remembered (about 300 bytes each).
@@ -239,7 +246,19 @@ impl Tokens {
             ttl_s: (config.ttl.as_millis() / 1000) as u64,
             leeway_s: config.leeway.as_secs(),
             verified: VerifiedTokens::new(VERIFIED_CACHE),
+            revoked: Arc::default(),
         }
+    }
+
+    /// The revoked users this edge refuses, filled by the revocation sync.
+    pub fn revoked(&self) -> &Arc<Revoked> {
+        &self.revoked
+    }
+
+    /// The longest a token of ours lives, leeway included: how long a
+    /// revocation must be remembered.
+    pub fn longest_life(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.ttl_s + self.leeway_s)
     }
 
     /// Signs a token for `user`, expiring at the earlier of now + TTL and the
@@ -313,6 +332,9 @@ impl Tokens {
         if &*verified.queue != queue {
             return Err(Reject::Queue);
         }
+        if self.revoked.refuses(queue, &verified.user, verified.iat) {
+            return Err(Reject::Revoked);
+        }
         Ok(Identity {
             user: verified.user,
             queue: verified.queue,
@@ -380,6 +402,7 @@ impl Tokens {
         };
         Ok(Verified {
             exp,
+            iat: claims.iat.unwrap_or(exp.saturating_sub(self.ttl_s)),
             user: sub.into(),
             queue: token_queue.into(),
         })

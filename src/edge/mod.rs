@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod jwt;
+pub mod revoked;
 pub mod secret;
 
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};

@@ -295,6 +295,11 @@ impl ProxyHttp for Gate {
         .map_err(|refusal| {
             Error::explain(ErrorType::InvalidHTTPHeader, refusal.message()).into_up()
         })?;
+        if shape.release {
+            if let Some(identity) = &ctx.identity {
+                self.api.release(identity);
+            }
+        }
         let switching = shape.body == rules::response::Body::Tunnel;
         let dropped: Vec<HeaderName> = {
             let hop = Hop::new(fields(&response.headers).into_iter(), switching);

@@ -16,7 +16,23 @@ struct WaitingBody<'a> {
     status: &'static str,
     rank: u64,
     estimated_waiting_count: u64,
-    estimated_wait_seconds: u64,
+    /// No estimate while admission is paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_wait_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    paused: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_credential: Option<&'a str>,
+}
+
+/// A pre-queued user, before a scheduled open: no place yet.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PrequeueBody<'a> {
+    user_id: &'a str,
+    queue: &'a str,
+    status: &'static str,
+    opens_in_seconds: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_credential: Option<&'a str>,
 }
@@ -41,7 +57,22 @@ pub fn waiting(queue: &Queue, user: &str, place: Place, credential: Option<&str>
             status: "WAITING",
             rank: place.rank,
             estimated_waiting_count: place.rank + 1,
-            estimated_wait_seconds: place.wait_ms.saturating_add(500) / 1000,
+            estimated_wait_seconds: place.wait_ms.map(|ms| ms.saturating_add(500) / 1000),
+            paused: place.wait_ms.is_none(),
+            queue_credential: credential,
+        },
+    )
+}
+
+/// `opensInSeconds` rounds up: 0 only once the open has come.
+pub fn prequeued(queue: &Queue, user: &str, opens_in_ms: u64, credential: Option<&str>) -> Reply {
+    Reply::json(
+        200,
+        &PrequeueBody {
+            user_id: user,
+            queue: &queue.name,
+            status: "PREQUEUE",
+            opens_in_seconds: opens_in_ms.div_ceil(1000),
             queue_credential: credential,
         },
     )

@@ -20,9 +20,9 @@ use arc_swap::ArcSwap;
 use pingora::proxy::Session;
 
 use crate::config::Config;
-use crate::edge::jwt::Tokens;
+use crate::edge::jwt::{Identity, Tokens};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
 pub use crate::path::Endpoint;
 use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
@@ -95,6 +95,41 @@ impl QueueApi {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Ends `identity`'s active state and revokes its tokens, because the
+    /// backend said it is done with the user (`X-Waitgate-Release`). Runs
+    /// apart from the response, which does not wait for Redis; this
+    /// instance refuses the user's tokens at once, the others within the
+    /// revocation sync.
+    pub fn release(&self, identity: &Identity) {
+        let Ok(queue) = self.queue(Some(&identity.queue)) else {
+            return;
+        };
+        let store = self.store.clone();
+        let tokens = self.tokens.clone();
+        let metrics = self.metrics.clone();
+        let user = identity.user.clone();
+        tokio::spawn(async move {
+            match store
+                .revoke(&queue.keys, &queue.name, &user, tokens.longest_life())
+                .await
+            {
+                Ok((was_active, at_ms)) => {
+                    tokens.revoked().insert(&queue.name, &user, at_ms);
+                    metrics.releases.with_label_values(&[&queue.name]).inc();
+                    metrics
+                        .revocations
+                        .with_label_values(&[&queue.name, REVOKED_BY_RELEASE])
+                        .inc();
+                    tracing::info!(queue = %queue.name, user = &*user, was_active, "released by the upstream");
+                }
+                Err(e) => {
+                    metrics.redis_error("revoke");
+                    tracing::warn!(queue = %queue.name, user = &*user, %e, "release failed: redis");
+                }
+            }
+        });
     }
 
     /// Reads a JSON body within the body timeout.

@@ -5,7 +5,9 @@ use serde::Deserialize;
 
 use super::{body, input, Endpoint, QueueApi};
 use crate::error::ApiError;
-use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW};
+use crate::metrics::{
+    REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW, REGISTERED_NOT_OPEN,
+};
 use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Registration;
@@ -83,6 +85,29 @@ fn outcome(
             body::waiting(queue, user.as_str(), place, None),
         ),
         Registration::Active { .. } => (REGISTERED_ACTIVE, body::active(queue, user.as_str())),
+        Registration::Prequeued {
+            opens_in_ms,
+            arrival: Some(arrival),
+        } => {
+            let credential = credential(arrival);
+            (
+                REGISTERED_NEW,
+                body::prequeued(queue, user.as_str(), opens_in_ms, Some(&credential)),
+            )
+        }
+        Registration::Prequeued {
+            opens_in_ms,
+            arrival: None,
+        } => (
+            REGISTERED_AGAIN,
+            body::prequeued(queue, user.as_str(), opens_in_ms, None),
+        ),
+        Registration::NotOpen { opens_at_ms } => (
+            REGISTERED_NOT_OPEN,
+            Reply::from(ApiError::QueueNotOpen {
+                opens_at: crate::time::rfc3339(opens_at_ms),
+            }),
+        ),
     }
 }
 
@@ -112,7 +137,7 @@ mod tests {
         let user = UserId::parse("u1").unwrap();
         let place = Place {
             rank: 0,
-            wait_ms: 0,
+            wait_ms: Some(0),
         };
         let (label, reply) = outcome(
             &queue,

@@ -17,6 +17,14 @@ pub struct QueueKeys {
     pub credential: String,
     /// The global admission gate: the last admitted window.
     pub admission: String,
+    /// HASH: the operator's live settings and the event schedule (see
+    /// `lua/lib.lua`).
+    pub control: String,
+    /// ZSET userId -> arrival: users pre-queued before a scheduled open,
+    /// kept for placed ones until they are admitted or leave.
+    pub prequeue: String,
+    /// ZSET userId -> revoked at (ms): whose tokens are refused.
+    pub revoked: String,
 }
 
 impl QueueKeys {
@@ -28,6 +36,9 @@ impl QueueKeys {
             active: key("active"),
             credential: key("credential"),
             admission: key("admission"),
+            control: key("control"),
+            prequeue: key("prequeue"),
+            revoked: key("revoked"),
         }
     }
 }
@@ -44,5 +55,8 @@ mod tests {
         assert_eq!(k.active, "queue:{baseball}:active");
         assert_eq!(k.credential, "queue:{baseball}:credential");
         assert_eq!(k.admission, "queue:{baseball}:admission");
+        assert_eq!(k.control, "queue:{baseball}:control");
+        assert_eq!(k.prequeue, "queue:{baseball}:prequeue");
+        assert_eq!(k.revoked, "queue:{baseball}:revoked");
     }
 }

@@ -54,6 +54,12 @@ static RANK: LazyLock<Script> = script!("rank.lua");
 static DROPOUT: LazyLock<Script> = script!("dropout.lua");
 static ADMIT: LazyLock<Script> = script!("admit.lua");
 static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
+static CONTROL: LazyLock<Script> = script!("control.lua");
+static REVOKE: LazyLock<Script> = script!("revoke.lua");
+
+/// The channel revocations are pushed on (`lua/revoke.lua` publishes; every
+/// instance subscribes, see `edge::revoked`).
+pub const REVOKED_CHANNEL: &str = "waitgate:revoked";
 /// Read-only: the `no-writes` flag lets Redis run it on a replica and
 /// refuse it any write.
 static TOKEN: LazyLock<Script> = LazyLock::new(|| {
@@ -69,8 +75,9 @@ static TOKEN: LazyLock<Script> = LazyLock::new(|| {
 pub struct Place {
     /// Users ahead (0-based).
     pub rank: u64,
-    /// Expected wait, from the gate's observed rate (see `lua/lib.lua`).
-    pub wait_ms: u64,
+    /// Expected wait, from the gate's observed rate (see `lua/lib.lua`);
+    /// `None` while admission is paused.
+    pub wait_ms: Option<u64>,
 }
 
 /// The outcome of `register`.
@@ -83,6 +90,15 @@ pub enum Registration {
     AlreadyWaiting(Place),
     /// Is active until this time (Redis clock, ms since the epoch).
     Active { expires_at_ms: u64 },
+    /// Is in the pre-queue of a scheduled open, which opens in
+    /// `opens_in_ms` (0: being placed now). `arrival` is set when this call
+    /// pre-queued the user, for its credential.
+    Prequeued {
+        opens_in_ms: u64,
+        arrival: Option<u64>,
+    },
+    /// Registration opens at this time (Redis clock, ms).
+    NotOpen { opens_at_ms: u64 },
 }
 
 /// The outcome of `rank`.
@@ -90,6 +106,7 @@ pub enum Registration {
 pub enum Position {
     Waiting(Place),
     Active { expires_at_ms: u64 },
+    Prequeued { opens_in_ms: u64 },
     NotQueued,
 }
 
@@ -100,8 +117,10 @@ pub struct Admission {
     /// The window the call fell in: floor(Redis time / interval).
     pub window: u64,
     pub outcome: AdmitOutcome,
-    /// Redis time of the call (ms), to sleep until the next window.
+    /// Redis time of the call (ms), and when a call may decide again: the
+    /// caller sleeps by Redis's clock.
     pub now_ms: u64,
+    pub next_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +133,51 @@ pub enum AdmitOutcome {
     Empty,
     /// `max-active` left no room this window.
     AtCapacity,
+    /// An operator paused admission.
+    Paused,
+    /// A scheduled open has not come yet.
+    NotOpen,
+    /// Placed one step of the pre-queue at the open: call again at once.
+    Placing,
+}
+
+/// An operator's change to a queue (see `lua/control.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Pause,
+    Resume,
+    /// Live admission parameters; `None` leaves one as it is,
+    /// `Some(Setting::Configured)` goes back to the configured value.
+    Admission {
+        batch_size: Option<Setting>,
+        interval_ms: Option<Setting>,
+        max_active: Option<Setting>,
+    },
+    /// A scheduled open (times in ms since the epoch).
+    Event {
+        prequeue_from_ms: Option<u64>,
+        open_at_ms: u64,
+        shuffle: bool,
+    },
+    /// A pending event opens now; a past one is forgotten.
+    EndEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Value(u64),
+    Configured,
+}
+
+/// Why Redis refused a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A pre-queue is being placed right now.
+    Placing,
+    /// `openAt` is not in the future by Redis's clock.
+    OpenAtPast,
+    /// `prequeueFrom` is after `openAt`.
+    PrequeueAfterOpen,
 }
 
 /// What one cleanup pass removed.
@@ -130,7 +194,45 @@ pub struct Sample {
     pub active: u64,
     /// Users admitted per window, as observed; `None` before any admission.
     pub rate_per_window: Option<f64>,
+    /// The admission interval in effect (a live override, or the config's).
+    pub interval_ms: Option<u64>,
+    pub paused: bool,
+    pub phase: &'static str,
 }
+
+/// A queue's event phase, as `lua/lib.lua` decides it: `open` (no event,
+/// or its pre-queue placed), `scheduled` (before `prequeue_from`),
+/// `prequeue`, or `placing`, from the control hash and Redis time.
+pub fn event_phase(control: &std::collections::HashMap<String, String>, now_ms: u64) -> &'static str {
+    let number = |key: &str| control.get(key).and_then(|v| v.parse::<u64>().ok());
+    let placed = control.get("placed").is_some_and(|v| v == "1");
+    match number("open_at") {
+        None => "open",
+        Some(_) if placed => "open",
+        Some(_) if number("prequeue_from").is_some_and(|from| now_ms < from) => "scheduled",
+        Some(open_at) if now_ms < open_at => "prequeue",
+        Some(_) => "placing",
+    }
+}
+
+/// A queue's state as the admin API reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The control hash as stored (see `lua/lib.lua`).
+    pub control: std::collections::HashMap<String, String>,
+    pub waiting: u64,
+    /// Active entries, expired ones not yet cleaned up included.
+    pub active: u64,
+    pub prequeued: u64,
+    pub rate_per_window: Option<f64>,
+    pub admitted_total: u64,
+    /// Redis time of the read (ms).
+    pub now_ms: u64,
+}
+
+/// Pre-queued users placed per admission call at a scheduled open: bounds
+/// the Redis time of one call (measured in docs/performance.md).
+pub const PLACE_STEP: u64 = 500;
 
 /// The outcome of `dropout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +279,10 @@ enum Backend {
         client: ClusterClient,
         current: std::sync::Mutex<Option<ClusterConnection>>,
         connecting: tokio::sync::Mutex<()>,
+        /// Each configured node on its own, for the pub/sub subscription:
+        /// a Cluster delivers every PUBLISH to every node, so any one
+        /// serves.
+        nodes: Vec<redis::Client>,
     },
 }
 
@@ -270,6 +376,14 @@ impl Store {
                 }
             }
             RedisMode::Cluster { nodes } => {
+                let node_clients = nodes
+                    .iter()
+                    .map(|url| match &certificates {
+                        Some(certs) => redis::Client::build_with_tls(url.as_str(), certs.clone()),
+                        None => redis::Client::open(url.as_str()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(failed)?;
                 let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .connection_timeout(config.command_timeout)
                     .response_timeout(config.command_timeout)
@@ -283,6 +397,7 @@ impl Store {
                     client: builder.build().map_err(failed)?,
                     current: std::sync::Mutex::new(None),
                     connecting: tokio::sync::Mutex::new(()),
+                    nodes: node_clients,
                 }
             }
         };
@@ -336,6 +451,7 @@ impl Store {
                 client,
                 current,
                 connecting,
+                ..
             } => {
                 if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                     return Ok(Conn::Cluster(c));
@@ -468,6 +584,8 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .key(&keys.admission)
+            .key(&keys.control)
+            .key(&keys.prequeue)
             .arg(user)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
@@ -481,6 +599,17 @@ impl Store {
             2 => Ok(Registration::AlreadyWaiting(place(value, wait)?)),
             3 => Ok(Registration::Active {
                 expires_at_ms: count(value)?,
+            }),
+            4 => Ok(Registration::Prequeued {
+                opens_in_ms: count(value)?,
+                arrival: None,
+            }),
+            5 => Ok(Registration::Prequeued {
+                opens_in_ms: count(value)?,
+                arrival: Some(count(arrival)?),
+            }),
+            6 => Ok(Registration::NotOpen {
+                opens_at_ms: count(value)?,
             }),
             _ => Err(unexpected("register", code)),
         }
@@ -498,6 +627,8 @@ impl Store {
             .key(&keys.heartbeat)
             .key(&keys.active)
             .key(&keys.admission)
+            .key(&keys.control)
+            .key(&keys.prequeue)
             .arg(user)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
@@ -507,6 +638,9 @@ impl Store {
             1 => Ok(Position::Waiting(place(value, wait)?)),
             3 => Ok(Position::Active {
                 expires_at_ms: count(value)?,
+            }),
+            4 => Ok(Position::Prequeued {
+                opens_in_ms: count(value)?,
             }),
             _ => Err(unexpected("rank", code)),
         }
@@ -525,17 +659,24 @@ impl Store {
             .key(&keys.active)
             .key(&keys.admission)
             .key(&keys.credential)
+            .key(&keys.control)
+            .key(&keys.prequeue)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
-            .arg(admission.max_active);
-        let (admitted, window, why, now_ms): (i64, i64, i64, i64) =
+            .arg(admission.max_active)
+            .arg(format!("{:032x}", rand::random::<u128>()))
+            .arg(PLACE_STEP);
+        let (admitted, window, why, now_ms, next_ms): (i64, i64, i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         let outcome = match why {
             0 => AdmitOutcome::Decided,
             1 => AdmitOutcome::AlreadyDecided,
             2 => AdmitOutcome::Empty,
             3 => AdmitOutcome::AtCapacity,
+            4 => AdmitOutcome::Paused,
+            5 => AdmitOutcome::NotOpen,
+            6 => AdmitOutcome::Placing,
             _ => return Err(unexpected("admit", why)),
         };
         Ok(Admission {
@@ -543,6 +684,7 @@ impl Store {
             window: count(window)?,
             outcome,
             now_ms: count(now_ms)?,
+            next_ms: count(next_ms)?,
         })
     }
 
@@ -558,6 +700,7 @@ impl Store {
             .key(&keys.heartbeat)
             .key(&keys.credential)
             .key(&keys.active)
+            .key(&keys.prequeue)
             .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.cleanup_batch_size);
         let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
@@ -572,15 +715,27 @@ impl Store {
         let mut pipe = redis::pipe();
         pipe.zcard(&keys.waiting)
             .zcard(&keys.active)
-            .hget(&keys.admission, "rate");
+            .hget(&keys.admission, "rate")
+            .hgetall(&keys.control)
+            .cmd("TIME");
         let mut connection = self.connection().await?;
-        let (waiting, active, rate_per_window) = self
-            .bounded(pipe.query_async::<(u64, u64, Option<f64>)>(&mut connection))
+        type Raw = (
+            u64,
+            u64,
+            Option<f64>,
+            std::collections::HashMap<String, String>,
+            (u64, u64),
+        );
+        let (waiting, active, rate_per_window, control, (secs, micros)) = self
+            .bounded(pipe.query_async::<Raw>(&mut connection))
             .await?;
         Ok(Sample {
             waiting,
             active,
             rate_per_window,
+            interval_ms: control.get("interval").and_then(|v| v.parse().ok()),
+            paused: control.get("paused").is_some_and(|v| v == "1"),
+            phase: event_phase(&control, secs * 1000 + micros / 1000),
         })
     }
 
@@ -598,6 +753,7 @@ impl Store {
             .key(&keys.heartbeat)
             .key(&keys.credential)
             .key(&keys.active)
+            .key(&keys.prequeue)
             .arg(user)
             .arg(arrival);
         let code: i64 = self.run_write(invocation, &keys.waiting).await?;
@@ -606,6 +762,164 @@ impl Store {
             0 => Ok(Dropout::NotQueued),
             -1 => Ok(Dropout::CredentialMismatch),
             _ => Err(unexpected("dropout", code)),
+        }
+    }
+
+    /// Applies an operator's change; `Ok(Err(_))` when Redis refused it.
+    pub async fn control(
+        &self,
+        keys: &QueueKeys,
+        change: &Change,
+    ) -> Result<Result<(), Refused>, StoreError> {
+        let mut invocation = CONTROL.prepare_invoke();
+        invocation
+            .key(&keys.control)
+            .key(&keys.admission)
+            .key(&keys.prequeue);
+        let setting = |s: &Option<Setting>| match s {
+            None => String::new(),
+            Some(Setting::Configured) => "-".to_string(),
+            Some(Setting::Value(v)) => v.to_string(),
+        };
+        match change {
+            Change::Pause => invocation.arg("pause"),
+            Change::Resume => invocation.arg("resume"),
+            Change::Admission {
+                batch_size,
+                interval_ms,
+                max_active,
+            } => invocation
+                .arg("admission")
+                .arg(setting(batch_size))
+                .arg(setting(interval_ms))
+                .arg(setting(max_active)),
+            Change::Event {
+                prequeue_from_ms,
+                open_at_ms,
+                shuffle,
+            } => invocation
+                .arg("event")
+                .arg(prequeue_from_ms.map(|t| t.to_string()).unwrap_or_default())
+                .arg(open_at_ms)
+                .arg(if *shuffle { "1" } else { "0" }),
+            Change::EndEvent => invocation.arg("end-event"),
+        };
+        let (code, _now): (i64, i64) = self.run_write(invocation, &keys.control).await?;
+        match code {
+            1 => Ok(Ok(())),
+            -1 => Ok(Err(Refused::Placing)),
+            -2 => Ok(Err(Refused::OpenAtPast)),
+            -3 => Ok(Err(Refused::PrequeueAfterOpen)),
+            _ => Err(unexpected("control", code)),
+        }
+    }
+
+    /// Ends `user`'s active state and refuses its tokens issued until now
+    /// on every instance, remembered for `keep` (the longest a token
+    /// lives). Returns whether the user was active, and the revocation's
+    /// time (Redis clock, ms).
+    pub async fn revoke(
+        &self,
+        keys: &QueueKeys,
+        queue: &str,
+        user: &str,
+        keep: Duration,
+    ) -> Result<(bool, u64), StoreError> {
+        let mut invocation = REVOKE.prepare_invoke();
+        invocation
+            .key(&keys.active)
+            .key(&keys.credential)
+            .key(&keys.revoked)
+            .arg(user)
+            .arg(keep.as_millis() as u64)
+            .arg(REVOKED_CHANNEL)
+            .arg(queue);
+        let (active, at): (i64, i64) = self.run_write(invocation, &keys.revoked).await?;
+        Ok((active == 1, count(at)?))
+    }
+
+    /// Revocations made at or after `since_ms` (Redis clock): user and time.
+    pub async fn revoked_since(
+        &self,
+        keys: &QueueKeys,
+        since_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut connection = self.connection().await?;
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(&keys.revoked)
+            .arg(since_ms)
+            .arg("+inf")
+            .arg("BYSCORE")
+            .arg("WITHSCORES");
+        let result = self
+            .bounded(cmd.query_async::<Vec<(String, f64)>>(&mut connection))
+            .await;
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        Ok(result?
+            .into_iter()
+            .map(|(user, at)| (user, at as u64))
+            .collect())
+    }
+
+    /// A queue's state for the admin API, read in one round-trip.
+    pub async fn status(&self, keys: &QueueKeys) -> Result<Status, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(&keys.control)
+            .zcard(&keys.waiting)
+            .zcard(&keys.active)
+            .zcard(&keys.prequeue)
+            .hget(&keys.admission, "rate")
+            .hget(&keys.admission, "total")
+            .cmd("TIME");
+        let mut connection = self.connection().await?;
+        type Raw = (
+            std::collections::HashMap<String, String>,
+            u64,
+            u64,
+            u64,
+            Option<f64>,
+            Option<u64>,
+            (u64, u64),
+        );
+        let result = self.bounded(pipe.query_async::<Raw>(&mut connection)).await;
+        if let Err(e) = &result {
+            self.failed(e);
+        }
+        let (control, waiting, active, prequeued, rate, total, (secs, micros)) = result?;
+        Ok(Status {
+            control,
+            waiting,
+            active,
+            prequeued,
+            rate_per_window: rate,
+            admitted_total: total.unwrap_or(0),
+            now_ms: secs * 1000 + micros / 1000,
+        })
+    }
+
+    /// A connection subscribed to nothing yet, for the revocation push: the
+    /// Redis server, the master the Sentinels name, or any Cluster node.
+    pub async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
+        match &self.backend {
+            Backend::Standalone { client, .. } => self.bounded(client.get_async_pubsub()).await,
+            Backend::Sentinel { sentinels, .. } => {
+                let client = self
+                    .bounded(async { sentinels.lock().await.async_get_client().await })
+                    .await?;
+                self.bounded(client.get_async_pubsub()).await
+            }
+            Backend::Cluster { nodes, .. } => {
+                let mut last = StoreError::Unavailable("no cluster node configured".into());
+                for node in nodes {
+                    match self.bounded(node.get_async_pubsub()).await {
+                        Ok(pubsub) => return Ok(pubsub),
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
         }
     }
 
@@ -679,7 +993,8 @@ fn classify(e: redis::RedisError) -> StoreError {
 fn place(rank: i64, wait_ms: i64) -> Result<Place, StoreError> {
     Ok(Place {
         rank: count(rank)?,
-        wait_ms: count(wait_ms)?,
+        // -1: paused, no estimate.
+        wait_ms: (wait_ms >= 0).then_some(wait_ms as u64),
     })
 }
 

@@ -258,6 +258,9 @@ impl DirectLane {
                 };
                 record.status = outcome.status;
                 record.error = outcome.error;
+                if outcome.release {
+                    self.api.release(&plan.identity);
+                }
                 outcome.lane
             }
             Take::Rank { query } => {

@@ -36,6 +36,8 @@ pub struct Outcome {
     pub lane: Lane,
     /// Why the upstream failed, when it did.
     pub error: Option<&'static str>,
+    /// The upstream released the user (`X-Waitgate-Release: true`).
+    pub release: bool,
 }
 
 /// Sends the request and relays the response. `close`: the client
@@ -81,6 +83,7 @@ pub async fn forward(
                 status: response.status,
                 lane: Lane::Closed,
                 error: Some(why),
+                release: response.release,
             }
         }
     };
@@ -88,6 +91,7 @@ pub async fn forward(
         status: response.status,
         lane,
         error: None,
+        release: response.release,
     }
 }
 
@@ -112,6 +116,7 @@ pub async fn fail(
         status,
         lane: Lane::Closed,
         error: Some(why),
+        release: false,
     }
 }
 

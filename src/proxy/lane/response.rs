@@ -23,6 +23,8 @@ pub struct Response {
     pub body: Body,
     /// The upstream will not take another request on this connection.
     pub upstream_close: bool,
+    /// `X-Waitgate-Release: true` (not relayed).
+    pub release: bool,
     /// Status line and relayed headers as the client gets them, without
     /// the headers waitgate adds and without the final empty line.
     pub head: Vec<u8>,
@@ -98,6 +100,7 @@ fn judge(
         interim: shape.interim,
         body: shape.body,
         upstream_close: shape.upstream_close,
+        release: shape.release,
         head,
     }))
 }

@@ -215,7 +215,7 @@ impl<'a> Hop<'a> {
         match Name::of(name) {
             Name::ContentLength | Name::TransferEncoding => true,
             Name::Connection | Name::Upgrade => self.upgrade,
-            Name::Hop | Name::Date | Name::Own(Own::RequestId) => false,
+            Name::Hop | Name::Date | Name::Own(Own::RequestId) | Name::Release => false,
             _ => !self.is_listed(name),
         }
     }

@@ -29,6 +29,9 @@ pub enum Name {
     /// One of those, spelt with `_` for `-` somewhere: what a CGI or WSGI
     /// backend reads as the same name.
     OwnAlias,
+    /// `X-Waitgate-Release`: the backend gives the user's slot back. Read
+    /// on upstream responses, never relayed.
+    Release,
     Other,
 }
 
@@ -60,6 +63,7 @@ impl Name {
             16 if eq("proxy-connection") => Name::Hop,
             17 if eq("transfer-encoding") => Name::TransferEncoding,
             18 if eq("proxy-authenticate") => Name::Hop,
+            18 if eq("x-waitgate-release") => Name::Release,
             19 if eq("proxy-authorization") => Name::Hop,
             12 | 15 | 16 | 17 => own(name),
             _ => Name::Other,

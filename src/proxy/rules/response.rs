@@ -36,6 +36,10 @@ pub struct Shape {
     pub body: Body,
     /// The upstream will not take another request on this connection.
     pub upstream_close: bool,
+    /// `X-Waitgate-Release: true` on a final response: the backend is done
+    /// with this user, whose active state ends and whose token is revoked
+    /// (the header itself never reaches the client).
+    pub release: bool,
 }
 
 /// Why a response head is refused (502).
@@ -71,6 +75,7 @@ pub fn shape<'a>(
     let mut encodings = 0;
     let mut chunked = true;
     let mut upstream_close = !http11;
+    let mut release = false;
     for (name, value) in fields {
         match Name::of(name) {
             Name::ContentLength => {
@@ -85,6 +90,7 @@ pub fn shape<'a>(
                 encodings += 1;
                 chunked &= value.trim_ascii().eq_ignore_ascii_case(b"chunked");
             }
+            Name::Release => release |= value.trim_ascii().eq_ignore_ascii_case(b"true"),
             Name::Connection => {
                 for token in super::elements(value) {
                     if token.eq_ignore_ascii_case(b"close") {
@@ -113,6 +119,7 @@ pub fn shape<'a>(
                 interim: false,
                 body: Body::Tunnel,
                 upstream_close: true,
+                release,
             }),
             false => Err(Refusal::UnaskedSwitch),
         };
@@ -131,6 +138,7 @@ pub fn shape<'a>(
         interim,
         body,
         upstream_close,
+        release: release && !interim,
     })
 }
 

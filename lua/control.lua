@@ -1,0 +1,95 @@
+-- control: an operator's change to a queue, from the admin API. Every
+-- instance reads the control hash on each admission, register and rank
+-- call, so a change holds everywhere from its next call on.
+--
+-- KEYS[1] control HASH (see lib.lua), KEYS[2] admission HASH,
+-- KEYS[3] prequeue ZSET
+-- ARGV[1] the change:
+--   'pause' | 'resume'
+--   'admission' ARGV[2] batch, ARGV[3] interval (ms), ARGV[4] max active:
+--               each a number, '' to leave it, or '-' for the configured value
+--   'event'     ARGV[2] prequeue_from (ms, '' = now), ARGV[3] open_at (ms),
+--               ARGV[4] shuffle ('1' or '0')
+--   'end-event' a pending event opens now; a past one is forgotten
+--
+-- Returns {code, now_ms}: code 1 done, -1 refused: a pre-queue is being
+-- placed right now, -2 refused: open_at is not in the future (Redis clock),
+-- -3 refused: prequeue_from is after open_at.
+local action = ARGV[1]
+if #KEYS ~= 3 or not action then
+  return redis.error_reply('ERR waitgate control: bad arguments')
+end
+local now_ms = math.floor(now_us() / 1000)
+local control = read_control(KEYS[1])
+local phase = event_phase(control, now_ms)
+
+local function number_or_mark(s, min)
+  if s == '' or s == '-' then
+    return true
+  end
+  local n = tonumber(s)
+  return n and n >= min and n == math.floor(n)
+end
+
+if action == 'pause' and #ARGV == 1 then
+  redis.call('HSET', KEYS[1], 'paused', '1')
+elseif action == 'resume' and #ARGV == 1 then
+  redis.call('HDEL', KEYS[1], 'paused')
+elseif action == 'admission' and #ARGV == 4 and number_or_mark(ARGV[2], 1)
+    and number_or_mark(ARGV[3], 1) and number_or_mark(ARGV[4], 0) then
+  for i, field in ipairs({'batch', 'interval', 'max_active'}) do
+    local value = ARGV[i + 1]
+    if value == '-' then
+      redis.call('HDEL', KEYS[1], field)
+    elseif value ~= '' then
+      redis.call('HSET', KEYS[1], field, value)
+    end
+  end
+  if ARGV[2] ~= '' or ARGV[3] ~= '' then
+    -- The observed rate was of the old setting: estimates start again from
+    -- the new batch size.
+    redis.call('HDEL', KEYS[2], 'rate')
+  end
+  local interval = tonumber(ARGV[3])
+  if interval then
+    -- The next decision comes no later than the new window's end.
+    local decided_until = tonumber(redis.call('HGET', KEYS[2], 'next'))
+    local window_end = (math.floor(now_ms / interval) + 1) * interval
+    if decided_until and decided_until > window_end then
+      redis.call('HSET', KEYS[2], 'next', int(window_end))
+    end
+  end
+elseif action == 'event' and #ARGV == 4 and (ARGV[4] == '1' or ARGV[4] == '0') then
+  if phase == 'placing' then
+    return {-1, now_ms}
+  end
+  local open_at = tonumber(ARGV[3])
+  local prequeue_from = tonumber(ARGV[2]) or now_ms
+  if not open_at or open_at <= now_ms then
+    return {-2, now_ms}
+  end
+  if prequeue_from > open_at then
+    return {-3, now_ms}
+  end
+  -- A new event starts a new record; the floor stays, so that users a past
+  -- event placed keep their places ahead of later arrivals.
+  redis.call('HDEL', KEYS[1], 'placed', 'placed_at', 'placed_count', 'cursor', 'seed',
+    'base', 'opened_at', 'prequeued')
+  redis.call('HSET', KEYS[1], 'prequeue_from', int(prequeue_from), 'open_at', int(open_at),
+    'shuffle', ARGV[4])
+elseif action == 'end-event' and #ARGV == 1 then
+  if phase == 'placing' then
+    return {-1, now_ms}
+  end
+  if phase == 'open' then
+    redis.call('HDEL', KEYS[1], 'prequeue_from', 'open_at', 'shuffle', 'placed', 'placed_at',
+      'placed_count', 'cursor', 'seed', 'base', 'opened_at', 'prequeued')
+  else
+    -- Whoever pre-queued is placed at once, as at the open.
+    redis.call('HSET', KEYS[1], 'prequeue_from', int(now_ms), 'open_at', int(now_ms))
+  end
+else
+  return redis.error_reply('ERR waitgate control: bad arguments')
+end
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return {1, now_ms}

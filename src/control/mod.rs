@@ -1,0 +1,402 @@
+//! The operators' API, under `/admin/v1/` on the admin listener: pause and
+//! resume admission, change its rate live, schedule an open with a
+//! pre-queue, and revoke a user.
+//!
+//! Every change is one script (`lua/control.lua`, `lua/revoke.lua`) on the
+//! queue's Redis keys, which every instance reads on its next admission,
+//! register or rank call: a change holds everywhere within one admission
+//! interval, whichever instance took it. Each change is logged and counted
+//! (`waitgate_admin_changes_total`).
+//!
+//! The API needs `Authorization: Bearer <WAITGATE_ADMIN_TOKEN>`. With the
+//! variable unset it does not exist (404), so an instance nobody set up for
+//! it exposes nothing.
+
+mod status;
+mod token;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use crate::config::{MAX_BATCH, MAX_DURATION_MS, MIN_INTERVAL_MS};
+use crate::edge::jwt::Tokens;
+use crate::error::ApiError;
+use crate::metrics::{Metrics, REVOKED_BY_ADMIN};
+use crate::queues::{Queue, Queues};
+use crate::reply::Reply;
+use crate::store::{Change, Refused, Setting, Store, StoreError};
+use crate::user::UserId;
+
+pub use token::{AdminToken, AdminTokenError, ENV as ADMIN_TOKEN_ENV};
+
+/// Where the API lives on the admin listener.
+pub const PREFIX: &str = "/admin/v1/";
+
+/// A request body is a small JSON object.
+pub const MAX_BODY: usize = 4096;
+
+/// The admin API: the store and queues it changes.
+pub struct ControlApi {
+    token: Option<AdminToken>,
+    store: Arc<Store>,
+    queues: Arc<ArcSwap<Queues>>,
+    tokens: Arc<Tokens>,
+    metrics: Arc<Metrics>,
+}
+
+/// One admin request, as the listener read it.
+pub struct Request<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    /// Every `Authorization` header value.
+    pub authorization: Vec<&'a [u8]>,
+    pub body: &'a [u8],
+}
+
+impl ControlApi {
+    pub fn new(
+        token: Option<AdminToken>,
+        store: Arc<Store>,
+        queues: Arc<ArcSwap<Queues>>,
+        tokens: Arc<Tokens>,
+        metrics: Arc<Metrics>,
+    ) -> ControlApi {
+        ControlApi {
+            token,
+            store,
+            queues,
+            tokens,
+            metrics,
+        }
+    }
+
+    /// Answers one request under [`PREFIX`].
+    pub async fn serve(&self, request: Request<'_>) -> Reply {
+        let Some(token) = &self.token else {
+            return Reply::from(ApiError::NotFound);
+        };
+        if !matches!(&request.authorization[..], [one] if token.admits(one)) {
+            return Reply::from(ApiError::AdminUnauthorized);
+        }
+        match self.route(&request).await {
+            Ok(reply) | Err(reply) => reply,
+        }
+    }
+
+    async fn route(&self, request: &Request<'_>) -> Result<Reply, Reply> {
+        let rest = request.path.strip_prefix(PREFIX).unwrap_or("");
+        let parts: Vec<&str> = rest.split('/').collect();
+        let method = request.method;
+        match parts[..] {
+            ["queues"] => {
+                allow(method, "GET")?;
+                let mut all = Vec::new();
+                for queue in self.queues.load().iter() {
+                    all.push(status::read(&self.store, queue).await);
+                }
+                Ok(Reply::json(200, &Listing { queues: all }))
+            }
+            ["queues", name] => {
+                allow(method, "GET")?;
+                let queue = self.queue(name)?;
+                Ok(Reply::json(200, &status::read(&self.store, &queue).await))
+            }
+            ["queues", name, "pause"] => {
+                allow(method, "POST")?;
+                no_body(request.body)?;
+                self.change(name, "pause", Change::Pause).await
+            }
+            ["queues", name, "resume"] => {
+                allow(method, "POST")?;
+                no_body(request.body)?;
+                self.change(name, "resume", Change::Resume).await
+            }
+            ["queues", name, "admission"] => {
+                allow(method, "PATCH")?;
+                let change = admission_change(request.body)?;
+                self.change(name, "admission", change).await
+            }
+            ["queues", name, "event"] => match method {
+                "PUT" => {
+                    let change = event_change(request.body)?;
+                    self.change(name, "event", change).await
+                }
+                "DELETE" => {
+                    no_body(request.body)?;
+                    self.change(name, "end_event", Change::EndEvent).await
+                }
+                _ => Err(Reply::from(ApiError::MethodNotAllowed {
+                    path: "/admin/v1/queues/<queue>/event",
+                    allow: "PUT, DELETE",
+                })),
+            },
+            ["queues", name, "revoke"] => {
+                allow(method, "POST")?;
+                self.revoke(name, request.body).await
+            }
+            _ => Err(Reply::from(ApiError::NotFound)),
+        }
+    }
+
+    fn queue(&self, name: &str) -> Result<Arc<Queue>, Reply> {
+        Ok(self.queues.load().find(Some(name))?.clone())
+    }
+
+    /// Applies a change, logs and counts it, and answers with the queue's
+    /// state after it.
+    async fn change(&self, name: &str, action: &str, change: Change) -> Result<Reply, Reply> {
+        let queue = self.queue(name)?;
+        match self.store.control(&queue.keys, &change).await {
+            Ok(Ok(())) => {}
+            Ok(Err(refused)) => return Err(Reply::from(refusal(refused))),
+            Err(e) => return Err(self.unavailable(e)),
+        }
+        tracing::info!(queue = %queue.name, action, ?change, "admin change");
+        self.metrics
+            .admin_changes
+            .with_label_values(&[&queue.name, action])
+            .inc();
+        Ok(Reply::json(200, &status::read(&self.store, &queue).await))
+    }
+
+    async fn revoke(&self, name: &str, body: &[u8]) -> Result<Reply, Reply> {
+        let queue = self.queue(name)?;
+        let user = revoke_body(body)?;
+        let (was_active, at_ms) = self
+            .store
+            .revoke(
+                &queue.keys,
+                &queue.name,
+                user.as_str(),
+                self.tokens.longest_life(),
+            )
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        // This instance refuses at once; the others on the push or the sync.
+        self.tokens
+            .revoked()
+            .insert(&queue.name, user.as_str(), at_ms);
+        tracing::info!(queue = %queue.name, action = "revoke", user = user.as_str(), was_active, "admin change");
+        self.metrics
+            .admin_changes
+            .with_label_values(&[&queue.name, "revoke"])
+            .inc();
+        self.metrics
+            .revocations
+            .with_label_values(&[&queue.name, REVOKED_BY_ADMIN])
+            .inc();
+        Ok(Reply::json(
+            200,
+            &Revocation {
+                user_id: user.as_str(),
+                queue: &queue.name,
+                was_active,
+                revoked_at: crate::time::rfc3339(at_ms),
+            },
+        ))
+    }
+
+    fn unavailable(&self, error: StoreError) -> Reply {
+        self.metrics.redis_error("control");
+        tracing::warn!(%error, "admin change failed: redis");
+        Reply::from(ApiError::RedisUnavailable)
+    }
+}
+
+#[derive(Serialize)]
+struct Listing {
+    queues: Vec<status::QueueStatus>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Revocation<'a> {
+    user_id: &'a str,
+    queue: &'a str,
+    was_active: bool,
+    revoked_at: String,
+}
+
+fn allow(method: &str, allowed: &'static str) -> Result<(), Reply> {
+    if method == allowed {
+        return Ok(());
+    }
+    Err(Reply::from(ApiError::MethodNotAllowed {
+        path: "This admin endpoint",
+        allow: allowed,
+    }))
+}
+
+fn invalid(message: impl Into<Cow<'static, str>>) -> Reply {
+    Reply::from(ApiError::InvalidRequest(message.into()))
+}
+
+fn no_body(body: &[u8]) -> Result<(), Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    Err(invalid("This endpoint takes no body."))
+}
+
+/// The body as a JSON object whose keys are all among `known`.
+fn object(
+    body: &[u8],
+    known: &[&str],
+) -> Result<serde_json::Map<String, serde_json::Value>, Reply> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Reply::from(ApiError::InvalidJson(format!("The body is not JSON: {e}."))))?;
+    let serde_json::Value::Object(map) = value else {
+        return Err(invalid("The body must be a JSON object."));
+    };
+    if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(invalid(format!(
+            "Unknown field {unknown:?}; expected {}.",
+            known.join(", ")
+        )));
+    }
+    Ok(map)
+}
+
+/// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
+/// the configured value; a field left out stays as it is.
+fn admission_change(body: &[u8]) -> Result<Change, Reply> {
+    let map = object(body, &["batchSize", "intervalMs", "maxActive"])?;
+    if map.is_empty() {
+        return Err(invalid("Give at least one of batchSize, intervalMs, maxActive."));
+    }
+    let setting = |key: &str, min: u64, max: u64| -> Result<Option<Setting>, Reply> {
+        match map.get(key) {
+            None => Ok(None),
+            Some(serde_json::Value::Null) => Ok(Some(Setting::Configured)),
+            Some(v) => match v.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Ok(Some(Setting::Value(n))),
+                _ => Err(invalid(format!(
+                    "{key} must be an integer from {min} to {max}, or null for the configured value."
+                ))),
+            },
+        }
+    };
+    Ok(Change::Admission {
+        batch_size: setting("batchSize", 1, MAX_BATCH)?,
+        interval_ms: setting("intervalMs", MIN_INTERVAL_MS, MAX_DURATION_MS)?,
+        max_active: setting("maxActive", 0, 1_000_000_000)?,
+    })
+}
+
+/// `{"prequeueFrom"?, "openAt", "shuffle"?}`: RFC 3339 times; the
+/// pre-queue opens now when `prequeueFrom` is left out; `shuffle` defaults
+/// to true.
+fn event_change(body: &[u8]) -> Result<Change, Reply> {
+    let map = object(body, &["prequeueFrom", "openAt", "shuffle"])?;
+    let time = |key: &str| -> Result<Option<u64>, Reply> {
+        match map.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(text)) => crate::time::parse_rfc3339(text)
+                .map(Some)
+                .ok_or_else(|| invalid(format!("{key} must be an RFC 3339 time."))),
+            Some(_) => Err(invalid(format!("{key} must be an RFC 3339 time."))),
+        }
+    };
+    let open_at_ms = time("openAt")?.ok_or_else(|| invalid("openAt is required."))?;
+    let prequeue_from_ms = time("prequeueFrom")?;
+    if prequeue_from_ms.is_some_and(|from| from > open_at_ms) {
+        return Err(Reply::from(refusal(Refused::PrequeueAfterOpen)));
+    }
+    let shuffle = match map.get("shuffle") {
+        None => true,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("shuffle must be true or false.")),
+    };
+    Ok(Change::Event {
+        prequeue_from_ms,
+        open_at_ms,
+        shuffle,
+    })
+}
+
+fn revoke_body(body: &[u8]) -> Result<UserId, Reply> {
+    let map = object(body, &["userId"])?;
+    match map.get("userId") {
+        Some(serde_json::Value::String(user)) => {
+            Ok(UserId::parse(user.clone()).ok_or(ApiError::InvalidUserId)?)
+        }
+        _ => Err(invalid("userId is required.")),
+    }
+}
+
+fn refusal(refused: Refused) -> ApiError {
+    match refused {
+        Refused::Placing => ApiError::Conflict(
+            "The pre-queue is being placed right now; try again in a few seconds.",
+        ),
+        Refused::OpenAtPast => {
+            ApiError::InvalidRequest(Cow::Borrowed("openAt must be in the future."))
+        }
+        Refused::PrequeueAfterOpen => ApiError::InvalidRequest(Cow::Borrowed(
+            "prequeueFrom must not be after openAt.",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admission_bodies_are_checked() {
+        assert_eq!(
+            admission_change(br#"{"batchSize":5,"intervalMs":null}"#).unwrap(),
+            Change::Admission {
+                batch_size: Some(Setting::Value(5)),
+                interval_ms: Some(Setting::Configured),
+                max_active: None,
+            }
+        );
+        for bad in [
+            &br#"{}"#[..],
+            br#"{"batchSize":0}"#,
+            br#"{"batchSize":-1}"#,
+            br#"{"batchSize":1.5}"#,
+            br#"{"batchSize":"5"}"#,
+            br#"{"intervalMs":1}"#,
+            br#"{"rate":5}"#,
+            br#"[1]"#,
+            br#"{"#,
+        ] {
+            assert!(admission_change(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn event_bodies_are_checked() {
+        assert_eq!(
+            event_change(br#"{"openAt":"2026-12-01T10:00:00Z"}"#).unwrap(),
+            Change::Event {
+                prequeue_from_ms: None,
+                open_at_ms: 1_796_119_200_000,
+                shuffle: true,
+            }
+        );
+        for bad in [
+            &br#"{}"#[..],
+            br#"{"openAt":"tomorrow"}"#,
+            br#"{"openAt":1796119200000}"#,
+            br#"{"openAt":"2026-12-01T10:00:00Z","shuffle":"yes"}"#,
+            br#"{"openAt":"2026-12-01T10:00:00Z","prequeueFrom":"2026-12-01T11:00:00Z"}"#,
+            br#"{"openAt":"2026-12-01T10:00:00Z","extra":1}"#,
+        ] {
+            assert!(event_change(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn revoke_bodies_name_a_valid_user() {
+        assert_eq!(revoke_body(br#"{"userId":"u1"}"#).unwrap().as_str(), "u1");
+        for bad in [&br#"{}"#[..], br#"{"userId":"a b"}"#, br#"{"userId":1}"#] {
+            assert!(revoke_body(bad).is_err(), "{bad:?}");
+        }
+    }
+}

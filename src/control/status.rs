@@ -1,0 +1,123 @@
+//! `GET /admin/v1/queues/<q>`: a queue as the operator sees it.
+
+use serde::Serialize;
+
+use crate::queues::Queue;
+use crate::store::{event_phase, Store};
+use crate::time::rfc3339;
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    queue: String,
+    redis_up: bool,
+    /// `open`, `scheduled`, `prequeue` or `placing`; absent while Redis is
+    /// down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paused: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prequeued: Option<u64>,
+    /// In effect: the live overrides, else the configured values.
+    admission: Admission,
+    configured: Admission,
+    /// Users admitted per window and per second, as observed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_per_window: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate_per_second: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    admitted_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<Event>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+struct Admission {
+    batch_size: u64,
+    interval_ms: u64,
+    max_active: u64,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct Event {
+    prequeue_from: Option<String>,
+    open_at: String,
+    shuffle: bool,
+    /// Set once the open has started: when, by whom's seed, and how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    opened_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prequeued_at_open: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placed_at: Option<String>,
+}
+
+/// The queue's state; with Redis down, what the config says and
+/// `redisUp: false`.
+pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
+    let configured = Admission {
+        batch_size: u64::from(queue.admission.batch_size),
+        interval_ms: queue.admission.interval.as_millis() as u64,
+        max_active: queue.admission.max_active,
+    };
+    let mut status = QueueStatus {
+        queue: queue.name.clone(),
+        redis_up: false,
+        phase: None,
+        paused: None,
+        waiting: None,
+        active: None,
+        prequeued: None,
+        admission: configured,
+        configured,
+        rate_per_window: None,
+        rate_per_second: None,
+        admitted_total: None,
+        event: None,
+    };
+    let Ok(read) = store.status(&queue.keys).await else {
+        return status;
+    };
+    let c = &read.control;
+    let number = |key: &str| c.get(key).and_then(|v| v.parse::<u64>().ok());
+    let admission = Admission {
+        batch_size: number("batch").unwrap_or(configured.batch_size),
+        interval_ms: number("interval").unwrap_or(configured.interval_ms),
+        max_active: number("max_active").unwrap_or(configured.max_active),
+    };
+    status.redis_up = true;
+    status.phase = Some(event_phase(c, read.now_ms));
+    status.paused = Some(c.get("paused").is_some_and(|v| v == "1"));
+    status.waiting = Some(read.waiting);
+    status.active = Some(read.active);
+    status.prequeued = Some(read.prequeued);
+    status.admission = admission;
+    status.rate_per_window = read.rate_per_window;
+    status.rate_per_second = read
+        .rate_per_window
+        .map(|r| r * 1000.0 / admission.interval_ms.max(1) as f64);
+    status.admitted_total = Some(read.admitted_total);
+    status.event = number("open_at").map(|open_at| Event {
+        prequeue_from: number("prequeue_from").map(rfc3339),
+        open_at: rfc3339(open_at),
+        shuffle: c.get("shuffle").is_some_and(|v| v == "1"),
+        opened_at: number("opened_at").map(rfc3339),
+        seed: c.get("seed").cloned(),
+        prequeued_at_open: number("prequeued"),
+        placed: number("placed_count"),
+        placed_at: number("placed_at").map(rfc3339),
+    });
+    status
+}
