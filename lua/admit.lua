@@ -53,7 +53,7 @@ end
 -- Offsets of a shuffled placement are 44-bit hashes: scores stay below
 -- 2^53 (base ~ 2^51 microseconds), and 1,000,000 users in 2^44 places
 -- share one by chance about once in 35 opens (a tie is then ordered by
--- userId, still the seed's doing).
+-- userId, which the recorded seed decides as well).
 local SPAN = 17592186044416
 
 if phase == 'placing' then
@@ -120,14 +120,11 @@ local gate = redis.call('HMGET', KEYS[4], 'window', 'rate', 'next')
 local next_ms = (window + 1) * interval
 -- One decision per window: N instances, or a tick that comes late, can never
 -- admit more than one batch in a window. `next` is kept with the decision,
--- so that a window that changes length live still counts from the last one.
-local decided_until = tonumber(gate[3])
-if decided_until then
-  if now_ms < decided_until then
-    return {0, window, 1, now_ms, decided_until}
-  end
-elseif (tonumber(gate[1]) or -1) >= window then
-  return {0, window, 1, now_ms, next_ms}
+-- so that a window that changes length live still counts from the last one
+-- (control.lua forgets `window` then: its number was of the old length).
+local decided_until = tonumber(gate[3]) or 0
+if (tonumber(gate[1]) or -1) >= window or now_ms < decided_until then
+  return {0, window, 1, now_ms, math.max(next_ms, decided_until)}
 end
 -- An empty queue does not use up the window, so the first arrival after a
 -- quiet spell is admitted at the next tick rather than the next window.

@@ -51,6 +51,10 @@ elseif action == 'admission' and #ARGV == 4 and number_or_mark(ARGV[2], 1)
     redis.call('HDEL', KEYS[2], 'rate')
   end
   local interval = tonumber(ARGV[3])
+  if ARGV[3] ~= '' then
+    -- Window numbers of the old length mean nothing in the new one.
+    redis.call('HDEL', KEYS[2], 'window')
+  end
   if interval then
     -- The next decision comes no later than the new window's end.
     local decided_until = tonumber(redis.call('HGET', KEYS[2], 'next'))

@@ -1,0 +1,579 @@
+//! Control of the event over real Redis and several instances: the admin
+//! API and its token, pause and resume, live admission rates, a scheduled
+//! open with a shuffled pre-queue, revocation (push and sync), and early
+//! release by the backend.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Commands;
+
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+const CONTROL: &str = "queue:{baseball}:control";
+const PREQUEUE: &str = "queue:{baseball}:prequeue";
+
+fn start(redis: &Redis, queue_yaml: &str, upstream_port: u16) -> Waitgate {
+    let ports = Ports::new();
+    let cfg = config_with(&redis.url(), &ports, upstream_port, queue_yaml);
+    Waitgate::start_env(&cfg, &ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
+}
+
+fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let mut headers = vec![("Authorization", auth.as_str())];
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    request(wg.admin, method, path, &headers, body.map(str::as_bytes)).unwrap()
+}
+
+fn redis_now_ms(redis: &Redis) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
+    s * 1000 + us / 1000
+}
+
+fn rfc3339(ms: u64) -> String {
+    waitgate::time::rfc3339(ms)
+}
+
+fn protected(addr: SocketAddr, token: &str) -> Response {
+    request(
+        addr,
+        "GET",
+        "/api/v1/follow-up/x",
+        &[("Authorization", &format!("Bearer {token}"))],
+        None,
+    )
+    .unwrap()
+}
+
+fn active_count(redis: &Redis) -> u64 {
+    redis.conn().zcard(ACTIVE_KEY).unwrap()
+}
+
+#[test]
+fn the_admin_api_needs_its_token_and_is_absent_without_one() {
+    let redis = Redis::start_free();
+    let ports = Ports::new();
+    let plain = Waitgate::start(
+        &config_with(&redis.url(), &ports, free_port(), "baseball: {}"),
+        &ports,
+    );
+    let r = request(
+        plain.admin,
+        "GET",
+        "/admin/v1/queues/baseball",
+        &[("Authorization", &format!("Bearer {ADMIN_TOKEN}"))],
+        None,
+    )
+    .unwrap();
+    assert_eq!(r.status, 404, "no token configured: no admin API");
+
+    let wg = start(&redis, "baseball: {}", free_port());
+    for auth in [
+        None,
+        Some("Bearer wrong-token-0123456789xx".to_string()),
+        Some(format!("Basic {ADMIN_TOKEN}")),
+        Some(format!("Bearer {ADMIN_TOKEN}x")),
+    ] {
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("Authorization", a)])
+            .unwrap_or_default();
+        let r = request(wg.admin, "POST", "/admin/v1/queues/baseball/pause", &headers, None)
+            .unwrap();
+        assert_eq!(r.status, 401, "{auth:?}: {r:?}");
+        assert_eq!(r.error_code(), "unauthorized");
+        assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
+    }
+    let paused: Option<String> = redis.conn().hget(CONTROL, "paused").unwrap();
+    assert_eq!(paused, None, "a refused request changes nothing");
+
+    let r = admin(&wg, "GET", "/admin/v1/queues/baseball", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["redisUp"], true);
+    assert_eq!(v["paused"], false);
+    assert_eq!(v["phase"], "open");
+    assert_eq!(v["admission"]["batchSize"], 100);
+    assert_eq!(admin(&wg, "GET", "/admin/v1/queues/nope", None).status, 404);
+    assert_eq!(admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status, 405);
+    let bad = admin(&wg, "PATCH", "/admin/v1/queues/baseball/admission", Some(r#"{"batchSize":0}"#));
+    assert_eq!((bad.status, bad.error_code().as_str()), (400, "invalid_request"));
+    let bad = admin(&wg, "PUT", "/admin/v1/queues/baseball/event", Some(r#"{"openAt":"2001-01-01T00:00:00Z"}"#));
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
+    assert!(control.is_empty(), "bad input changes nothing: {control:?}");
+    let listing = admin(&wg, "GET", "/admin/v1/queues", None);
+    assert_eq!(listing.json()["queues"][0]["queue"], "baseball");
+}
+
+#[test]
+fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows() {
+    const INTERVAL_MS: u64 = 300;
+    const TTL_MS: u64 = 600_000;
+    let redis = Redis::start_free();
+    let queue = format!(
+        "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: 2, active-ttl-ms: {TTL_MS}}}"
+    );
+    let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, &queue, free_port())).collect();
+    let r = admin(&instances[0], "POST", "/admin/v1/queues/baseball/pause", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["paused"], true);
+    for i in 0..120 {
+        assert_eq!(register(instances[i % 3].addr, &format!("p{i:03}")).status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(5 * INTERVAL_MS));
+    assert_eq!(active_count(&redis), 0, "paused: nobody admitted anywhere");
+    let polled = rank(instances[1].addr, "p050").json();
+    assert_eq!(polled["status"], "WAITING");
+    assert_eq!(polled["paused"], true);
+    assert!(polled.get("estimatedWaitSeconds").is_none(), "{polled}");
+    assert_eq!(polled["rank"], 50);
+
+    let r = admin(&instances[2], "POST", "/admin/v1/queues/baseball/resume", None);
+    assert_eq!(r.json()["paused"], false);
+    let resumed = Instant::now();
+    while active_count(&redis) == 0 {
+        assert!(resumed.elapsed() < Duration::from_millis(2 * INTERVAL_MS + 500), "admission resumes");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let polled = rank(instances[1].addr, "p050").json();
+    assert!(polled.get("paused").is_none(), "{polled}");
+    assert!(polled["estimatedWaitSeconds"].as_u64().is_some(), "{polled}");
+
+    // Three windows at 2, then the batch goes to 6 through another instance.
+    std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
+    let r = admin(
+        &instances[1],
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(r#"{"batchSize":6}"#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["admission"]["batchSize"], 6);
+    assert_eq!(r.json()["configured"]["batchSize"], 2);
+    let changed_window = redis_now_ms(&redis) / INTERVAL_MS;
+    std::thread::sleep(Duration::from_millis(6 * INTERVAL_MS));
+    let active: Vec<(String, f64)> = redis.conn().zrange_withscores(ACTIVE_KEY, 0, -1).unwrap();
+    let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
+    for (_, expiry) in &active {
+        *per_window.entry((*expiry as u64 - TTL_MS) / INTERVAL_MS).or_default() += 1;
+    }
+    println!("admitted per window (change in window {changed_window}): {per_window:?}");
+    for (&window, &n) in &per_window {
+        if window < changed_window {
+            assert!(n <= 2, "before the change: {per_window:?}");
+        } else if window >= changed_window + 2 {
+            assert_eq!(n, 6, "two windows after the change: {per_window:?}");
+        } else {
+            assert!(n == 2 || n == 6, "{per_window:?}");
+        }
+    }
+    assert!(per_window.keys().any(|&w| w >= changed_window + 2), "{per_window:?}");
+    let metrics = get(instances[1].admin, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains(r#"waitgate_admin_changes_total{action="admission",queue="baseball"} 1"#),
+        "{metrics}"
+    );
+}
+
+/// Pre-queues `users` over the instances, round robin; returns each one's
+/// credential.
+fn prequeue(instances: &[Waitgate], users: &[String]) -> Vec<String> {
+    users
+        .iter()
+        .enumerate()
+        .map(|(i, user)| {
+            let r = register(instances[i % instances.len()].addr, user);
+            assert_eq!(r.status, 200, "{r:?}");
+            let v = r.json();
+            assert_eq!(v["status"], "PREQUEUE", "{v}");
+            assert!(v.get("rank").is_none(), "{v}");
+            v["queueCredential"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Each placed user's offset in the shuffle: 44 bits of
+/// SHA-1(seed ":" userId), computed by Redis itself.
+fn shuffle_keys(redis: &Redis, seed: &str, users: &[String]) -> Vec<u64> {
+    let script = redis::Script::new(
+        "local out = {}
+         for i, user in ipairs(ARGV) do
+           if i > 1 then
+             out[#out + 1] = tonumber(string.sub(redis.sha1hex(ARGV[1] .. ':' .. user), 1, 11), 16)
+           end
+         end
+         return out",
+    );
+    let mut keys = Vec::new();
+    for chunk in users.chunks(500) {
+        let mut invocation = script.prepare_invoke();
+        invocation.arg(seed);
+        for user in chunk {
+            invocation.arg(user);
+        }
+        let part: Vec<u64> = invocation.invoke(&mut redis.conn()).unwrap();
+        keys.extend(part);
+    }
+    keys
+}
+
+/// Kolmogorov-Smirnov distance between `sample` (values in [0, 1)) and
+/// the uniform distribution.
+fn ks_uniform(sample: &mut [f64]) -> f64 {
+    sample.sort_by(f64::total_cmp);
+    let n = sample.len() as f64;
+    sample
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| (x - i as f64 / n).abs().max(((i + 1) as f64 / n - x).abs()))
+        .fold(0.0, f64::max)
+}
+
+/// The 1% critical value of the KS statistic for n samples.
+fn ks_critical_1pct(n: usize) -> f64 {
+    1.628 / (n as f64).sqrt()
+}
+
+#[test]
+fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of_later_arrivals() {
+    const USERS: usize = 2_000;
+    let redis = Redis::start_free();
+    // One admission per minute: the test reads the placed order untouched
+    // but for the first user.
+    let queue = "baseball:\n  admission: {interval-ms: 60000, batch-size: 1}";
+    let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, queue, free_port())).collect();
+    let now = redis_now_ms(&redis);
+    let (prequeue_from, open_at) = (now + 1_500, now + 12_000);
+    let body = format!(
+        r#"{{"prequeueFrom":"{}","openAt":"{}","shuffle":true}}"#,
+        rfc3339(prequeue_from),
+        rfc3339(open_at)
+    );
+    let r = admin(&instances[0], "PUT", "/admin/v1/queues/baseball/event", Some(&body));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["phase"], "scheduled");
+
+    let early = register(instances[1].addr, "too-early");
+    assert_eq!(early.status, 403);
+    assert_eq!(early.json()["error"], "queue_not_open");
+    assert_eq!(early.json()["opensAt"], rfc3339(prequeue_from));
+
+    while redis_now_ms(&redis) < prequeue_from {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let users: Vec<String> = (0..USERS).map(|i| format!("pq{i:04}")).collect();
+    let credentials = prequeue(&instances, &users);
+    assert!(redis_now_ms(&redis) < open_at, "pre-queueing took too long for the test");
+    let polled = rank(instances[2].addr, "pq0007").json();
+    assert_eq!(polled["status"], "PREQUEUE");
+    assert!(polled["opensInSeconds"].as_u64().unwrap() >= 1, "{polled}");
+    assert!(polled.get("rank").is_none());
+    let again = register(instances[0].addr, "pq0007").json();
+    assert_eq!(again["status"], "PREQUEUE");
+    assert!(again.get("queueCredential").is_none(), "one credential per registration");
+    // A pre-queued user may leave with its credential.
+    assert_eq!(dropout(instances[1].addr, "pq1999", &credentials[1999]).status, 204);
+    let users = &users[..USERS - 1];
+    assert_eq!(active_count(&redis), 0, "nobody is admitted before the open");
+    let status = admin(&instances[1], "GET", "/admin/v1/queues/baseball", None).json();
+    assert_eq!(status["phase"], "prequeue");
+    assert_eq!(status["prequeued"], USERS as u64 - 1);
+
+    // The open: wait until the pre-queue is placed.
+    let started = Instant::now();
+    loop {
+        let placed: Option<String> = redis.conn().hget(CONTROL, "placed").unwrap();
+        if placed.is_some() {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "the open never completed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..20 {
+        let r = register(instances[i % 3].addr, &format!("late{i:02}"));
+        assert_eq!(r.json()["status"], "WAITING", "{r:?}");
+    }
+    // At most one admission has happened since the open.
+    let mut c = redis.conn();
+    let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
+        .atomic()
+        .zrange(WAITING_KEY, 0, -1)
+        .zrange(ACTIVE_KEY, 0, -1)
+        .query(&mut c)
+        .unwrap();
+    assert!(active.len() <= 1, "{active:?}");
+    let order: Vec<&String> = active.iter().chain(waiting.iter()).collect();
+    assert_eq!(order.len(), users.len() + 20, "everyone has exactly one place");
+    let unique: std::collections::HashSet<_> = order.iter().collect();
+    assert_eq!(unique.len(), order.len());
+    for (place, user) in order.iter().enumerate() {
+        if place < users.len() {
+            assert!(user.starts_with("pq"), "place {place}: {user}");
+        } else {
+            assert_eq!(**user, format!("late{:02}", place - users.len()), "later arrivals in order, behind");
+        }
+    }
+
+    // The order is the recorded seed's: sorting by SHA-1(seed:user) gives it.
+    let status = admin(&instances[2], "GET", "/admin/v1/queues/baseball", None).json();
+    assert_eq!(status["phase"], "open");
+    let seed = status["event"]["seed"].as_str().expect("the seed is recorded").to_string();
+    assert_eq!(status["event"]["prequeuedAtOpen"], users.len() as u64);
+    let keys = shuffle_keys(&redis, &seed, users);
+    let mut expected: Vec<(u64, &String)> = keys.into_iter().zip(users.iter()).collect();
+    expected.sort();
+    let expected: Vec<&String> = expected.into_iter().map(|(_, u)| u).collect();
+    assert_eq!(order[..users.len()], expected[..], "the order follows from the seed");
+
+    // Uniformity: the places of the first 100 registrants are spread like
+    // a random sample of places (KS at 1%), and so are the last 100's.
+    let place_of: std::collections::HashMap<&String, usize> =
+        order.iter().enumerate().map(|(p, u)| (*u, p)).collect();
+    for (label, group) in [("first", &users[..100]), ("last", &users[users.len() - 100..])] {
+        let mut sample: Vec<f64> = group
+            .iter()
+            .map(|u| place_of[u] as f64 / users.len() as f64)
+            .collect();
+        let d = ks_uniform(&mut sample);
+        println!("seed {seed}: KS distance of the {label} 100 registrants' places {d:.4} (1% critical value {:.4})", ks_critical_1pct(100));
+    }
+
+    // A placed user's pre-queue credential still works: dropout with it.
+    let who = &order[order.len() / 2];
+    let index = users.iter().position(|u| u == *who).unwrap();
+    assert_eq!(dropout(instances[0].addr, who, &credentials[index]).status, 204);
+    let left: i64 = c.zcard(PREQUEUE).unwrap();
+    assert_eq!(left as usize, users.len() - active.len() - 1, "placed users keep their arrival until they leave");
+}
+
+/// The shuffle itself, run by the real admission script on a Redis of its
+/// own with fixed seeds, so that the uniformity check is deterministic.
+#[test]
+fn the_shuffle_spreads_registrants_uniformly_for_fixed_seeds() {
+    const USERS: usize = 2_000;
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    let script = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/admit.lua")
+    ));
+    for seed in ["5eed0001", "c0ffee00c0ffee00c0ffee00c0ffee00", "0123456789abcdef"] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+        let users: Vec<String> = (0..USERS).map(|i| format!("u{i:04}")).collect();
+        for (i, user) in users.iter().enumerate() {
+            let _: () = c.zadd(PREQUEUE, user, i as u64 + 1).unwrap();
+        }
+        let _: () = c
+            .hset_multiple(CONTROL, &[("prequeue_from", "1"), ("open_at", "2"), ("shuffle", "1")])
+            .unwrap();
+        let mut steps = 0;
+        loop {
+            let (_, _, why, _, _): (i64, i64, i64, i64, i64) = script
+                .key(WAITING_KEY)
+                .key("queue:{baseball}:heartbeat")
+                .key(ACTIVE_KEY)
+                .key("queue:{baseball}:admission")
+                .key("queue:{baseball}:credential")
+                .key(CONTROL)
+                .key(PREQUEUE)
+                .arg(60_000)
+                .arg(1)
+                .arg(600_000)
+                .arg(0)
+                .arg(seed)
+                .arg(500)
+                .invoke(&mut c)
+                .unwrap();
+            steps += 1;
+            if why != 6 {
+                break;
+            }
+        }
+        let order: Vec<String> = c.zrange(WAITING_KEY, 0, -1).unwrap();
+        assert!(order.len() >= USERS - 1, "at most one admitted");
+        let place: std::collections::HashMap<&str, usize> =
+            order.iter().enumerate().map(|(p, u)| (u.as_str(), p)).collect();
+        for (label, group) in [("first", &users[..100]), ("last", &users[USERS - 100..])] {
+            let mut sample: Vec<f64> = group
+                .iter()
+                .filter_map(|u| place.get(u.as_str()))
+                .map(|&p| p as f64 / USERS as f64)
+                .collect();
+            let d = ks_uniform(&mut sample);
+            println!("seed {seed}: {steps} steps; KS distance of the {label} 100: {d:.4}");
+            assert!(d < ks_critical_1pct(sample.len()), "seed {seed}, {label} 100: D = {d}");
+        }
+        // Not the arrival order, nor its reverse.
+        let in_order = order.windows(2).filter(|w| w[0] < w[1]).count();
+        assert!((800..1200).contains(&in_order), "{in_order} ascending neighbours");
+    }
+}
+
+#[test]
+fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_lost() {
+    let redis = Redis::start_free();
+    let upstream = Upstream::start();
+    let instances: Vec<Waitgate> = (0..3)
+        .map(|_| start(&redis, "baseball: {}", upstream.port))
+        .collect();
+    let first = admitted_token(&instances[0], &redis, "mallory");
+    let second = admitted_token(&instances[0], &redis, "trudy");
+    for wg in &instances {
+        assert_eq!(protected(wg.addr, &first).status, 200);
+        assert_eq!(protected(wg.addr, &second).status, 200);
+    }
+    let refused_everywhere = |token: &str| {
+        let started = Instant::now();
+        let mut waiting_for: Vec<usize> = (0..3).collect();
+        while !waiting_for.is_empty() {
+            waiting_for.retain(|&i| protected(instances[i].addr, token).status != 401);
+            assert!(started.elapsed() < Duration::from_secs(2), "instances {waiting_for:?} still admit a revoked token");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        started.elapsed()
+    };
+
+    // Pushed.
+    let r = admin(&instances[1], "POST", "/admin/v1/queues/baseball/revoke", Some(r#"{"userId":"mallory"}"#));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["wasActive"], true);
+    let pushed = refused_everywhere(&first);
+    let refused = protected(instances[2].addr, &first);
+    assert_eq!(refused.error_code(), "invalid_token");
+    assert!(refused.text().contains("revoked"), "{}", refused.text());
+    let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "mallory").unwrap();
+    assert_eq!(score, None, "the active state ended");
+
+    // The subscriptions drop just before the revocation: the sync catches up.
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut redis.conn())
+        .unwrap();
+    let r = admin(&instances[0], "POST", "/admin/v1/queues/baseball/revoke", Some(r#"{"userId":"trudy"}"#));
+    assert_eq!(r.status, 200);
+    let synced = refused_everywhere(&second);
+    println!("revocation refused everywhere after {pushed:?} (push) and {synced:?} (push lost, sync)");
+
+    // No Redis call per protected request: 300 requests, a handful of
+    // background calls.
+    let calls = || -> u64 {
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut redis.conn()).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let other = admitted_token(&instances[0], &redis, "alice");
+    let before = calls();
+    let started = Instant::now();
+    for i in 0..300 {
+        assert_eq!(protected(instances[i % 3].addr, &other).status, 200);
+    }
+    let during = calls() - before;
+    let seconds = started.elapsed().as_secs_f64().ceil();
+    println!("300 protected requests in {seconds} s: {during} Redis commands (background work)");
+    assert!((during as f64) < 60.0 * seconds + 20.0, "{during} commands for 300 requests");
+}
+
+/// An upstream that answers `X-Waitgate-Release: true` on `/…/done`.
+fn releasing_upstream() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut writer = stream.try_clone().unwrap();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h.trim_end().is_empty() {
+                            break;
+                        }
+                    }
+                    let release = if line.contains("/done") {
+                        "X-Waitgate-Release: true\r\n"
+                    } else {
+                        ""
+                    };
+                    let reply = format!("HTTP/1.1 200 OK\r\n{release}Content-Length: 2\r\n\r\nok");
+                    if writer.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
+    const INTERVAL_MS: u64 = 300;
+    let redis = Redis::start_free();
+    let port = releasing_upstream();
+    let queue = format!("baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: 5, max-active: 1}}");
+    let instances: Vec<Waitgate> = (0..2).map(|_| start(&redis, &queue, port)).collect();
+    let first = register_new(instances[0].addr, "buyer1");
+    register_new(instances[1].addr, "buyer2");
+    // buyer1 is admitted; buyer2 waits behind the cap.
+    let started = Instant::now();
+    while active_count(&redis) < 1 {
+        assert!(started.elapsed() < Duration::from_secs(3));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = post_json(
+        instances[0].addr,
+        "/api/v1/queue/active/token",
+        &serde_json::json!({"userId": "buyer1", "queueCredential": first}).to_string(),
+    )
+    .unwrap();
+    let token = r.json()["accessToken"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
+    assert_eq!(rank(instances[0].addr, "buyer2").json()["status"], "WAITING", "held by max-active");
+
+    let ok = protected(instances[1].addr, &token);
+    assert_eq!(ok.status, 200);
+    let done = request(
+        instances[1].addr,
+        "POST",
+        "/api/v1/follow-up/done",
+        &[("Authorization", &format!("Bearer {token}"))],
+        Some(b"{}"),
+    )
+    .unwrap();
+    assert_eq!(done.status, 200);
+    assert!(done.header("X-Waitgate-Release").is_none(), "the header stops at the edge");
+    let released = Instant::now();
+    while rank(instances[0].addr, "buyer2").json()["status"] != "ACTIVE" {
+        assert!(released.elapsed() < Duration::from_millis(3 * INTERVAL_MS), "the freed slot goes to the next window");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("buyer2 admitted {:?} after buyer1's release", released.elapsed());
+    for wg in &instances {
+        let refused = protected(wg.addr, &token);
+        assert_eq!(refused.status, 401, "the released token is revoked");
+    }
+    let metrics = get(instances[1].admin, "/metrics").unwrap().text();
+    assert!(metrics.contains(r#"waitgate_releases_total{queue="baseball"} 1"#), "{metrics}");
+}
