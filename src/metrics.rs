@@ -381,8 +381,17 @@ impl Metrics {
 
 /// The `op` label values of `waitgate_redis_errors_total`.
 pub const REDIS_OPS: [&str; 11] = [
-    "register", "rank", "dropout", "token", "admit", "cleanup", "sample", "ping", "control",
-    "revoke", "revoked_sync",
+    "register",
+    "rank",
+    "dropout",
+    "token",
+    "admit",
+    "cleanup",
+    "sample",
+    "ping",
+    "control",
+    "revoke",
+    "revoked_sync",
 ];
 
 #[cfg(test)]

@@ -84,8 +84,14 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
             .as_deref()
             .map(|a| vec![("Authorization", a)])
             .unwrap_or_default();
-        let r = request(wg.admin, "POST", "/admin/v1/queues/baseball/pause", &headers, None)
-            .unwrap();
+        let r = request(
+            wg.admin,
+            "POST",
+            "/admin/v1/queues/baseball/pause",
+            &headers,
+            None,
+        )
+        .unwrap();
         assert_eq!(r.status, 401, "{auth:?}: {r:?}");
         assert_eq!(r.error_code(), "unauthorized");
         assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
@@ -101,10 +107,26 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     assert_eq!(v["phase"], "open");
     assert_eq!(v["admission"]["batchSize"], 100);
     assert_eq!(admin(&wg, "GET", "/admin/v1/queues/nope", None).status, 404);
-    assert_eq!(admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status, 405);
-    let bad = admin(&wg, "PATCH", "/admin/v1/queues/baseball/admission", Some(r#"{"batchSize":0}"#));
-    assert_eq!((bad.status, bad.error_code().as_str()), (400, "invalid_request"));
-    let bad = admin(&wg, "PUT", "/admin/v1/queues/baseball/event", Some(r#"{"openAt":"2001-01-01T00:00:00Z"}"#));
+    assert_eq!(
+        admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status,
+        405
+    );
+    let bad = admin(
+        &wg,
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(r#"{"batchSize":0}"#),
+    );
+    assert_eq!(
+        (bad.status, bad.error_code().as_str()),
+        (400, "invalid_request")
+    );
+    let bad = admin(
+        &wg,
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        Some(r#"{"openAt":"2001-01-01T00:00:00Z"}"#),
+    );
     assert_eq!(bad.status, 400, "{bad:?}");
     let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
     assert!(control.is_empty(), "bad input changes nothing: {control:?}");
@@ -121,11 +143,19 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
         "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: 2, active-ttl-ms: {TTL_MS}}}"
     );
     let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, &queue, free_port())).collect();
-    let r = admin(&instances[0], "POST", "/admin/v1/queues/baseball/pause", None);
+    let r = admin(
+        &instances[0],
+        "POST",
+        "/admin/v1/queues/baseball/pause",
+        None,
+    );
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["paused"], true);
     for i in 0..120 {
-        assert_eq!(register(instances[i % 3].addr, &format!("p{i:03}")).status, 200);
+        assert_eq!(
+            register(instances[i % 3].addr, &format!("p{i:03}")).status,
+            200
+        );
     }
     std::thread::sleep(Duration::from_millis(5 * INTERVAL_MS));
     assert_eq!(active_count(&redis), 0, "paused: nobody admitted anywhere");
@@ -135,16 +165,27 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
     assert!(polled.get("estimatedWaitSeconds").is_none(), "{polled}");
     assert_eq!(polled["rank"], 50);
 
-    let r = admin(&instances[2], "POST", "/admin/v1/queues/baseball/resume", None);
+    let r = admin(
+        &instances[2],
+        "POST",
+        "/admin/v1/queues/baseball/resume",
+        None,
+    );
     assert_eq!(r.json()["paused"], false);
     let resumed = Instant::now();
     while active_count(&redis) == 0 {
-        assert!(resumed.elapsed() < Duration::from_millis(2 * INTERVAL_MS + 500), "admission resumes");
+        assert!(
+            resumed.elapsed() < Duration::from_millis(2 * INTERVAL_MS + 500),
+            "admission resumes"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let polled = rank(instances[1].addr, "p050").json();
     assert!(polled.get("paused").is_none(), "{polled}");
-    assert!(polled["estimatedWaitSeconds"].as_u64().is_some(), "{polled}");
+    assert!(
+        polled["estimatedWaitSeconds"].as_u64().is_some(),
+        "{polled}"
+    );
 
     // Three windows at 2, then the batch goes to 6 through another instance.
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
@@ -162,7 +203,9 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
     let active: Vec<(String, f64)> = redis.conn().zrange_withscores(ACTIVE_KEY, 0, -1).unwrap();
     let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
     for (_, expiry) in &active {
-        *per_window.entry((*expiry as u64 - TTL_MS) / INTERVAL_MS).or_default() += 1;
+        *per_window
+            .entry((*expiry as u64 - TTL_MS) / INTERVAL_MS)
+            .or_default() += 1;
     }
     println!("admitted per window (change in window {changed_window}): {per_window:?}");
     for (&window, &n) in &per_window {
@@ -174,7 +217,10 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
             assert!(n == 2 || n == 6, "{per_window:?}");
         }
     }
-    assert!(per_window.keys().any(|&w| w >= changed_window + 2), "{per_window:?}");
+    assert!(
+        per_window.keys().any(|&w| w >= changed_window + 2),
+        "{per_window:?}"
+    );
     let metrics = get(instances[1].admin, "/metrics").unwrap().text();
     assert!(
         metrics.contains(r#"waitgate_admin_changes_total{action="admission",queue="baseball"} 1"#),
@@ -256,7 +302,12 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         rfc3339(prequeue_from),
         rfc3339(open_at)
     );
-    let r = admin(&instances[0], "PUT", "/admin/v1/queues/baseball/event", Some(&body));
+    let r = admin(
+        &instances[0],
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        Some(&body),
+    );
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["phase"], "scheduled");
 
@@ -270,18 +321,31 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     }
     let users: Vec<String> = (0..USERS).map(|i| format!("pq{i:04}")).collect();
     let credentials = prequeue(&instances, &users);
-    assert!(redis_now_ms(&redis) < open_at, "pre-queueing took too long for the test");
+    assert!(
+        redis_now_ms(&redis) < open_at,
+        "pre-queueing took too long for the test"
+    );
     let polled = rank(instances[2].addr, "pq0007").json();
     assert_eq!(polled["status"], "PREQUEUE");
     assert!(polled["opensInSeconds"].as_u64().unwrap() >= 1, "{polled}");
     assert!(polled.get("rank").is_none());
     let again = register(instances[0].addr, "pq0007").json();
     assert_eq!(again["status"], "PREQUEUE");
-    assert!(again.get("queueCredential").is_none(), "one credential per registration");
+    assert!(
+        again.get("queueCredential").is_none(),
+        "one credential per registration"
+    );
     // A pre-queued user may leave with its credential.
-    assert_eq!(dropout(instances[1].addr, "pq1999", &credentials[1999]).status, 204);
+    assert_eq!(
+        dropout(instances[1].addr, "pq1999", &credentials[1999]).status,
+        204
+    );
     let users = &users[..USERS - 1];
-    assert_eq!(active_count(&redis), 0, "nobody is admitted before the open");
+    assert_eq!(
+        active_count(&redis),
+        0,
+        "nobody is admitted before the open"
+    );
     let status = admin(&instances[1], "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["phase"], "prequeue");
     assert_eq!(status["prequeued"], USERS as u64 - 1);
@@ -293,7 +357,10 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         if placed.is_some() {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "the open never completed");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the open never completed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     for i in 0..20 {
@@ -310,33 +377,51 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         .unwrap();
     assert!(active.len() <= 1, "{active:?}");
     let order: Vec<&String> = active.iter().chain(waiting.iter()).collect();
-    assert_eq!(order.len(), users.len() + 20, "everyone has exactly one place");
+    assert_eq!(
+        order.len(),
+        users.len() + 20,
+        "everyone has exactly one place"
+    );
     let unique: std::collections::HashSet<_> = order.iter().collect();
     assert_eq!(unique.len(), order.len());
     for (place, user) in order.iter().enumerate() {
         if place < users.len() {
             assert!(user.starts_with("pq"), "place {place}: {user}");
         } else {
-            assert_eq!(**user, format!("late{:02}", place - users.len()), "later arrivals in order, behind");
+            assert_eq!(
+                **user,
+                format!("late{:02}", place - users.len()),
+                "later arrivals in order, behind"
+            );
         }
     }
 
     // The order is the recorded seed's: sorting by SHA-1(seed:user) gives it.
     let status = admin(&instances[2], "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["phase"], "open");
-    let seed = status["event"]["seed"].as_str().expect("the seed is recorded").to_string();
+    let seed = status["event"]["seed"]
+        .as_str()
+        .expect("the seed is recorded")
+        .to_string();
     assert_eq!(status["event"]["prequeuedAtOpen"], users.len() as u64);
     let keys = shuffle_keys(&redis, &seed, users);
     let mut expected: Vec<(u64, &String)> = keys.into_iter().zip(users.iter()).collect();
     expected.sort();
     let expected: Vec<&String> = expected.into_iter().map(|(_, u)| u).collect();
-    assert_eq!(order[..users.len()], expected[..], "the order follows from the seed");
+    assert_eq!(
+        order[..users.len()],
+        expected[..],
+        "the order follows from the seed"
+    );
 
     // Uniformity: the places of the first 100 registrants are spread like
     // a random sample of places (KS at 1%), and so are the last 100's.
     let place_of: std::collections::HashMap<&String, usize> =
         order.iter().enumerate().map(|(p, u)| (*u, p)).collect();
-    for (label, group) in [("first", &users[..100]), ("last", &users[users.len() - 100..])] {
+    for (label, group) in [
+        ("first", &users[..100]),
+        ("last", &users[users.len() - 100..]),
+    ] {
         let mut sample: Vec<f64> = group
             .iter()
             .map(|u| place_of[u] as f64 / users.len() as f64)
@@ -348,9 +433,16 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     // A placed user's pre-queue credential still works: dropout with it.
     let who = &order[order.len() / 2];
     let index = users.iter().position(|u| u == *who).unwrap();
-    assert_eq!(dropout(instances[0].addr, who, &credentials[index]).status, 204);
+    assert_eq!(
+        dropout(instances[0].addr, who, &credentials[index]).status,
+        204
+    );
     let left: i64 = c.zcard(PREQUEUE).unwrap();
-    assert_eq!(left as usize, users.len() - active.len() - 1, "placed users keep their arrival until they leave");
+    assert_eq!(
+        left as usize,
+        users.len() - active.len() - 1,
+        "placed users keep their arrival until they leave"
+    );
 }
 
 /// The shuffle itself, run by the real admission script on a Redis of its
@@ -365,14 +457,21 @@ fn the_shuffle_spreads_registrants_uniformly_for_fixed_seeds() {
         include_str!("../lua/lib.lua"),
         include_str!("../lua/admit.lua")
     ));
-    for seed in ["5eed0001", "c0ffee00c0ffee00c0ffee00c0ffee00", "0123456789abcdef"] {
+    for seed in [
+        "5eed0001",
+        "c0ffee00c0ffee00c0ffee00c0ffee00",
+        "0123456789abcdef",
+    ] {
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
         let users: Vec<String> = (0..USERS).map(|i| format!("u{i:04}")).collect();
         for (i, user) in users.iter().enumerate() {
             let _: () = c.zadd(PREQUEUE, user, i as u64 + 1).unwrap();
         }
         let _: () = c
-            .hset_multiple(CONTROL, &[("prequeue_from", "1"), ("open_at", "2"), ("shuffle", "1")])
+            .hset_multiple(
+                CONTROL,
+                &[("prequeue_from", "1"), ("open_at", "2"), ("shuffle", "1")],
+            )
             .unwrap();
         let mut steps = 0;
         loop {
@@ -399,8 +498,11 @@ fn the_shuffle_spreads_registrants_uniformly_for_fixed_seeds() {
         }
         let order: Vec<String> = c.zrange(WAITING_KEY, 0, -1).unwrap();
         assert!(order.len() >= USERS - 1, "at most one admitted");
-        let place: std::collections::HashMap<&str, usize> =
-            order.iter().enumerate().map(|(p, u)| (u.as_str(), p)).collect();
+        let place: std::collections::HashMap<&str, usize> = order
+            .iter()
+            .enumerate()
+            .map(|(p, u)| (u.as_str(), p))
+            .collect();
         for (label, group) in [("first", &users[..100]), ("last", &users[USERS - 100..])] {
             let mut sample: Vec<f64> = group
                 .iter()
@@ -409,11 +511,17 @@ fn the_shuffle_spreads_registrants_uniformly_for_fixed_seeds() {
                 .collect();
             let d = ks_uniform(&mut sample);
             println!("seed {seed}: {steps} steps; KS distance of the {label} 100: {d:.4}");
-            assert!(d < ks_critical_1pct(sample.len()), "seed {seed}, {label} 100: D = {d}");
+            assert!(
+                d < ks_critical_1pct(sample.len()),
+                "seed {seed}, {label} 100: D = {d}"
+            );
         }
         // Not the arrival order, nor its reverse.
         let in_order = order.windows(2).filter(|w| w[0] < w[1]).count();
-        assert!((800..1200).contains(&in_order), "{in_order} ascending neighbours");
+        assert!(
+            (800..1200).contains(&in_order),
+            "{in_order} ascending neighbours"
+        );
     }
 }
 
@@ -435,14 +543,22 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
         let mut waiting_for: Vec<usize> = (0..3).collect();
         while !waiting_for.is_empty() {
             waiting_for.retain(|&i| protected(instances[i].addr, token).status != 401);
-            assert!(started.elapsed() < Duration::from_secs(2), "instances {waiting_for:?} still admit a revoked token");
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "instances {waiting_for:?} still admit a revoked token"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
         started.elapsed()
     };
 
     // Pushed.
-    let r = admin(&instances[1], "POST", "/admin/v1/queues/baseball/revoke", Some(r#"{"userId":"mallory"}"#));
+    let r = admin(
+        &instances[1],
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        Some(r#"{"userId":"mallory"}"#),
+    );
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["wasActive"], true);
     let pushed = refused_everywhere(&first);
@@ -459,15 +575,25 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
         .arg("pubsub")
         .query(&mut redis.conn())
         .unwrap();
-    let r = admin(&instances[0], "POST", "/admin/v1/queues/baseball/revoke", Some(r#"{"userId":"trudy"}"#));
+    let r = admin(
+        &instances[0],
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        Some(r#"{"userId":"trudy"}"#),
+    );
     assert_eq!(r.status, 200);
     let synced = refused_everywhere(&second);
-    println!("revocation refused everywhere after {pushed:?} (push) and {synced:?} (push lost, sync)");
+    println!(
+        "revocation refused everywhere after {pushed:?} (push) and {synced:?} (push lost, sync)"
+    );
 
     // No Redis call per protected request: 300 requests, a handful of
     // background calls.
     let calls = || -> u64 {
-        let info: String = redis::cmd("INFO").arg("stats").query(&mut redis.conn()).unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut redis.conn())
+            .unwrap();
         info.lines()
             .find_map(|l| l.strip_prefix("total_commands_processed:"))
             .unwrap()
@@ -484,7 +610,10 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     let during = calls() - before;
     let seconds = started.elapsed().as_secs_f64().ceil();
     println!("300 protected requests in {seconds} s: {during} Redis commands (background work)");
-    assert!((during as f64) < 60.0 * seconds + 20.0, "{during} commands for 300 requests");
+    assert!(
+        (during as f64) < 60.0 * seconds + 20.0,
+        "{during} commands for 300 requests"
+    );
 }
 
 /// An upstream that answers `X-Waitgate-Release: true` on `/…/done`.
@@ -532,7 +661,9 @@ fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
     const INTERVAL_MS: u64 = 300;
     let redis = Redis::start_free();
     let port = releasing_upstream();
-    let queue = format!("baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: 5, max-active: 1}}");
+    let queue = format!(
+        "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: 5, max-active: 1}}"
+    );
     let instances: Vec<Waitgate> = (0..2).map(|_| start(&redis, &queue, port)).collect();
     let first = register_new(instances[0].addr, "buyer1");
     register_new(instances[1].addr, "buyer2");
@@ -550,7 +681,11 @@ fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
     .unwrap();
     let token = r.json()["accessToken"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
-    assert_eq!(rank(instances[0].addr, "buyer2").json()["status"], "WAITING", "held by max-active");
+    assert_eq!(
+        rank(instances[0].addr, "buyer2").json()["status"],
+        "WAITING",
+        "held by max-active"
+    );
 
     let ok = protected(instances[1].addr, &token);
     assert_eq!(ok.status, 200);
@@ -563,17 +698,148 @@ fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
     )
     .unwrap();
     assert_eq!(done.status, 200);
-    assert!(done.header("X-Waitgate-Release").is_none(), "the header stops at the edge");
+    assert!(
+        done.header("X-Waitgate-Release").is_none(),
+        "the header stops at the edge"
+    );
     let released = Instant::now();
     while rank(instances[0].addr, "buyer2").json()["status"] != "ACTIVE" {
-        assert!(released.elapsed() < Duration::from_millis(3 * INTERVAL_MS), "the freed slot goes to the next window");
+        assert!(
+            released.elapsed() < Duration::from_millis(3 * INTERVAL_MS),
+            "the freed slot goes to the next window"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
-    println!("buyer2 admitted {:?} after buyer1's release", released.elapsed());
+    println!(
+        "buyer2 admitted {:?} after buyer1's release",
+        released.elapsed()
+    );
     for wg in &instances {
         let refused = protected(wg.addr, &token);
         assert_eq!(refused.status, 401, "the released token is revoked");
     }
     let metrics = get(instances[1].admin, "/metrics").unwrap().text();
-    assert!(metrics.contains(r#"waitgate_releases_total{queue="baseball"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"waitgate_releases_total{queue="baseball"} 1"#),
+        "{metrics}"
+    );
+}
+
+/// The open of a million pre-queued users, measured: every placement step
+/// is one admission call, and Redis's own slow log gives each call's time.
+/// Run with `cargo nextest run --test control --run-ignored only
+/// shuffle_of_a_million --no-capture` (about a minute).
+#[test]
+#[ignore = "a measurement: about a minute and 200 MB of Redis"]
+fn shuffle_of_a_million_runs_in_bounded_steps() {
+    const USERS: u64 = 1_000_000;
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    let fill = redis::Script::new(
+        "for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+           redis.call('ZADD', KEYS[1], i, 'user-' .. i)
+         end",
+    );
+    for start in (1..=USERS).step_by(10_000) {
+        let _: () = fill
+            .key(PREQUEUE)
+            .arg(start)
+            .arg(start + 9_999)
+            .invoke(&mut c)
+            .unwrap();
+    }
+    let _: () = c
+        .hset_multiple(
+            CONTROL,
+            &[("prequeue_from", "1"), ("open_at", "2"), ("shuffle", "1")],
+        )
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(100_000)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+    let script = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/admit.lua")
+    ));
+    let started = Instant::now();
+    let mut steps = 0u64;
+    loop {
+        let (_, _, why, _, _): (i64, i64, i64, i64, i64) = script
+            .key(WAITING_KEY)
+            .key("queue:{baseball}:heartbeat")
+            .key(ACTIVE_KEY)
+            .key("queue:{baseball}:admission")
+            .key("queue:{baseball}:credential")
+            .key(CONTROL)
+            .key(PREQUEUE)
+            .arg(60_000)
+            .arg(1)
+            .arg(600_000)
+            .arg(0)
+            .arg("5eed")
+            .arg(waitgate::store::PLACE_STEP)
+            .invoke(&mut c)
+            .unwrap();
+        steps += 1;
+        if why != 6 {
+            break;
+        }
+    }
+    let wall = started.elapsed();
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(100_000)
+        .query(&mut c)
+        .unwrap();
+    let mut micros: Vec<u64> = log
+        .iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) => {
+                let cmd = match fields.get(3) {
+                    Some(redis::Value::Array(args)) => match args.first() {
+                        Some(redis::Value::BulkString(b)) => {
+                            String::from_utf8_lossy(b).to_lowercase()
+                        }
+                        _ => String::new(),
+                    },
+                    _ => String::new(),
+                };
+                match (cmd.starts_with("eval"), fields.get(2)) {
+                    (true, Some(redis::Value::Int(us))) => Some(*us as u64),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+        .collect();
+    micros.sort_unstable();
+    let placed: u64 = c.zcard(WAITING_KEY).unwrap();
+    let total: u64 = micros.iter().sum();
+    let pct = |p: f64| micros[((micros.len() - 1) as f64 * p) as usize];
+    println!(
+        "{USERS} pre-queued, {} per step: {steps} calls in {:.2} s; Redis time per call median {} us, p99 {} us, max {} us; total Redis time {:.2} s",
+        waitgate::store::PLACE_STEP,
+        wall.as_secs_f64(),
+        pct(0.5),
+        pct(0.99),
+        micros.last().unwrap(),
+        total as f64 / 1e6
+    );
+    assert_eq!(placed + 1, USERS, "all placed, one admitted");
+    assert!(
+        *micros.last().unwrap() < 20_000,
+        "a step blocked Redis for {} us",
+        micros.last().unwrap()
+    );
 }

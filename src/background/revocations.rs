@@ -132,7 +132,13 @@ mod tests {
     #[test]
     fn pushed_messages_are_parsed_strictly() {
         assert_eq!(parse(b"q\nalice\n123"), Some(("q", "alice", 123)));
-        for bad in [&b""[..], b"q\nalice", b"q\nalice\nx", b"q\nalice\n1\n2", b"\nalice\n1"] {
+        for bad in [
+            &b""[..],
+            b"q\nalice",
+            b"q\nalice\nx",
+            b"q\nalice\n1\n2",
+            b"\nalice\n1",
+        ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }
     }

@@ -265,7 +265,9 @@ fn object(
 fn admission_change(body: &[u8]) -> Result<Change, Reply> {
     let map = object(body, &["batchSize", "intervalMs", "maxActive"])?;
     if map.is_empty() {
-        return Err(invalid("Give at least one of batchSize, intervalMs, maxActive."));
+        return Err(invalid(
+            "Give at least one of batchSize, intervalMs, maxActive.",
+        ));
     }
     let setting = |key: &str, min: u64, max: u64| -> Result<Option<Setting>, Reply> {
         match map.get(key) {
@@ -335,9 +337,9 @@ fn refusal(refused: Refused) -> ApiError {
         Refused::OpenAtPast => {
             ApiError::InvalidRequest(Cow::Borrowed("openAt must be in the future."))
         }
-        Refused::PrequeueAfterOpen => ApiError::InvalidRequest(Cow::Borrowed(
-            "prequeueFrom must not be after openAt.",
-        )),
+        Refused::PrequeueAfterOpen => {
+            ApiError::InvalidRequest(Cow::Borrowed("prequeueFrom must not be after openAt."))
+        }
     }
 }
 

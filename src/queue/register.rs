@@ -5,9 +5,7 @@ use serde::Deserialize;
 
 use super::{body, input, Endpoint, QueueApi};
 use crate::error::ApiError;
-use crate::metrics::{
-    REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW, REGISTERED_NOT_OPEN,
-};
+use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW, REGISTERED_NOT_OPEN};
 use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Registration;

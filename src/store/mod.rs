@@ -203,7 +203,10 @@ pub struct Sample {
 /// A queue's event phase, as `lua/lib.lua` decides it: `open` (no event,
 /// or its pre-queue placed), `scheduled` (before `prequeue_from`),
 /// `prequeue`, or `placing`, from the control hash and Redis time.
-pub fn event_phase(control: &std::collections::HashMap<String, String>, now_ms: u64) -> &'static str {
+pub fn event_phase(
+    control: &std::collections::HashMap<String, String>,
+    now_ms: u64,
+) -> &'static str {
     let number = |key: &str| control.get(key).and_then(|v| v.parse::<u64>().ok());
     let placed = control.get("placed").is_some_and(|v| v == "1");
     match number("open_at") {
@@ -232,7 +235,7 @@ pub struct Status {
 
 /// Pre-queued users placed per admission call at a scheduled open: bounds
 /// the Redis time of one call (measured in docs/performance.md).
-pub const PLACE_STEP: u64 = 500;
+pub const PLACE_STEP: u64 = 150;
 
 /// The outcome of `dropout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
