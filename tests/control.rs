@@ -401,7 +401,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     assert_eq!(status["phase"], "open");
     let seed = status["event"]["seed"]
         .as_str()
-        .expect("the seed is recorded")
+        .expect("a seed is recorded")
         .to_string();
     assert_eq!(status["event"]["prequeuedAtOpen"], users.len() as u64);
     let keys = shuffle_keys(&redis, &seed, users);
@@ -411,7 +411,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     assert_eq!(
         order[..users.len()],
         expected[..],
-        "the order follows from the seed"
+        "the order follows from the recorded seed"
     );
 
     // Uniformity: the places of the first 100 registrants are spread like
