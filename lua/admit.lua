@@ -50,30 +50,17 @@ if phase == 'scheduled' or phase == 'prequeue' then
   return {0, window, 5, now_ms, now_ms}
 end
 
--- Offsets of a shuffled placement are 44-bit hashes: scores stay below
--- 2^53 (base ~ 2^51 microseconds), and 1,000,000 users in 2^44 places
--- share one by chance about once in 35 opens (a tie is then ordered by
--- userId, which the recorded seed decides as well).
-local SPAN = 17592186044416
-
 if phase == 'placing' then
-  local c = redis.call('HMGET', KEYS[6], 'seed', 'base', 'cursor', 'shuffle', 'placed_count')
-  local base, cursor, count = tonumber(c[2]), c[3], tonumber(c[5]) or 0
-  local shuffle = c[4] == '1'
+  local base = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
+  local c = redis.call('HMGET', KEYS[6], 'seed', 'cursor', 'shuffle', 'placed_count')
+  local cursor, count = c[2], tonumber(c[4]) or 0
+  local shuffle = c[3] == '1'
   if c[1] then
     seed = c[1]
   else
     -- The first step, by whichever instance gets here first: its seed is
-    -- the one. Everyone already waiting stays ahead; everyone who registers
-    -- from now on gets a score at or above the floor, behind the pre-queue.
-    local tail = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-    base = math.max(now, (tonumber(tail[2]) or 0) + 1)
-    local span = redis.call('ZCARD', KEYS[7])
-    if shuffle then
-      span = SPAN
-    end
-    redis.call('HSET', KEYS[6], 'seed', seed, 'base', int(base), 'floor', int(base + span),
-      'opened_at', int(now_ms), 'prequeued', redis.call('ZCARD', KEYS[7]))
+    -- the one.
+    redis.call('HSET', KEYS[6], 'seed', seed)
   end
   local from = '-inf'
   if cursor then
@@ -84,15 +71,18 @@ if phase == 'placing' then
   local scored, beats = {}, {}
   for i = 1, #next, 2 do
     local user = next[i]
-    local offset = count
-    if shuffle then
-      offset = tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
+    -- A user an earlier event placed, still waiting, keeps that place.
+    if not redis.call('ZSCORE', KEYS[1], user) then
+      local offset = count
+      if shuffle then
+        offset = tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
+      end
+      count = count + 1
+      scored[#scored + 1] = int(base + offset)
+      scored[#scored + 1] = user
+      beats[#beats + 1] = int(now_ms)
+      beats[#beats + 1] = user
     end
-    count = count + 1
-    scored[#scored + 1] = int(base + offset)
-    scored[#scored + 1] = user
-    beats[#beats + 1] = int(now_ms)
-    beats[#beats + 1] = user
   end
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
   -- A placed user has a heartbeat timeout from the open to show up.

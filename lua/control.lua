@@ -8,6 +8,7 @@
 --   'pause' | 'resume'
 --   'admission' ARGV[2] batch, ARGV[3] interval (ms), ARGV[4] max active:
 --               each a number, '' to leave it, or '-' for the configured value
+--   'admission' takes ARGV[5] too: the configured interval (ms), for '-'
 --   'event'     ARGV[2] prequeue_from (ms, '' = now), ARGV[3] open_at (ms),
 --               ARGV[4] shuffle ('1' or '0')
 --   'end-event' a pending event opens now; a past one is forgotten
@@ -35,7 +36,7 @@ if action == 'pause' and #ARGV == 1 then
   redis.call('HSET', KEYS[1], 'paused', '1')
 elseif action == 'resume' and #ARGV == 1 then
   redis.call('HDEL', KEYS[1], 'paused')
-elseif action == 'admission' and #ARGV == 4 and number_or_mark(ARGV[2], 1)
+elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_mark(ARGV[2], 1)
     and number_or_mark(ARGV[3], 1) and number_or_mark(ARGV[4], 0) then
   for i, field in ipairs({'batch', 'interval', 'max_active'}) do
     local value = ARGV[i + 1]
@@ -51,6 +52,9 @@ elseif action == 'admission' and #ARGV == 4 and number_or_mark(ARGV[2], 1)
     redis.call('HDEL', KEYS[2], 'rate')
   end
   local interval = tonumber(ARGV[3])
+  if ARGV[3] == '-' then
+    interval = tonumber(ARGV[5])
+  end
   if ARGV[3] ~= '' then
     -- Window numbers of the old length mean nothing in the new one.
     redis.call('HDEL', KEYS[2], 'window')
@@ -79,6 +83,8 @@ elseif action == 'event' and #ARGV == 4 and (ARGV[4] == '1' or ARGV[4] == '0') t
   -- event placed keep their places ahead of later arrivals.
   redis.call('HDEL', KEYS[1], 'placed', 'placed_at', 'placed_count', 'cursor', 'seed',
     'base', 'opened_at', 'prequeued')
+  -- (The pre-queue may still hold users a past event placed who wait yet:
+  -- the next placing skips them, so they keep their places.)
   redis.call('HSET', KEYS[1], 'prequeue_from', int(prequeue_from), 'open_at', int(open_at),
     'shuffle', ARGV[4])
 elseif action == 'end-event' and #ARGV == 1 then

@@ -83,3 +83,31 @@ local function event_phase(c, now_ms)
   end
   return 'placing'
 end
+
+-- Offsets of a shuffled placement are 44-bit hashes: scores stay below 2^53
+-- (base ~ 2^51 microseconds), and 1,000,000 users in 2^44 places share one
+-- by chance about once in 35 opens (a tie is then ordered by userId, which
+-- the recorded seed decides as well).
+local SHUFFLE_SPAN = 17592186044416
+
+-- Starts placing an event's pre-queue, once (whichever call comes first,
+-- an admission or a registration after open_at): everyone already waiting
+-- stays ahead; the pre-queue gets the scores from `base` up; everyone who
+-- registers from now on gets a score at or above `floor`, behind it.
+-- Returns base, floor.
+local function start_placing(control_key, waiting_key, prequeue_key, now)
+  local c = redis.call('HMGET', control_key, 'base', 'floor', 'shuffle')
+  if c[1] then
+    return tonumber(c[1]), tonumber(c[2])
+  end
+  local tail = redis.call('ZRANGE', waiting_key, -1, -1, 'WITHSCORES')
+  local base = math.max(now, (tonumber(tail[2]) or 0) + 1)
+  local count = redis.call('ZCARD', prequeue_key)
+  local span = count
+  if c[3] == '1' then
+    span = SHUFFLE_SPAN
+  end
+  redis.call('HSET', control_key, 'base', int(base), 'floor', int(base + span),
+    'opened_at', int(math.floor(now / 1000)), 'prequeued', count)
+  return base, base + span
+end

@@ -25,7 +25,13 @@ local phase = event_phase(control, now_ms)
 
 if phase ~= 'open' then
   -- Before the open nobody has a place yet: no rank, no heartbeat.
-  if redis.call('ZSCORE', KEYS[6], user) or redis.call('ZSCORE', KEYS[1], user) then
+  local waiting = redis.call('ZSCORE', KEYS[1], user)
+  if waiting then
+    -- Waiting already (from before the event, or placed): polling keeps
+    -- the place, as at any other time.
+    redis.call('ZADD', KEYS[2], int(now_ms), user)
+  end
+  if waiting or redis.call('ZSCORE', KEYS[6], user) then
     return {4, math.max(0, (control.open_at or now_ms) - now_ms), 0}
   end
 else

@@ -57,11 +57,11 @@ end
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
 local rank = redis.call('ZRANK', KEYS[1], user)
 if rank then
+  -- Registering again is a sign of life too.
+  redis.call('ZADD', KEYS[2], int(now_ms), user)
   if phase ~= 'open' then
     return {4, opens_in, 0, 0}
   end
-  -- Registering again is a sign of life too.
-  redis.call('ZADD', KEYS[2], int(now_ms), user)
   return {2, rank, estimate(rank), 0}
 end
 if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
@@ -90,7 +90,14 @@ end
 
 -- After the open (or while the pre-queue is being placed), everyone who
 -- arrives is behind every pre-queued user: at or above the floor.
-local score = next_score(KEYS[1], control.floor)
+local floor = control.floor
+if phase == 'placing' then
+  -- Before the first placing step, this registration starts the placing,
+  -- so that it cannot land ahead of the pre-queue.
+  local _
+  _, floor = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
+end
+local score = next_score(KEYS[1], floor)
 redis.call('ZADD', KEYS[1], int(score), user)
 redis.call('ZADD', KEYS[2], int(now_ms), user)
 if phase == 'placing' then

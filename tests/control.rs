@@ -843,3 +843,30 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
         micros.last().unwrap()
     );
 }
+
+#[test]
+fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
+    let redis = Redis::start_free();
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100}\n  admission: {interval-ms: 60000, batch-size: 1}";
+    let wg = start(&redis, queue, free_port());
+    hold_gate(&redis);
+    for user in ["w1", "w2"] {
+        assert_eq!(register(wg.addr, user).json()["status"], "WAITING");
+    }
+    let now = redis_now_ms(&redis);
+    let body = format!(r#"{{"openAt":"{}"}}"#, rfc3339(now + 60_000));
+    assert_eq!(
+        admin(&wg, "PUT", "/admin/v1/queues/baseball/event", Some(&body)).status,
+        200
+    );
+    // Three heartbeat timeouts, polling all along.
+    for _ in 0..18 {
+        let polled = rank(wg.addr, "w1");
+        assert_eq!(polled.json()["status"], "PREQUEUE", "{polled:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let kept: Option<f64> = redis.conn().zscore(WAITING_KEY, "w1").unwrap();
+    assert!(kept.is_some(), "a polling user keeps its place");
+    let gone: Option<f64> = redis.conn().zscore(WAITING_KEY, "w2").unwrap();
+    assert!(gone.is_none(), "a silent one is cleaned up as always");
+}

@@ -116,7 +116,9 @@ impl ControlApi {
             }
             ["queues", name, "admission"] => {
                 allow(method, "PATCH")?;
-                let change = admission_change(request.body)?;
+                let queue = self.queue(name)?;
+                let change =
+                    admission_change(request.body, queue.admission.interval.as_millis() as u64)?;
                 self.change(name, "admission", change).await
             }
             ["queues", name, "event"] => match method {
@@ -262,7 +264,7 @@ fn object(
 
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
 /// the configured value; a field left out stays as it is.
-fn admission_change(body: &[u8]) -> Result<Change, Reply> {
+fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, Reply> {
     let map = object(body, &["batchSize", "intervalMs", "maxActive"])?;
     if map.is_empty() {
         return Err(invalid(
@@ -285,6 +287,7 @@ fn admission_change(body: &[u8]) -> Result<Change, Reply> {
         batch_size: setting("batchSize", 1, MAX_BATCH)?,
         interval_ms: setting("intervalMs", MIN_INTERVAL_MS, MAX_DURATION_MS)?,
         max_active: setting("maxActive", 0, 1_000_000_000)?,
+        configured_interval_ms,
     })
 }
 
@@ -350,11 +353,12 @@ mod tests {
     #[test]
     fn admission_bodies_are_checked() {
         assert_eq!(
-            admission_change(br#"{"batchSize":5,"intervalMs":null}"#).unwrap(),
+            admission_change(br#"{"batchSize":5,"intervalMs":null}"#, 3000).unwrap(),
             Change::Admission {
                 batch_size: Some(Setting::Value(5)),
                 interval_ms: Some(Setting::Configured),
                 max_active: None,
+                configured_interval_ms: 3000,
             }
         );
         for bad in [
@@ -368,7 +372,7 @@ mod tests {
             br#"[1]"#,
             br#"{"#,
         ] {
-            assert!(admission_change(bad).is_err(), "{bad:?}");
+            assert!(admission_change(bad, 3000).is_err(), "{bad:?}");
         }
     }
 

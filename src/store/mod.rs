@@ -152,6 +152,8 @@ pub enum Change {
         batch_size: Option<Setting>,
         interval_ms: Option<Setting>,
         max_active: Option<Setting>,
+        /// What `Setting::Configured` means for the interval.
+        configured_interval_ms: u64,
     },
     /// A scheduled open (times in ms since the epoch).
     Event {
@@ -791,11 +793,13 @@ impl Store {
                 batch_size,
                 interval_ms,
                 max_active,
+                configured_interval_ms,
             } => invocation
                 .arg("admission")
                 .arg(setting(batch_size))
                 .arg(setting(interval_ms))
-                .arg(setting(max_active)),
+                .arg(setting(max_active))
+                .arg(configured_interval_ms),
             Change::Event {
                 prequeue_from_ms,
                 open_at_ms,
