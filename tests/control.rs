@@ -164,6 +164,11 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
     assert_eq!(polled["paused"], true);
     assert!(polled.get("estimatedWaitSeconds").is_none(), "{polled}");
     assert_eq!(polled["rank"], 50);
+    let metrics = get(instances[2].admin, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains(r#"waitgate_queue_paused{queue="baseball"} 1"#),
+        "{metrics}"
+    );
 
     let r = admin(
         &instances[2],
@@ -198,6 +203,18 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["admission"]["batchSize"], 6);
     assert_eq!(r.json()["configured"]["batchSize"], 2);
+    // The estimate follows the new batch at once: the last user is some
+    // hundred places back, 15 s away at 2 a window, 5 s at 6.
+    let last = rank(instances[0].addr, "p119").json();
+    let (place, wait) = (
+        last["rank"].as_u64().unwrap(),
+        last["estimatedWaitSeconds"].as_u64().unwrap(),
+    );
+    let at_six = (place / 6 + 1) * INTERVAL_MS / 1000 + 1;
+    assert!(
+        wait <= at_six,
+        "rank {place}: {wait} s, at most {at_six} s expected"
+    );
     let changed_window = redis_now_ms(&redis) / INTERVAL_MS;
     std::thread::sleep(Duration::from_millis(6 * INTERVAL_MS));
     let active: Vec<(String, f64)> = redis.conn().zrange_withscores(ACTIVE_KEY, 0, -1).unwrap();
@@ -348,6 +365,11 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     );
     let status = admin(&instances[1], "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["phase"], "prequeue");
+    let metrics = get(instances[2].admin, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains(r#"waitgate_event_phase{phase="prequeue",queue="baseball"} 1"#),
+        "{metrics}"
+    );
     assert_eq!(status["prequeued"], USERS as u64 - 1);
 
     // The open: wait until the pre-queue is placed.
