@@ -94,8 +94,7 @@ local floor = control.floor
 if phase == 'placing' then
   -- Before the first placing step, this registration starts the placing,
   -- so that it cannot land ahead of the pre-queue.
-  local _
-  _, floor = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
+  floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], now))
 end
 local score = next_score(KEYS[1], floor)
 redis.call('ZADD', KEYS[1], int(score), user)

@@ -107,28 +107,30 @@ impl ControlApi {
             ["queues", name, "pause"] => {
                 allow(method, "POST")?;
                 no_body(request.body)?;
-                self.change(name, "pause", Change::Pause).await
+                self.change(self.queue(name)?, "pause", Change::Pause).await
             }
             ["queues", name, "resume"] => {
                 allow(method, "POST")?;
                 no_body(request.body)?;
-                self.change(name, "resume", Change::Resume).await
+                self.change(self.queue(name)?, "resume", Change::Resume)
+                    .await
             }
             ["queues", name, "admission"] => {
                 allow(method, "PATCH")?;
                 let queue = self.queue(name)?;
                 let change =
                     admission_change(request.body, queue.admission.interval.as_millis() as u64)?;
-                self.change(name, "admission", change).await
+                self.change(queue, "admission", change).await
             }
             ["queues", name, "event"] => match method {
                 "PUT" => {
                     let change = event_change(request.body)?;
-                    self.change(name, "event", change).await
+                    self.change(self.queue(name)?, "event", change).await
                 }
                 "DELETE" => {
                     no_body(request.body)?;
-                    self.change(name, "end_event", Change::EndEvent).await
+                    self.change(self.queue(name)?, "end_event", Change::EndEvent)
+                        .await
                 }
                 _ => Err(Reply::from(ApiError::MethodNotAllowed {
                     path: "/admin/v1/queues/<queue>/event",
@@ -149,8 +151,12 @@ impl ControlApi {
 
     /// Applies a change, logs and counts it, and answers with the queue's
     /// state after it.
-    async fn change(&self, name: &str, action: &str, change: Change) -> Result<Reply, Reply> {
-        let queue = self.queue(name)?;
+    async fn change(
+        &self,
+        queue: Arc<Queue>,
+        action: &str,
+        change: Change,
+    ) -> Result<Reply, Reply> {
         match self.store.control(&queue.keys, &change).await {
             Ok(Ok(())) => {}
             Ok(Err(refused)) => return Err(Reply::from(refusal(refused))),
@@ -167,28 +173,20 @@ impl ControlApi {
     async fn revoke(&self, name: &str, body: &[u8]) -> Result<Reply, Reply> {
         let queue = self.queue(name)?;
         let user = revoke_body(body)?;
-        let (was_active, at_ms) = self
-            .store
-            .revoke(
-                &queue.keys,
-                &queue.name,
-                user.as_str(),
-                self.tokens.longest_life(),
-            )
-            .await
-            .map_err(|e| self.unavailable(e))?;
-        // This instance refuses at once; the others on the push or the sync.
-        self.tokens
-            .revoked()
-            .insert(&queue.name, user.as_str(), at_ms);
+        let (was_active, at_ms) = revoke(
+            &self.store,
+            &self.tokens,
+            &self.metrics,
+            &queue,
+            user.as_str(),
+            REVOKED_BY_ADMIN,
+        )
+        .await
+        .map_err(|e| self.unavailable(e))?;
         tracing::info!(queue = %queue.name, action = "revoke", user = user.as_str(), was_active, "admin change");
         self.metrics
             .admin_changes
             .with_label_values(&[&queue.name, "revoke"])
-            .inc();
-        self.metrics
-            .revocations
-            .with_label_values(&[&queue.name, REVOKED_BY_ADMIN])
             .inc();
         Ok(Reply::json(
             200,
@@ -206,6 +204,29 @@ impl ControlApi {
         tracing::warn!(%error, "admin change failed: redis");
         Reply::from(ApiError::RedisUnavailable)
     }
+}
+
+/// Ends `user`'s active state and refuses the user's tokens: on every
+/// instance through Redis (push and sync), and on this one at once.
+/// Counted in `waitgate_revocations_total` under `source`. Returns whether
+/// the user was active, and the revocation's time (Redis clock, ms).
+pub async fn revoke(
+    store: &Store,
+    tokens: &Tokens,
+    metrics: &Metrics,
+    queue: &Queue,
+    user: &str,
+    source: &str,
+) -> Result<(bool, u64), StoreError> {
+    let (was_active, at_ms) = store
+        .revoke(&queue.keys, &queue.name, user, tokens.longest_life())
+        .await?;
+    tokens.revoked().insert(&queue.name, user, at_ms);
+    metrics
+        .revocations
+        .with_label_values(&[&queue.name, source])
+        .inc();
+    Ok((was_active, at_ms))
 }
 
 #[derive(Serialize)]

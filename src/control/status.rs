@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::queues::Queue;
-use crate::store::{event_phase, Store};
+use crate::store::Store;
 use crate::time::rfc3339;
 
 #[derive(Serialize, Debug)]
@@ -90,16 +90,15 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
     let Ok(read) = store.status(&queue.keys).await else {
         return status;
     };
-    let c = &read.control;
-    let number = |key: &str| c.get(key).and_then(|v| v.parse::<u64>().ok());
+    let number = |key: &str| read.number(key);
     let admission = Admission {
         batch_size: number("batch").unwrap_or(configured.batch_size),
         interval_ms: number("interval").unwrap_or(configured.interval_ms),
         max_active: number("max_active").unwrap_or(configured.max_active),
     };
     status.redis_up = true;
-    status.phase = Some(event_phase(c, read.now_ms));
-    status.paused = Some(c.get("paused").is_some_and(|v| v == "1"));
+    status.phase = Some(read.phase());
+    status.paused = Some(read.paused());
     status.waiting = Some(read.waiting);
     status.active = Some(read.active);
     status.prequeued = Some(read.prequeued);
@@ -112,9 +111,9 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
     status.event = number("open_at").map(|open_at| Event {
         prequeue_from: number("prequeue_from").map(rfc3339),
         open_at: rfc3339(open_at),
-        shuffle: c.get("shuffle").is_some_and(|v| v == "1"),
+        shuffle: read.control.get("shuffle").is_some_and(|v| v == "1"),
         opened_at: number("opened_at").map(rfc3339),
-        seed: c.get("seed").cloned(),
+        seed: read.control.get("seed").cloned(),
         prequeued_at_open: number("prequeued"),
         placed: number("placed_count"),
         placed_at: number("placed_at").map(rfc3339),

@@ -20,6 +20,7 @@ use arc_swap::ArcSwap;
 use pingora::proxy::Session;
 
 use crate::config::Config;
+use crate::control::revoke;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
@@ -111,17 +112,9 @@ impl QueueApi {
         let metrics = self.metrics.clone();
         let user = identity.user.clone();
         tokio::spawn(async move {
-            match store
-                .revoke(&queue.keys, &queue.name, &user, tokens.longest_life())
-                .await
-            {
-                Ok((was_active, at_ms)) => {
-                    tokens.revoked().insert(&queue.name, &user, at_ms);
+            match revoke(&store, &tokens, &metrics, &queue, &user, REVOKED_BY_RELEASE).await {
+                Ok((was_active, _)) => {
                     metrics.releases.with_label_values(&[&queue.name]).inc();
-                    metrics
-                        .revocations
-                        .with_label_values(&[&queue.name, REVOKED_BY_RELEASE])
-                        .inc();
                     tracing::info!(queue = %queue.name, user = &*user, was_active, "released by the upstream");
                 }
                 Err(e) => {

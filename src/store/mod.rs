@@ -239,6 +239,21 @@ pub struct Status {
 /// the Redis time of one call (measured in docs/performance.md).
 pub const PLACE_STEP: u64 = 150;
 
+impl Status {
+    /// A numeric field of the control hash.
+    pub fn number(&self, field: &str) -> Option<u64> {
+        self.control.get(field).and_then(|v| v.parse().ok())
+    }
+
+    pub fn paused(&self) -> bool {
+        self.control.get("paused").is_some_and(|v| v == "1")
+    }
+
+    pub fn phase(&self) -> &'static str {
+        event_phase(&self.control, self.now_ms)
+    }
+}
+
 /// The outcome of `dropout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dropout {
@@ -715,32 +730,17 @@ impl Store {
         })
     }
 
-    /// The sizes of a queue, in one round-trip (reads only, no script).
+    /// The sizes and settings of a queue for the gauges: the admin API's
+    /// read, in one round-trip.
     pub async fn sample(&self, keys: &QueueKeys) -> Result<Sample, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.zcard(&keys.waiting)
-            .zcard(&keys.active)
-            .hget(&keys.admission, "rate")
-            .hgetall(&keys.control)
-            .cmd("TIME");
-        let mut connection = self.connection().await?;
-        type Raw = (
-            u64,
-            u64,
-            Option<f64>,
-            std::collections::HashMap<String, String>,
-            (u64, u64),
-        );
-        let (waiting, active, rate_per_window, control, (secs, micros)) = self
-            .bounded(pipe.query_async::<Raw>(&mut connection))
-            .await?;
+        let status = self.status(keys).await?;
         Ok(Sample {
-            waiting,
-            active,
-            rate_per_window,
-            interval_ms: control.get("interval").and_then(|v| v.parse().ok()),
-            paused: control.get("paused").is_some_and(|v| v == "1"),
-            phase: event_phase(&control, secs * 1000 + micros / 1000),
+            waiting: status.waiting,
+            active: status.active,
+            rate_per_window: status.rate_per_window,
+            interval_ms: status.number("interval"),
+            paused: status.paused(),
+            phase: status.phase(),
         })
     }
 
