@@ -39,6 +39,8 @@ if [ -z "${JWT_SECRET:-}" ]; then
   export JWT_SECRET
   echo "JWT_SECRET was not set: using a random one for this demo."
 fi
+# The admin API (docs/ticket-open.md) exists only with a token.
+export WAITGATE_ADMIN_TOKEN=${WAITGATE_ADMIN_TOKEN:-demo-admin-token-change-me}
 
 ./target/release/examples/demo_upstream 127.0.0.1:9000 2>/dev/null &
 pids+=($!)
@@ -72,6 +74,11 @@ Try, in another terminal:
 
   # health and readiness
   curl -s 127.0.0.1:9091/healthz; echo; curl -s 127.0.0.1:9091/readyz; echo
+
+  # the admin API (docs/ticket-open.md): the queue's state, then pause and resume admission
+  curl -s 127.0.0.1:9091/admin/v1/queues/baseball -H 'Authorization: Bearer demo-admin-token-change-me'; echo
+  curl -s -X POST 127.0.0.1:9091/admin/v1/queues/baseball/pause -H 'Authorization: Bearer demo-admin-token-change-me'; echo
+  curl -s -X POST 127.0.0.1:9091/admin/v1/queues/baseball/resume -H 'Authorization: Bearer demo-admin-token-change-me'; echo
 
 Press Ctrl-C to stop the demo.
 TRY
