@@ -39,24 +39,6 @@ impl AdminApp {
     }
 }
 
-/// Reads a request body of at most `limit` bytes; `None` when longer or
-/// broken.
-async fn read_body(session: &mut ServerSession, limit: usize) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > limit {
-                    return None;
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Some(body),
-            Err(_) => return None,
-        }
-    }
-}
-
 fn reply(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)
@@ -75,26 +57,67 @@ fn error(error: ApiError) -> Response<Vec<u8>> {
     Reply::from(error).into_response()
 }
 
+/// How long an admin request body may take to arrive.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads a request body of at most `limit` bytes within [`BODY_TIMEOUT`].
+async fn read_body(session: &mut ServerSession, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let read = async {
+        let mut body = Vec::new();
+        loop {
+            match session.read_request_body().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > limit {
+                        return Err(ApiError::BodyTooLarge);
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => return Ok(body),
+                Err(_) => {
+                    return Err(ApiError::InvalidRequest(
+                        "The request body could not be read.".into(),
+                    ))
+                }
+            }
+        }
+    };
+    tokio::time::timeout(BODY_TIMEOUT, read)
+        .await
+        .unwrap_or(Err(ApiError::RequestTimeout))
+}
+
+/// The admin API: authorised first, then its body read, then answered.
+async fn control_request(control: &ControlApi, session: &mut ServerSession) -> Reply {
+    let header = session.req_header();
+    let authorization: Vec<&[u8]> = header
+        .headers
+        .get_all(http::header::AUTHORIZATION)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    if let Err(reply) = control.authorize(&authorization) {
+        return reply;
+    }
+    let body = match read_body(session, control::MAX_BODY).await {
+        Ok(body) => body,
+        Err(error) => return Reply::from(error).closing(),
+    };
+    let header = session.req_header();
+    let request = control::Request {
+        method: header.method.as_str(),
+        path: header.uri.path(),
+        body: &body,
+    };
+    control.serve(request).await
+}
+
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         if session.req_header().uri.path().starts_with(control::PREFIX) {
-            let Some(body) = read_body(session, control::MAX_BODY).await else {
-                return error(ApiError::BodyTooLarge);
-            };
-            let header = session.req_header();
-            let request = control::Request {
-                method: header.method.as_str(),
-                path: header.uri.path(),
-                authorization: header
-                    .headers
-                    .get_all(http::header::AUTHORIZATION)
-                    .iter()
-                    .map(|v| v.as_bytes())
-                    .collect(),
-                body: &body,
-            };
-            return self.control.serve(request).await.into_response();
+            return control_request(&self.control, session)
+                .await
+                .into_response();
         }
         let header = session.req_header();
         if header.method != http::Method::GET && header.method != http::Method::HEAD {

@@ -313,7 +313,9 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     let queue = "baseball:\n  admission: {interval-ms: 60000, batch-size: 1}";
     let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, queue, free_port())).collect();
     let now = redis_now_ms(&redis);
-    let (prequeue_from, open_at) = (now + 1_500, now + 12_000);
+    // The open is an hour away at first, so that a slow machine cannot
+    // reach it while users pre-queue; it is brought forward below.
+    let (prequeue_from, open_at) = (now + 1_500, now + 3_600_000);
     let body = format!(
         r#"{{"prequeueFrom":"{}","openAt":"{}","shuffle":true}}"#,
         rfc3339(prequeue_from),
@@ -372,7 +374,20 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     );
     assert_eq!(status["prequeued"], USERS as u64 - 1);
 
-    // The open: wait until the pre-queue is placed.
+    // The open, brought forward to a second from now (the pre-queue stays),
+    // then wait until the pre-queue is placed.
+    let body = format!(
+        r#"{{"openAt":"{}","shuffle":true}}"#,
+        rfc3339(redis_now_ms(&redis) + 1_000)
+    );
+    let r = admin(
+        &instances[2],
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        Some(&body),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["prequeued"], USERS as u64 - 1);
     let started = Instant::now();
     loop {
         let placed: Option<String> = redis.conn().hget(CONTROL, "placed").unwrap();
@@ -649,7 +664,8 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     );
 }
 
-/// An upstream that answers `X-Waitgate-Release: true` on `/…/done`.
+/// An upstream that answers `X-Waitgate-Release: true` on `/…/done`, and
+/// on `/…/slow-done` with a body whose second half comes 1.5 s late.
 fn releasing_upstream() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -672,6 +688,18 @@ fn releasing_upstream() -> u16 {
                         if h.trim_end().is_empty() {
                             break;
                         }
+                    }
+                    if line.contains("/slow-done") {
+                        // The head and half the body, the rest later.
+                        let head = "HTTP/1.1 200 OK\r\nX-Waitgate-Release: true\r\nContent-Length: 10\r\n\r\nhello";
+                        if writer.write_all(head.as_bytes()).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(1500));
+                        if writer.write_all(b"world").is_err() {
+                            return;
+                        }
+                        continue;
                     }
                     let release = if line.contains("/done") {
                         "X-Waitgate-Release: true\r\n"
@@ -872,4 +900,99 @@ fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() 
     assert!(kept.is_some(), "a polling user keeps its place");
     let gone: Option<f64> = redis.conn().zscore(WAITING_KEY, "w2").unwrap();
     assert!(gone.is_none(), "a silent one is cleaned up as always");
+}
+
+#[test]
+fn a_release_holds_from_the_response_head_and_survives_a_dropped_redis_connection() {
+    let redis = Redis::start_free();
+    let port = releasing_upstream();
+    let wg = start(&redis, "baseball: {}", port);
+    hold_gate(&redis);
+
+    // The release counts from the head: while the body is still coming,
+    // the token is refused on another connection, and the user's active
+    // state is gone.
+    let token = admitted_token(&wg, &redis, "slow-buyer");
+    let mut slow = Client::connect(wg.addr);
+    slow.send(&format!(
+        "GET /api/v1/follow-up/slow-done HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+    ));
+    let head = slow.head();
+    assert_eq!(head.status, 200);
+    assert!(head.header("X-Waitgate-Release").is_none());
+    assert_eq!(
+        protected(wg.addr, &token).status,
+        401,
+        "refused before the body ends"
+    );
+    let started = Instant::now();
+    loop {
+        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "slow-buyer").unwrap();
+        if score.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the active state ends before the body does"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(slow.bytes(10), b"helloworld");
+
+    // waitgate's Redis connections are cut just before a release: the first
+    // call fails, and a retry still ends the active state.
+    let token = admitted_token(&wg, &redis, "buyer");
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut redis.conn())
+        .unwrap();
+    let done = request(
+        wg.addr,
+        "POST",
+        "/api/v1/follow-up/done",
+        &[("Authorization", &format!("Bearer {token}"))],
+        Some(b"{}"),
+    )
+    .unwrap();
+    assert_eq!(done.status, 200);
+    assert_eq!(protected(wg.addr, &token).status, 401);
+    let started = Instant::now();
+    loop {
+        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "buyer").unwrap();
+        if score.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "the release reached Redis"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_admin_api_checks_the_token_before_reading_a_body_and_refuses_a_broken_one() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    // A body that never comes: without the token, the answer is at once.
+    let mut c = Client::connect(wg.admin);
+    let started = Instant::now();
+    c.send(
+        "POST /admin/v1/queues/baseball/pause HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n",
+    );
+    assert_eq!(c.head().status, 401);
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    let auth = format!("Authorization: Bearer {ADMIN_TOKEN}");
+    let mut c = Client::connect(wg.admin);
+    c.send(&format!(
+        "POST /admin/v1/queues/baseball/pause HTTP/1.1\r\nHost: x\r\n{auth}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    ));
+    assert_eq!(c.head().status, 400);
+    let paused: Option<String> = redis.conn().hget(CONTROL, "paused").unwrap();
+    assert_eq!(paused, None, "refused requests change nothing");
 }

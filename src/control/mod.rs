@@ -51,8 +51,6 @@ pub struct ControlApi {
 pub struct Request<'a> {
     pub method: &'a str,
     pub path: &'a str,
-    /// Every `Authorization` header value.
-    pub authorization: Vec<&'a [u8]>,
     pub body: &'a [u8],
 }
 
@@ -73,14 +71,21 @@ impl ControlApi {
         }
     }
 
-    /// Answers one request under [`PREFIX`].
-    pub async fn serve(&self, request: Request<'_>) -> Reply {
+    /// Whether a request under [`PREFIX`] with these `Authorization`
+    /// values may go on: checked before its body is read.
+    pub fn authorize(&self, authorization: &[&[u8]]) -> Result<(), Reply> {
         let Some(token) = &self.token else {
-            return Reply::from(ApiError::NotFound);
+            return Err(Reply::from(ApiError::NotFound));
         };
-        if !matches!(&request.authorization[..], [one] if token.admits(one)) {
-            return Reply::from(ApiError::AdminUnauthorized);
+        if !matches!(authorization, [one] if token.admits(one)) {
+            return Err(Reply::from(ApiError::AdminUnauthorized));
         }
+        Ok(())
+    }
+
+    /// Answers one request under [`PREFIX`] that [`Self::authorize`]
+    /// let through.
+    pub async fn serve(&self, request: Request<'_>) -> Reply {
         match self.route(&request).await {
             Ok(reply) | Err(reply) => reply,
         }

@@ -30,6 +30,11 @@ use crate::reply::Reply;
 use crate::store::{Store, StoreError};
 use credential::Credentials;
 
+/// A release's Redis call is tried this many times, the pauses between
+/// doubling from `RELEASE_RETRY` (about 3 s in all).
+const RELEASE_ATTEMPTS: u32 = 5;
+const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The queue API: the queues and the store behind them.
 pub struct QueueApi {
     /// Replaced whole by a reload.
@@ -99,28 +104,48 @@ impl QueueApi {
     }
 
     /// Ends `identity`'s active state and revokes its tokens, because the
-    /// backend said it is done with the user (`X-Waitgate-Release`). Runs
-    /// apart from the response, which does not wait for Redis; this
-    /// instance refuses the user's tokens at once, the others within the
-    /// revocation sync.
+    /// backend said it is done with the user (`X-Waitgate-Release`). Called
+    /// with the response head, before the client has any of it: this
+    /// instance refuses the user's tokens from now on, by its own clock.
+    /// Redis (the active state, and every other instance) is told apart
+    /// from the response, which does not wait for it, and retried for a
+    /// few seconds: the first call after a Redis reconnect can fail.
     pub fn release(&self, identity: &Identity) {
         let Ok(queue) = self.queue(Some(&identity.queue)) else {
             return;
         };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.tokens
+            .revoked()
+            .insert(&queue.name, &identity.user, now_ms);
+        self.metrics
+            .releases
+            .with_label_values(&[&queue.name])
+            .inc();
         let store = self.store.clone();
         let tokens = self.tokens.clone();
         let metrics = self.metrics.clone();
         let user = identity.user.clone();
         tokio::spawn(async move {
-            match revoke(&store, &tokens, &metrics, &queue, &user, REVOKED_BY_RELEASE).await {
-                Ok((was_active, _)) => {
-                    metrics.releases.with_label_values(&[&queue.name]).inc();
-                    tracing::info!(queue = %queue.name, user = &*user, was_active, "released by the upstream");
+            let mut pause = RELEASE_RETRY;
+            for attempt in 1..=RELEASE_ATTEMPTS {
+                match revoke(&store, &tokens, &metrics, &queue, &user, REVOKED_BY_RELEASE).await {
+                    Ok((was_active, _)) => {
+                        tracing::info!(queue = %queue.name, user = &*user, was_active, "released by the upstream");
+                        return;
+                    }
+                    Err(e) => {
+                        metrics.redis_error("revoke");
+                        if attempt == RELEASE_ATTEMPTS {
+                            tracing::warn!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens");
+                            return;
+                        }
+                    }
                 }
-                Err(e) => {
-                    metrics.redis_error("revoke");
-                    tracing::warn!(queue = %queue.name, user = &*user, %e, "release failed: redis");
-                }
+                tokio::time::sleep(pause).await;
+                pause *= 2;
             }
         });
     }

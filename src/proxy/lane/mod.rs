@@ -243,7 +243,10 @@ impl DirectLane {
                             Some(Some(pool)) => pool.clone(),
                             _ => table.pool(&route.upstream, chosen.addr),
                         };
-                        relay::forward(&pool, plan, client, close, &request_id).await
+                        relay::forward(&pool, plan, client, close, &request_id, || {
+                            self.api.release(&plan.identity)
+                        })
+                        .await
                     }
                     None => {
                         relay::fail(
@@ -258,9 +261,6 @@ impl DirectLane {
                 };
                 record.status = outcome.status;
                 record.error = outcome.error;
-                if outcome.release {
-                    self.api.release(&plan.identity);
-                }
                 outcome.lane
             }
             Take::Rank { query } => {

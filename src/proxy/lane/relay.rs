@@ -36,24 +36,28 @@ pub struct Outcome {
     pub lane: Lane,
     /// Why the upstream failed, when it did.
     pub error: Option<&'static str>,
-    /// The upstream released the user (`X-Waitgate-Release: true`).
-    pub release: bool,
 }
 
 /// Sends the request and relays the response. `close`: the client
-/// connection ends after this reply.
+/// connection ends after this reply. `release` is called when the
+/// response head says the backend released the user, before any of it
+/// reaches the client (as the Pingora path does in its response filter).
 pub async fn forward(
     pool: &Pool,
     plan: &Plan,
     client: &mut Stream,
     close: bool,
     request_id: &str,
+    release: impl FnOnce(),
 ) -> Outcome {
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let (conn, response) = match exchange(pool, plan, &mut buf, client).await {
         Ok(answer) => answer,
         Err((failure, why)) => return fail(failure, why, plan, client, request_id).await,
     };
+    if response.release {
+        release();
+    }
     let mut out = response.head;
     let date = pingora::protocols::http::date::get_cached_date();
     push_field(&mut out, (b"Date", date.as_bytes()));
@@ -83,7 +87,6 @@ pub async fn forward(
                 status: response.status,
                 lane: Lane::Closed,
                 error: Some(why),
-                release: response.release,
             }
         }
     };
@@ -91,7 +94,6 @@ pub async fn forward(
         status: response.status,
         lane,
         error: None,
-        release: response.release,
     }
 }
 
@@ -116,7 +118,6 @@ pub async fn fail(
         status,
         lane: Lane::Closed,
         error: Some(why),
-        release: false,
     }
 }
 
