@@ -100,7 +100,12 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
     }
     let body = match read_body(session, control::MAX_BODY).await {
         Ok(body) => body,
-        Err(error) => return Reply::from(error).closing(),
+        Err(error) => {
+            // Where an unread or broken body ends is unknown: whatever
+            // follows on this connection must not be read as a request.
+            session.set_keepalive(None);
+            return Reply::from(error).closing();
+        }
     };
     let header = session.req_header();
     let request = control::Request {

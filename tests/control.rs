@@ -665,7 +665,8 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
 }
 
 /// An upstream that answers `X-Waitgate-Release: true` on `/…/done`, and
-/// on `/…/slow-done` with a body whose second half comes 1.5 s late.
+/// on `/…/slow-done` with a body whose second half comes 1.5 s late, and
+/// on `/…/late-done` after a second.
 fn releasing_upstream() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -688,6 +689,15 @@ fn releasing_upstream() -> u16 {
                         if h.trim_end().is_empty() {
                             break;
                         }
+                    }
+                    if line.contains("/late-done") {
+                        // Thinks for a second, then releases.
+                        std::thread::sleep(Duration::from_millis(1000));
+                        let reply = "HTTP/1.1 200 OK\r\nX-Waitgate-Release: true\r\nContent-Length: 2\r\n\r\nok";
+                        if writer.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                        continue;
                     }
                     if line.contains("/slow-done") {
                         // The head and half the body, the rest later.
@@ -939,6 +949,33 @@ fn a_release_holds_from_the_response_head_and_survives_a_dropped_redis_connectio
     }
     assert_eq!(slow.bytes(10), b"helloworld");
 
+    // The client sends its request and half-closes before the upstream
+    // answers: the exchange still finishes, and the release with it.
+    let token = admitted_token(&wg, &redis, "leaver");
+    let mut leaver = std::net::TcpStream::connect(wg.addr).unwrap();
+    leaver
+        .write_all(
+            format!(
+                "GET /api/v1/follow-up/late-done HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    leaver.shutdown(std::net::Shutdown::Write).unwrap();
+    let started = Instant::now();
+    loop {
+        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "leaver").unwrap();
+        if score.is_none() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "a half-closed client's release is kept"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(leaver);
+
     // waitgate's Redis connections are cut just before a release: the first
     // call fails, and a retry still ends the active state.
     let token = admitted_token(&wg, &redis, "buyer");
@@ -992,7 +1029,19 @@ fn the_admin_api_checks_the_token_before_reading_a_body_and_refuses_a_broken_one
     c.send(&format!(
         "POST /admin/v1/queues/baseball/pause HTTP/1.1\r\nHost: x\r\n{auth}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
     ));
-    assert_eq!(c.head().status, 400);
+    assert_eq!(c.response().0.status, 400);
+    assert!(
+        c.closed(),
+        "nothing after a broken body is read as a request"
+    );
+    // A broken chunk with an authorised request behind it: only the 400.
+    let mut c = Client::connect(wg.admin);
+    let padding = "\r\n".repeat(3000);
+    c.send(&format!(
+        "POST /admin/v1/queues/baseball/resume HTTP/1.1\r\nHost: x\r\n{auth}\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{{}}XX{padding}POST /admin/v1/queues/baseball/pause HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Length: 0\r\n\r\n"
+    ));
+    assert_eq!(c.response().0.status, 400);
+    assert!(c.closed());
     let paused: Option<String> = redis.conn().hget(CONTROL, "paused").unwrap();
     assert_eq!(paused, None, "refused requests change nothing");
 }

@@ -175,6 +175,11 @@ impl ProxyHttp for Gate {
                 }
                 // A proxied body may pause this long between reads.
                 session.set_read_timeout(Some(self.body_timeout));
+                // A client that half-closes after its request still gets
+                // the exchange finished (RFC 9112 §9.6), as on the direct
+                // lane: the upstream's answer, and any release it carries,
+                // are not dropped because the client stopped sending.
+                session.downstream_session.set_abort_on_close(false);
                 ctx.route = Some(route);
                 ctx.identity = Some(identity);
                 ctx.upgrade = upgrade;
