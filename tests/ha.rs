@@ -54,7 +54,10 @@ impl Node {
         node
     }
 
-    /// A Sentinel watching `master` as `waitgate`.
+    /// A Sentinel watching `master` as `waitgate`. A failover whose
+    /// election fails (votes split, more likely on a loaded machine) is
+    /// tried again after twice `failover-timeout`: 6 s here, not the 20 s
+    /// that 10 s would give.
     fn sentinel(dir: &Path, master: u16) -> Node {
         let port = free_port();
         let conf = dir.join(format!("sentinel-{port}.conf"));
@@ -63,7 +66,7 @@ impl Node {
             format!(
                 "sentinel monitor waitgate 127.0.0.1 {master} 2\n\
                  sentinel down-after-milliseconds waitgate 1000\n\
-                 sentinel failover-timeout waitgate 10000\n\
+                 sentinel failover-timeout waitgate 3000\n\
                  sentinel parallel-syncs waitgate 1\n"
             ),
         )
@@ -137,9 +140,17 @@ fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
 /// What a stream of registrations saw across a failover.
 struct Run {
     acknowledged: Vec<String>,
-    /// Longest stretch with no successful registration, from the kill.
-    outage: Duration,
+    /// From the kill to the first acknowledged registration after the
+    /// outage began: when the queue API answered again.
+    back: Duration,
     failures: usize,
+    /// Failed requests more than a second after `back`, and all requests
+    /// in that stretch: the API must stay back, not flap.
+    late_failures: usize,
+    late_requests: usize,
+    /// Successes and failures per half second from the kill, shown when a
+    /// promise is broken.
+    timeline: String,
 }
 
 /// The acknowledged users, every answer's time and whether it succeeded,
@@ -231,24 +242,46 @@ fn failover(wg: &Waitgate, queue: &'static str, victim: &mut Node) -> Run {
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
     let (acknowledged, times, failures) = stream.join().unwrap();
-    // From the kill to the first success after the last failure (zero if
-    // nothing failed): when the queue API was back for good.
-    let last_failure = times
+    let after_kill: Vec<(Duration, bool)> = times
         .iter()
-        .filter(|(t, ok)| *t >= killed && !ok)
-        .map(|(t, _)| *t)
-        .max();
-    let outage = match last_failure {
+        .filter(|(t, _)| *t >= killed)
+        .map(|(t, ok)| (t.duration_since(killed), *ok))
+        .collect();
+    // The first success after the first failure (a request under way at
+    // the kill may still succeed); none at all shows as never back.
+    let back = match after_kill.iter().position(|(_, ok)| !ok) {
         None => Duration::ZERO,
-        Some(failed) => times
+        Some(first_failure) => after_kill[first_failure..]
             .iter()
-            .find(|(t, ok)| *t > failed && *ok)
-            .map_or(Duration::MAX, |(t, _)| t.duration_since(killed)),
+            .find(|(_, ok)| *ok)
+            .map_or(Duration::MAX, |(t, _)| *t),
     };
+    let late: Vec<bool> = after_kill
+        .iter()
+        .filter(|(t, _)| *t > back.saturating_add(Duration::from_secs(1)))
+        .map(|(_, ok)| *ok)
+        .collect();
+    let mut buckets = std::collections::BTreeMap::<u128, (u32, u32)>::new();
+    for (t, ok) in &after_kill {
+        let bucket = buckets.entry(t.as_millis() / 500).or_default();
+        if *ok {
+            bucket.0 += 1;
+        } else {
+            bucket.1 += 1;
+        }
+    }
+    let timeline = buckets
+        .iter()
+        .map(|(b, (ok, failed))| format!("{:.1}s {ok}/{failed}", *b as f64 / 2.0))
+        .collect::<Vec<_>>()
+        .join(", ");
     Run {
         acknowledged,
-        outage,
+        back,
         failures,
+        late_failures: late.iter().filter(|ok| !**ok).count(),
+        late_requests: late.len(),
+        timeline,
     }
 }
 
@@ -363,10 +396,13 @@ fn judge(
 ) {
     println!(
         "{topology}, wait-replicas {wait_replicas}: queue API back {:.2} s after the master was killed; \
-         {} registrations acknowledged, {lost} of them lost; {} failed requests (503) meanwhile",
-        run.outage.as_secs_f64(),
+         {} registrations acknowledged, {lost} of them lost; {} failed requests (503) meanwhile; \
+         {} of the {} requests from a second after recovery failed",
+        run.back.as_secs_f64(),
         run.acknowledged.len(),
-        run.failures
+        run.failures,
+        run.late_failures,
+        run.late_requests,
     );
     if wait_replicas > 0 {
         assert_eq!(
@@ -374,7 +410,22 @@ fn judge(
             "with WAIT no acknowledged registration may be lost"
         );
     }
-    assert!(run.outage < Duration::from_secs(15), "{:?}", run.outage);
+    assert!(
+        run.back < Duration::from_secs(15),
+        "back after {:?}; successes/failures per half second: {}",
+        run.back,
+        run.timeline
+    );
+    // Once back, the API stays back. A write that a busy replica does not
+    // confirm within `wait-timeout-ms` is an honest 503 now and then on a
+    // loaded machine; a flapping master would fail far more than 2%.
+    assert!(
+        run.late_failures * 50 <= run.late_requests,
+        "{} of {} requests failed after recovery; successes/failures per half second: {}",
+        run.late_failures,
+        run.late_requests,
+        run.timeline
+    );
     let (admitted, active) = admission_survives(wg, zcard);
     if wait_replicas > 0 {
         assert!(
@@ -400,21 +451,27 @@ fn admission_survives(wg: &Waitgate, zcard: impl Fn(&str) -> u64) -> (u64, u64) 
     let low = zcard("queue:{baseball}:active");
     let metrics = get(wg.admin, "/metrics").unwrap().text();
     let high = zcard("queue:{baseball}:active");
-    let admitted: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("waitgate_admitted_total{queue=\"baseball\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap();
-    println!("admissions counted {admitted}, users active {low}..{high}");
-    assert!(admitted >= low, "counted {admitted} < active {low}");
-    // The cleanup runs every 200 ms: over a second after the failover its
-    // Redis calls all succeed.
-    let cleanup_errors = |text: &str| -> u64 {
+    let sample = |text: &str, series: &str| -> u64 {
         text.lines()
-            .find(|l| l.starts_with("waitgate_redis_errors_total{op=\"cleanup\"}"))
+            .find(|l| l.starts_with(series))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0)
     };
+    let admitted = sample(&metrics, "waitgate_admitted_total{queue=\"baseball\"}");
+    // An admission whose `WAIT` fell short (or whose answer was lost with
+    // the master) is counted as a failed call, not as admitted, though
+    // Redis may have made it: each such call admits at most a batch.
+    let unconfirmed = sample(&metrics, "waitgate_redis_errors_total{op=\"admit\"}");
+    println!(
+        "admissions counted {admitted} (and {unconfirmed} failed admission calls), users active {low}..{high}"
+    );
+    assert!(
+        admitted + 5 * unconfirmed >= low,
+        "counted {admitted} with {unconfirmed} failed calls < active {low}"
+    );
+    // The cleanup runs every 200 ms: over a second after the failover its
+    // Redis calls all succeed.
+    let cleanup_errors = |text: &str| sample(text, "waitgate_redis_errors_total{op=\"cleanup\"}");
     let first = cleanup_errors(&get(wg.admin, "/metrics").unwrap().text());
     std::thread::sleep(Duration::from_secs(1));
     let second = cleanup_errors(&get(wg.admin, "/metrics").unwrap().text());
