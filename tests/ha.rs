@@ -137,28 +137,29 @@ fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     }
 }
 
-/// What a stream of registrations saw across a failover.
+/// What a stream of registrations and polls saw across a failover.
 struct Run {
     acknowledged: Vec<String>,
-    /// From the kill to the first acknowledged registration after the
-    /// outage began: when the queue API answered again.
+    /// From the kill to the first success of a request sent after it: when
+    /// the queue API answered again.
     back: Duration,
     failures: usize,
     /// Failed requests more than a second after `back`, and all requests
     /// in that stretch: the API must stay back, not flap.
     late_failures: usize,
     late_requests: usize,
-    /// Successes and failures per half second from the kill, shown when a
-    /// promise is broken.
+    /// Successes and failures per half second from the kill (by when the
+    /// request was sent), shown when a promise is broken.
     timeline: String,
 }
 
-/// The acknowledged users, every answer's time and whether it succeeded,
-/// and the failures.
-type Stream = (Vec<String>, Vec<(Instant, bool)>, usize);
+/// The acknowledged users; for every request, when it was sent, when it
+/// was answered and whether it succeeded; and the failures.
+type Stream = (Vec<String>, Vec<(Instant, Instant, bool)>, usize);
 
-/// Registers new users from 4 clients until `stop`, noting every
-/// acknowledged one and when successes happened.
+/// From 4 clients until `stop`, each registers a new user and then polls
+/// the place of the last user it had acknowledged, noting every
+/// acknowledged user and every request's outcome.
 fn register_stream(
     addr: SocketAddr,
     queue: &'static str,
@@ -176,21 +177,33 @@ fn register_stream(
                         i += 1;
                         let body =
                             serde_json::json!({ "userId": user, "queue": queue }).to_string();
-                        match post_json(addr, "/api/v1/queue/register", &body) {
+                        let sent = Instant::now();
+                        let ok = match post_json(addr, "/api/v1/queue/register", &body) {
                             Ok(r) if r.status == 200 && r.json()["queueCredential"].is_string() => {
                                 acked.push(user);
-                                times.push((Instant::now(), true));
+                                true
                             }
-                            Ok(r) if r.status == 503 => {
-                                failures += 1;
-                                times.push((Instant::now(), false));
-                            }
+                            Ok(r) if r.status == 503 => false,
                             Ok(r) => panic!("unexpected answer: {r:?}"),
-                            Err(_) => {
-                                failures += 1;
-                                times.push((Instant::now(), false));
-                            }
-                        }
+                            Err(_) => false,
+                        };
+                        times.push((sent, Instant::now(), ok));
+                        failures += usize::from(!ok);
+                        let Some(last) = acked.last() else { continue };
+                        let sent = Instant::now();
+                        // A user a failover lost is 404: an answer, and
+                        // counted as lost by the caller.
+                        let ok = match get(
+                            addr,
+                            &format!("/api/v1/queue/rank?userId={last}&queue={queue}"),
+                        ) {
+                            Ok(r) if [200, 404].contains(&r.status) => true,
+                            Ok(r) if r.status == 503 => false,
+                            Ok(r) => panic!("unexpected answer: {r:?}"),
+                            Err(_) => false,
+                        };
+                        times.push((sent, Instant::now(), ok));
+                        failures += usize::from(!ok);
                     }
                     (acked, times, failures)
                 })
@@ -215,8 +228,10 @@ fn failover(wg: &Waitgate, queue: &'static str, victim: &mut Node) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let stream = register_stream(addr, queue, stop.clone());
     std::thread::sleep(Duration::from_secs(1));
-    let killed = Instant::now();
+    // From when the master is gone (kill waits for the process to end), so
+    // that every request sent later reached whoever serves next.
     victim.kill();
+    let killed = Instant::now();
     // Until the API answers again, and then 2 s more.
     let deadline = killed + Duration::from_secs(30);
     loop {
@@ -242,28 +257,34 @@ fn failover(wg: &Waitgate, queue: &'static str, victim: &mut Node) -> Run {
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
     let (acknowledged, times, failures) = stream.join().unwrap();
-    let after_kill: Vec<(Duration, bool)> = times
+    // Requests sent after the kill, by when they were sent (a request under
+    // way at the kill may still have been answered by the old master).
+    let after_kill: Vec<(Duration, Duration, bool)> = times
         .iter()
-        .filter(|(t, _)| *t >= killed)
-        .map(|(t, ok)| (t.duration_since(killed), *ok))
+        .filter(|(sent, _, _)| *sent >= killed)
+        .map(|(sent, answered, ok)| {
+            (
+                sent.duration_since(killed),
+                answered.duration_since(killed),
+                *ok,
+            )
+        })
         .collect();
-    // The first success after the first failure (a request under way at
-    // the kill may still succeed); none at all shows as never back.
-    let back = match after_kill.iter().position(|(_, ok)| !ok) {
-        None => Duration::ZERO,
-        Some(first_failure) => after_kill[first_failure..]
-            .iter()
-            .find(|(_, ok)| *ok)
-            .map_or(Duration::MAX, |(t, _)| *t),
-    };
+    // The first answer to succeed; none at all shows as never back.
+    let back = after_kill
+        .iter()
+        .filter(|(_, _, ok)| *ok)
+        .map(|(_, answered, _)| *answered)
+        .min()
+        .unwrap_or(Duration::MAX);
     let late: Vec<bool> = after_kill
         .iter()
-        .filter(|(t, _)| *t > back.saturating_add(Duration::from_secs(1)))
-        .map(|(_, ok)| *ok)
+        .filter(|(sent, _, _)| *sent > back.saturating_add(Duration::from_secs(1)))
+        .map(|(_, _, ok)| *ok)
         .collect();
     let mut buckets = std::collections::BTreeMap::<u128, (u32, u32)>::new();
-    for (t, ok) in &after_kill {
-        let bucket = buckets.entry(t.as_millis() / 500).or_default();
+    for (sent, _, ok) in &after_kill {
+        let bucket = buckets.entry(sent.as_millis() / 500).or_default();
         if *ok {
             bucket.0 += 1;
         } else {
@@ -396,7 +417,7 @@ fn judge(
 ) {
     println!(
         "{topology}, wait-replicas {wait_replicas}: queue API back {:.2} s after the master was killed; \
-         {} registrations acknowledged, {lost} of them lost; {} failed requests (503) meanwhile; \
+         {} registrations acknowledged, {lost} of them lost; {} failed registrations and polls (503) meanwhile; \
          {} of the {} requests from a second after recovery failed",
         run.back.as_secs_f64(),
         run.acknowledged.len(),
