@@ -33,7 +33,7 @@ use crate::queue::credential::Credentials;
 use crate::queue::QueueApi;
 use crate::queues::Queues;
 use crate::reload::Reloader;
-use crate::shutdown::{Drain, InFlight};
+use crate::shutdown::{Drain, InFlight, Signals};
 use crate::store::Store;
 
 /// Why the server could not be built.
@@ -215,9 +215,11 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
 /// 10,000 idle keep-alive connections 64 KiB each is 640 MiB.
 const CLIENT_READ_BUFFER: usize = 8 * 1024;
 
-/// Runs until SIGINT (at once) or SIGTERM (after draining).
+/// Runs until SIGINT (at once) or SIGTERM or SIGQUIT (after draining).
 pub fn run(server: Server) {
-    server.run(RunArgs::default());
+    server.run(RunArgs {
+        shutdown_signal: Box::new(Signals),
+    });
 }
 
 /// Every connection is a file descriptor, and the usual soft limit (1024)

@@ -1,13 +1,59 @@
-//! Shutdown: the count of requests under way, and the drain that ends the
-//! process as soon as a SIGTERM finds none left.
+//! Shutdown: the signals that start it, the count of requests under way,
+//! and the drain that ends the process as soon as a SIGTERM finds none
+//! left.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
+use pingora::server::{ShutdownSignal, ShutdownSignalWatch, ShutdownWatch};
 use pingora::services::background::BackgroundService;
+
+/// The signals that stop waitgate: SIGINT at once; SIGTERM, and SIGQUIT
+/// too, by draining.
+///
+/// Pingora reads SIGQUIT as "hand the listening sockets to a new process
+/// over the upgrade socket, then drain". waitgate offers no binary upgrade
+/// (a rolling restart behind the load balancer does the same with no shared
+/// socket path), and with nothing listening on that path the hand-over
+/// fails after an error line and five more seconds of accepting; were
+/// another Pingora process waiting there, it would get waitgate's
+/// listeners. So SIGQUIT is a plain graceful stop, said in one line.
+pub struct Signals;
+
+#[async_trait]
+impl ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(%e, "cannot catch a stop signal");
+                None
+            }
+        };
+        let (mut quit, mut term, mut int) = (
+            listen(SignalKind::quit()),
+            listen(SignalKind::terminate()),
+            listen(SignalKind::interrupt()),
+        );
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => drop(s.recv().await),
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut quit) => {
+                tracing::info!("SIGQUIT: waitgate has no binary upgrade; draining as for SIGTERM");
+                ShutdownSignal::GracefulTerminate
+            }
+            _ = next(&mut term) => ShutdownSignal::GracefulTerminate,
+            _ = next(&mut int) => ShutdownSignal::FastShutdown,
+        }
+    }
+}
 
 /// The number of requests under way.
 #[derive(Default)]

@@ -74,6 +74,19 @@ fn the_alert_rules_are_valid_and_their_unit_tests_pass() {
     assert!(!wrong.status.success(), "{}", text(&wrong));
 }
 
+/// The example scrape config is valid and loads the shipped rules.
+#[test]
+fn the_example_scrape_config_is_valid_and_loads_the_alert_rules() {
+    let dir = root().join("examples/monitoring");
+    let check = run("promtool", &["check", "config", "prometheus.yml"], &dir);
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(
+        text(&check).contains("SUCCESS: 7 rules found"),
+        "{}",
+        text(&check)
+    );
+}
+
 #[test]
 fn the_alert_rules_use_only_exported_metrics() {
     let config = waitgate::config::Config::from_yaml(

@@ -428,3 +428,33 @@ fn sigterm_exits_within_the_grace_period_even_with_a_hung_request() {
     // The hung client sees its connection end rather than hang forever.
     assert!(hung.join().unwrap().is_err());
 }
+
+/// SIGQUIT is Pingora's "hand the sockets to a new process" signal;
+/// waitgate offers no binary upgrade, so it drains as for SIGTERM: the
+/// request under way is answered, and the process exits as soon as it is,
+/// with no attempt to send its listeners anywhere.
+#[test]
+fn sigquit_drains_like_sigterm_and_hands_no_socket_over() {
+    let upstream = Upstream::start();
+    *upstream.delay.lock().unwrap() = Duration::from_millis(600);
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let addr = wg.addr;
+    let slow = std::thread::spawn(move || protected(addr, "buyer"));
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    wg.signal("QUIT");
+    let status = wg
+        .wait_exit(Duration::from_secs(5))
+        .expect("the process exits");
+    let took = start.elapsed();
+    println!("SIGQUIT with a request under way: answered, exited in {took:?}");
+    assert!(status.success(), "{status}");
+    assert_eq!(slow.join().unwrap().unwrap().status, 200);
+    // Draining, not Pingora's hand-over (five more seconds of accepting).
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let log = wg.log();
+    assert!(log.contains("SIGQUIT"), "{log}");
+    assert!(!log.contains("listener sockets"), "{log}");
+}
