@@ -616,15 +616,37 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "mallory").unwrap();
     assert_eq!(score, None, "the active state ended");
 
-    // The subscriptions drop just before the revocation: the sync catches up.
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
+    // One instance's subscription drops just as the revocation is pushed:
+    // the others hear the push, and that one's sync catches up. The
+    // revocation is made on another instance (the one that makes it
+    // refuses the user at once, push or not).
+    let subscribers: String = redis::cmd("CLIENT")
+        .arg("LIST")
         .arg("TYPE")
         .arg("pubsub")
         .query(&mut redis.conn())
         .unwrap();
+    let line = subscribers.lines().next().expect("a subscription");
+    let field = |name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .unwrap()
+            .to_string()
+    };
+    let deaf = instances
+        .iter()
+        .position(|wg| owns_socket(wg.pid(), &field("addr=")))
+        .expect("the subscription is one of the instances'");
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(field("id="))
+        .query(&mut redis.conn())
+        .unwrap();
+    assert_eq!(killed, 1);
+    let revoker = (deaf + 1) % 3;
     let r = admin(
-        &instances[0],
+        &instances[revoker],
         "POST",
         "/admin/v1/queues/baseball/revoke",
         Some(r#"{"userId":"trudy"}"#),
@@ -632,8 +654,34 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     assert_eq!(r.status, 200);
     let synced = refused_everywhere(&second);
     println!(
-        "revocation refused everywhere after {pushed:?} (push) and {synced:?} (push lost, sync)"
+        "revocation refused everywhere after {pushed:?} (push) and {synced:?} (one push lost, sync)"
     );
+    // The instance that missed the push says so: the sync is what reached
+    // it, and only it.
+    let caught_up: Vec<usize> = (0..3)
+        .filter(|&i| {
+            instances[i]
+                .log()
+                .lines()
+                .any(|l| l.contains("revocation caught up by the sync") && l.contains("trudy"))
+        })
+        .collect();
+    assert_eq!(caught_up, [deaf], "instances that caught up by the sync");
+    // Each revocation is counted once, by the instance that made it.
+    let counted = |i: usize| -> u64 {
+        get(instances[i].admin, "/metrics")
+            .unwrap()
+            .text()
+            .lines()
+            .find(|l| {
+                l.starts_with("waitgate_revocations_total{") && l.contains("source=\"admin\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut expected = [0, 1, 0];
+    expected[revoker] += 1;
+    assert_eq!([counted(0), counted(1), counted(2)], expected);
 
     // No Redis call per protected request: 300 requests, a handful of
     // background calls.
@@ -1044,4 +1092,28 @@ fn the_admin_api_checks_the_token_before_reading_a_body_and_refuses_a_broken_one
     assert!(c.closed());
     let paused: Option<String> = redis.conn().hget(CONTROL, "paused").unwrap();
     assert_eq!(paused, None, "refused requests change nothing");
+}
+
+/// Whether process `pid` holds the TCP connection whose local end is
+/// `addr` (`127.0.0.1:port`, as Redis's `CLIENT LIST` names a client).
+fn owns_socket(pid: u32, addr: &str) -> bool {
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let inodes: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let local = fields.get(1)?;
+            let local_port = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
+            (local_port == port).then(|| fields.get(9).map(|i| i.to_string()))?
+        })
+        .collect();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .any(|target| {
+            let target = target.to_string_lossy();
+            inodes.iter().any(|i| target == format!("socket:[{i}]"))
+        })
 }
