@@ -62,7 +62,9 @@ if rank then
   if phase ~= 'open' then
     return {4, opens_in, 0, 0}
   end
-  return {2, rank, estimate(rank), 0}
+  -- The arrival too: with identity binding, a second device of the same
+  -- signed-in user is given the credential of this registration.
+  return {2, rank, estimate(rank), tonumber(redis.call('ZSCORE', KEYS[1], user))}
 end
 if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
   return {4, opens_in, 0, 0}

@@ -37,6 +37,8 @@ pub enum CliError {
     Resolve(#[from] ResolveError),
     #[error(transparent)]
     Start(#[from] StartError),
+    #[error("identity: {0}")]
+    Login(#[from] crate::edge::login::LoginKeyError),
 }
 
 /// The checks `-t` runs, and start-up runs first.
@@ -49,6 +51,9 @@ pub fn check(cli: &Cli) -> Result<(Config, Keys), CliError> {
     RouteTable::build(&config)?;
     let keys = Keys::from_env()?;
     crate::edge::self_test(&keys)?;
+    if let Some(identity) = &config.identity {
+        crate::edge::login::Logins::load(identity)?;
+    }
     Ok((config, keys))
 }
 

@@ -64,6 +64,42 @@ pub struct Config {
     /// In file order: the first matching prefix wins.
     pub routes: Vec<RouteConfig>,
     pub log: LogConfig,
+    /// Cookies, this site's origin and the other origins allowed to call
+    /// the queue API from a browser.
+    pub browsers: BrowserConfig,
+    /// Take register's and rank's userId from the site's own login token
+    /// instead of from the request.
+    pub identity: Option<IdentityConfig>,
+}
+
+/// What browsers need: how cookies are written and which origins count.
+#[derive(Debug, Clone)]
+pub struct BrowserConfig {
+    /// `Secure` on waitgate's cookies (off only for plain-HTTP demos).
+    pub secure_cookies: bool,
+    pub origins: crate::browser::origin::Origins,
+}
+
+/// The site's login token, from which register and rank take the userId
+/// (its `sub`), so that nobody can queue as someone else.
+#[derive(Debug, Clone)]
+pub struct IdentityConfig {
+    pub issuer: String,
+    pub audience: String,
+    pub key: IdentityKey,
+    /// A cookie that holds the login token, read when `Authorization` does
+    /// not carry one.
+    pub cookie: Option<String>,
+    pub leeway: Duration,
+}
+
+/// How the login token is verified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityKey {
+    /// HS256, with the secret in this environment variable.
+    SecretEnv(String),
+    /// RS256 or ES256, with the public keys of this JWKS file.
+    JwksFile(PathBuf),
 }
 
 /// The TLS listener: the same proxy, over TLS, HTTP/2 or HTTP/1.1 by ALPN.
@@ -164,6 +200,19 @@ pub struct JwtConfig {
 pub struct QueueConfig {
     pub heartbeat: HeartbeatConfig,
     pub admission: AdmissionConfig,
+    pub page: PageConfig,
+    /// `rank` needs the queueCredential too, so that nobody can keep
+    /// another user's place alive or read it.
+    pub require_credential: bool,
+}
+
+/// The waiting-room page of a queue.
+#[derive(Debug, Clone, Default)]
+pub struct PageConfig {
+    pub title: Option<String>,
+    /// An operator's template, read and checked at load; the built-in page
+    /// otherwise.
+    pub template: Option<std::sync::Arc<crate::browser::template::Template>>,
 }
 
 #[derive(Debug, Clone)]
@@ -230,6 +279,9 @@ pub struct RouteConfig {
     /// Requests with `Upgrade` (WebSocket) are forwarded and the upstream's
     /// `101` relayed; without it they are refused with 400.
     pub websocket: bool,
+    /// Browsers without a valid token are sent to the queue's waiting-room
+    /// page instead of getting the JSON 401.
+    pub waiting_room: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -267,6 +319,47 @@ struct RawConfig {
     routes: Vec<RawRoute>,
     #[serde(default)]
     log: RawLog,
+    #[serde(default)]
+    cookies: RawCookies,
+    #[serde(default)]
+    cors: RawCors,
+    #[serde(default)]
+    public_origin: Option<String>,
+    #[serde(default)]
+    identity: Option<RawIdentity>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawCookies {
+    secure: bool,
+}
+
+impl Default for RawCookies {
+    fn default() -> Self {
+        RawCookies { secure: true }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawCors {
+    allowed_origins: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawIdentity {
+    issuer: String,
+    audience: String,
+    #[serde(default)]
+    secret_env: Option<String>,
+    #[serde(default)]
+    jwks_file: Option<PathBuf>,
+    #[serde(default)]
+    cookie: Option<String>,
+    #[serde(default = "defaults::identity_leeway_s")]
+    leeway_s: u64,
 }
 
 #[derive(Deserialize)]
@@ -377,6 +470,15 @@ impl Default for RawJwt {
 struct RawQueue {
     heartbeat: RawHeartbeat,
     admission: RawAdmission,
+    page: RawPage,
+    require_credential: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+struct RawPage {
+    title: Option<String>,
+    template: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -513,6 +615,8 @@ struct RawRoute {
     queue: String,
     #[serde(default)]
     websocket: bool,
+    #[serde(default)]
+    waiting_room: bool,
 }
 
 mod defaults {
@@ -557,6 +661,9 @@ mod defaults {
     }
     pub fn read_timeout_ms() -> u64 {
         30_000
+    }
+    pub fn identity_leeway_s() -> u64 {
+        5
     }
 }
 
@@ -729,8 +836,35 @@ impl RawConfig {
                 upstream: raw.upstream,
                 queue: raw.queue,
                 websocket: raw.websocket,
+                waiting_room: raw.waiting_room,
             });
         }
+
+        let mut allowed = Vec::new();
+        for (i, origin) in self.cors.allowed_origins.iter().enumerate() {
+            allowed.push(crate::browser::origin::parse_origin(origin).ok_or_else(|| {
+                invalid(
+                    format!("cors.allowed-origins[{i}]"),
+                    "must be an origin: http(s)://host[:port], with no path",
+                )
+            })?);
+        }
+        let public = match &self.public_origin {
+            None => None,
+            Some(origin) => {
+                Some(crate::browser::origin::parse_origin(origin).ok_or_else(|| {
+                    invalid(
+                        "public-origin",
+                        "must be an origin: http(s)://host[:port], with no path",
+                    )
+                })?)
+            }
+        };
+        let browsers = BrowserConfig {
+            secure_cookies: self.cookies.secure,
+            origins: crate::browser::origin::Origins { public, allowed },
+        };
+        let identity = self.identity.map(RawIdentity::validate).transpose()?;
 
         Ok(Config {
             listen,
@@ -747,6 +881,58 @@ impl RawConfig {
             upstreams,
             routes,
             log: self.log.validate()?,
+            browsers,
+            identity,
+        })
+    }
+}
+
+impl RawIdentity {
+    fn validate(self) -> Result<IdentityConfig, ConfigError> {
+        if self.issuer.trim().is_empty() {
+            return Err(invalid("identity.issuer", "must not be empty"));
+        }
+        if self.audience.trim().is_empty() {
+            return Err(invalid("identity.audience", "must not be empty"));
+        }
+        let key = match (self.secret_env, self.jwks_file) {
+            (Some(env), None) => {
+                if env.is_empty() || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                    return Err(invalid(
+                        "identity.secret-env",
+                        "must be the name of an environment variable",
+                    ));
+                }
+                IdentityKey::SecretEnv(env)
+            }
+            (None, Some(path)) => {
+                std::fs::metadata(&path).map_err(|e| {
+                    invalid("identity.jwks-file", format!("{}: {e}", path.display()))
+                })?;
+                IdentityKey::JwksFile(path)
+            }
+            _ => {
+                return Err(invalid(
+                    "identity",
+                    "give exactly one of secret-env (HS256) and jwks-file (RS256, ES256)",
+                ))
+            }
+        };
+        if let Some(cookie) = &self.cookie {
+            if cookie.is_empty()
+                || !cookie
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            {
+                return Err(invalid("identity.cookie", "must be a cookie name"));
+            }
+        }
+        Ok(IdentityConfig {
+            issuer: self.issuer,
+            audience: self.audience,
+            key,
+            cookie: self.cookie,
+            leeway: Duration::from_secs(ranged("identity.leeway-s", self.leeway_s, 0, 300)?),
         })
     }
 }
@@ -920,9 +1106,40 @@ impl RawQueue {
             active_ttl: millis(&format!("{key}.admission.active-ttl-ms"), a.active_ttl_ms)?,
             max_active: a.max_active,
         };
+        let template = match &self.page.template {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        format!("{key}.page.template"),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                let template = crate::browser::template::Template::parse(&text).map_err(|e| {
+                    invalid(
+                        format!("{key}.page.template"),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                Some(std::sync::Arc::new(template))
+            }
+        };
+        if let Some(title) = &self.page.title {
+            if title.trim().is_empty() || title.chars().count() > 200 {
+                return Err(invalid(
+                    format!("{key}.page.title"),
+                    "must be 1 to 200 characters",
+                ));
+            }
+        }
         Ok(QueueConfig {
             heartbeat,
             admission,
+            page: PageConfig {
+                title: self.page.title,
+                template,
+            },
+            require_credential: self.require_credential,
         })
     }
 }

@@ -74,6 +74,18 @@ pub enum ApiError {
     /// 409: the change conflicts with the queue's state (the message says
     /// how).
     Conflict(&'static str),
+    /// 403: a cookie-authenticated `POST`/`DELETE` that does not come from
+    /// this site's own pages (or an allowed origin).
+    CrossSite,
+    /// 403: a CORS preflight from an origin not in `cors.allowed-origins`.
+    OriginNotAllowed,
+    /// 401: identity binding is on and the request carries no login token.
+    LoginRequired,
+    /// 401: the login token proves nothing (signature, issuer, audience,
+    /// expiry).
+    InvalidLogin,
+    /// 403: identity binding is on and the request names another user.
+    IdentityMismatch,
 }
 
 impl ApiError {
@@ -89,8 +101,11 @@ impl ApiError {
             ApiError::CredentialMismatch
             | ApiError::NotActive
             | ApiError::InsufficientScope(_)
-            | ApiError::QueueNotOpen { .. } => 403,
-            ApiError::AdminUnauthorized => 401,
+            | ApiError::QueueNotOpen { .. }
+            | ApiError::CrossSite
+            | ApiError::OriginNotAllowed
+            | ApiError::IdentityMismatch => 403,
+            ApiError::AdminUnauthorized | ApiError::LoginRequired | ApiError::InvalidLogin => 401,
             ApiError::Conflict(_) => 409,
             ApiError::UnknownQueue | ApiError::UserNotQueued { .. } | ApiError::NotFound => 404,
             ApiError::MethodNotAllowed { .. } => 405,
@@ -135,6 +150,11 @@ impl ApiError {
             ApiError::QueueNotOpen { .. } => "queue_not_open",
             ApiError::AdminUnauthorized => "unauthorized",
             ApiError::Conflict(_) => "conflict",
+            ApiError::CrossSite => "cross_site_request",
+            ApiError::OriginNotAllowed => "origin_not_allowed",
+            ApiError::LoginRequired => "login_required",
+            ApiError::InvalidLogin => "invalid_login",
+            ApiError::IdentityMismatch => "identity_mismatch",
         }
     }
 
@@ -184,6 +204,15 @@ impl ApiError {
             ApiError::UpstreamUnavailable => "The upstream failed.",
             ApiError::UpstreamTimeout => "The upstream did not answer in time.",
             ApiError::AdminUnauthorized => "A valid admin bearer token is required.",
+            ApiError::CrossSite => {
+                "A request that a cookie authenticates must come from this site's own pages."
+            }
+            ApiError::OriginNotAllowed => "This origin may not call the queue API.",
+            ApiError::LoginRequired => {
+                "Sign in first: this queue takes the user from the site's login token."
+            }
+            ApiError::InvalidLogin => "The login token is not valid.",
+            ApiError::IdentityMismatch => "The userId must be the signed-in user's.",
         };
         Cow::Borrowed(text)
     }
@@ -227,6 +256,11 @@ impl ApiError {
             },
             ApiError::AdminUnauthorized,
             ApiError::Conflict(""),
+            ApiError::CrossSite,
+            ApiError::OriginNotAllowed,
+            ApiError::LoginRequired,
+            ApiError::InvalidLogin,
+            ApiError::IdentityMismatch,
         ];
         for error in &all {
             match error {
@@ -255,7 +289,12 @@ impl ApiError {
                 | ApiError::UpstreamTimeout
                 | ApiError::QueueNotOpen { .. }
                 | ApiError::AdminUnauthorized
-                | ApiError::Conflict(_) => {}
+                | ApiError::Conflict(_)
+                | ApiError::CrossSite
+                | ApiError::OriginNotAllowed
+                | ApiError::LoginRequired
+                | ApiError::InvalidLogin
+                | ApiError::IdentityMismatch => {}
             }
         }
         all

@@ -30,6 +30,7 @@
 
 pub mod admin;
 pub mod background;
+pub mod browser;
 pub mod cli;
 pub mod config;
 pub mod control;

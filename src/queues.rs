@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{AdmissionConfig, Config, HeartbeatConfig};
+use crate::config::{AdmissionConfig, Config, HeartbeatConfig, PageConfig};
 use crate::error::ApiError;
 use crate::store::QueueKeys;
 
@@ -16,6 +16,8 @@ pub struct Queue {
     pub keys: QueueKeys,
     pub heartbeat: HeartbeatConfig,
     pub admission: AdmissionConfig,
+    pub page: PageConfig,
+    pub require_credential: bool,
 }
 
 /// Every configured queue, by name.
@@ -37,6 +39,8 @@ impl Queues {
                     keys: QueueKeys::new(name),
                     heartbeat: q.heartbeat.clone(),
                     admission: q.admission.clone(),
+                    page: q.page.clone(),
+                    require_credential: q.require_credential,
                 };
                 (name.clone(), Arc::new(queue))
             })

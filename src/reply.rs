@@ -25,6 +25,10 @@ pub struct Reply {
     pub body: Bytes,
     /// Extra headers (`Allow`, `Retry-After`, `WWW-Authenticate`, ...).
     pub headers: Vec<(&'static str, String)>,
+    /// `application/json` but for the waiting-room page and its files.
+    pub content_type: &'static str,
+    /// `no-store` but for the page's script and styles.
+    pub cache_control: &'static str,
     /// Close the connection after this reply. Set when the request body was
     /// not read: draining an unread (possibly huge) body to keep the
     /// connection would cost more than a new connection.
@@ -59,7 +63,39 @@ impl Reply {
             status,
             body,
             headers: Vec::new(),
+            content_type: "application/json",
+            cache_control: "no-store",
             close: false,
+        }
+    }
+
+    /// An HTML page.
+    pub fn html(status: u16, page: String) -> Reply {
+        Reply {
+            content_type: "text/html; charset=utf-8",
+            ..Reply::raw(status, Bytes::from(page))
+        }
+    }
+
+    /// `303 See Other` to `location` (a path of this site).
+    pub fn see_other(location: String) -> Reply {
+        Reply {
+            content_type: "text/plain; charset=utf-8",
+            ..Reply::raw(303, Bytes::from_static(b"See Other\n"))
+        }
+        .header("Location", location)
+    }
+
+    /// A static file waitgate serves, with its caching rule.
+    pub fn file(
+        content_type: &'static str,
+        body: &'static [u8],
+        cache_control: &'static str,
+    ) -> Reply {
+        Reply {
+            content_type,
+            cache_control,
+            ..Reply::raw(200, Bytes::from_static(body))
         }
     }
 
@@ -79,10 +115,10 @@ impl Reply {
     fn fields(&self) -> Vec<(&'static str, Cow<'_, str>)> {
         let mut fields = Vec::with_capacity(4 + self.headers.len());
         if self.status != 204 {
-            fields.push(("Content-Type", Cow::Borrowed("application/json")));
+            fields.push(("Content-Type", Cow::Borrowed(self.content_type)));
             fields.push(("Content-Length", Cow::Owned(self.body.len().to_string())));
         }
-        fields.push(("Cache-Control", Cow::Borrowed("no-store")));
+        fields.push(("Cache-Control", Cow::Borrowed(self.cache_control)));
         for (name, value) in &self.headers {
             fields.push((*name, Cow::Borrowed(value.as_str())));
         }

@@ -21,6 +21,7 @@ use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared}
 use crate::config::Config;
 use crate::control::{AdminToken, ControlApi};
 use crate::edge::jwt::Tokens;
+use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits};
@@ -53,6 +54,8 @@ pub enum StartError {
     Tls(String),
     #[error(transparent)]
     AdminToken(#[from] crate::control::AdminTokenError),
+    #[error("identity: {0}")]
+    Login(#[from] crate::edge::login::LoginKeyError),
 }
 
 /// Builds the whole server, ready to [`run`].
@@ -93,6 +96,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let credentials = Credentials::with_keys(keys);
     let queues = Arc::new(ArcSwap::from_pointee(Queues::new(config)));
     let (reloaded, reloaded_rx) = watch::channel(0u64);
+    let logins = config.identity.as_ref().map(Logins::load).transpose()?;
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
@@ -100,6 +104,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         tokens.clone(),
         credentials,
         metrics.clone(),
+        logins,
     ));
     let control_api = ControlApi::new(
         AdminToken::from_env()?,

@@ -3,6 +3,7 @@
 
 pub mod cache;
 pub mod jwt;
+pub mod login;
 pub mod revoked;
 pub mod secret;
 

@@ -8,6 +8,8 @@ use std::borrow::Cow;
 use super::routes::RouteTable;
 use super::rules;
 use super::rules::Field;
+use crate::browser::cookie::{self, TOKEN_COOKIE_PREFIX};
+use crate::browser::{page_path, redirect, PagePath};
 use crate::edge::jwt::{Identity, Reject, Tokens};
 use crate::error::ApiError;
 use crate::path::{self, is_queue_api_path, Endpoint};
@@ -40,6 +42,11 @@ pub enum Decision {
     },
     /// Refused at the edge (401/403) on this route.
     Deny { route: usize, reject: Reject },
+    /// A browser without a valid token on a `waiting-room: true` route:
+    /// `303` to the queue's waiting-room page, coming back to the target.
+    WaitingRoom { route: usize, location: String },
+    /// The waiting-room page or one of its files.
+    Page(PagePath),
     /// Answered at once (bad framing or path, no such route, a refused
     /// upgrade), on a route if one was found.
     Respond {
@@ -84,6 +91,13 @@ where
             None => respond(ApiError::NotFound),
         };
     }
+    if let Some(page) = page_path(path) {
+        return match page {
+            _ if shape.upgrade => respond(ApiError::UpgradeNotAllowed),
+            PagePath::Unknown => respond(ApiError::NotFound),
+            page => Decision::Page(page),
+        };
+    }
     let Some((index, route)) = routes.find(path).and_then(|i| Some((i, routes.get(i)?))) else {
         return respond(ApiError::NotFound);
     };
@@ -98,7 +112,21 @@ where
         .clone()
         .filter(|(name, _)| rules::name::Name::of(name) == rules::name::Name::Authorization)
         .map(|(_, value)| value);
-    match tokens.check(authorization, &route.queue, now) {
+    // A browser holds its token in a cookie: `Authorization` first, then
+    // the route's queue's token cookie, then any other queue's (whose
+    // token then gets that queue's 403, not the page).
+    let checked = if authorization.clone().next().is_some() {
+        tokens.check(authorization, &route.queue, now)
+    } else {
+        match token_cookie(head.fields.clone(), &route.queue) {
+            Some(token) => {
+                let value = format!("Bearer {token}");
+                tokens.check(std::iter::once(value.as_bytes()), &route.queue, now)
+            }
+            None => Err(Reject::Missing),
+        }
+    };
+    match checked {
         Ok(identity) => Decision::Forward {
             route: index,
             identity,
@@ -109,11 +137,48 @@ where
             },
             upgrade: shape.upgrade,
         },
+        Err(reject)
+            if reject.status() == 401
+                && route.waiting_room
+                && matches!(head.method, "GET" | "HEAD")
+                && redirect::wants_html(
+                    head.fields
+                        .clone()
+                        .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept"))
+                        .map(|(_, value)| value),
+                ) =>
+        {
+            Decision::WaitingRoom {
+                route: index,
+                location: redirect::location(&route.queue, target_str),
+            }
+        }
         Err(reject) => Decision::Deny {
             route: index,
             reject,
         },
     }
+}
+
+/// The token a browser's cookies hold for `queue`, or, failing that, for
+/// any queue.
+fn token_cookie<'a, F>(fields: F, queue: &str) -> Option<&'a str>
+where
+    F: Iterator<Item = Field<'a>>,
+{
+    let own = cookie::token_cookie_name(queue);
+    let mut other = None;
+    for (_, value) in fields.filter(|(name, _)| name.eq_ignore_ascii_case(b"cookie")) {
+        for (name, token) in cookie::pairs(value) {
+            if name == own {
+                return Some(token);
+            }
+            if other.is_none() && name.starts_with(TOKEN_COOKIE_PREFIX) {
+                other = Some(token);
+            }
+        }
+    }
+    other
 }
 
 /// The request target as the client sent it, from the raw request line.

@@ -25,10 +25,11 @@ use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
 use super::rules::Field;
 use super::upstream::{Chosen, NO_HEALTHY_ADDRESS};
+use crate::browser::{Caller, PagePath};
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::queue::{Endpoint, QueueApi};
+use crate::queue::{self, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::shutdown::{InFlight, InFlightGuard};
 
@@ -41,6 +42,8 @@ pub struct RequestCtx {
     pub peer: Peer,
     /// The queue API endpoint, when the request was one.
     pub endpoint: Option<Endpoint>,
+    /// The request was for the waiting-room page or its files.
+    pub page: bool,
     /// The route table the request was decided with (a reload may replace
     /// the table while the request runs), and the protected route in it,
     /// once chosen.
@@ -115,6 +118,37 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// The waiting-room page (a `GET` only: loading it registers and
+    /// polls) or one of its files.
+    async fn page(
+        &self,
+        session: &Session,
+        page: PagePath,
+        is_route: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Reply {
+        let header = session.req_header();
+        let method = header.method.as_str();
+        match page {
+            PagePath::Asset(asset) if matches!(method, "GET" | "HEAD") => queue::page::asset(asset),
+            PagePath::Page(queue) if method == "GET" => {
+                let caller = Caller::from_fields(fields(&header.headers).into_iter());
+                self.api
+                    .page(&queue, header.uri.query(), &caller, is_route)
+                    .await
+            }
+            PagePath::Asset(_) => Reply::from(ApiError::MethodNotAllowed {
+                path: "/waiting-room/assets/",
+                allow: "GET, HEAD",
+            }),
+            _ => Reply::from(ApiError::MethodNotAllowed {
+                path: "/waiting-room/",
+                allow: "GET",
+            }),
+        }
+    }
+}
+
 /// A Pingora header's fields in the rules' form. Collected, because the
 /// rules walk a head more than once and `http`'s iterator cannot be cloned.
 fn fields(headers: &http::HeaderMap) -> Vec<Field<'_>> {
@@ -139,6 +173,7 @@ impl ProxyHttp for Gate {
             request_id: String::new(),
             peer: Peer::new(None, &self.trusted),
             endpoint: None,
+            page: false,
             routes: None,
             route: None,
             identity: None,
@@ -200,6 +235,17 @@ impl ProxyHttp for Gate {
             Decision::Respond { route, error } => {
                 ctx.route = route;
                 Reply::from(error)
+            }
+            Decision::WaitingRoom { route, location } => {
+                ctx.route = Some(route);
+                Reply::see_other(location)
+            }
+            Decision::Page(page) => {
+                ctx.page = true;
+                let routes = ctx.routes.clone();
+                let is_route =
+                    move |path: &str| routes.as_ref().is_some_and(|r| r.find(path).is_some());
+                self.page(session, page, &is_route).await
             }
         };
         // An unread body would have to be drained before the connection could
@@ -370,6 +416,7 @@ impl ProxyHttp for Gate {
             .and_then(|(routes, i)| routes.get(i));
         let label = match (ctx.endpoint, route) {
             (Some(endpoint), _) => endpoint.name(),
+            (None, _) if ctx.page => "waiting_room",
             (None, Some(route)) => route.prefix.as_str(),
             (None, None) => "other",
         };
@@ -433,6 +480,7 @@ routes:
             tokens.clone(),
             Credentials::new(&secret),
             metrics.clone(),
+            None,
         ));
         let routes = Arc::new(ArcSwap::from_pointee(RouteTable::build(&config).unwrap()));
         let gate = Gate::new(
@@ -490,6 +538,8 @@ routes:
             Decision::Deny { reject, .. } => ApiError::from(reject).status(),
             Decision::Queue(_) => 1,
             Decision::Forward { .. } => 2,
+            Decision::WaitingRoom { .. } => 303,
+            Decision::Page(_) => 3,
         }
     }
 

@@ -17,6 +17,8 @@ pub struct ProtectedRoute {
     pub upstream: Arc<Upstream>,
     /// Takes `Upgrade` requests (WebSocket); other routes refuse them.
     pub websocket: bool,
+    /// Browsers without a valid token are sent to the waiting room.
+    pub waiting_room: bool,
 }
 
 /// The routes in file order: the first matching prefix wins.
@@ -49,6 +51,7 @@ impl RouteTable {
                 queue: route.queue.clone(),
                 upstream,
                 websocket: route.websocket,
+                waiting_room: route.waiting_room,
             });
         }
         Ok(RouteTable {

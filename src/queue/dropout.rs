@@ -5,9 +5,11 @@
 
 use std::borrow::Cow;
 
-use pingora::proxy::Session;
+use pingora::http::RequestHeader;
 
 use super::{credential, input, Endpoint, QueueApi};
+use crate::browser::cookie;
+use crate::browser::Caller;
 use crate::error::ApiError;
 use crate::reply::Reply;
 use crate::store::Dropout;
@@ -15,31 +17,59 @@ use crate::store::Dropout;
 /// The header that carries the queueCredential.
 pub const CREDENTIAL_HEADER: &str = "x-queue-credential";
 
-pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
-    match dropout(api, session).await {
+pub async fn handle(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Reply {
+    match dropout(api, head, caller).await {
         Ok(reply) => reply,
         Err(error) => Reply::from(error),
     }
 }
 
-async fn dropout(api: &QueueApi, session: &mut Session) -> Result<Reply, ApiError> {
-    let header = session.req_header();
-    let (user, queue) = input::user_query(header.uri.query())?;
-    let presented = presented_credential(header.headers.get_all(CREDENTIAL_HEADER))?;
-    let queue = api.queue(queue.as_deref())?;
+async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Result<Reply, ApiError> {
+    let query = input::parse_query(head.uri.query())?;
+    let queue = api.queue(query.queue.as_deref())?;
+    // The header, when sent, is the credential; without it the queue
+    // cookie's is (a browser).
+    let header = || head.headers.get_all(CREDENTIAL_HEADER);
+    let sent = match header().iter().next() {
+        Some(_) => Some(presented_credential(header())?.to_string()),
+        None => None,
+    };
+    let who = api.who(&queue, query.user_id, sent, caller)?;
+    if who.by_cookie {
+        api.same_site(caller)?;
+    }
+    let presented = match &who.credential {
+        Some(c) => c.as_str(),
+        // None sent: say which header was missing.
+        None => presented_credential(header())?,
+    };
 
     // A credential that is not one of ours for this user matches no
     // registration; Redis need not be asked.
     let arrival = api
         .credentials()
-        .check(&queue.name, user.as_str(), presented)
+        .check(&queue.name, who.user.as_str(), presented)
         .ok_or(ApiError::CredentialMismatch)?;
     let removed = api
         .store()
-        .dropout(&queue.keys, user.as_str(), arrival)
+        .dropout(&queue.keys, who.user.as_str(), arrival)
         .await
         .map_err(|e| api.unavailable(Endpoint::Dropout, e))?;
-    outcome(removed)
+    let reply = outcome(removed)?;
+    // A browser that left forgets its place and its token.
+    Ok(if who.by_cookie {
+        reply
+            .header(
+                "Set-Cookie",
+                api.jar().remove(cookie::queue_cookie_name(&queue.name)),
+            )
+            .header(
+                "Set-Cookie",
+                api.jar().remove(cookie::token_cookie_name(&queue.name)),
+            )
+    } else {
+        reply
+    })
 }
 
 /// What the store's answer means for the client.

@@ -10,18 +10,24 @@ mod body;
 pub mod credential;
 mod dropout;
 pub mod input;
+pub mod page;
 pub mod rank;
 pub mod register;
 pub mod token;
+mod who;
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use pingora::proxy::Session;
 
+use crate::browser::cookie::CookieJar;
+use crate::browser::origin::{self, Origins};
+use crate::browser::Caller;
 use crate::config::Config;
 use crate::control::revoke;
 use crate::edge::jwt::{Identity, Tokens};
+use crate::edge::login::Logins;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
 pub use crate::path::Endpoint;
@@ -45,6 +51,10 @@ pub struct QueueApi {
     metrics: Arc<Metrics>,
     /// A body must arrive whole within this.
     body_timeout: std::time::Duration,
+    /// The site's login, when register and rank take the user from it.
+    logins: Option<Logins>,
+    origins: Origins,
+    jar: CookieJar,
 }
 
 impl QueueApi {
@@ -55,6 +65,7 @@ impl QueueApi {
         tokens: Arc<Tokens>,
         credentials: Credentials,
         metrics: Arc<Metrics>,
+        logins: Option<Logins>,
     ) -> QueueApi {
         QueueApi {
             queues,
@@ -63,23 +74,80 @@ impl QueueApi {
             credentials,
             metrics,
             body_timeout: config.clients.body_timeout,
+            logins,
+            origins: config.browsers.origins.clone(),
+            jar: CookieJar {
+                secure: config.browsers.secure_cookies,
+            },
         }
     }
 
     /// Answers one request to `endpoint`.
     pub async fn serve(&self, endpoint: Endpoint, session: &mut Session) -> Reply {
-        if session.req_header().method.as_str() != endpoint.method() {
-            return Reply::from(ApiError::MethodNotAllowed {
+        // Owned, since the handlers read the body through the session.
+        let head = session.req_header().clone();
+        let caller = Caller::from_fields(
+            head.headers
+                .iter()
+                .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
+        );
+        let method = head.method.as_str();
+        if method == "OPTIONS" && caller.sent().origin.is_some() {
+            return self.preflight(&caller);
+        }
+        let reply = if method != endpoint.method() {
+            Reply::from(ApiError::MethodNotAllowed {
                 path: endpoint.path(),
                 allow: endpoint.method(),
-            });
+            })
+        } else {
+            match endpoint {
+                Endpoint::Register => register::handle(self, session, &caller).await,
+                Endpoint::Rank => rank::answer(self, head.uri.query(), &caller).await,
+                Endpoint::Dropout => dropout::handle(self, &head, &caller).await,
+                Endpoint::Token => token::handle(self, session, &caller).await,
+            }
+        };
+        self.finish(reply, &caller)
+    }
+
+    /// The answer to a rank request, for the direct lane: the same as
+    /// [`QueueApi::serve`] gives.
+    pub async fn rank(&self, query: Option<&str>, caller: &Caller) -> Reply {
+        self.finish(rank::answer(self, query, caller).await, caller)
+    }
+
+    /// Every queue API reply to an allowed origin carries CORS headers.
+    fn finish(&self, mut reply: Reply, caller: &Caller) -> Reply {
+        if let Some(headers) = self.origins.cors(caller.sent()) {
+            reply.headers.extend(headers);
         }
-        match endpoint {
-            Endpoint::Register => register::handle(self, session).await,
-            Endpoint::Rank => rank::handle(self, session).await,
-            Endpoint::Dropout => dropout::handle(self, session).await,
-            Endpoint::Token => token::handle(self, session).await,
+        reply
+    }
+
+    /// A CORS preflight: allowed origins get the methods and headers the
+    /// queue API takes; others 403.
+    fn preflight(&self, caller: &Caller) -> Reply {
+        match origin::preflight(&self.origins, caller.sent()) {
+            Some(headers) => {
+                let mut reply = Reply::no_content();
+                reply.headers.extend(headers);
+                reply
+            }
+            None => Reply::from(ApiError::OriginNotAllowed),
         }
+    }
+
+    pub fn origins(&self) -> &Origins {
+        &self.origins
+    }
+
+    pub fn jar(&self) -> CookieJar {
+        self.jar
+    }
+
+    pub fn logins(&self) -> Option<&Logins> {
+        self.logins.as_ref()
     }
 
     /// The queue a request names, or the only one when it names none.
@@ -191,6 +259,8 @@ pub(crate) mod tests {
             keys: queue.keys.clone(),
             heartbeat: queue.heartbeat.clone(),
             admission: queue.admission.clone(),
+            page: queue.page.clone(),
+            require_credential: queue.require_credential,
         }
     }
 }

@@ -1,36 +1,43 @@
 //! `GET /api/v1/queue/rank?userId=&queue=`: the user's place, and a heartbeat.
 
-use pingora::proxy::Session;
-
 use super::{body, input, Endpoint, QueueApi};
+use crate::browser::Caller;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Position;
 use crate::user::UserId;
 
-pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
-    answer(api, session.req_header().uri.query()).await
-}
-
-/// The reply to a rank request with this query string (without the `?`).
-/// Needs nothing else of the request, so the direct lane answers it too.
-pub async fn answer(api: &QueueApi, query: Option<&str>) -> Reply {
-    match rank(api, query).await {
+/// The reply to a rank request with this query string (without the `?`),
+/// from a client that sent these headers. Both HTTP paths call it.
+pub async fn answer(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Reply {
+    match rank(api, query, caller).await {
         Ok(reply) => reply,
         Err(error) => Reply::from(error),
     }
 }
 
-async fn rank(api: &QueueApi, query: Option<&str>) -> Result<Reply, ApiError> {
-    let (user, queue) = input::user_query(query)?;
-    let queue = api.queue(queue.as_deref())?;
+async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Reply, ApiError> {
+    let query = input::parse_query(query)?;
+    let queue = api.queue(query.queue.as_deref())?;
+    let header_credential = caller.credential.clone();
+    let who = api.who(&queue, query.user_id, header_credential, caller)?;
+    if queue.require_credential {
+        let presented = who.credential.as_deref().ok_or(ApiError::InvalidRequest(
+            std::borrow::Cow::Borrowed(
+                "This queue needs the queueCredential with rank: send X-Queue-Credential.",
+            ),
+        ))?;
+        api.credentials()
+            .check(&queue.name, who.user.as_str(), presented)
+            .ok_or(ApiError::CredentialMismatch)?;
+    }
     let position = api
         .store()
-        .rank(&queue.keys, user.as_str(), &queue.admission)
+        .rank(&queue.keys, who.user.as_str(), &queue.admission)
         .await
         .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
-    outcome(&queue, &user, position)
+    outcome(&queue, &who.user, position)
 }
 
 /// What the store's answer means for the client.

@@ -1,9 +1,20 @@
-//! `POST /api/v1/queue/register` with `{"userId","queue"?}`.
+//! `POST /api/v1/queue/register` with `{"userId"?,"queue"?}`.
+//!
+//! `userId` is the client's, or the login's with identity binding. A
+//! browser sends none: waitgate mints an unguessable one (or reuses the one
+//! in its queue cookie) and keeps it, with the credential, in that cookie.
 
+use std::borrow::Cow;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
 use pingora::proxy::Session;
+use rand::TryRngCore;
 use serde::Deserialize;
 
 use super::{body, input, Endpoint, QueueApi};
+use crate::browser::cookie::{self, QueueCookie};
+use crate::browser::Caller;
 use crate::error::ApiError;
 use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW, REGISTERED_NOT_OPEN};
 use crate::queues::Queue;
@@ -15,50 +26,168 @@ use crate::user::UserId;
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Body {
-    user_id: String,
+    #[serde(default)]
+    user_id: Option<String>,
     #[serde(default)]
     queue: Option<String>,
 }
 
-/// A register request that passed every check short of Redis.
+/// A register request that passed every check short of Redis. `user` is
+/// `None` when the client left it to waitgate.
 #[derive(Debug)]
 pub struct Request {
-    pub user: UserId,
+    pub user: Option<String>,
     pub queue: Option<String>,
 }
 
-/// Parses and checks a register body.
+/// Parses a register body.
 pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let body: Body = input::parse_json(body)?;
     Ok(Request {
-        user: input::user_id(body.user_id)?,
+        user: body.user_id,
         queue: body.queue,
     })
 }
 
-pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
-    match register(api, session).await {
+/// Who registers, and whether the answer sets the queue cookie.
+struct Registrant {
+    user: UserId,
+    /// A browser: the place is kept in the queue cookie.
+    browser: bool,
+}
+
+pub async fn handle(api: &QueueApi, session: &mut Session, caller: &Caller) -> Reply {
+    match register(api, session, caller).await {
         Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn register(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
+async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result<Reply, Reply> {
     let request = parse(&api.read_body(session).await?)?;
     let queue = api.queue(request.queue.as_deref())?;
-    let registration = api
-        .store()
-        .register(&queue.keys, request.user.as_str(), &queue.admission)
-        .await
-        .map_err(|e| api.unavailable(Endpoint::Register, e))?;
-    let (result, reply) = outcome(&queue, &request.user, registration, |arrival| {
-        api.credentials()
-            .issue(&queue.name, request.user.as_str(), arrival)
-    });
-    api.metrics()
-        .registrations
-        .with_label_values(&[&queue.name, result])
-        .inc();
-    Ok(reply)
+    let registrant = registrant(api, &queue, request.user, caller)?;
+    let (registration, credential, reply) = api.register_user(&queue, &registrant.user).await?;
+    Ok(match (credential, registrant.browser) {
+        (Some(credential), true) => reply.header(
+            "Set-Cookie",
+            api.queue_cookie(
+                &queue,
+                &credential,
+                start_rank(&registration),
+                &registrant.user,
+            ),
+        ),
+        _ => reply,
+    })
+}
+
+/// Who a register request is for: the login's user with identity binding;
+/// else the body's `userId`; else, for a browser of this site (one that
+/// says where it comes from, as browsers do), the queue cookie's user or a
+/// new one. An API client that sends no `userId` gets 400.
+fn registrant(
+    api: &QueueApi,
+    queue: &Queue,
+    given: Option<String>,
+    caller: &Caller,
+) -> Result<Registrant, ApiError> {
+    let is_browser = caller.is_browser();
+    if api.logins().is_some() {
+        let who = api.who(queue, given, None, caller)?;
+        if who.by_cookie {
+            api.same_site(caller)?;
+        }
+        return Ok(Registrant {
+            user: who.user,
+            browser: is_browser,
+        });
+    }
+    if let Some(given) = given {
+        return Ok(Registrant {
+            user: input::user_id(given)?,
+            browser: false,
+        });
+    }
+    if !is_browser {
+        return Err(ApiError::InvalidRequest(Cow::Borrowed(
+            "The body field userId is required.",
+        )));
+    }
+    // It sets a cookie: only this site's pages may ask.
+    api.same_site(caller)?;
+    let user = match caller.queue_cookie(&queue.name) {
+        Some(c) => c.user,
+        None => mint(),
+    };
+    Ok(Registrant {
+        user,
+        browser: true,
+    })
+}
+
+/// The place a registration starts at, for the page's progress bar.
+pub(super) fn start_rank(registration: &Registration) -> u64 {
+    match registration {
+        Registration::New { place, .. } | Registration::AlreadyWaiting { place, .. } => place.rank,
+        _ => 0,
+    }
+}
+
+/// A new user id for a browser: 128 random bits from the OS, base64url (22
+/// characters, all within the user-id rule).
+pub fn mint() -> UserId {
+    let mut bytes = [0u8; 16];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut bytes)
+        .expect("the OS random source works");
+    UserId::parse(URL_SAFE_NO_PAD.encode(bytes)).expect("base64url is within the user-id rule")
+}
+
+impl QueueApi {
+    /// Registers `user` in `queue`: the one Redis call, the metric, and the
+    /// reply, with the store's answer and the credential it issued (to a
+    /// new registration only). Shared by the API and the waiting-room page.
+    pub(super) async fn register_user(
+        &self,
+        queue: &Queue,
+        user: &UserId,
+    ) -> Result<(Registration, Option<String>, Reply), ApiError> {
+        let registration = self
+            .store()
+            .register(&queue.keys, user.as_str(), &queue.admission)
+            .await
+            .map_err(|e| self.unavailable(Endpoint::Register, e))?;
+        let mut issued = None;
+        let (result, reply) = outcome(queue, user, registration, |arrival| {
+            let credential = self
+                .credentials()
+                .issue(&queue.name, user.as_str(), arrival);
+            issued = Some(credential.clone());
+            credential
+        });
+        self.metrics()
+            .registrations
+            .with_label_values(&[&queue.name, result])
+            .inc();
+        Ok((registration, issued, reply))
+    }
+
+    /// The `Set-Cookie` value that keeps a browser's place.
+    pub(super) fn queue_cookie(
+        &self,
+        queue: &Queue,
+        credential: &str,
+        start_rank: u64,
+        user: &UserId,
+    ) -> String {
+        let value = QueueCookie {
+            credential: credential.to_string(),
+            start_rank,
+            user: user.clone(),
+        };
+        self.jar()
+            .set(cookie::queue_cookie_name(&queue.name), value.value(), None)
+    }
 }
 
 /// What the store's answer means: the metric label and the reply. Only a
@@ -78,7 +207,7 @@ fn outcome(
                 body::waiting(queue, user.as_str(), place, Some(&credential)),
             )
         }
-        Registration::AlreadyWaiting(place) => (
+        Registration::AlreadyWaiting { place, .. } => (
             REGISTERED_AGAIN,
             body::waiting(queue, user.as_str(), place, None),
         ),
@@ -115,14 +244,21 @@ mod tests {
     use crate::store::Place;
 
     #[test]
+    fn minted_users_are_unguessable_and_follow_the_rule() {
+        let a = mint();
+        assert_eq!(a.as_str().len(), 22);
+        assert_ne!(a, mint());
+    }
+
+    #[test]
     fn bodies_are_checked_before_redis() {
         let ok = parse(br#"{"userId":"u1","queue":"baseball"}"#).unwrap();
-        assert_eq!(ok.user.as_str(), "u1");
+        assert_eq!(ok.user.as_deref(), Some("u1"));
         assert_eq!(ok.queue.as_deref(), Some("baseball"));
+        assert_eq!(parse(br#"{"queue":"baseball"}"#).unwrap().user, None);
         for (body, code) in [
-            (&br#"{"userId":"a b"}"#[..], "invalid_user_id"),
-            (br#"{"userId":"u1","extra":1}"#, "invalid_request"),
-            (br#"{"queue":"baseball"}"#, "invalid_request"),
+            (&br#"{"userId":"u1","extra":1}"#[..], "invalid_request"),
+            (br#"{"userId":5}"#, "invalid_request"),
             (br#"{"userId":"#, "invalid_json"),
         ] {
             assert_eq!(parse(body).unwrap_err().code(), code, "{body:?}");
@@ -146,9 +282,12 @@ mod tests {
         assert_eq!(label, REGISTERED_NEW);
         let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["queueCredential"], "credential-7");
-        let (label, reply) = outcome(&queue, &user, Registration::AlreadyWaiting(place), |_| {
-            unreachable!("no credential for a second registration")
-        });
+        let (label, reply) = outcome(
+            &queue,
+            &user,
+            Registration::AlreadyWaiting { place, arrival: 7 },
+            |_| unreachable!("no credential for a second registration"),
+        );
         assert_eq!(label, REGISTERED_AGAIN);
         let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert!(v.get("queueCredential").is_none());

@@ -7,41 +7,59 @@ use pingora::proxy::Session;
 use serde::{Deserialize, Serialize};
 
 use super::{credential, input, Endpoint, QueueApi};
-use crate::edge::jwt::now_s;
+use crate::browser::cookie;
+use crate::browser::Caller;
+use crate::edge::jwt::{now_s, Issued};
 use crate::error::ApiError;
+use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::user::UserId;
 
-/// The request body as sent.
+/// The request body as sent: `userId` and `queueCredential` together, or
+/// neither (a browser, whose queue cookie holds both).
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Body {
-    user_id: String,
-    queue_credential: String,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    queue_credential: Option<String>,
     #[serde(default)]
     queue: Option<String>,
 }
 
 /// A token-exchange request that passed every check short of Redis.
+/// `user` and `credential` are `None` when the queue cookie holds them.
 #[derive(Debug)]
 pub struct Request {
-    pub user: UserId,
-    pub credential: String,
+    pub user: Option<UserId>,
+    pub credential: Option<String>,
     pub queue: Option<String>,
 }
 
 /// Parses and checks a token-exchange body.
 pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let body: Body = input::parse_json(body)?;
-    let user = input::user_id(body.user_id)?;
-    if body.queue_credential.is_empty() || body.queue_credential.len() > credential::MAX_LEN {
+    let user = match body.user_id {
+        Some(user) => Some(input::user_id(user)?),
+        None => None,
+    };
+    let credential = match body.queue_credential {
+        Some(c) if c.is_empty() || c.len() > credential::MAX_LEN => {
+            return Err(ApiError::InvalidRequest(Cow::Borrowed(
+                "queueCredential must be the credential given at registration.",
+            )))
+        }
+        other => other,
+    };
+    if user.is_some() != credential.is_some() {
         return Err(ApiError::InvalidRequest(Cow::Borrowed(
-            "queueCredential must be the credential given at registration.",
+            "userId and queueCredential go together (or neither, with the waiting room's cookie).",
         )));
     }
     Ok(Request {
         user,
-        credential: body.queue_credential,
+        credential,
         queue: body.queue,
     })
 }
@@ -54,8 +72,8 @@ struct TokenBody<'a> {
     expires_in: u64,
 }
 
-pub async fn handle(api: &QueueApi, session: &mut Session) -> Reply {
-    match token(api, session).await {
+pub async fn handle(api: &QueueApi, session: &mut Session, caller: &Caller) -> Reply {
+    match token(api, session, caller).await {
         Ok(reply) | Err(reply) => reply,
     }
 }
@@ -66,38 +84,77 @@ fn refused() -> ApiError {
     ApiError::NotActive
 }
 
-async fn token(api: &QueueApi, session: &mut Session) -> Result<Reply, Reply> {
+async fn token(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result<Reply, Reply> {
     let request = parse(&api.read_body(session).await?)?;
     let queue = api.queue(request.queue.as_deref())?;
-
-    // A credential that is not one of ours for this user is refused without
-    // asking Redis, with the same answer as any other refusal.
-    let arrival = api
-        .credentials()
-        .check(&queue.name, request.user.as_str(), &request.credential)
-        .ok_or_else(refused)?;
-    let active_until_ms = api
-        .store()
-        .token(&queue.keys, request.user.as_str(), arrival)
-        .await
-        .map_err(|e| api.unavailable(Endpoint::Token, e))?
-        .ok_or_else(refused)?;
-    let issued = api
-        .tokens()
-        .issue(request.user.as_str(), &queue.name, active_until_ms, now_s())
-        .ok_or_else(refused)?;
-    api.metrics()
-        .tokens_issued
-        .with_label_values(&[&queue.name])
-        .inc();
-    Ok(Reply::json(
+    let who = api.who(
+        &queue,
+        request.user.map(UserId::into_string),
+        request.credential,
+        caller,
+    )?;
+    if who.by_cookie {
+        api.same_site(caller)?;
+    }
+    let credential = who.credential.as_deref().ok_or_else(refused)?;
+    let issued = api.exchange(&queue, &who.user, credential).await?;
+    let reply = Reply::json(
         200,
         &TokenBody {
             access_token: &issued.token,
             token_type: "Bearer",
             expires_in: issued.expires_in,
         },
-    ))
+    );
+    // A browser gets the token as a cookie too, for the protected routes.
+    Ok(if who.by_cookie {
+        reply.header("Set-Cookie", api.token_cookie(&queue.name, &issued))
+    } else {
+        reply
+    })
+}
+
+impl QueueApi {
+    /// Trades an active user's credential for a token: the one Redis call
+    /// and the metric. Shared by the API and the waiting-room page.
+    pub(super) async fn exchange(
+        &self,
+        queue: &Queue,
+        user: &UserId,
+        credential: &str,
+    ) -> Result<Issued, ApiError> {
+        // A credential that is not one of ours for this user is refused
+        // without asking Redis, with the same answer as any other refusal.
+        let arrival = self
+            .credentials()
+            .check(&queue.name, user.as_str(), credential)
+            .ok_or_else(refused)?;
+        let active_until_ms = self
+            .store()
+            .token(&queue.keys, user.as_str(), arrival)
+            .await
+            .map_err(|e| self.unavailable(Endpoint::Token, e))?
+            .ok_or_else(refused)?;
+        let issued = self
+            .tokens()
+            .issue(user.as_str(), &queue.name, active_until_ms, now_s())
+            .ok_or_else(refused)?;
+        self.metrics()
+            .tokens_issued
+            .with_label_values(&[&queue.name])
+            .inc();
+        Ok(issued)
+    }
+
+    /// The `Set-Cookie` value of a browser's token, kept as long as it is
+    /// valid.
+    pub(super) fn token_cookie(&self, queue: &str, issued: &Issued) -> String {
+        self.jar().set(
+            cookie::token_cookie_name(queue),
+            issued.token.clone(),
+            Some(std::time::Duration::from_secs(issued.expires_in)),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -109,12 +166,14 @@ mod tests {
         let ok = parse(br#"{"userId":"u1","queueCredential":"c","queue":"q"}"#).unwrap();
         assert_eq!(
             (
-                ok.user.as_str(),
-                ok.credential.as_str(),
+                ok.user.as_ref().map(UserId::as_str),
+                ok.credential.as_deref(),
                 ok.queue.as_deref()
             ),
-            ("u1", "c", Some("q"))
+            (Some("u1"), Some("c"), Some("q"))
         );
+        let browser = parse(br#"{"queue":"q"}"#).unwrap();
+        assert!(browser.user.is_none() && browser.credential.is_none());
         let long = format!(
             r#"{{"userId":"u1","queueCredential":"{}"}}"#,
             "c".repeat(credential::MAX_LEN + 1)
@@ -130,6 +189,7 @@ mod tests {
                 "invalid_user_id",
             ),
             (br#"{"userId":"u1"}"#.to_vec(), "invalid_request"),
+            (br#"{"queueCredential":"c"}"#.to_vec(), "invalid_request"),
         ] {
             assert_eq!(parse(&body).unwrap_err().code(), code);
         }

@@ -86,8 +86,8 @@ pub enum Registration {
     /// Added at the tail at `arrival` (its score in the waiting set), which
     /// the queueCredential signs.
     New { place: Place, arrival: u64 },
-    /// Was already waiting; place and credential unchanged.
-    AlreadyWaiting(Place),
+    /// Was already waiting, since `arrival`; place and credential unchanged.
+    AlreadyWaiting { place: Place, arrival: u64 },
     /// Is active until this time (Redis clock, ms since the epoch).
     Active { expires_at_ms: u64 },
     /// Is in the pre-queue of a scheduled open, which opens in
@@ -616,7 +616,10 @@ impl Store {
                 place: place(value, wait)?,
                 arrival: count(arrival)?,
             }),
-            2 => Ok(Registration::AlreadyWaiting(place(value, wait)?)),
+            2 => Ok(Registration::AlreadyWaiting {
+                place: place(value, wait)?,
+                arrival: count(arrival)?,
+            }),
             3 => Ok(Registration::Active {
                 expires_at_ms: count(value)?,
             }),

@@ -16,7 +16,7 @@
 //!   a `Connection` header, if any, naming only `close` or `keep-alive`;
 //! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
 //!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
-//!   with the proxy's handler (`crate::queue::rank::answer`).
+//!   with the proxy's handler (`crate::queue::QueueApi::rank`).
 //!
 //! What it holds: nothing the proxy path also decides. The decision, the
 //! request and response header rules, the framing rules, the 502/504
@@ -51,7 +51,7 @@ use super::rules::record::Record;
 use super::upstream::{Upstream, NO_HEALTHY_ADDRESS};
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
-use crate::queue::{rank, Endpoint, QueueApi};
+use crate::queue::{Endpoint, QueueApi};
 use crate::shutdown::InFlight;
 use io::send;
 use pool::Pool;
@@ -263,9 +263,11 @@ impl DirectLane {
                 record.error = outcome.error;
                 outcome.lane
             }
-            Take::Rank { query } => {
+            Take::Rank { query, caller } => {
                 record.route = Endpoint::Rank.name();
-                let mut reply = rank::answer(&self.api, query.as_deref())
+                let mut reply = self
+                    .api
+                    .rank(query.as_deref(), caller)
                     .await
                     .header(REQUEST_ID, request_id.as_str());
                 if close {

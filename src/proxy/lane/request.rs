@@ -6,6 +6,7 @@
 //! decision itself is the proxy's (`crate::proxy::decision`), and the headers
 //! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
 
+use crate::browser::Caller;
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
@@ -22,6 +23,8 @@ pub enum Take {
     /// `GET /api/v1/queue/rank`, answered from Redis as the proxy does.
     Rank {
         query: Option<String>,
+        /// What the request's headers say about who sent it.
+        caller: Box<Caller>,
     },
 }
 
@@ -132,6 +135,7 @@ pub fn take(
                 .iter()
                 .position(|&b| b == b'?')
                 .map(|at| String::from_utf8_lossy(&target[at + 1..]).into_owned()),
+            caller: Box::new(Caller::from_fields(fields.clone())),
         },
         _ => return None,
     };

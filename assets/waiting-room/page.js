@@ -1,0 +1,254 @@
+/*
+ * page.js: keeps waitgate's waiting page up to date.
+ *
+ * The server renders the page with the visitor's place and a JSON config
+ * (#waitgate-config: queue, return path, status, rank, startRank,
+ * pollAfterMs and the localized strings). From there this script polls the
+ * queue API through WaitgateClient in cookie mode (the HttpOnly queue cookie
+ * says who the visitor is), updates the page in place, and once the visitor
+ * is admitted exchanges the place for a token and goes to the return path.
+ *
+ * Every visible word comes from config.strings; this file has none of its
+ * own. The live region (#wg-message) is written only when its text changes,
+ * so a screen reader announces changes, not every poll.
+ *
+ * Polling goes on while the tab is hidden: polling is the heartbeat that
+ * keeps the place. Each poll is scheduled from the previous answer, so there
+ * is never more than one request at a time.
+ */
+(() => {
+  "use strict";
+
+  const MIN_POLL_MS = 1000;
+  const MAX_RELOAD_DELAY_MS = 30000;
+  const RELOAD_KEY = "waitgate-reloads";
+
+  const $ = (id) => document.getElementById(id);
+
+  function readConfig() {
+    const el = $("waitgate-config");
+    try {
+      const config = el ? JSON.parse(el.textContent) : null;
+      return config && typeof config === "object" ? config : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  const config = readConfig();
+  const fallbackPollMs = Math.max(MIN_POLL_MS, Number(config && config.pollAfterMs) || 3000);
+
+  // Reloading asks the server again: it registers the visitor anew when the
+  // place is gone, and answers with a redirect once admitted. Reloads that
+  // follow each other quickly (an error that does not go away) are spaced
+  // out, 1 s, 2 s, 4 s ... up to 30 s.
+  let reloading = false;
+  function reload({ soon = false } = {}) {
+    if (reloading) return;
+    reloading = true;
+    let delay = soon ? 0 : fallbackPollMs;
+    try {
+      const last = JSON.parse(sessionStorage.getItem(RELOAD_KEY) || "null");
+      const count = last && Date.now() - last.at < 60000 ? last.count + 1 : 0;
+      if (count > 0) delay = Math.max(delay, Math.min(MAX_RELOAD_DELAY_MS, MIN_POLL_MS * 2 ** (count - 1)));
+      sessionStorage.setItem(RELOAD_KEY, JSON.stringify({ at: Date.now() + delay, count }));
+    } catch (_) {
+      delay = Math.max(delay, fallbackPollMs); // no storage: never reload faster than a poll
+    }
+    setTimeout(() => location.reload(), delay);
+  }
+
+  // A good answer ends a run of reloads.
+  let reloadsForgotten = false;
+  function forgetReloads() {
+    if (reloadsForgotten) return;
+    reloadsForgotten = true;
+    try { sessionStorage.removeItem(RELOAD_KEY); } catch (_) { /* no storage */ }
+  }
+
+  // Without a config or the client, behave as the page does without
+  // JavaScript: reload now and then, and let the server show the place.
+  if (!config || typeof window.WaitgateClient !== "function") {
+    reload();
+    return;
+  }
+
+  const strings = config.strings && typeof config.strings === "object" ? config.strings : {};
+  const root = $("waitgate");
+  const heading = $("wg-heading");
+  const message = $("wg-message");
+  const place = $("wg-place");
+  const wait = $("wg-wait");
+  const progress = $("wg-progress");
+  const progressText = $("wg-progress-text");
+
+  let numberFormat = null;
+  try {
+    numberFormat = new Intl.NumberFormat(config.lang || document.documentElement.lang || undefined);
+  } catch (_) {
+    numberFormat = null;
+  }
+  const num = (n) => (numberFormat ? numberFormat.format(n) : String(n));
+
+  // The localized string `key` with {n} replaced, or null when there is none.
+  function text(key, n) {
+    const s = strings[key];
+    if (typeof s !== "string") return null;
+    return n === undefined ? s : s.replace(/\{n\}/g, num(n));
+  }
+
+  function setText(el, value) {
+    if (el && value != null && el.textContent !== value) el.textContent = value;
+  }
+
+  // What the page shows when there is no number (before the open): the
+  // template's own placeholder, kept in data-empty.
+  const empty = (el) => (el && el.dataset.empty) || "";
+
+  function setStatus(status) {
+    if (root && root.dataset.status !== status) root.dataset.status = status;
+  }
+
+  let startRank = Number.isFinite(config.startRank) ? config.startRank : null;
+
+  function setProgress(rank) {
+    if (!Number.isFinite(rank)) return;
+    if (startRank === null) startRank = rank; // first place seen after the open
+    const pct = startRank <= 0 ? 100
+      : Math.min(100, Math.max(0, Math.round((100 * (startRank - rank)) / startRank)));
+    showProgress(pct);
+  }
+
+  function showProgress(pct) {
+    if (!progress) return;
+    if (Number(progress.value) !== pct) progress.value = pct;
+    const label = text("progress", pct);
+    if (label !== null) {
+      if (progress.getAttribute("aria-valuetext") !== label) progress.setAttribute("aria-valuetext", label);
+      setText(progressText, label);
+    }
+  }
+
+  function waitText(seconds) {
+    if (!Number.isFinite(seconds)) return null;
+    if (seconds < 60) return text("wait_soon");
+    if (seconds < 90) return text("wait_minute");
+    return text("wait_minutes", Math.round(seconds / 60));
+  }
+
+  function aheadText(rank) {
+    if (rank === 0) return text("next");
+    if (rank === 1) return text("ahead_one");
+    return text("ahead", rank);
+  }
+
+  function opensText(seconds) {
+    const s = Math.max(0, Math.ceil(Number(seconds) || 0));
+    return s < 120 ? text("opens_in_seconds", s) : text("opens_in_minutes", Math.round(s / 60));
+  }
+
+  let connectionLost = false;
+  function setConnection(lost) {
+    connectionLost = lost;
+    if (!root) return;
+    if (lost) root.dataset.connection = "lost";
+    else delete root.dataset.connection;
+  }
+
+  // One rank answer (or the client's RECONNECTING notice) onto the page.
+  function render(answer) {
+    if (!answer || typeof answer !== "object") return;
+    if (answer.status === "RECONNECTING") {
+      setConnection(true);
+      setText(message, text("reconnecting"));
+      return;
+    }
+    if (connectionLost) setConnection(false);
+    forgetReloads();
+
+    const rank = Number.isFinite(answer.rank) ? answer.rank : null;
+    switch (answer.status) {
+      case "WAITING":
+        if (answer.paused) {
+          setStatus("PAUSED");
+          setText(heading, text("heading_paused"));
+          setText(message, text("paused"));
+          setText(wait, text("wait_unknown"));
+        } else {
+          setStatus("WAITING");
+          setText(heading, text("heading_waiting"));
+          if (rank !== null) setText(message, aheadText(rank));
+          setText(wait, waitText(answer.estimatedWaitSeconds));
+        }
+        if (rank !== null) {
+          setText(place, num(rank + 1));
+          setProgress(rank);
+        }
+        break;
+      case "PREQUEUE":
+        setStatus("PREQUEUE");
+        setText(heading, text("heading_prequeue"));
+        setText(message, opensText(answer.opensInSeconds));
+        setText(place, empty(place));
+        setText(wait, empty(wait));
+        showProgress(0);
+        break;
+      case "ACTIVE":
+        showProgress(100); // the token exchange follows
+        break;
+      default:
+        break;
+    }
+  }
+
+  function admitted() {
+    setConnection(false);
+    setStatus("ACTIVE");
+    setText(heading, text("heading_admitted"));
+    setText(message, text("admitted"));
+    showProgress(100);
+    forgetReloads();
+    location.replace(returnPath(config.return));
+  }
+
+  // Only a path on this site: "/x", never "//host" or "/\host".
+  function returnPath(value) {
+    return typeof value === "string" && /^\/(?![/\\])/.test(value) ? value : "/";
+  }
+
+  // Before the queue opens to registration the visitor has no place to poll:
+  // reload after the advised interval, and the server tries again.
+  if (config.status === "NOT_OPEN") {
+    setTimeout(() => location.reload(), fallbackPollMs);
+    return;
+  }
+
+  // The progress bar's spoken value, which the template cannot know.
+  if (config.status === "PREQUEUE") showProgress(0);
+  else if (Number.isFinite(config.rank)) setProgress(config.rank);
+
+  const client = new window.WaitgateClient({
+    queue: config.queue,
+    credentials: "same-origin",
+    pollAfterMs: fallbackPollMs,
+  });
+
+  client
+    .waitUntilAdmitted({ onUpdate: render, delayMs: fallbackPollMs })
+    .then(admitted)
+    .catch((err) => {
+      // 404 (the place is gone), 403 (not admitted after all) and any other
+      // 4xx: reload at once, the server sorts it out. Anything else: reload
+      // after a poll interval.
+      const status = err && err.status;
+      reload({ soon: status >= 400 && status < 500 });
+    });
+
+  // A page restored from the back/forward cache may hold a stale state.
+  window.addEventListener("pageshow", (event) => {
+    if (event.persisted && !reloading) {
+      reloading = true;
+      location.reload();
+    }
+  });
+})();

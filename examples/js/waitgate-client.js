@@ -1,0 +1,209 @@
+/*
+ * waitgate-client.js: a small, dependency-free client of waitgate's queue API
+ * (/api/v1/queue). Plain ES2020; works in browsers and in Node 18+ (fetch).
+ *
+ *   const client = new WaitgateClient({ queue: "baseball" });
+ *   await client.register();                      // join (or keep the place)
+ *   const { accessToken } = await client.waitUntilAdmitted({ onUpdate: show });
+ *
+ * Two ways to say who the visitor is:
+ *
+ * - Cookie mode, for a page on waitgate's own origin. waitgate keeps the
+ *   userId and queueCredential in an HttpOnly cookie; the client knows
+ *   neither and the browser sends the cookie (credentials: "same-origin").
+ * - Explicit mode, for a single-page app on another origin. Such an app
+ *   cannot rely on waitgate's SameSite=Lax cookies, so it keeps the userId
+ *   and the queueCredential of the register answer itself (the credential
+ *   is given once, on the first registration), passes them to the
+ *   constructor (or lets register() remember them), and the client sends
+ *   them with every call. waitgate must list the app's origin in
+ *   cors.allowed-origins.
+ *
+ * Methods (each returns a Promise of the JSON answer):
+ *   register({ userId })  POST   /api/v1/queue/register
+ *   rank()                GET    /api/v1/queue/rank
+ *   token()               POST   /api/v1/queue/active/token
+ *   dropout()             DELETE /api/v1/queue/dropout (resolves to null)
+ *   waitUntilAdmitted({ onUpdate, signal, delayMs })
+ *       polls rank at the advised pollAfterMs (never faster than 1 s), calls
+ *       onUpdate(answer) on each answer, and once ACTIVE exchanges it for a
+ *       token and resolves with the token answer. A 502/503/504 or a request
+ *       that got no answer is retried after Retry-After, else after 1 s,
+ *       2 s, 4 s ... up to 30 s, with onUpdate({ status: "RECONNECTING",
+ *       retryInMs }) first.
+ *
+ * A non-2xx answer rejects with an Error carrying .status (the HTTP status;
+ * 0 when no answer came: .code is then "network_error" or "timeout"), .code
+ * (the answer's JSON "error" field) and .retryAfterMs (from Retry-After).
+ * Aborting `signal` rejects with the signal's reason.
+ */
+(function (root) {
+  "use strict";
+
+  const API = "/api/v1/queue";
+  const MIN_POLL_MS = 1000;
+  const MAX_RETRY_MS = 30000;
+
+  class WaitgateClient {
+    constructor({ base = "", queue, userId, queueCredential, credentials = "same-origin",
+      pollAfterMs = 3000, timeoutMs = 10000 } = {}) {
+      this.base = String(base).replace(/\/+$/, "");
+      this.queue = queue;
+      this.userId = userId;
+      this.queueCredential = queueCredential;
+      this.credentials = credentials;
+      this.pollAfterMs = pollAfterMs; // the last advised interval (a fallback until one is)
+      this.timeoutMs = timeoutMs;     // a request that takes longer counts as no answer
+    }
+
+    async register({ userId, signal } = {}) {
+      if (userId) this.userId = userId;
+      const answer = await this._request("POST", "/register", {
+        body: { queue: this.queue, userId: this.userId }, signal });
+      if (answer && answer.userId) this.userId = answer.userId;
+      if (answer && answer.queueCredential) this.queueCredential = answer.queueCredential;
+      return answer;
+    }
+
+    rank({ signal } = {}) {
+      return this._request("GET", "/rank", {
+        query: { queue: this.queue, userId: this.userId }, proof: true, signal });
+    }
+
+    token({ signal } = {}) {
+      return this._request("POST", "/active/token", { body: {
+        queue: this.queue, userId: this.userId, queueCredential: this.queueCredential }, signal });
+    }
+
+    dropout({ signal } = {}) {
+      return this._request("DELETE", "/dropout", {
+        query: { queue: this.queue, userId: this.userId }, proof: true, signal });
+    }
+
+    async waitUntilAdmitted({ onUpdate = () => {}, signal, delayMs = 0 } = {}) {
+      let wait = delayMs;
+      let failures = 0;
+      let active = false; // rank said ACTIVE: only the token exchange is left
+      for (;;) {
+        await sleep(wait, signal);
+        try {
+          if (!active) {
+            const answer = await this.rank({ signal });
+            failures = 0;
+            onUpdate(answer);
+            active = answer.status === "ACTIVE";
+            wait = Math.max(MIN_POLL_MS, Number(this.pollAfterMs) || 0);
+            if (!active) continue;
+          }
+          return await this.token({ signal });
+        } catch (err) {
+          if (!isTransient(err)) throw err;
+          failures += 1;
+          const retryInMs = Math.min(MAX_RETRY_MS, err.retryAfterMs != null
+            ? Math.max(MIN_POLL_MS, err.retryAfterMs)
+            : MIN_POLL_MS * 2 ** (failures - 1));
+          onUpdate({ status: "RECONNECTING", retryInMs });
+          wait = retryInMs;
+        }
+      }
+    }
+
+    async _request(method, path, { query = {}, body, proof = false, signal } = {}) {
+      const params = new URLSearchParams();
+      for (const [key, value] of Object.entries(query)) {
+        if (value != null && value !== "") params.set(key, value);
+      }
+      const url = this.base + API + path + (params.toString() ? "?" + params : "");
+      const headers = { Accept: "application/json" };
+      if (proof && this.queueCredential) headers["X-Queue-Credential"] = this.queueCredential;
+      const init = { method, headers, credentials: this.credentials, cache: "no-store" };
+      if (body !== undefined) {
+        headers["Content-Type"] = "application/json";
+        init.body = JSON.stringify(body); // undefined fields are left out
+      }
+
+      if (signal && signal.aborted) throw abortReason(signal);
+      const controller = new AbortController();
+      const timer = setTimeout(() => controller.abort(), this.timeoutMs);
+      const forward = () => controller.abort();
+      if (signal) signal.addEventListener("abort", forward, { once: true });
+      init.signal = controller.signal;
+      let response, text;
+      try {
+        response = await fetch(url, init);
+        text = await response.text();
+      } catch (cause) {
+        if (signal && signal.aborted) throw abortReason(signal);
+        throw apiError(0, controller.signal.aborted ? "timeout" : "network_error", String(cause));
+      } finally {
+        clearTimeout(timer);
+        if (signal) signal.removeEventListener("abort", forward);
+      }
+
+      let data = null;
+      try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+      const advised = data && Number(data.pollAfterMs);
+      if (advised > 0) this.pollAfterMs = advised;
+      if (!response.ok) {
+        const err = apiError(response.status, data && data.error,
+          (data && data.message) || `HTTP ${response.status}`);
+        err.retryAfterMs = retryAfterMs(response.headers.get("Retry-After"));
+        throw err;
+      }
+      if (data === null && response.status !== 204) {
+        throw apiError(response.status, "invalid_response", "The answer is not JSON.");
+      }
+      return data;
+    }
+  }
+
+  function apiError(status, code, message) {
+    const err = new Error(message);
+    err.status = status;
+    err.code = code;
+    return err;
+  }
+
+  // No answer at all, or an answer that says "try again shortly".
+  function isTransient(err) {
+    return err != null && [0, 502, 503, 504].includes(err.status);
+  }
+
+  // Retry-After is seconds or an HTTP date; null when absent or unreadable.
+  function retryAfterMs(value) {
+    if (value == null || value.trim() === "") return null;
+    const seconds = Number(value);
+    if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
+    const at = Date.parse(value);
+    return Number.isNaN(at) ? null : Math.max(0, at - Date.now());
+  }
+
+  function abortReason(signal) {
+    return signal.reason !== undefined ? signal.reason
+      : new DOMException("The operation was aborted.", "AbortError");
+  }
+
+  // Waits `ms`; ends early (without error) when the browser comes back online,
+  // and rejects when `signal` is aborted.
+  function sleep(ms, signal) {
+    return new Promise((resolve, reject) => {
+      if (signal && signal.aborted) return reject(abortReason(signal));
+      if (!(ms > 0)) return resolve();
+      const online = typeof window !== "undefined" && typeof window.addEventListener === "function";
+      const finish = (error) => {
+        clearTimeout(timer);
+        if (signal) signal.removeEventListener("abort", onAbort);
+        if (online) window.removeEventListener("online", onOnline);
+        if (error) reject(error); else resolve();
+      };
+      const onAbort = () => finish(abortReason(signal));
+      const onOnline = () => finish();
+      const timer = setTimeout(finish, ms);
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+      if (online) window.addEventListener("online", onOnline, { once: true });
+    });
+  }
+
+  if (typeof module === "object" && module && module.exports) module.exports = WaitgateClient;
+  if (root) root.WaitgateClient = WaitgateClient;
+})(typeof globalThis !== "undefined" ? globalThis : this);

@@ -1,0 +1,185 @@
+//! The waiting-room page's words, in English and Korean, and the choice
+//! between them by `Accept-Language`.
+
+/// A language the page speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    En,
+    Ko,
+}
+
+impl Lang {
+    /// The best of English and Korean for an `Accept-Language` value
+    /// (RFC 9110 §12.5.4): the highest `q` wins, the earlier on a tie, and
+    /// English when neither is asked for.
+    pub fn negotiate(accept_language: Option<&str>) -> Lang {
+        let mut best: Option<(Lang, f32)> = None;
+        for item in accept_language.unwrap_or("").split(',') {
+            let mut parts = item.split(';');
+            let tag = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q="))
+                .and_then(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            let primary = tag.split('-').next().unwrap_or("");
+            let lang = match primary {
+                "ko" => Lang::Ko,
+                "en" => Lang::En,
+                _ => continue,
+            };
+            if q > 0.0 && best.is_none_or(|(_, b)| q > b) {
+                best = Some((lang, q));
+            }
+        }
+        best.map_or(Lang::En, |(lang, _)| lang)
+    }
+
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Ko => "ko",
+        }
+    }
+
+    /// Every string of the page, by key. The page's script gets them all
+    /// (it has no words of its own); the server fills `{n}` itself when it
+    /// renders.
+    pub fn strings(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Lang::En => EN,
+            Lang::Ko => KO,
+        }
+    }
+
+    pub fn get(self, key: &str) -> &'static str {
+        self.strings()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or("", |(_, v)| v)
+    }
+}
+
+const EN: &[(&str, &str)] = &[
+    ("title", "Waiting room"),
+    ("heading_waiting", "You're in line"),
+    ("heading_prequeue", "The queue opens soon"),
+    ("heading_paused", "Entry is paused"),
+    ("heading_not_open", "The queue is not open yet"),
+    ("heading_admitted", "It's your turn"),
+    ("ahead", "{n} people are ahead of you."),
+    ("ahead_one", "1 person is ahead of you."),
+    ("next", "You're next."),
+    ("wait_minutes", "About {n} minutes"),
+    ("wait_minute", "About a minute"),
+    ("wait_soon", "Less than a minute"),
+    ("wait_unknown", "Not known while entry is paused"),
+    (
+        "paused",
+        "Entry is paused for a moment. You keep your place.",
+    ),
+    (
+        "opens_in_minutes",
+        "Opens in about {n} minutes. Everyone who joins before then gets a place in random order.",
+    ),
+    (
+        "opens_in_seconds",
+        "Opens in {n} seconds. Everyone who joins before then gets a place in random order.",
+    ),
+    ("not_open", "The queue opens at {t}. Come back then."),
+    ("admitted", "It's your turn! Taking you in…"),
+    ("reconnecting", "Connection lost. Trying again…"),
+    ("progress", "{n}% of the way"),
+    ("place_label", "Your place"),
+    ("wait_label", "Estimated wait"),
+    ("progress_label", "Progress"),
+    (
+        "note",
+        "Keep this page open. It updates by itself, and takes you in when it is your turn.",
+    ),
+    (
+        "login_required",
+        "Sign in to the site first, then come back to this page.",
+    ),
+    (
+        "unavailable",
+        "The waiting room is busy. This page will try again shortly.",
+    ),
+];
+
+const KO: &[(&str, &str)] = &[
+    ("title", "대기실"),
+    ("heading_waiting", "대기 중입니다"),
+    ("heading_prequeue", "곧 대기열이 열립니다"),
+    ("heading_paused", "입장이 잠시 멈췄습니다"),
+    ("heading_not_open", "아직 대기열이 열리지 않았습니다"),
+    ("heading_admitted", "입장 차례입니다"),
+    ("ahead", "앞에 {n}명이 있습니다."),
+    ("ahead_one", "앞에 1명이 있습니다."),
+    ("next", "다음 차례입니다."),
+    ("wait_minutes", "약 {n}분"),
+    ("wait_minute", "약 1분"),
+    ("wait_soon", "1분 이내"),
+    ("wait_unknown", "입장이 멈춘 동안은 알 수 없습니다"),
+    (
+        "paused",
+        "입장이 잠시 멈췄습니다. 순서는 그대로 유지됩니다.",
+    ),
+    (
+        "opens_in_minutes",
+        "약 {n}분 후에 열립니다. 그 전에 들어온 분들은 무작위 순서로 배정됩니다.",
+    ),
+    (
+        "opens_in_seconds",
+        "{n}초 후에 열립니다. 그 전에 들어온 분들은 무작위 순서로 배정됩니다.",
+    ),
+    ("not_open", "대기열은 {t}에 열립니다. 그때 다시 와 주세요."),
+    ("admitted", "차례가 되었습니다! 입장합니다…"),
+    ("reconnecting", "연결이 끊겼습니다. 다시 시도하는 중…"),
+    ("progress", "{n}% 진행"),
+    ("place_label", "내 순서"),
+    ("wait_label", "예상 대기 시간"),
+    ("progress_label", "진행률"),
+    (
+        "note",
+        "이 페이지를 열어 두세요. 자동으로 갱신되며, 차례가 되면 바로 입장합니다.",
+    ),
+    (
+        "login_required",
+        "먼저 사이트에 로그인한 뒤 이 페이지로 돌아와 주세요.",
+    ),
+    (
+        "unavailable",
+        "대기실이 혼잡합니다. 잠시 후 자동으로 다시 시도합니다.",
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_language_follows_accept_language() {
+        for (header, want) in [
+            (None, Lang::En),
+            (Some(""), Lang::En),
+            (Some("ko-KR,ko;q=0.9,en-US;q=0.8"), Lang::Ko),
+            (Some("en-US,en;q=0.9,ko;q=0.8"), Lang::En),
+            (Some("fr, ko;q=0.5"), Lang::Ko),
+            (Some("fr, de"), Lang::En),
+            (Some("en;q=0.2, ko;q=0.7"), Lang::Ko),
+            (Some("ko;q=0, en;q=0.1"), Lang::En),
+            (Some("KO"), Lang::Ko),
+        ] {
+            assert_eq!(Lang::negotiate(header), want, "{header:?}");
+        }
+    }
+
+    #[test]
+    fn both_languages_have_every_string() {
+        let keys = |l: Lang| l.strings().iter().map(|(k, _)| *k).collect::<Vec<_>>();
+        assert_eq!(keys(Lang::En), keys(Lang::Ko));
+        for (k, v) in EN.iter().chain(KO) {
+            assert!(!v.is_empty(), "{k}");
+        }
+    }
+}

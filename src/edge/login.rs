@@ -1,0 +1,253 @@
+//! Identity binding: the userId of register and rank taken from the site's
+//! own login token instead of from the request.
+//!
+//! Without it, `userId` is whatever a client sends, so whoever registers as
+//! "bob" first holds bob's place. With `identity:` configured, the queue
+//! API reads the login token (`Authorization: Bearer`, or the cookie
+//! `identity.cookie`), checks it (signature, `iss`, `aud`, `exp`; HS256
+//! with a secret from the environment, or RS256/ES256 with the public keys
+//! of a JWKS file) and uses its `sub`.
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+
+use crate::config::{IdentityConfig, IdentityKey};
+use crate::error::ApiError;
+use crate::user::UserId;
+
+/// The shortest HS256 secret accepted, in bytes.
+pub const MIN_SECRET: usize = 32;
+
+/// Why the login keys could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoginKeyError {
+    #[error("{0} is not set (identity.secret-env names it)")]
+    MissingSecret(String),
+    #[error("{0} is shorter than {MIN_SECRET} bytes")]
+    ShortSecret(String),
+    #[error("identity.jwks-file: {0}")]
+    Jwks(String),
+}
+
+/// The verified login tokens' keys and rules.
+pub struct Logins {
+    keys: Vec<LoginKey>,
+    cookie: Option<String>,
+    issuer: String,
+    audience: String,
+    leeway: u64,
+}
+
+struct LoginKey {
+    kid: Option<String>,
+    algorithm: Algorithm,
+    key: DecodingKey,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+impl Logins {
+    /// Loads the key the config names: the secret from the environment, or
+    /// the JWKS file's RS256 and ES256 keys.
+    pub fn load(config: &IdentityConfig) -> Result<Logins, LoginKeyError> {
+        let keys = match &config.key {
+            IdentityKey::SecretEnv(name) => {
+                let secret =
+                    std::env::var(name).map_err(|_| LoginKeyError::MissingSecret(name.clone()))?;
+                if secret.len() < MIN_SECRET {
+                    return Err(LoginKeyError::ShortSecret(name.clone()));
+                }
+                vec![LoginKey {
+                    kid: None,
+                    algorithm: Algorithm::HS256,
+                    key: DecodingKey::from_secret(secret.as_bytes()),
+                }]
+            }
+            IdentityKey::JwksFile(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| LoginKeyError::Jwks(format!("{}: {e}", path.display())))?;
+                let set: JwkSet = serde_json::from_str(&text)
+                    .map_err(|e| LoginKeyError::Jwks(format!("{}: {e}", path.display())))?;
+                let keys = jwks_keys(&set)?;
+                if keys.is_empty() {
+                    return Err(LoginKeyError::Jwks(format!(
+                        "{}: no RS256 or ES256 key",
+                        path.display()
+                    )));
+                }
+                keys
+            }
+        };
+        Ok(Logins {
+            keys,
+            cookie: config.cookie.clone(),
+            issuer: config.issuer.clone(),
+            audience: config.audience.clone(),
+            leeway: config.leeway.as_secs(),
+        })
+    }
+
+    /// The user a request's login token names: from `Authorization:
+    /// Bearer`, else from the configured cookie. No token is 401
+    /// `login_required`; a token that proves nothing is 401 `invalid_login`.
+    pub fn user(
+        &self,
+        authorization: Option<&str>,
+        cookie: impl Fn(&str) -> Option<String>,
+    ) -> Result<UserId, ApiError> {
+        let token = match authorization {
+            Some(value) => {
+                let (scheme, token) = value.split_once(' ').ok_or(ApiError::InvalidLogin)?;
+                if !scheme.eq_ignore_ascii_case("bearer") {
+                    return Err(ApiError::InvalidLogin);
+                }
+                token.trim().to_string()
+            }
+            None => self
+                .cookie
+                .as_deref()
+                .and_then(cookie)
+                .ok_or(ApiError::LoginRequired)?,
+        };
+        self.verify(&token)
+    }
+
+    fn verify(&self, token: &str) -> Result<UserId, ApiError> {
+        let header = decode_header(token).map_err(|_| ApiError::InvalidLogin)?;
+        let key = self
+            .keys
+            .iter()
+            .find(|k| {
+                k.algorithm == header.alg
+                    && (header.kid.is_none() || k.kid.is_none() || k.kid == header.kid)
+            })
+            .ok_or(ApiError::InvalidLogin)?;
+        let mut validation = Validation::new(key.algorithm);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.leeway = self.leeway;
+        let data =
+            decode::<Claims>(token, &key.key, &validation).map_err(|_| ApiError::InvalidLogin)?;
+        UserId::parse(data.claims.sub).ok_or(ApiError::InvalidUserId)
+    }
+}
+
+/// The RS256 and ES256 (P-256) keys of a JWKS; others are skipped, since
+/// nothing else would be accepted.
+fn jwks_keys(set: &JwkSet) -> Result<Vec<LoginKey>, LoginKeyError> {
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let algorithm = match (&jwk.algorithm, &jwk.common.key_algorithm) {
+            (AlgorithmParameters::RSA(_), None | Some(KeyAlgorithm::RS256)) => Algorithm::RS256,
+            (AlgorithmParameters::EllipticCurve(ec), None | Some(KeyAlgorithm::ES256))
+                if ec.curve == EllipticCurve::P256 =>
+            {
+                Algorithm::ES256
+            }
+            _ => continue,
+        };
+        let key = DecodingKey::from_jwk(jwk)
+            .map_err(|e| LoginKeyError::Jwks(format!("key {:?}: {e}", jwk.common.key_id)))?;
+        keys.push(LoginKey {
+            kid: jwk.common.key_id.clone(),
+            algorithm,
+            key,
+        });
+    }
+    Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    use std::time::Duration;
+
+    const SECRET: &str = "a-login-secret-of-the-site-at-least-32-bytes";
+
+    fn logins() -> Logins {
+        Logins {
+            keys: vec![LoginKey {
+                kid: None,
+                algorithm: Algorithm::HS256,
+                key: DecodingKey::from_secret(SECRET.as_bytes()),
+            }],
+            cookie: Some("session".into()),
+            issuer: "shop".into(),
+            audience: "waitgate".into(),
+            leeway: 0,
+        }
+    }
+
+    fn login(claims: serde_json::Value, secret: &str) -> String {
+        encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    fn exp() -> u64 {
+        (std::time::SystemTime::now() + Duration::from_secs(600))
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    #[test]
+    fn the_user_is_the_login_tokens_sub() {
+        let l = logins();
+        let good = login(
+            serde_json::json!({"sub":"bob","iss":"shop","aud":"waitgate","exp":exp()}),
+            SECRET,
+        );
+        let none = |_: &str| None;
+        assert_eq!(
+            l.user(Some(&format!("Bearer {good}")), none)
+                .unwrap()
+                .as_str(),
+            "bob"
+        );
+        let from_cookie = |name: &str| (name == "session").then(|| good.clone());
+        assert_eq!(l.user(None, from_cookie).unwrap().as_str(), "bob");
+        assert_eq!(l.user(None, none).unwrap_err(), ApiError::LoginRequired);
+        for bad in [
+            login(
+                serde_json::json!({"sub":"bob","iss":"shop","aud":"waitgate","exp":exp()}),
+                "another-secret-of-at-least-thirty-two-bytes",
+            ),
+            login(
+                serde_json::json!({"sub":"bob","iss":"other","aud":"waitgate","exp":exp()}),
+                SECRET,
+            ),
+            login(
+                serde_json::json!({"sub":"bob","iss":"shop","aud":"waitgate","exp":1}),
+                SECRET,
+            ),
+            login(
+                serde_json::json!({"iss":"shop","aud":"waitgate","exp":exp()}),
+                SECRET,
+            ),
+            "not.a.token".into(),
+        ] {
+            assert_eq!(
+                l.user(Some(&format!("Bearer {bad}")), none).unwrap_err(),
+                ApiError::InvalidLogin
+            );
+        }
+        let odd = login(
+            serde_json::json!({"sub":"bob smith","iss":"shop","aud":"waitgate","exp":exp()}),
+            SECRET,
+        );
+        assert_eq!(
+            l.user(Some(&format!("Bearer {odd}")), none).unwrap_err(),
+            ApiError::InvalidUserId
+        );
+    }
+}

@@ -1,0 +1,497 @@
+//! `GET /waiting-room/<queue>?return=<path>`: the waiting-room page.
+//!
+//! Opening the page is joining the queue: a visitor without the queue
+//! cookie is registered (as a new, unguessable user, or as the signed-in
+//! one with identity binding) and gets the cookie. Every later load is a
+//! rank poll (the heartbeat), so the page works with no JavaScript at all:
+//! it shows the place and reloads itself. Once the visitor is admitted, the
+//! load trades the credential for a token, sets it as a cookie and answers
+//! `303` to `return`. With JavaScript, the page's script polls `rank` and
+//! makes the exchange itself, at the interval the server advises.
+
+use std::sync::LazyLock;
+
+use serde::Serialize;
+
+use super::{register, QueueApi};
+use crate::browser::assets::{self, Asset};
+use crate::browser::redirect;
+use crate::browser::template::Template;
+use crate::browser::text::Lang;
+use crate::browser::Caller;
+use crate::edge::jwt::Issued;
+use crate::error::ApiError;
+use crate::queues::Queue;
+use crate::reply::Reply;
+use crate::store::{Place, Position, Registration};
+use crate::user::UserId;
+
+/// The built-in page, parsed once.
+static BUILT_IN: LazyLock<Template> =
+    LazyLock::new(|| Template::parse(assets::PAGE).expect("the built-in page is a valid template"));
+
+/// The bounds of the no-JavaScript refresh, in seconds.
+const REFRESH_MIN_S: u64 = 5;
+const REFRESH_MAX_S: u64 = 20;
+
+/// What the page shows.
+#[derive(Debug, Clone, PartialEq)]
+enum View {
+    Waiting {
+        place: Place,
+        start_rank: u64,
+    },
+    Prequeue {
+        opens_in_ms: u64,
+    },
+    NotOpen {
+        opens_at: String,
+    },
+    /// Redis did not answer: the page says so and tries again.
+    Unavailable,
+    /// Identity binding is on and the visitor is not signed in.
+    LoginRequired,
+}
+
+/// What a visit comes to.
+enum Visit {
+    /// Show the page; set the queue cookie when the visit registered.
+    Show(View, Option<String>),
+    /// Admitted: the token, and where to go.
+    Admitted(Issued),
+}
+
+/// A file of the page's.
+pub fn asset(asset: &Asset) -> Reply {
+    Reply::file(asset.content_type, asset.body, assets::CACHE)
+        .header("X-Content-Type-Options", "nosniff")
+}
+
+impl QueueApi {
+    /// Answers a load of the waiting-room page of `queue`. `query` is the
+    /// request's query string; `is_route` says whether a path is under a
+    /// configured route (where `return` may lead).
+    pub async fn page(
+        &self,
+        queue: &str,
+        query: Option<&str>,
+        caller: &Caller,
+        is_route: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Reply {
+        let lang = Lang::negotiate(caller.accept_language.as_deref());
+        let wanted = query.and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "return")
+                .map(|(_, v)| v.into_owned())
+        });
+        let back = redirect::safe_return(wanted.as_deref(), is_route);
+        let queue = match self.queue(Some(queue)) {
+            Ok(queue) => queue,
+            Err(error) => return Reply::from(error),
+        };
+        let visit = match self.visit(&queue, caller).await {
+            Ok(visit) => visit,
+            Err(ApiError::RedisUnavailable) => Visit::Show(View::Unavailable, None),
+            Err(ApiError::LoginRequired | ApiError::InvalidLogin) => {
+                Visit::Show(View::LoginRequired, None)
+            }
+            Err(error) => return Reply::from(error),
+        };
+        match visit {
+            Visit::Admitted(issued) => {
+                Reply::see_other(back).header("Set-Cookie", self.token_cookie(&queue.name, &issued))
+            }
+            Visit::Show(view, cookie) => {
+                let reply = render(&queue, lang, &view, &back);
+                match cookie {
+                    Some(cookie) => reply.header("Set-Cookie", cookie),
+                    None => reply,
+                }
+            }
+        }
+    }
+
+    /// Polls for a visitor with the queue cookie, or registers one.
+    async fn visit(&self, queue: &Queue, caller: &Caller) -> Result<Visit, ApiError> {
+        let signed_in = match self.logins() {
+            Some(logins) => Some(logins.user(caller.authorization.as_deref(), |name| {
+                caller.cookie(name).map(str::to_string)
+            })?),
+            None => None,
+        };
+        // A cookie of ours, for the signed-in user when there is one.
+        let cookie = caller
+            .queue_cookie(&queue.name)
+            .filter(|c| signed_in.as_ref().is_none_or(|u| *u == c.user))
+            .filter(|c| {
+                self.credentials()
+                    .check(&queue.name, c.user.as_str(), &c.credential)
+                    .is_some()
+            });
+        if let Some(c) = &cookie {
+            let position = self
+                .store()
+                .rank(&queue.keys, c.user.as_str(), &queue.admission)
+                .await
+                .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
+            match position {
+                Position::Waiting(place) => {
+                    return Ok(Visit::Show(
+                        View::Waiting {
+                            place,
+                            start_rank: c.start_rank.max(place.rank),
+                        },
+                        None,
+                    ))
+                }
+                Position::Prequeued { opens_in_ms } => {
+                    return Ok(Visit::Show(View::Prequeue { opens_in_ms }, None))
+                }
+                Position::Active { .. } => {
+                    match self.exchange(queue, &c.user, &c.credential).await {
+                        Ok(issued) => return Ok(Visit::Admitted(issued)),
+                        // Active under an earlier registration than this
+                        // cookie's: join again below.
+                        Err(ApiError::NotActive) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                // Gone (the heartbeat ran out): join again, at the tail.
+                Position::NotQueued => {}
+            }
+        }
+        let user = signed_in
+            .or_else(|| cookie.map(|c| c.user))
+            .unwrap_or_else(register::mint);
+        self.join(queue, &user).await
+    }
+
+    /// Registers `user` for the page.
+    async fn join(&self, queue: &Queue, user: &UserId) -> Result<Visit, ApiError> {
+        let (registration, credential, _) = self.register_user(queue, user).await?;
+        let rank = register::start_rank(&registration);
+        let cookie = |credential: &str| Some(self.queue_cookie(queue, credential, rank, user));
+        Ok(match registration {
+            Registration::New { place, .. } => Visit::Show(
+                View::Waiting {
+                    place,
+                    start_rank: rank,
+                },
+                credential.as_deref().and_then(cookie),
+            ),
+            // Only the signed-in user can get here without the cookie
+            // (another device, or a lost cookie): the login proves who it
+            // is, so this registration's credential is made again.
+            Registration::AlreadyWaiting { place, arrival } => {
+                let again = self.logins().map(|_| {
+                    self.credentials()
+                        .issue(&queue.name, user.as_str(), arrival)
+                });
+                Visit::Show(
+                    View::Waiting {
+                        place,
+                        start_rank: rank,
+                    },
+                    again.as_deref().and_then(cookie),
+                )
+            }
+            Registration::Prequeued { opens_in_ms, .. } => Visit::Show(
+                View::Prequeue { opens_in_ms },
+                credential.as_deref().and_then(cookie),
+            ),
+            Registration::NotOpen { opens_at_ms } => Visit::Show(
+                View::NotOpen {
+                    opens_at: crate::time::rfc3339(opens_at_ms),
+                },
+                None,
+            ),
+            // Active without a cookie: an API client's user opening the
+            // page. Its token needs its credential, which only it holds.
+            Registration::Active { .. } => Visit::Show(
+                View::Waiting {
+                    place: Place {
+                        rank: 0,
+                        wait_ms: Some(0),
+                    },
+                    start_rank: 0,
+                },
+                None,
+            ),
+        })
+    }
+}
+
+/// The page's machine status and the advised poll, for a view.
+fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
+    match view {
+        View::Waiting { place, .. } if place.wait_ms.is_none() => {
+            ("PAUSED", super::body::poll_after_ms(queue, None))
+        }
+        View::Waiting { place, .. } => {
+            ("WAITING", super::body::poll_after_ms(queue, place.wait_ms))
+        }
+        View::Prequeue { opens_in_ms } => (
+            "PREQUEUE",
+            super::body::poll_after_ms(queue, Some(*opens_in_ms)),
+        ),
+        View::NotOpen { .. } => ("NOT_OPEN", super::body::MAX_POLL_MS),
+        View::Unavailable => ("UNAVAILABLE", super::body::MIN_POLL_MS * 5),
+        View::LoginRequired => ("LOGIN_REQUIRED", super::body::MAX_POLL_MS),
+    }
+}
+
+/// The words and numbers of a view.
+struct Words {
+    heading: String,
+    message: String,
+    place: String,
+    wait: String,
+    progress: u64,
+}
+
+fn fill(template: &str, n: u64) -> String {
+    template.replace("{n}", &n.to_string())
+}
+
+fn words(lang: Lang, view: &View) -> Words {
+    let none = "–".to_string();
+    match view {
+        View::Waiting { place, start_rank } => {
+            let rank = place.rank;
+            let message = match (place.wait_ms, rank) {
+                (None, _) => lang.get("paused").to_string(),
+                (_, 0) => lang.get("next").to_string(),
+                (_, 1) => lang.get("ahead_one").to_string(),
+                (_, n) => fill(lang.get("ahead"), n),
+            };
+            let wait = match place.wait_ms {
+                None => lang.get("wait_unknown").to_string(),
+                Some(ms) if ms < 60_000 => lang.get("wait_soon").to_string(),
+                Some(ms) if ms < 90_000 => lang.get("wait_minute").to_string(),
+                Some(ms) => fill(lang.get("wait_minutes"), (ms + 30_000) / 60_000),
+            };
+            let progress = match *start_rank {
+                0 => 100,
+                start => 100 * start.saturating_sub(rank) / start,
+            };
+            Words {
+                heading: lang
+                    .get(if place.wait_ms.is_none() {
+                        "heading_paused"
+                    } else {
+                        "heading_waiting"
+                    })
+                    .to_string(),
+                message,
+                place: (rank + 1).to_string(),
+                wait,
+                progress,
+            }
+        }
+        View::Prequeue { opens_in_ms } => {
+            let seconds = opens_in_ms.div_ceil(1000);
+            let message = if seconds < 120 {
+                fill(lang.get("opens_in_seconds"), seconds)
+            } else {
+                fill(lang.get("opens_in_minutes"), seconds.div_ceil(60))
+            };
+            Words {
+                heading: lang.get("heading_prequeue").to_string(),
+                message,
+                place: none.clone(),
+                wait: none,
+                progress: 0,
+            }
+        }
+        View::NotOpen { opens_at } => Words {
+            heading: lang.get("heading_not_open").to_string(),
+            message: lang.get("not_open").replace("{t}", opens_at),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+        },
+        View::Unavailable => Words {
+            heading: lang.get("heading_waiting").to_string(),
+            message: lang.get("unavailable").to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+        },
+        View::LoginRequired => Words {
+            heading: lang.get("heading_not_open").to_string(),
+            message: lang.get("login_required").to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+        },
+    }
+}
+
+/// What the page's script starts from.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ScriptConfig<'a> {
+    queue: &'a str,
+    #[serde(rename = "return")]
+    back: &'a str,
+    status: &'a str,
+    rank: Option<u64>,
+    start_rank: Option<u64>,
+    poll_after_ms: u64,
+    opens_in_seconds: Option<u64>,
+    lang: &'static str,
+    strings: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The page for `view`.
+fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
+    let (status, poll_ms) = status(queue, view);
+    let words = words(lang, view);
+    let refresh = (poll_ms / 1000).clamp(REFRESH_MIN_S, REFRESH_MAX_S);
+    let (rank, start_rank) = match view {
+        View::Waiting { place, start_rank } => (Some(place.rank), Some(*start_rank)),
+        _ => (None, None),
+    };
+    let config = ScriptConfig {
+        queue: &queue.name,
+        back,
+        status,
+        rank,
+        start_rank,
+        poll_after_ms: poll_ms,
+        opens_in_seconds: match view {
+            View::Prequeue { opens_in_ms } => Some(opens_in_ms.div_ceil(1000)),
+            _ => None,
+        },
+        lang: lang.code(),
+        strings: lang
+            .strings()
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect(),
+    };
+    // In a <script> element, `<` could end it: JSON may write it escaped.
+    let json = serde_json::to_string(&config)
+        .unwrap_or_else(|_| "{}".into())
+        .replace('<', "\\u003c");
+    // Pages that need no script (the visitor cannot be admitted from here)
+    // still refresh, and so does everything without JavaScript.
+    let head = format!(
+        "<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n\
+         <link rel=\"stylesheet\" href=\"{assets}waitgate.css\">\n\
+         <script src=\"{assets}waitgate-client.js\" defer></script>\n\
+         <script src=\"{assets}page.js\" defer></script>\n\
+         <script type=\"application/json\" id=\"waitgate-config\">{json}</script>",
+        assets = redirect::ASSETS_PREFIX,
+    );
+    let title = queue
+        .page
+        .title
+        .as_deref()
+        .unwrap_or_else(|| lang.get("title"));
+    let progress = words.progress.to_string();
+    let template = queue.page.template.as_deref().unwrap_or(&BUILT_IN);
+    let page = template.render(|name| match name {
+        "head" => &head,
+        "lang" => lang.code(),
+        "title" => title,
+        "heading" => &words.heading,
+        "message" => &words.message,
+        "place-label" => lang.get("place_label"),
+        "place" => &words.place,
+        "wait-label" => lang.get("wait_label"),
+        "wait" => &words.wait,
+        "progress-label" => lang.get("progress_label"),
+        "progress" => &progress,
+        "note" => lang.get("note"),
+        "status" => status,
+        "queue" => &queue.name,
+        _ => "",
+    });
+    let code = match view {
+        View::Unavailable => 503,
+        View::LoginRequired => 401,
+        _ => 200,
+    };
+    let reply = Reply::html(code, page)
+        .header("Content-Security-Policy", assets::CONTENT_SECURITY_POLICY)
+        .header("X-Content-Type-Options", "nosniff")
+        .header("Referrer-Policy", "same-origin")
+        .header("Content-Language", lang.code());
+    if code == 503 {
+        reply.header("Retry-After", refresh.to_string())
+    } else {
+        reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(view: View, lang: Lang) -> String {
+        let queue = super::super::tests::queue();
+        let reply = render(&queue, lang, &view, "/tickets/a?b=1");
+        String::from_utf8(reply.body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_page_shows_the_place_in_the_visitors_language() {
+        let view = View::Waiting {
+            place: Place {
+                rank: 41,
+                wait_ms: Some(200_000),
+            },
+            start_rank: 100,
+        };
+        let en = page(view.clone(), Lang::En);
+        assert!(en.contains("<html lang=\"en\">"));
+        assert!(en.contains("41 people are ahead of you."), "{en}");
+        assert!(en.contains(">42<"), "place 42");
+        assert!(en.contains("About 3 minutes"));
+        assert!(en.contains("value=\"59\""), "progress 59%");
+        assert!(en.contains("<meta http-equiv=\"refresh\" content=\"10\">"));
+        assert!(en.contains("\"return\":\"/tickets/a?b=1\""));
+        let ko = page(view, Lang::Ko);
+        assert!(ko.contains("<html lang=\"ko\">"));
+        assert!(ko.contains("앞에 41명이 있습니다."), "{ko}");
+    }
+
+    #[test]
+    fn paused_and_prequeue_pages_say_why_nobody_moves() {
+        let paused = page(
+            View::Waiting {
+                place: Place {
+                    rank: 3,
+                    wait_ms: None,
+                },
+                start_rank: 3,
+            },
+            Lang::En,
+        );
+        assert!(paused.contains("data-status=\"PAUSED\""));
+        assert!(paused.contains("Entry is paused for a moment"));
+        let pre = page(
+            View::Prequeue {
+                opens_in_ms: 90_000,
+            },
+            Lang::En,
+        );
+        assert!(pre.contains("Opens in 90 seconds."));
+        assert!(pre.contains("data-status=\"PREQUEUE\""));
+    }
+
+    #[test]
+    fn nothing_a_visitor_sends_can_end_the_script_block() {
+        let queue = super::super::tests::queue();
+        let reply = render(
+            &queue,
+            Lang::En,
+            &View::Unavailable,
+            "/x</script><script>alert(1)",
+        );
+        let body = String::from_utf8(reply.body.to_vec()).unwrap();
+        assert!(!body.contains("</script><script>alert"));
+        assert_eq!(reply.status, 503);
+    }
+}
