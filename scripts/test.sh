@@ -15,8 +15,9 @@ cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
 ensure_rust
 # haproxy: the readiness test behind a load balancer; promtool and
-# systemd-analyze: the deployment checks (tests/deploy.rs).
-ensure_packages haproxy promtool systemd-analyze openssl curl
+# systemd-analyze: the deployment checks (tests/deploy.rs); chromium: the
+# browser tests (tests/chromium.rs).
+ensure_packages haproxy promtool systemd-analyze openssl curl chromium
 ensure_python_tools
 
 cargo build --all-targets --locked

@@ -250,7 +250,20 @@ struct Words {
 }
 
 fn fill(template: &str, n: u64) -> String {
-    template.replace("{n}", &n.to_string())
+    template.replace("{n}", &grouped(n))
+}
+
+/// A number with its thousands grouped (1,241), as both languages write it.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 fn words(lang: Lang, view: &View) -> Words {
@@ -283,7 +296,7 @@ fn words(lang: Lang, view: &View) -> Words {
                     })
                     .to_string(),
                 message,
-                place: (rank + 1).to_string(),
+                place: grouped(rank + 1),
                 wait,
                 progress,
             }
@@ -455,6 +468,19 @@ mod tests {
         let ko = page(view, Lang::Ko);
         assert!(ko.contains("<html lang=\"ko\">"));
         assert!(ko.contains("앞에 41명이 있습니다."), "{ko}");
+    }
+
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (1_000, "1,000"),
+            (1_241, "1,241"),
+            (1_000_000, "1,000,000"),
+        ] {
+            assert_eq!(grouped(n), text);
+        }
     }
 
     #[test]

@@ -1,0 +1,440 @@
+//! The waiting room in a real browser: Debian's headless Chromium, driven
+//! over the DevTools protocol, against waitgate, a real Redis and an
+//! upstream.
+//!
+//! - A visitor opens a protected page, lands on the waiting-room page,
+//!   keeps the place across a reload and in a second tab, sees the page
+//!   update as people ahead are admitted, is admitted by the real gate and
+//!   arrives at the protected page with the token cookie; the upstream sees
+//!   who it is.
+//! - The page in Korean, with JavaScript turned off: it refreshes itself and
+//!   still gets the visitor in.
+//! - Screenshots at phone and desktop width (`target/screenshots/`; with
+//!   `WAITGATE_SCREENSHOTS=docs`, also `docs/img/`, where the docs show
+//!   them).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chromiumoxide::cdp::browser_protocol::emulation::{
+    SetDeviceMetricsOverrideParams, SetScriptExecutionDisabledParams, SetUserAgentOverrideParams,
+};
+use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
+use chromiumoxide::page::ScreenshotParams;
+use chromiumoxide::{Browser, BrowserConfig, Page};
+use common::*;
+use futures::StreamExt;
+
+/// Debian's Chromium (package `chromium`).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+struct Room {
+    wg: Waitgate,
+    redis: Redis,
+    upstream: Upstream,
+}
+
+impl Room {
+    /// Queue `baseball`, one admission a second (held until a test releases
+    /// it), a waiting-room route `/tickets`.
+    fn start() -> Room {
+        let redis = Redis::start();
+        let upstream = Upstream::start();
+        let ports = Ports::new();
+        let config = format!(
+            "listen: 127.0.0.1:{}
+admin-listen: 127.0.0.1:{}
+direct-lane: {}
+redis: {{url: '{}', command-timeout-ms: 300}}
+queues:
+  baseball:
+    admission: {{interval-ms: 1000, batch-size: 1}}
+    page: {{title: 'Baseball ticket open'}}
+upstreams: {{ticketing: {{address: '127.0.0.1:{}'}}}}
+routes:
+  - {{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}}
+cookies: {{secure: false}}
+",
+            ports.listen,
+            ports.admin,
+            direct_lane(),
+            redis.url(),
+            upstream.port
+        );
+        let wg = Waitgate::start(&config, &ports);
+        hold_gate(&redis);
+        Room {
+            wg,
+            redis,
+            upstream,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.wg.addr)
+    }
+
+    fn waiting(&self) -> Vec<String> {
+        redis::Commands::zrange(&mut self.redis.conn(), WAITING_KEY, 0, -1).unwrap()
+    }
+}
+
+/// A headless Chromium with its own empty profile.
+struct Chromium {
+    browser: Browser,
+    handler: tokio::task::JoinHandle<()>,
+    _profile: tempfile::TempDir,
+}
+
+impl Chromium {
+    async fn launch() -> Chromium {
+        assert!(
+            Path::new(CHROMIUM).exists(),
+            "{CHROMIUM} is missing: apt-get install chromium (scripts/test.sh says so too)"
+        );
+        let profile = tempfile::tempdir().unwrap();
+        let config = BrowserConfig::builder()
+            .chrome_executable(CHROMIUM)
+            .user_data_dir(profile.path())
+            .no_sandbox()
+            .new_headless_mode()
+            .window_size(1280, 800)
+            // No connection anywhere but to waitgate.
+            .args([
+                "--disable-gpu",
+                "--disable-quic",
+                "--disable-component-update",
+                "--no-default-browser-check",
+            ])
+            .build()
+            .unwrap();
+        let (browser, mut handler) = Browser::launch(config).await.expect("chromium starts");
+        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
+        Chromium {
+            browser,
+            handler,
+            _profile: profile,
+        }
+    }
+
+    async fn close(mut self) {
+        let _ = self.browser.close().await;
+        let _ = self.browser.wait().await;
+        self.handler.abort();
+    }
+}
+
+/// Evaluates `js` in the page.
+async fn eval<T: serde::de::DeserializeOwned>(page: &Page, js: &str) -> T {
+    page.evaluate(js)
+        .await
+        .unwrap_or_else(|e| panic!("{js}: {e}"))
+        .into_value()
+        .unwrap_or_else(|e| panic!("{js}: {e}"))
+}
+
+/// Waits until `js` is true in the page, at most `limit`.
+async fn until(page: &Page, js: &str, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        // A navigation under way makes an evaluation fail: look again.
+        if let Ok(value) = page.evaluate(js).await {
+            if value.into_value::<bool>().unwrap_or(false) {
+                return started.elapsed();
+            }
+        }
+        if started.elapsed() > limit {
+            let url = page.url().await.ok().flatten();
+            let text = page
+                .evaluate("document.body ? document.body.innerText : ''")
+                .await
+                .ok()
+                .and_then(|v| v.into_value::<String>().ok());
+            panic!("not true within {limit:?}: {js}\nat {url:?}\n{text:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const MESSAGE: &str = "document.getElementById('wg-message').textContent";
+
+#[test]
+fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
+    let room = Room::start();
+    for early in ["early_1", "early_2"] {
+        register_new(room.wg.addr, early);
+    }
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium
+            .browser
+            .new_page(room.url("/tickets/seat?from=chromium"))
+            .await
+            .unwrap();
+        until(
+            &page,
+            "location.pathname === '/waiting-room/baseball'",
+            Duration::from_secs(10),
+        )
+        .await;
+        until(
+            &page,
+            "document.readyState === 'complete'",
+            Duration::from_secs(5),
+        )
+        .await;
+        let message: String = eval(&page, MESSAGE).await;
+        assert_eq!(message, "2 people are ahead of you.");
+        let place: String = eval(&page, "document.getElementById('wg-place').textContent").await;
+        assert_eq!(place.trim(), "3");
+        let live: String = eval(
+            &page,
+            "document.getElementById('wg-message').getAttribute('aria-live')",
+        )
+        .await;
+        assert_eq!(live, "polite", "a live region a screen reader announces");
+        let title: String = eval(&page, "document.title").await;
+        assert_eq!(title, "Baseball ticket open");
+        let waiting = room.waiting();
+        assert_eq!(waiting.len(), 3);
+        let user = waiting[2].clone();
+
+        let cookies = page.get_cookies().await.unwrap();
+        let queue_cookie = cookies
+            .iter()
+            .find(|c| c.name == "waitgate-queue-baseball")
+            .expect("the queue cookie");
+        assert!(queue_cookie.http_only, "no script can read it");
+        assert!(queue_cookie.value.ends_with(&format!(".{user}")));
+        let readable: String = eval(&page, "document.cookie").await;
+        assert!(!readable.contains("waitgate"), "{readable}");
+
+        // A reload and a second tab keep the place: nobody registers again.
+        page.reload().await.unwrap();
+        until(
+            &page,
+            "document.readyState === 'complete'",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            eval::<String>(&page, MESSAGE).await,
+            "2 people are ahead of you."
+        );
+        let second = chromium
+            .browser
+            .new_page(room.url("/waiting-room/baseball?return=/tickets/seat"))
+            .await
+            .unwrap();
+        until(
+            &second,
+            "document.readyState === 'complete'",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            eval::<String>(&second, MESSAGE).await,
+            "2 people are ahead of you."
+        );
+        assert_eq!(room.waiting(), waiting, "the same three, in the same order");
+        second.close().await.unwrap();
+
+        // Someone ahead is let in: the page says so at its next poll,
+        // without a reload.
+        admit_by_hand(&mut room.redis.conn(), "early_1", u64::MAX / 2_000_000);
+        let took = until(
+            &page,
+            &format!("{MESSAGE} === '1 person is ahead of you.'"),
+            Duration::from_secs(5),
+        )
+        .await;
+        println!("the page showed the new place {took:?} after an admission");
+
+        // The gate opens: early_2, then this visitor, one a second. The
+        // page trades the place for the token and goes where it was going.
+        release_gate(&room.redis);
+        let took = until(
+            &page,
+            "location.pathname === '/tickets/seat' && location.search === '?from=chromium'",
+            Duration::from_secs(15),
+        )
+        .await;
+        println!("admitted and at the protected page {took:?} after the gate opened");
+        let body: String = eval(&page, "document.body.innerText").await;
+        assert!(body.contains("upstream"), "{body}");
+        let cookies = page.get_cookies().await.unwrap();
+        let token = cookies
+            .iter()
+            .find(|c| c.name == "waitgate-token-baseball")
+            .expect("the token cookie");
+        assert!(token.http_only);
+        let seen = room.upstream.seen();
+        let visit = seen
+            .iter()
+            .find(|s| s.target == "/tickets/seat?from=chromium")
+            .expect("the upstream got the visit");
+        assert_eq!(visit.header("X-Waitgate-User"), Some(user.as_str()));
+        assert_eq!(visit.header("X-Waitgate-Queue"), Some("baseball"));
+        chromium.close().await;
+    });
+}
+
+#[test]
+fn the_page_speaks_korean_and_gets_the_visitor_in_without_javascript() {
+    let room = Room::start();
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium.browser.new_page("about:blank").await.unwrap();
+        let agent: String = eval(&page, "navigator.userAgent").await;
+        page.execute(
+            SetUserAgentOverrideParams::builder()
+                .user_agent(agent)
+                .accept_language("ko-KR,ko;q=0.9,en;q=0.5")
+                .build()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        page.execute(SetScriptExecutionDisabledParams::new(true))
+            .await
+            .unwrap();
+        page.goto(room.url("/tickets/seat")).await.unwrap();
+        until(
+            &page,
+            "location.pathname === '/waiting-room/baseball'",
+            Duration::from_secs(10),
+        )
+        .await;
+        let lang: String = eval(&page, "document.documentElement.lang").await;
+        assert_eq!(lang, "ko");
+        assert_eq!(eval::<String>(&page, MESSAGE).await, "다음 차례입니다.");
+        let heading: String =
+            eval(&page, "document.getElementById('wg-heading').textContent").await;
+        assert_eq!(heading, "대기 중입니다");
+        // No script ran: the refresh does it all.
+        let scripted: bool = eval(
+            &page,
+            "document.getElementById('waitgate').dataset.connection !== undefined || false",
+        )
+        .await;
+        assert!(!scripted);
+        release_gate(&room.redis);
+        let took = until(
+            &page,
+            "location.pathname === '/tickets/seat'",
+            Duration::from_secs(25),
+        )
+        .await;
+        println!("without JavaScript: at the protected page {took:?} after the gate opened");
+        assert!(eval::<String>(&page, "document.body.innerText")
+            .await
+            .contains("upstream"));
+        chromium.close().await;
+    });
+}
+
+/// The width and height of a PNG, from its header.
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    let word = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    (word(16), word(20))
+}
+
+fn save(name: &str, png: &[u8]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, png).unwrap();
+    if std::env::var("WAITGATE_SCREENSHOTS").as_deref() == Ok("docs") {
+        std::fs::create_dir_all(root.join("docs/img")).unwrap();
+        std::fs::write(root.join("docs/img").join(name), png).unwrap();
+    }
+    path
+}
+
+#[test]
+fn screenshots_of_the_page_at_phone_and_desktop_width() {
+    let room = Room::start();
+    // A crowd ahead, as at a real open.
+    let _: () = redis::Script::new(
+        "for i = 1, tonumber(ARGV[1]) do
+           redis.call('ZADD', KEYS[1], i, 'fan_' .. i)
+           redis.call('ZADD', KEYS[2], ARGV[2], 'fan_' .. i)
+         end",
+    )
+    .key(WAITING_KEY)
+    .key("queue:{baseball}:heartbeat")
+    .arg(1241)
+    .arg(u64::MAX / 2_000_000)
+    .invoke(&mut room.redis.conn())
+    .unwrap();
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        for (name, width, height, scale, mobile, language) in [
+            ("waiting-room-phone.png", 390, 844, 2.0, true, "en-US,en"),
+            ("waiting-room-desktop.png", 1280, 800, 1.0, false, "en-US,en"),
+            ("waiting-room-phone-ko.png", 390, 844, 2.0, true, "ko-KR,ko"),
+        ] {
+            let page = chromium.browser.new_page("about:blank").await.unwrap();
+            page.execute(SetDeviceMetricsOverrideParams::new(
+                width, height, scale, mobile,
+            ))
+            .await
+            .unwrap();
+            let agent: String = eval(&page, "navigator.userAgent").await;
+            page.execute(
+                SetUserAgentOverrideParams::builder()
+                    .user_agent(agent)
+                    .accept_language(language)
+                    .build()
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+            page.goto(room.url("/tickets/seat")).await.unwrap();
+            until(
+                &page,
+                "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
+                Duration::from_secs(10),
+            )
+            .await;
+            let message: String = eval(&page, MESSAGE).await;
+            assert!(message.contains("1,241"), "{message}");
+            // Nothing wider than the screen.
+            let overflow: bool = eval(
+                &page,
+                "document.documentElement.scrollWidth > window.innerWidth",
+            )
+            .await;
+            assert!(!overflow, "{name}: the page is wider than the screen");
+            let png = page
+                .screenshot(
+                    ScreenshotParams::builder()
+                        .format(CaptureScreenshotFormat::Png)
+                        .build(),
+                )
+                .await
+                .unwrap();
+            let size = png_size(&png);
+            let want = (
+                (width as f64 * scale) as u32,
+                (height as f64 * scale) as u32,
+            );
+            assert_eq!(size, want, "{name}");
+            println!("{} ({}x{})", save(name, &png).display(), size.0, size.1);
+            page.close().await.unwrap();
+        }
+        chromium.close().await;
+    });
+}
