@@ -2,7 +2,8 @@
 //!
 //! It answers every request with JSON saying what it received, including the
 //! identity headers waitgate sets (`X-Waitgate-User`, `X-Waitgate-Queue`), so
-//! the demo shows what a protected request looks like once it gets through.
+//! the demo shows what a protected request looks like once it gets through;
+//! a browser (`Accept: text/html`) gets the same as a small page.
 //!
 //! ```text
 //! cargo run --example demo_upstream -- 127.0.0.1:9000
@@ -30,19 +31,35 @@ fn header<'a>(session: &'a ServerSession, name: &str) -> Option<&'a str> {
 #[async_trait]
 impl ServeHttp for Backend {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let body = serde_json::json!({
+        let seen = serde_json::json!({
             "backend": "demo",
             "method": session.req_header().method.as_str(),
             "path": String::from_utf8_lossy(session.req_header().raw_path()),
             "waitgateUser": header(session, "x-waitgate-user"),
             "waitgateQueue": header(session, "x-waitgate-queue"),
             "message": "You reached the protected backend.",
-        })
-        .to_string()
-        .into_bytes();
+        });
+        let browser = header(session, "accept").is_some_and(|a| a.contains("text/html"));
+        let (kind, body) = if browser {
+            // The JSON, escaped into a page (no markup from the request).
+            let text = serde_json::to_string_pretty(&seen)
+                .unwrap_or_default()
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            let page = format!(
+                "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+                 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+                 <title>Tickets</title></head><body><h1>You're in: the ticketing backend</h1>\
+                 <p>This is what the backend received:</p><pre>{text}</pre></body></html>"
+            );
+            ("text/html; charset=utf-8", page.into_bytes())
+        } else {
+            ("application/json", seen.to_string().into_bytes())
+        };
         Response::builder()
             .status(200)
-            .header("Content-Type", "application/json")
+            .header("Content-Type", kind)
             .header("Content-Length", body.len())
             .body(body)
             .unwrap_or_else(|_| Response::new(Vec::new()))

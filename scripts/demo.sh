@@ -51,7 +51,12 @@ for _ in $(seq 100); do curl -sf 127.0.0.1:9091/healthz >/dev/null && break; sle
 cat <<'TRY'
 
 waitgate is running on http://127.0.0.1:8080 (admin on http://127.0.0.1:9091).
-Try, in another terminal:
+
+In a browser, open http://127.0.0.1:8080/tickets/seat : you land on the
+waiting room, wait your turn (a few seconds when nobody is ahead), and arrive
+at the ticket page. Pause admission (below) to watch the page say so.
+
+Or try, in another terminal:
 
   # join the queue: note the queueCredential in the answer (it is given once)
   curl -s -X POST 127.0.0.1:8080/api/v1/queue/register \
