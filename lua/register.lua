@@ -72,7 +72,9 @@ end
 
 local expiry = redis.call('ZSCORE', KEYS[4], user)
 if expiry and tonumber(expiry) > now_ms then
-  return {3, tonumber(expiry), 0, 0}
+  -- The arrival of the admitted registration too (with identity binding, a
+  -- second device of the signed-in user is given its credential).
+  return {3, tonumber(expiry), 0, tonumber(redis.call('HGET', KEYS[3], user) or '0')}
 end
 if phase == 'scheduled' then
   return {6, control.prequeue_from, 0, 0}

@@ -592,7 +592,7 @@ fn cors_preflights_and_answers_are_for_allowed_origins_only() {
         );
         assert_eq!(
             ok.header("Access-Control-Allow-Headers"),
-            Some("Content-Type, X-Queue-Credential")
+            Some("Authorization, Content-Type, X-Queue-Credential")
         );
         let refused = preflight("https://evil.example", target);
         assert_eq!(refused.status, 403);
@@ -769,6 +769,16 @@ fn with_identity_binding_the_squatting_attack_is_refused() {
     let signed_out = room.get(PAGE, &[HTML]);
     assert_eq!(signed_out.status, 401);
     assert!(signed_out.text().contains("Sign in to the site first"));
+    // Admitted, bob opens the page on yet another device (the login cookie
+    // only): he is let in there too.
+    admit_by_hand(&mut room.redis.conn(), "bob", now_ms() + 600_000);
+    let device = room.get(
+        &format!("{PAGE}?return=/tickets/seat"),
+        &[HTML, ("Cookie", &session)],
+    );
+    assert_eq!(device.status, 303, "{device:?}");
+    assert_eq!(device.header("Location"), Some("/tickets/seat"));
+    assert!(cookie_named(&device, "waitgate-token-baseball").is_some());
 }
 
 #[test]
@@ -977,4 +987,131 @@ fn an_operators_template_is_used_and_a_broken_one_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("queues.baseball.page.template"), "{err}");
     assert!(err.contains("unknown placeholder {{pleace}}"), "{err}");
+}
+
+#[test]
+fn the_page_joins_the_queue_only_on_a_page_load() {
+    let room = Room::start("cookies: {secure: false}\n");
+    // Another site's page can put the URL in an image or a frame: the
+    // browser says so, and nobody joins.
+    for dest in ["image", "iframe", "script", "empty"] {
+        let r = room.get(
+            PAGE,
+            &[
+                HTML,
+                ("Sec-Fetch-Dest", dest),
+                ("Sec-Fetch-Site", "cross-site"),
+            ],
+        );
+        assert_eq!(r.status, 403, "{dest}");
+        assert_eq!(r.error_code(), "cross_site_request");
+        assert!(set_cookies(&r).is_empty());
+    }
+    assert!(room.waiting().is_empty());
+    // A navigation, even from a link on another site, joins.
+    let r = room.get(
+        PAGE,
+        &[
+            HTML,
+            ("Sec-Fetch-Dest", "document"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(room.waiting().len(), 1);
+}
+
+#[test]
+fn a_token_cookie_changes_nothing_from_another_site() {
+    let room = Room::start("cookies: {secure: false}\n");
+    let first = room.get(PAGE, &[HTML]);
+    let queue_cookie = cookie_named(&first, "waitgate-queue-baseball").unwrap();
+    admit_by_hand(
+        &mut room.redis.conn(),
+        &cookie_user(&queue_cookie),
+        now_ms() + 600_000,
+    );
+    let admitted = room.get(PAGE, &[HTML, ("Cookie", &queue_cookie)]);
+    let token = cookie_named(&admitted, "waitgate-token-baseball").unwrap();
+
+    // A form of another site (or one that says nothing) cannot POST with
+    // the cookie; this site's page can.
+    for headers in [
+        vec![("Cookie", token.as_str())],
+        vec![
+            ("Cookie", token.as_str()),
+            ("Origin", "https://evil.example"),
+        ],
+        vec![("Cookie", token.as_str()), ("Sec-Fetch-Site", "same-site")],
+    ] {
+        let r = room.send("POST", "/tickets/buy", &headers, Some(Q));
+        assert_eq!(r.status, 403, "{headers:?}");
+        assert_eq!(r.error_code(), "cross_site_request");
+    }
+    assert!(
+        room.upstream.seen().is_empty(),
+        "nothing reached the backend"
+    );
+    let r = room.send(
+        "POST",
+        "/tickets/buy",
+        &[("Cookie", &token), SAME_ORIGIN],
+        Some(Q),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    // Reading with it is fine from anywhere (a link on another site).
+    let r = room.get(
+        "/tickets/seat",
+        &[("Cookie", &token), ("Sec-Fetch-Site", "cross-site")],
+    );
+    assert_eq!(r.status, 200);
+    // With Authorization the rule does not apply: no cookie is involved.
+    let bearer = format!("Bearer {}", token.split_once('=').unwrap().1);
+    let r = room.send(
+        "POST",
+        "/tickets/buy",
+        &[("Authorization", &bearer)],
+        Some(Q),
+    );
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn cookies_that_do_not_check_out_do_not_hide_the_real_ones() {
+    let room = Room::start("cookies: {secure: false}\n");
+    let first = room.get(PAGE, &[HTML]);
+    let good = cookie_named(&first, "waitgate-queue-baseball").unwrap();
+    let user = cookie_user(&good);
+    // A malformed one and a forged one of the same name come first (tossed
+    // in by another site of the domain, say); a cookie with a byte that is
+    // not UTF-8 sits in the same header.
+    let forged = format!("waitgate-queue-baseball=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA.0.{user}");
+    let header = format!("waitgate-queue-baseball=junk; {forged}; pref=M\u{fc}ller; {good}");
+    let mut raw = header.into_bytes();
+    let at = raw.iter().position(|&b| b == 0xc3).unwrap();
+    raw.splice(at..at + 2, [0xfc]);
+    let mut client = Client::connect(room.wg.addr);
+    let mut request =
+        format!("GET {PAGE} HTTP/1.1\r\nHost: t\r\nAccept: text/html\r\nCookie: ").into_bytes();
+    request.extend_from_slice(&raw);
+    request.extend_from_slice(b"\r\n\r\n");
+    client.send_bytes(&request);
+    let (head, _) = client.response();
+    assert_eq!(head.status, 200);
+    assert!(
+        head.header("Set-Cookie").is_none(),
+        "the same place: no new user"
+    );
+    assert_eq!(room.waiting(), [user.as_str()]);
+
+    // A start the cookie says is absurd (it is the visitor's to edit) is
+    // no more than a wrong progress bar.
+    let (credential, _) = good.split_once('=').unwrap().1.split_once('.').unwrap();
+    let absurd = format!("waitgate-queue-baseball={credential}.18446744073709551615.{user}");
+    let r = room.get(PAGE, &[HTML, ("Cookie", &absurd)]);
+    assert_eq!(r.status, 200);
+    assert!(
+        r.text().contains("value=\"100\""),
+        "rank 0 of an absurd start"
+    );
 }

@@ -116,6 +116,27 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     );
     assert_eq!(r.status, 404);
     assert!(r.body.contains("user_not_queued"));
+    // HTTP/2 has no Host field: this site's Origin is read against the
+    // :authority, so a browser of this site may register without a userId
+    // (the same-site rule), and another site may not.
+    let own = format!("Origin: https://127.0.0.1:{tls_port}");
+    for (origin, status) in [(own.as_str(), 200), ("Origin: https://evil.example", 403)] {
+        let r = curl(
+            d,
+            tls_port,
+            "--http2",
+            "POST",
+            "/api/v1/queue/register",
+            &[origin],
+            Some("{}"),
+        );
+        assert_eq!(
+            (r.status, r.version.as_str()),
+            (status, "2"),
+            "{origin}: {}",
+            r.body
+        );
+    }
 
     // The token check.
     let r = curl(

@@ -30,22 +30,42 @@ pub fn token_cookie_name(queue: &str) -> String {
 /// The prefix of every token cookie's name.
 pub const TOKEN_COOKIE_PREFIX: &str = "waitgate-token-";
 
-/// Every `name=value` pair of one `Cookie` header value, in order. Pairs
-/// that do not parse are skipped.
+/// Every `name=value` pair of one `Cookie` header value, in order.
+///
+/// Split on the raw bytes rather than with the `cookie` crate's parser,
+/// which takes the whole header as one `&str`: a single byte that is not
+/// UTF-8 in any cookie of the header (another application's on this host)
+/// would lose every cookie, and with them the visitor's place. Here a pair
+/// that is not UTF-8 is skipped alone.
 pub fn pairs(value: &[u8]) -> impl Iterator<Item = (&str, &str)> {
-    std::str::from_utf8(value)
-        .into_iter()
-        .flat_map(Cookie::split_parse)
-        .filter_map(|c| c.ok())
-        .filter_map(|c| Some((c.name_raw()?, c.value_raw()?)))
+    value.split(|&b| b == b';').filter_map(|pair| {
+        let pair = pair.trim_ascii();
+        let eq = pair.iter().position(|&b| b == b'=')?;
+        let name = std::str::from_utf8(&pair[..eq]).ok()?.trim();
+        let value = std::str::from_utf8(&pair[eq + 1..]).ok()?.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        (!name.is_empty()).then_some((name, value))
+    })
 }
 
-/// The value of the first cookie called `name` in the request's `Cookie`
-/// headers (a browser sends one; HTTP/2 may split it into several).
-pub fn find<'a>(cookie_headers: impl Iterator<Item = &'a [u8]>, name: &str) -> Option<&'a str> {
+/// The values of every cookie called `name` in the request's `Cookie`
+/// headers (a browser sends one header; HTTP/2 may split it into several),
+/// in order. A site can hold two cookies of one name (set for another path
+/// or a parent domain): callers take the first that checks out, not merely
+/// the first.
+pub fn find_all<'a, 'n>(
+    cookie_headers: impl Iterator<Item = &'a [u8]> + 'n,
+    name: &'n str,
+) -> impl Iterator<Item = &'a str> + 'n
+where
+    'a: 'n,
+{
     cookie_headers
         .flat_map(pairs)
-        .find(|(n, _)| *n == name)
+        .filter(move |(n, _)| *n == name)
         .map(|(_, v)| v)
 }
 
@@ -115,18 +135,23 @@ impl CookieJar {
 mod tests {
     use super::*;
 
+    fn find<'a>(headers: &[&'a [u8]], name: &str) -> Vec<&'a str> {
+        find_all(headers.iter().copied(), name).collect()
+    }
+
     #[test]
     fn cookies_are_found_across_headers_and_pairs() {
-        let headers: Vec<&[u8]> = vec![b"a=1; waitgate-queue-q=x.0.bob", b"b=2;c=3"];
-        assert_eq!(
-            find(headers.iter().copied(), "waitgate-queue-q"),
-            Some("x.0.bob")
-        );
-        assert_eq!(find(headers.iter().copied(), "c"), Some("3"));
-        assert_eq!(find(headers.iter().copied(), "d"), None);
-        // Not UTF-8: skipped, not a failure.
-        let odd: Vec<&[u8]> = vec![b"\xff\xfe=1", b"e=5"];
-        assert_eq!(find(odd.iter().copied(), "e"), Some("5"));
+        let headers: Vec<&[u8]> = vec![b"a=1; waitgate-queue-q=x.0.bob", b"b=2;c=\"3\""];
+        assert_eq!(find(&headers, "waitgate-queue-q"), ["x.0.bob"]);
+        assert_eq!(find(&headers, "c"), ["3"]);
+        assert!(find(&headers, "d").is_empty());
+        // A pair that is not UTF-8 is skipped alone, in the same header.
+        let odd: Vec<&[u8]> = vec![b"pref=M\xfcller; e=5; \xff=1; f"];
+        assert_eq!(find(&odd, "e"), ["5"]);
+        assert!(find(&odd, "pref").is_empty());
+        // Every cookie of a name, in order.
+        let two: Vec<&[u8]> = vec![b"n=bad; m=1", b"n=good"];
+        assert_eq!(find(&two, "n"), ["bad", "good"]);
     }
 
     #[test]

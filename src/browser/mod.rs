@@ -57,6 +57,8 @@ pub fn page_path(path: &str) -> Option<PagePath> {
 pub struct Caller {
     origin: Option<String>,
     fetch_site: Option<String>,
+    /// `Sec-Fetch-Dest`: `document` for a navigation.
+    fetch_dest: Option<String>,
     host: Option<String>,
     /// `Cookie` header values.
     cookies: Vec<Vec<u8>>,
@@ -85,6 +87,8 @@ impl Caller {
                 caller.origin = text();
             } else if name.eq_ignore_ascii_case(b"sec-fetch-site") {
                 caller.fetch_site = text();
+            } else if name.eq_ignore_ascii_case(b"sec-fetch-dest") {
+                caller.fetch_dest = text();
             } else if name.eq_ignore_ascii_case(b"host") {
                 caller.host = text();
             } else if name.eq_ignore_ascii_case(b"authorization") {
@@ -116,21 +120,44 @@ impl Caller {
         }
     }
 
+    /// Whether the request may be a page load: a browser says
+    /// `Sec-Fetch-Dest: document` when it navigates, and other values for
+    /// an image, a frame or a script that loads the URL (which a page of any
+    /// site can make). Clients that send no such header are taken at their
+    /// word, as for the queue API.
+    pub fn is_navigation(&self) -> bool {
+        self.fetch_dest
+            .as_deref()
+            .is_none_or(|d| d.eq_ignore_ascii_case("document"))
+    }
+
     /// A browser says where its requests come from; an API client does
     /// not.
     pub fn is_browser(&self) -> bool {
         self.origin.is_some() || self.fetch_site.is_some()
     }
 
-    /// The queue cookie for `queue`, when it holds a well-formed value.
-    pub fn queue_cookie(&self, queue: &str) -> Option<QueueCookie> {
-        self.cookie(&cookie::queue_cookie_name(queue))
-            .and_then(QueueCookie::parse)
+    /// The well-formed queue cookies for `queue`, in the order sent
+    /// (callers take the first whose credential checks out).
+    pub fn queue_cookies(&self, queue: &str) -> Vec<QueueCookie> {
+        self.cookies(&cookie::queue_cookie_name(queue))
+            .into_iter()
+            .filter_map(QueueCookie::parse)
+            .collect()
     }
 
-    /// The value of the cookie `name`.
-    pub fn cookie(&self, name: &str) -> Option<&str> {
-        cookie::find(self.cookies.iter().map(Vec::as_slice), name)
+    /// The values of every cookie called `name`, in the order sent.
+    pub fn cookies(&self, name: &str) -> Vec<&str> {
+        cookie::find_all(self.cookies.iter().map(Vec::as_slice), name).collect()
+    }
+
+    /// The request's host, from `Host`, or for HTTP/2 (which carries it in
+    /// `:authority`) from the target's authority.
+    pub fn with_authority(mut self, authority: Option<&str>) -> Caller {
+        if self.host.is_none() {
+            self.host = authority.map(str::to_string);
+        }
+        self
     }
 }
 
@@ -177,11 +204,13 @@ mod tests {
         assert_eq!(c.sent().fetch_site, Some("same-origin"));
         assert_eq!(c.authorization.as_deref(), Some("Bearer t"));
         assert_eq!(c.credential, None, "two credentials: neither");
-        let q = c.queue_cookie("q").unwrap();
+        let q = &c.queue_cookies("q")[0];
         assert_eq!(
             (q.credential.as_str(), q.start_rank, q.user.as_str()),
             ("abc", 3, "bob")
         );
-        assert!(c.queue_cookie("other").is_none());
+        assert!(c.queue_cookies("other").is_empty());
+        let h2 = Caller::from_fields(std::iter::empty()).with_authority(Some("tickets:443"));
+        assert_eq!(h2.sent().host, Some("tickets:443"));
     }
 }

@@ -79,9 +79,10 @@ pub fn preflight(origins: &Origins, sent: Sent<'_>) -> Option<Vec<(&'static str,
     let mut headers = origins.cors(sent)?;
     headers.extend([
         ("Access-Control-Allow-Methods", "GET, POST, DELETE".into()),
+        // Authorization: the site's login token, with identity binding.
         (
             "Access-Control-Allow-Headers",
-            "Content-Type, X-Queue-Credential".into(),
+            "Authorization, Content-Type, X-Queue-Credential".into(),
         ),
         ("Access-Control-Max-Age", "600".into()),
     ]);

@@ -92,28 +92,30 @@ impl Logins {
     }
 
     /// The user a request's login token names: from `Authorization:
-    /// Bearer`, else from the configured cookie. No token is 401
-    /// `login_required`; a token that proves nothing is 401 `invalid_login`.
-    pub fn user(
+    /// Bearer`, else from the configured cookie (the first of that name
+    /// that verifies: another of the same name, set for a parent domain,
+    /// may be stale). No token is 401 `login_required`; a token that proves
+    /// nothing is 401 `invalid_login`.
+    pub fn user<'a>(
         &self,
         authorization: Option<&str>,
-        cookie: impl Fn(&str) -> Option<String>,
+        cookies: impl Fn(&str) -> Vec<&'a str>,
     ) -> Result<UserId, ApiError> {
-        let token = match authorization {
-            Some(value) => {
-                let (scheme, token) = value.split_once(' ').ok_or(ApiError::InvalidLogin)?;
-                if !scheme.eq_ignore_ascii_case("bearer") {
-                    return Err(ApiError::InvalidLogin);
-                }
-                token.trim().to_string()
+        if let Some(value) = authorization {
+            let (scheme, token) = value.split_once(' ').ok_or(ApiError::InvalidLogin)?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return Err(ApiError::InvalidLogin);
             }
-            None => self
-                .cookie
-                .as_deref()
-                .and_then(cookie)
-                .ok_or(ApiError::LoginRequired)?,
-        };
-        self.verify(&token)
+            return self.verify(token.trim());
+        }
+        let candidates = self.cookie.as_deref().map(cookies).unwrap_or_default();
+        if candidates.is_empty() {
+            return Err(ApiError::LoginRequired);
+        }
+        candidates
+            .into_iter()
+            .find_map(|token| self.verify(token).ok())
+            .ok_or(ApiError::InvalidLogin)
     }
 
     fn verify(&self, token: &str) -> Result<UserId, ApiError> {
@@ -130,6 +132,7 @@ impl Logins {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
         validation.leeway = self.leeway;
         let data =
             decode::<Claims>(token, &key.key, &validation).map_err(|_| ApiError::InvalidLogin)?;
@@ -207,15 +210,27 @@ mod tests {
             serde_json::json!({"sub":"bob","iss":"shop","aud":"waitgate","exp":exp()}),
             SECRET,
         );
-        let none = |_: &str| None;
+        let none = |_: &str| Vec::new();
         assert_eq!(
             l.user(Some(&format!("Bearer {good}")), none)
                 .unwrap()
                 .as_str(),
             "bob"
         );
-        let from_cookie = |name: &str| (name == "session").then(|| good.clone());
+        let stale = "stale.token.value";
+        let from_cookie = |name: &str| {
+            if name == "session" {
+                vec![stale, good.as_str()]
+            } else {
+                vec![]
+            }
+        };
         assert_eq!(l.user(None, from_cookie).unwrap().as_str(), "bob");
+        let only_stale = |_: &str| vec![stale];
+        assert_eq!(
+            l.user(None, only_stale).unwrap_err(),
+            ApiError::InvalidLogin
+        );
         assert_eq!(l.user(None, none).unwrap_err(), ApiError::LoginRequired);
         for bad in [
             login(
@@ -232,6 +247,10 @@ mod tests {
             ),
             login(
                 serde_json::json!({"iss":"shop","aud":"waitgate","exp":exp()}),
+                SECRET,
+            ),
+            login(
+                serde_json::json!({"sub":"bob","iss":"shop","aud":"waitgate","exp":exp(),"nbf":exp()}),
                 SECRET,
             ),
             "not.a.token".into(),

@@ -9,6 +9,7 @@ use super::routes::RouteTable;
 use super::rules;
 use super::rules::Field;
 use crate::browser::cookie::{self, TOKEN_COOKIE_PREFIX};
+use crate::browser::origin::Sent;
 use crate::browser::{page_path, redirect, PagePath};
 use crate::edge::jwt::{Identity, Reject, Tokens};
 use crate::error::ApiError;
@@ -22,6 +23,8 @@ pub struct RequestHead<'a, F> {
     pub http11: bool,
     /// The request target exactly as received.
     pub target: &'a [u8],
+    /// The target's authority, for HTTP/2 (which has no `Host` field).
+    pub authority: Option<&'a str>,
     pub fields: F,
 }
 
@@ -113,19 +116,26 @@ where
         .filter(|(name, _)| rules::name::Name::of(name) == rules::name::Name::Authorization)
         .map(|(_, value)| value);
     // A browser holds its token in a cookie: `Authorization` first, then
-    // the route's queue's token cookie, then any other queue's (whose
+    // the route's queue's token cookies, then any other queue's (whose
     // token then gets that queue's 403, not the page).
-    let checked = if authorization.clone().next().is_some() {
-        tokens.check(authorization, &route.queue, now)
+    let from_cookie = authorization.clone().next().is_none();
+    let checked = if from_cookie {
+        token_cookie(tokens, head.fields.clone(), &route.queue, now)
     } else {
-        match token_cookie(head.fields.clone(), &route.queue) {
-            Some(token) => {
-                let value = format!("Bearer {token}");
-                tokens.check(std::iter::once(value.as_bytes()), &route.queue, now)
-            }
-            None => Err(Reject::Missing),
-        }
+        tokens.check(authorization, &route.queue, now)
     };
+    // A cookie goes with every request to this site, whoever made the page
+    // that sends it: one that may change something must show it comes from
+    // this site (as the queue API's cookie calls must).
+    if from_cookie && checked.is_ok() && !matches!(head.method, "GET" | "HEAD") {
+        let sent = sent(head);
+        if !routes.origins().same_site(sent) {
+            return Decision::Respond {
+                route: Some(index),
+                error: ApiError::CrossSite,
+            };
+        }
+    }
     match checked {
         Ok(identity) => Decision::Forward {
             route: index,
@@ -160,25 +170,65 @@ where
     }
 }
 
-/// The token a browser's cookies hold for `queue`, or, failing that, for
-/// any queue.
-fn token_cookie<'a, F>(fields: F, queue: &str) -> Option<&'a str>
+/// The token a browser's cookies hold for `queue`: the first of the
+/// queue's token cookies that checks out (another of the name, set for a
+/// parent domain, may be stale), else any other queue's, else none.
+fn token_cookie<'a, F>(
+    tokens: &Tokens,
+    fields: F,
+    queue: &str,
+    now: u64,
+) -> Result<Identity, Reject>
 where
     F: Iterator<Item = Field<'a>>,
 {
     let own = cookie::token_cookie_name(queue);
+    let mut first_error = None;
     let mut other = None;
     for (_, value) in fields.filter(|(name, _)| name.eq_ignore_ascii_case(b"cookie")) {
         for (name, token) in cookie::pairs(value) {
             if name == own {
-                return Some(token);
-            }
-            if other.is_none() && name.starts_with(TOKEN_COOKIE_PREFIX) {
+                match check_bare(tokens, token, queue, now) {
+                    Ok(identity) => return Ok(identity),
+                    Err(reject) => {
+                        first_error.get_or_insert(reject);
+                    }
+                }
+            } else if other.is_none() && name.starts_with(TOKEN_COOKIE_PREFIX) {
                 other = Some(token);
             }
         }
     }
-    other
+    match (first_error, other) {
+        (Some(reject), _) => Err(reject),
+        (None, Some(token)) => check_bare(tokens, token, queue, now),
+        (None, None) => Err(Reject::Missing),
+    }
+}
+
+/// Checks a bare token (a cookie's) as the `Authorization` check does.
+fn check_bare(tokens: &Tokens, token: &str, queue: &str, now: u64) -> Result<Identity, Reject> {
+    let value = format!("Bearer {token}");
+    tokens.check(std::iter::once(value.as_bytes()), queue, now)
+}
+
+/// Where a request says it comes from, for the same-site rule.
+fn sent<'a, F>(head: &RequestHead<'a, F>) -> Sent<'a>
+where
+    F: Iterator<Item = Field<'a>> + Clone,
+{
+    let field = |wanted: &[u8]| {
+        head.fields
+            .clone()
+            .find(|(name, _)| name.eq_ignore_ascii_case(wanted))
+            .and_then(|(_, value)| std::str::from_utf8(value).ok())
+            .map(str::trim)
+    };
+    Sent {
+        origin: field(b"origin"),
+        fetch_site: field(b"sec-fetch-site"),
+        host: field(b"host").or(head.authority),
+    }
 }
 
 /// The request target as the client sent it, from the raw request line.

@@ -112,6 +112,7 @@ impl Gate {
             method: header.method.as_str(),
             http11: header.version == Version::HTTP_11,
             target,
+            authority: header.uri.authority().map(|a| a.as_str()),
             fields: list.iter().copied(),
         };
         decide(routes, &self.tokens, &head, now)
@@ -132,7 +133,8 @@ impl Gate {
         match page {
             PagePath::Asset(asset) if matches!(method, "GET" | "HEAD") => queue::page::asset(asset),
             PagePath::Page(queue) if method == "GET" => {
-                let caller = Caller::from_fields(fields(&header.headers).into_iter());
+                let caller = Caller::from_fields(fields(&header.headers).into_iter())
+                    .with_authority(header.uri.authority().map(|a| a.as_str()));
                 self.api
                     .page(&queue, header.uri.query(), &caller, is_route)
                     .await

@@ -1,5 +1,6 @@
 //! The protected routes: path prefix -> (queue, upstream).
 
+use crate::browser::origin::Origins;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -25,6 +26,10 @@ pub struct ProtectedRoute {
 pub struct RouteTable {
     routes: Vec<ProtectedRoute>,
     upstreams: Vec<Arc<Upstream>>,
+    /// This site's origin and the allowed others: a request that a token
+    /// cookie authenticates and that may change something must come from
+    /// one of them.
+    origins: Origins,
 }
 
 impl RouteTable {
@@ -57,6 +62,7 @@ impl RouteTable {
         Ok(RouteTable {
             routes,
             upstreams: upstreams.into_values().collect(),
+            origins: config.browsers.origins.clone(),
         })
     }
 
@@ -65,6 +71,10 @@ impl RouteTable {
         self.routes
             .iter()
             .position(|r| under_prefix(path, &r.prefix))
+    }
+
+    pub fn origins(&self) -> &Origins {
+        &self.origins
     }
 
     pub fn get(&self, index: usize) -> Option<&ProtectedRoute> {

@@ -90,7 +90,8 @@ impl QueueApi {
             head.headers
                 .iter()
                 .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes())),
-        );
+        )
+        .with_authority(head.uri.authority().map(|a| a.as_str()));
         let method = head.method.as_str();
         if method == "OPTIONS" && caller.sent().origin.is_some() {
             return self.preflight(&caller);

@@ -89,6 +89,11 @@ impl QueueApi {
             Ok(queue) => queue,
             Err(error) => return Reply::from(error),
         };
+        // Loading the page joins the queue: only a visitor's own page load
+        // may, not an image or a frame another site's page puts it in.
+        if !caller.is_navigation() {
+            return Reply::from(ApiError::CrossSite);
+        }
         let visit = match self.visit(&queue, caller).await {
             Ok(visit) => visit,
             Err(ApiError::RedisUnavailable) => Visit::Show(View::Unavailable, None),
@@ -113,21 +118,9 @@ impl QueueApi {
 
     /// Polls for a visitor with the queue cookie, or registers one.
     async fn visit(&self, queue: &Queue, caller: &Caller) -> Result<Visit, ApiError> {
-        let signed_in = match self.logins() {
-            Some(logins) => Some(logins.user(caller.authorization.as_deref(), |name| {
-                caller.cookie(name).map(str::to_string)
-            })?),
-            None => None,
-        };
+        let signed_in = self.signed_in(caller)?;
         // A cookie of ours, for the signed-in user when there is one.
-        let cookie = caller
-            .queue_cookie(&queue.name)
-            .filter(|c| signed_in.as_ref().is_none_or(|u| *u == c.user))
-            .filter(|c| {
-                self.credentials()
-                    .check(&queue.name, c.user.as_str(), &c.credential)
-                    .is_some()
-            });
+        let cookie = self.visitor_cookie(queue, caller, signed_in.as_ref());
         if let Some(c) = &cookie {
             let position = self
                 .store()
@@ -170,7 +163,7 @@ impl QueueApi {
     async fn join(&self, queue: &Queue, user: &UserId) -> Result<Visit, ApiError> {
         let (registration, credential, _) = self.register_user(queue, user).await?;
         let rank = register::start_rank(&registration);
-        let cookie = |credential: &str| Some(self.queue_cookie(queue, credential, rank, user));
+        let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {
             Registration::New { place, .. } => Visit::Show(
                 View::Waiting {
@@ -205,18 +198,34 @@ impl QueueApi {
                 },
                 None,
             ),
-            // Active without a cookie: an API client's user opening the
-            // page. Its token needs its credential, which only it holds.
-            Registration::Active { .. } => Visit::Show(
-                View::Waiting {
-                    place: Place {
-                        rank: 0,
-                        wait_ms: Some(0),
+            // Active without a cookie: the signed-in user on another device
+            // is let in with the admitted registration's credential; an API
+            // client's user opening the page cannot be (its token needs the
+            // credential only it holds), and is shown the head of the queue.
+            Registration::Active { arrival, .. } => {
+                if self.logins().is_some() && arrival > 0 {
+                    let credential = self
+                        .credentials()
+                        .issue(&queue.name, user.as_str(), arrival);
+                    match self.exchange(queue, user, &credential).await {
+                        Ok(issued) => return Ok(Visit::Admitted(issued)),
+                        // The active state ended just now: the next load
+                        // joins again.
+                        Err(ApiError::NotActive) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Visit::Show(
+                    View::Waiting {
+                        place: Place {
+                            rank: 0,
+                            wait_ms: Some(0),
+                        },
+                        start_rank: 0,
                     },
-                    start_rank: 0,
-                },
-                None,
-            ),
+                    None,
+                )
+            }
         })
     }
 }
@@ -283,9 +292,10 @@ fn words(lang: Lang, view: &View) -> Words {
                 Some(ms) if ms < 90_000 => lang.get("wait_minute").to_string(),
                 Some(ms) => fill(lang.get("wait_minutes"), (ms + 30_000) / 60_000),
             };
+            // The start comes from the visitor's cookie: any u64 is possible.
             let progress = match *start_rank {
                 0 => 100,
-                start => 100 * start.saturating_sub(rank) / start,
+                start => (100 * u128::from(start.saturating_sub(rank)) / u128::from(start)) as u64,
             };
             Words {
                 heading: lang

@@ -70,7 +70,7 @@ async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Res
     Ok(match (credential, registrant.browser) {
         (Some(credential), true) => reply.header(
             "Set-Cookie",
-            api.queue_cookie(
+            api.set_queue_cookie(
                 &queue,
                 &credential,
                 start_rank(&registration),
@@ -115,7 +115,7 @@ fn registrant(
     }
     // It sets a cookie: only this site's pages may ask.
     api.same_site(caller)?;
-    let user = match caller.queue_cookie(&queue.name) {
+    let user = match api.visitor_cookie(queue, caller, None) {
         Some(c) => c.user,
         None => mint(),
     };
@@ -173,7 +173,7 @@ impl QueueApi {
     }
 
     /// The `Set-Cookie` value that keeps a browser's place.
-    pub(super) fn queue_cookie(
+    pub(super) fn set_queue_cookie(
         &self,
         queue: &Queue,
         credential: &str,
@@ -294,7 +294,10 @@ mod tests {
         let (label, reply) = outcome(
             &queue,
             &user,
-            Registration::Active { expires_at_ms: 1 },
+            Registration::Active {
+                expires_at_ms: 1,
+                arrival: 7,
+            },
             |_| unreachable!(),
         );
         assert_eq!(label, REGISTERED_ACTIVE);

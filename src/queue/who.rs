@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 
 use super::{input, QueueApi};
+use crate::browser::cookie::QueueCookie;
 use crate::browser::Caller;
 use crate::error::ApiError;
 use crate::queues::Queue;
@@ -41,24 +42,21 @@ impl QueueApi {
         credential: Option<String>,
         caller: &Caller,
     ) -> Result<Who, ApiError> {
-        let cookie = caller.queue_cookie(&queue.name);
-        if let Some(logins) = self.logins() {
-            let from_header = caller.authorization.is_some();
-            let user = logins.user(caller.authorization.as_deref(), |name| {
-                caller.cookie(name).map(str::to_string)
-            })?;
+        if let Some(user) = self.signed_in(caller)? {
             if explicit.is_some_and(|e| e != user.as_str()) {
                 return Err(ApiError::IdentityMismatch);
             }
             // The queue cookie's credential serves only its own user.
-            let cookie = cookie.filter(|c| c.user == user);
-            let by_cookie = !from_header || (credential.is_none() && cookie.is_some());
+            let cookie = self.visitor_cookie(queue, caller, Some(&user));
+            let by_cookie =
+                caller.authorization.is_none() || (credential.is_none() && cookie.is_some());
             return Ok(Who {
                 credential: credential.or_else(|| cookie.map(|c| c.credential)),
                 user,
                 by_cookie,
             });
         }
+        let cookie = self.visitor_cookie(queue, caller, None);
         match explicit {
             Some(text) => Ok(Who {
                 user: input::user_id(text)?,
@@ -76,6 +74,35 @@ impl QueueApi {
                 ))),
             },
         }
+    }
+
+    /// The signed-in user, with identity binding (`None` without it).
+    pub(super) fn signed_in(&self, caller: &Caller) -> Result<Option<UserId>, ApiError> {
+        match self.logins() {
+            None => Ok(None),
+            Some(logins) => logins
+                .user(caller.authorization.as_deref(), |name| caller.cookies(name))
+                .map(Some),
+        }
+    }
+
+    /// The visitor's queue cookie: the first sent whose credential is one
+    /// of ours for its user (and, given `user`, names that user). A
+    /// malformed or forged cookie of the same name, tossed in by another
+    /// site of the domain, does not hide the real one.
+    pub(super) fn visitor_cookie(
+        &self,
+        queue: &Queue,
+        caller: &Caller,
+        user: Option<&UserId>,
+    ) -> Option<QueueCookie> {
+        caller.queue_cookies(&queue.name).into_iter().find(|c| {
+            user.is_none_or(|u| *u == c.user)
+                && self
+                    .credentials()
+                    .check(&queue.name, c.user.as_str(), &c.credential)
+                    .is_some()
+        })
     }
 
     /// The same-site rule for a cookie-authenticated change: 403 unless

@@ -88,8 +88,9 @@ pub enum Registration {
     New { place: Place, arrival: u64 },
     /// Was already waiting, since `arrival`; place and credential unchanged.
     AlreadyWaiting { place: Place, arrival: u64 },
-    /// Is active until this time (Redis clock, ms since the epoch).
-    Active { expires_at_ms: u64 },
+    /// Is active until this time (Redis clock, ms since the epoch), admitted
+    /// from the registration at `arrival` (0 if unknown).
+    Active { expires_at_ms: u64, arrival: u64 },
     /// Is in the pre-queue of a scheduled open, which opens in
     /// `opens_in_ms` (0: being placed now). `arrival` is set when this call
     /// pre-queued the user, for its credential.
@@ -622,6 +623,7 @@ impl Store {
             }),
             3 => Ok(Registration::Active {
                 expires_at_ms: count(value)?,
+                arrival: count(arrival)?,
             }),
             4 => Ok(Registration::Prequeued {
                 opens_in_ms: count(value)?,

@@ -105,6 +105,7 @@ pub fn take(
         method,
         http11: true,
         target,
+        authority: None,
         fields: fields.clone(),
     };
     let take = match decide(routes, tokens, &head, jwt::now_s()) {
