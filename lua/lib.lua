@@ -14,7 +14,8 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
--- The expected wait (ms) of a user with `rank` users ahead.
+-- The expected wait (ms) of a user with `rank` users ahead, as a function
+-- of rank (the gate is read once, for a whole batch of users).
 --
 -- The admission gate (admit.lua) records the last admitted window and an
 -- average of users admitted per window, in the admission hash. The user is
@@ -22,7 +23,7 @@ end
 -- admission is due at once if this window has not admitted yet, else at the
 -- start of the next window. With no record yet, the configured batch size is
 -- the rate.
-local function wait_estimate_ms(admission_key, rank, now_ms, interval_ms, batch)
+local function wait_estimator(admission_key, now_ms, interval_ms, batch)
   local gate = redis.call('HMGET', admission_key, 'window', 'rate')
   local last_window = tonumber(gate[1]) or -1
   local rate = tonumber(gate[2]) or batch
@@ -34,7 +35,25 @@ local function wait_estimate_ms(admission_key, rank, now_ms, interval_ms, batch)
   if last_window >= window then
     first_ms = (window + 1) * interval_ms - now_ms
   end
-  return first_ms + math.floor(rank / rate) * interval_ms
+  return function(rank)
+    return first_ms + math.floor(rank / rate) * interval_ms
+  end
+end
+
+-- The users of a batch call: ARGV[first] to the end, at least one and at
+-- most 500, each 1 to 128 bytes. Nil when any is not, so that a script can
+-- refuse the whole call before its first write.
+local function batch_users(first)
+  local n = #ARGV - first + 1
+  if n < 1 or n > 500 then
+    return nil
+  end
+  for i = first, #ARGV do
+    if #ARGV[i] == 0 or #ARGV[i] > 128 then
+      return nil
+    end
+  end
+  return n
 end
 
 -- Calls fn with the members of `list` at most 500 at a time: Lua's unpack

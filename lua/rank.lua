@@ -1,53 +1,66 @@
--- rank: where a user stands; refreshes the heartbeat of a waiting user only.
+-- rank: where each user of a batch stands; refreshes the heartbeat of each
+-- waiting one. Concurrent polls of one queue on one instance share a call
+-- (src/store/coalesce.rs); a lone poll is a batch of one.
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] active ZSET,
 -- KEYS[4] admission HASH (for the wait estimate),
 -- KEYS[5] control HASH (live settings, event), KEYS[6] prequeue ZSET
--- ARGV[1] userId
--- ARGV[2] admission interval (ms), ARGV[3] admission batch size (as
+-- ARGV[1] admission interval (ms), ARGV[2] admission batch size (as
 --         configured; the control hash may override both)
+-- ARGV[3..] userIds, 1 to 500
 --
--- Returns {1, rank, wait_ms}   waiting, with rank users ahead; heartbeat
+-- Returns, for each user in order, three numbers:
+--         1, rank, wait_ms     waiting, with rank users ahead; heartbeat
 --                              refreshed; wait_ms is -1 while paused
---         {3, expiry, 0}       active until expiry (ms)
---         {4, opens_in_ms, 0}  pre-queued: the queue opens in opens_in_ms
+--         3, expiry, 0         active until expiry (ms)
+--         4, opens_in_ms, 0    pre-queued: the queue opens in opens_in_ms
 --                              (0: opening now, the pre-queue is being placed)
---         {0, 0, 0}            not queued: nothing is written
-local interval, batch = tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 6 or #ARGV ~= 3 or #ARGV[1] == 0 or #ARGV[1] > 128
-    or not interval or interval < 1 or not batch or batch < 1 then
+--         0, 0, 0              not queued: nothing is written
+local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #KEYS ~= 6 or not interval or interval < 1 or not batch or batch < 1
+    or not batch_users(3) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
-local user = ARGV[1]
 local now_ms = math.floor(now_us() / 1000)
 local control = read_control(KEYS[5])
 local phase = event_phase(control, now_ms)
+local estimate = wait_estimator(KEYS[4], now_ms, control.interval or interval,
+  control.batch or batch)
 
-if phase ~= 'open' then
-  -- Before the open nobody has a place yet: no rank, no heartbeat.
-  local waiting = redis.call('ZSCORE', KEYS[1], user)
-  if waiting then
-    -- Waiting already (from before the event, or placed): polling keeps
-    -- the place, as at any other time.
-    redis.call('ZADD', KEYS[2], int(now_ms), user)
-  end
-  if waiting or redis.call('ZSCORE', KEYS[6], user) then
-    return {4, math.max(0, (control.open_at or now_ms) - now_ms), 0}
-  end
-else
-  local rank = redis.call('ZRANK', KEYS[1], user)
-  if rank then
-    redis.call('ZADD', KEYS[2], int(now_ms), user)
-    if control.paused then
-      return {1, rank, -1}
+local function rank_of(user)
+  if phase ~= 'open' then
+    -- Before the open nobody has a place yet: no rank, no heartbeat.
+    local waiting = redis.call('ZSCORE', KEYS[1], user)
+    if waiting then
+      -- Waiting already (from before the event, or placed): polling keeps
+      -- the place, as at any other time.
+      redis.call('ZADD', KEYS[2], int(now_ms), user)
     end
-    return {1, rank, wait_estimate_ms(KEYS[4], rank, now_ms, control.interval or interval,
-      control.batch or batch)}
+    if waiting or redis.call('ZSCORE', KEYS[6], user) then
+      return 4, math.max(0, (control.open_at or now_ms) - now_ms), 0
+    end
+  else
+    local rank = redis.call('ZRANK', KEYS[1], user)
+    if rank then
+      redis.call('ZADD', KEYS[2], int(now_ms), user)
+      if control.paused then
+        return 1, rank, -1
+      end
+      return 1, rank, estimate(rank)
+    end
   end
+  local expiry = redis.call('ZSCORE', KEYS[3], user)
+  if expiry and tonumber(expiry) > now_ms then
+    return 3, tonumber(expiry), 0
+  end
+  return 0, 0, 0
 end
 
-local expiry = redis.call('ZSCORE', KEYS[3], user)
-if expiry and tonumber(expiry) > now_ms then
-  return {3, tonumber(expiry), 0}
+local out = {}
+for i = 3, #ARGV do
+  local code, value, wait = rank_of(ARGV[i])
+  out[#out + 1] = code
+  out[#out + 1] = value
+  out[#out + 1] = wait
 end
-return {0, 0, 0}
+return out

@@ -1,5 +1,7 @@
--- register: put a user at the tail of the waiting queue, once; or, before a
--- scheduled open, in the pre-queue.
+-- register: put each user of a batch at the tail of the waiting queue, once,
+-- in the batch's order; or, before a scheduled open, in the pre-queue.
+-- Concurrent registrations for one queue on one instance share a call
+-- (src/store/coalesce.rs); a lone one is a batch of one.
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
 -- KEYS[2] heartbeat ZSET  (userId -> last sign of life, ms)
@@ -8,103 +10,125 @@
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
 -- KEYS[6] control HASH    (live settings and the event, see lib.lua)
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
--- ARGV[1] userId
--- ARGV[2] admission interval (ms), ARGV[3] admission batch size
+-- ARGV[1] admission interval (ms), ARGV[2] admission batch size
+-- ARGV[3..] userIds, 1 to 500
 --
--- Returns {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
+-- Returns, for each user in order, four numbers:
+--         {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
 --                                      waitgate signs the arrival into the
 --                                      queueCredential (src/queue/credential.rs)
---         {2, rank, wait_ms, 0}        already waiting: place kept
---         {3, expiry, 0, 0}            already active until expiry (ms)
+--         {2, rank, wait_ms, arrival}  already waiting: place kept
+--         {3, expiry, 0, arrival}      already active until expiry (ms), with
+--                                      the admitted registration's arrival
 --         {4, opens_in_ms, 0, 0}       already pre-queued
 --         {5, opens_in_ms, 0, arrival} pre-queued now (0: opening now)
 --         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
 -- wait_ms is -1 while admission is paused.
 --
 -- A waiting user costs two sorted-set entries and nothing else.
-local interval, batch = tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 7 or #ARGV ~= 3 or #ARGV[1] == 0 or #ARGV[1] > 128
-    or not interval or interval < 1 or not batch or batch < 1 then
+local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #KEYS ~= 7 or not interval or interval < 1 or not batch or batch < 1
+    or not batch_users(3) then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
-local user = ARGV[1]
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local control = read_control(KEYS[6])
 local phase = event_phase(control, now_ms)
 interval, batch = control.interval or interval, control.batch or batch
 
+local wait_of = wait_estimator(KEYS[5], now_ms, interval, batch)
 local function estimate(rank)
   if control.paused then
     return -1
   end
-  return wait_estimate_ms(KEYS[5], rank, now_ms, interval, batch)
+  return wait_of(rank)
 end
 
 -- Strictly increasing scores with no ties: the arrival time in microseconds,
 -- bumped past the set's tail when two arrive in the same microsecond or the
 -- clock steps back, and never below `low`. Scores stay below 2^53, so
--- doubles hold them exactly.
+-- doubles hold them exactly. The tail is read once per set and batch, then
+-- kept here as this batch adds to it.
+local tails = {}
 local function next_score(key, low)
   local score = math.max(now, low or 0)
-  local tail = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if tail[2] and tonumber(tail[2]) >= score then
-    score = tonumber(tail[2]) + 1
+  local tail = tails[key]
+  if not tail then
+    local last = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    tail = tonumber(last[2]) or 0
   end
+  if tail >= score then
+    score = tail + 1
+  end
+  tails[key] = score
   return score
 end
 
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
-local rank = redis.call('ZRANK', KEYS[1], user)
-if rank then
-  -- Registering again is a sign of life too.
-  redis.call('ZADD', KEYS[2], int(now_ms), user)
-  if phase ~= 'open' then
-    return {4, opens_in, 0, 0}
+
+local function register(user)
+  local rank = redis.call('ZRANK', KEYS[1], user)
+  if rank then
+    -- Registering again is a sign of life too.
+    redis.call('ZADD', KEYS[2], int(now_ms), user)
+    if phase ~= 'open' then
+      return 4, opens_in, 0, 0
+    end
+    -- The arrival too: with identity binding, a second device of the same
+    -- signed-in user is given the credential of this registration.
+    return 2, rank, estimate(rank), tonumber(redis.call('ZSCORE', KEYS[1], user))
   end
-  -- The arrival too: with identity binding, a second device of the same
-  -- signed-in user is given the credential of this registration.
-  return {2, rank, estimate(rank), tonumber(redis.call('ZSCORE', KEYS[1], user))}
-end
-if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
-  return {4, opens_in, 0, 0}
+  if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
+    return 4, opens_in, 0, 0
+  end
+
+  local expiry = redis.call('ZSCORE', KEYS[4], user)
+  if expiry and tonumber(expiry) > now_ms then
+    -- The arrival of the admitted registration too (with identity binding, a
+    -- second device of the signed-in user is given its credential).
+    return 3, tonumber(expiry), 0, tonumber(redis.call('HGET', KEYS[3], user) or '0')
+  end
+  if phase == 'scheduled' then
+    return 6, control.prequeue_from, 0, 0
+  end
+  if expiry then
+    -- An active state that ran out but was not cleaned up yet, with the
+    -- credential entry of that earlier registration.
+    redis.call('ZREM', KEYS[4], user)
+    redis.call('HDEL', KEYS[3], user)
+  end
+
+  if phase == 'prequeue' then
+    local score = next_score(KEYS[7])
+    redis.call('ZADD', KEYS[7], int(score), user)
+    return 5, opens_in, 0, score
+  end
+
+  -- After the open (or while the pre-queue is being placed), everyone who
+  -- arrives is behind every pre-queued user: at or above the floor.
+  local floor = control.floor
+  if phase == 'placing' then
+    -- Before the first placing step, this registration starts the placing,
+    -- so that it cannot land ahead of the pre-queue.
+    floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], now))
+  end
+  local score = next_score(KEYS[1], floor)
+  redis.call('ZADD', KEYS[1], int(score), user)
+  redis.call('ZADD', KEYS[2], int(now_ms), user)
+  if phase == 'placing' then
+    return 5, 0, 0, score
+  end
+  rank = redis.call('ZCARD', KEYS[1]) - 1
+  return 1, rank, estimate(rank), score
 end
 
-local expiry = redis.call('ZSCORE', KEYS[4], user)
-if expiry and tonumber(expiry) > now_ms then
-  -- The arrival of the admitted registration too (with identity binding, a
-  -- second device of the signed-in user is given its credential).
-  return {3, tonumber(expiry), 0, tonumber(redis.call('HGET', KEYS[3], user) or '0')}
+local out = {}
+for i = 3, #ARGV do
+  local code, value, wait, arrival = register(ARGV[i])
+  out[#out + 1] = code
+  out[#out + 1] = value
+  out[#out + 1] = wait
+  out[#out + 1] = arrival
 end
-if phase == 'scheduled' then
-  return {6, control.prequeue_from, 0, 0}
-end
-if expiry then
-  -- An active state that ran out but was not cleaned up yet, with the
-  -- credential entry of that earlier registration.
-  redis.call('ZREM', KEYS[4], user)
-  redis.call('HDEL', KEYS[3], user)
-end
-
-if phase == 'prequeue' then
-  local score = next_score(KEYS[7])
-  redis.call('ZADD', KEYS[7], int(score), user)
-  return {5, opens_in, 0, score}
-end
-
--- After the open (or while the pre-queue is being placed), everyone who
--- arrives is behind every pre-queued user: at or above the floor.
-local floor = control.floor
-if phase == 'placing' then
-  -- Before the first placing step, this registration starts the placing,
-  -- so that it cannot land ahead of the pre-queue.
-  floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], now))
-end
-local score = next_score(KEYS[1], floor)
-redis.call('ZADD', KEYS[1], int(score), user)
-redis.call('ZADD', KEYS[2], int(now_ms), user)
-if phase == 'placing' then
-  return {5, 0, 0, score}
-end
-rank = redis.call('ZCARD', KEYS[1]) - 1
-return {1, rank, estimate(rank), score}
+return out

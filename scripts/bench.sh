@@ -203,6 +203,13 @@ K='queue:{bench}'
 run_redis_bench() { # label, command...
   local label=$1; shift
   local rps
+  # redis-benchmark counts error replies as requests: the reference must be
+  # a call that works (the script's keys and arguments as waitgate sends them).
+  local probe
+  probe=$(redis-cli -p $P_REDIS "${@//__rand_int__/probe}" 2>&1 | head -1)
+  case "$probe" in
+    *ERR*) echo "the reference call fails: $probe" >&2; exit 1 ;;
+  esac
   rps=$(redis-benchmark -p $P_REDIS -c 50 -n 400000 -r 100000000 -q "$@" 2>/dev/null \
     | tr '\r' '\n' | awk '/requests per second/ {print $(NF-5)}' | tail -1)
   echo "$label $rps - 0 0" >> "$work/results"
@@ -227,10 +234,11 @@ for round in $(seq "$rounds"); do
   fi
   run_wrk nginx http://127.0.0.1:$P_NGINX/api/v1/follow-up/seat -s "$work/status.lua"
   run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
-  run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
-    "r:__rand_int__" 3000 100
+  run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 7 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
+    "$K:control" "$K:prequeue" 3000 100 "r:__rand_int__"
   run_wrk rank "http://127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank" -s "$work/status.lua"
-  run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 4 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" bench-rank 3000 100
+  run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 6 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" \
+    "$K:control" "$K:prequeue" 3000 100 bench-rank
 done
 
 # Redis commands per call, from INFO commandstats over a counted number of

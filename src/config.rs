@@ -159,6 +159,9 @@ pub struct RedisConfig {
     pub wait_replicas: u64,
     /// How long that wait may take before the write counts as failed.
     pub wait_timeout: Duration,
+    /// Concurrent register, rank and token calls of one queue share one
+    /// script call (`store::coalesce`); `false` makes one call each.
+    pub coalesce: bool,
 }
 
 /// Which Redis topology holds the queues.
@@ -432,6 +435,8 @@ struct RawRedis {
     wait_replicas: u64,
     #[serde(default = "defaults::wait_timeout_ms")]
     wait_timeout_ms: u64,
+    #[serde(default = "defaults::coalesce")]
+    coalesce: bool,
 }
 
 #[derive(Deserialize)]
@@ -661,6 +666,9 @@ mod defaults {
     }
     pub fn read_timeout_ms() -> u64 {
         30_000
+    }
+    pub fn coalesce() -> bool {
+        true
     }
     pub fn identity_leeway_s() -> u64 {
         5
@@ -1055,6 +1063,7 @@ impl RawRedis {
             command_timeout: Duration::from_millis(ms),
             wait_replicas,
             wait_timeout: Duration::from_millis(wait_ms),
+            coalesce: self.coalesce,
         })
     }
 }

@@ -7,6 +7,7 @@
 //! user the same way.
 
 mod body;
+mod calls;
 pub mod credential;
 mod dropout;
 pub mod input;
@@ -55,6 +56,8 @@ pub struct QueueApi {
     logins: Option<Logins>,
     origins: Origins,
     jar: CookieJar,
+    /// The store's register, rank and token calls, coalesced.
+    calls: calls::Calls,
 }
 
 impl QueueApi {
@@ -68,6 +71,7 @@ impl QueueApi {
         logins: Option<Logins>,
     ) -> QueueApi {
         QueueApi {
+            calls: calls::Calls::new(store.clone(), config.redis.coalesce),
             queues,
             store,
             tokens,

@@ -9,6 +9,7 @@
 //! `303` to `return`. With JavaScript, the page's script polls `rank` and
 //! makes the exchange itself, at the interval the server advises.
 
+use std::sync::Arc;
 use std::sync::LazyLock;
 
 use serde::Serialize;
@@ -117,14 +118,14 @@ impl QueueApi {
     }
 
     /// Polls for a visitor with the queue cookie, or registers one.
-    async fn visit(&self, queue: &Queue, caller: &Caller) -> Result<Visit, ApiError> {
+    async fn visit(&self, queue: &Arc<Queue>, caller: &Caller) -> Result<Visit, ApiError> {
         let signed_in = self.signed_in(caller)?;
         // A cookie of ours, for the signed-in user when there is one.
         let cookie = self.visitor_cookie(queue, caller, signed_in.as_ref());
         if let Some(c) = &cookie {
             let position = self
-                .store()
-                .rank(&queue.keys, c.user.as_str(), &queue.admission)
+                .calls
+                .rank(queue, c.user.as_str())
                 .await
                 .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
             match position {
@@ -160,7 +161,7 @@ impl QueueApi {
     }
 
     /// Registers `user` for the page.
-    async fn join(&self, queue: &Queue, user: &UserId) -> Result<Visit, ApiError> {
+    async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
         let (registration, credential, _) = self.register_user(queue, user).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));

@@ -33,8 +33,8 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
             .ok_or(ApiError::CredentialMismatch)?;
     }
     let position = api
-        .store()
-        .rank(&queue.keys, who.user.as_str(), &queue.admission)
+        .calls
+        .rank(&queue, who.user.as_str())
         .await
         .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
     outcome(&queue, &who.user, position)

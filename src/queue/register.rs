@@ -5,6 +5,7 @@
 //! in its queue cookie) and keeps it, with the credential, in that cookie.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -149,12 +150,12 @@ impl QueueApi {
     /// new registration only). Shared by the API and the waiting-room page.
     pub(super) async fn register_user(
         &self,
-        queue: &Queue,
+        queue: &Arc<Queue>,
         user: &UserId,
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
         let registration = self
-            .store()
-            .register(&queue.keys, user.as_str(), &queue.admission)
+            .calls
+            .register(queue, user.as_str())
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
         let mut issued = None;

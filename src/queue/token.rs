@@ -2,6 +2,7 @@
 //! an active user trades its state for a short-lived ACTIVE_USER JWT.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use pingora::proxy::Session;
 use serde::{Deserialize, Serialize};
@@ -119,7 +120,7 @@ impl QueueApi {
     /// and the metric. Shared by the API and the waiting-room page.
     pub(super) async fn exchange(
         &self,
-        queue: &Queue,
+        queue: &Arc<Queue>,
         user: &UserId,
         credential: &str,
     ) -> Result<Issued, ApiError> {
@@ -130,8 +131,8 @@ impl QueueApi {
             .check(&queue.name, user.as_str(), credential)
             .ok_or_else(refused)?;
         let active_until_ms = self
-            .store()
-            .token(&queue.keys, user.as_str(), arrival)
+            .calls
+            .token(queue, user.as_str(), arrival)
             .await
             .map_err(|e| self.unavailable(Endpoint::Token, e))?
             .ok_or_else(refused)?;

@@ -9,6 +9,7 @@
 //! hung or slow turns into [`StoreError::Unavailable`] within that time, and
 //! the caller answers 503 instead of queueing work behind it.
 
+pub mod coalesce;
 mod keys;
 
 use std::sync::{LazyLock, OnceLock};
@@ -26,7 +27,7 @@ pub use keys::QueueKeys;
 
 /// Why a store call failed. Both kinds become a 503 for the client; they
 /// differ in what the operator needs to know.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// Redis did not answer in time, refused the connection or dropped it.
     #[error("redis unavailable: {0}")]
@@ -598,6 +599,20 @@ impl Store {
         user: &str,
         admission: &AdmissionConfig,
     ) -> Result<Registration, StoreError> {
+        one(
+            "register",
+            self.register_many(keys, &[user], admission).await?,
+        )
+    }
+
+    /// Registers each of `users` (at most [`MAX_BATCH`]), in this order, in
+    /// one script call.
+    pub async fn register_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+    ) -> Result<Vec<Registration>, StoreError> {
         let mut invocation = REGISTER.prepare_invoke();
         invocation
             .key(&keys.waiting)
@@ -607,37 +622,43 @@ impl Store {
             .key(&keys.admission)
             .key(&keys.control)
             .key(&keys.prequeue)
-            .arg(user)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
-        let (code, value, wait, arrival): (i64, i64, i64, i64) =
-            self.run_write(invocation, &keys.waiting).await?;
-        match code {
-            1 => Ok(Registration::New {
-                place: place(value, wait)?,
-                arrival: count(arrival)?,
-            }),
-            2 => Ok(Registration::AlreadyWaiting {
-                place: place(value, wait)?,
-                arrival: count(arrival)?,
-            }),
-            3 => Ok(Registration::Active {
-                expires_at_ms: count(value)?,
-                arrival: count(arrival)?,
-            }),
-            4 => Ok(Registration::Prequeued {
-                opens_in_ms: count(value)?,
-                arrival: None,
-            }),
-            5 => Ok(Registration::Prequeued {
-                opens_in_ms: count(value)?,
-                arrival: Some(count(arrival)?),
-            }),
-            6 => Ok(Registration::NotOpen {
-                opens_at_ms: count(value)?,
-            }),
-            _ => Err(unexpected("register", code)),
+        for user in users {
+            invocation.arg(*user);
         }
+        let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
+        answers("register", &flat, 4, users.len())?
+            .map(|a| {
+                let (code, value, wait, arrival) = (a[0], a[1], a[2], a[3]);
+                match code {
+                    1 => Ok(Registration::New {
+                        place: place(value, wait)?,
+                        arrival: count(arrival)?,
+                    }),
+                    2 => Ok(Registration::AlreadyWaiting {
+                        place: place(value, wait)?,
+                        arrival: count(arrival)?,
+                    }),
+                    3 => Ok(Registration::Active {
+                        expires_at_ms: count(value)?,
+                        arrival: count(arrival)?,
+                    }),
+                    4 => Ok(Registration::Prequeued {
+                        opens_in_ms: count(value)?,
+                        arrival: None,
+                    }),
+                    5 => Ok(Registration::Prequeued {
+                        opens_in_ms: count(value)?,
+                        arrival: Some(count(arrival)?),
+                    }),
+                    6 => Ok(Registration::NotOpen {
+                        opens_at_ms: count(value)?,
+                    }),
+                    _ => Err(unexpected("register", code)),
+                }
+            })
+            .collect()
     }
 
     pub async fn rank(
@@ -646,6 +667,17 @@ impl Store {
         user: &str,
         admission: &AdmissionConfig,
     ) -> Result<Position, StoreError> {
+        one("rank", self.rank_many(keys, &[user], admission).await?)
+    }
+
+    /// The places of each of `users` (at most [`MAX_BATCH`]) in one script
+    /// call, refreshing the heartbeats of those waiting.
+    pub async fn rank_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+    ) -> Result<Vec<Position>, StoreError> {
         let mut invocation = RANK.prepare_invoke();
         invocation
             .key(&keys.waiting)
@@ -654,21 +686,28 @@ impl Store {
             .key(&keys.admission)
             .key(&keys.control)
             .key(&keys.prequeue)
-            .arg(user)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
-        let (code, value, wait): (i64, i64, i64) = self.run(invocation).await?;
-        match code {
-            0 => Ok(Position::NotQueued),
-            1 => Ok(Position::Waiting(place(value, wait)?)),
-            3 => Ok(Position::Active {
-                expires_at_ms: count(value)?,
-            }),
-            4 => Ok(Position::Prequeued {
-                opens_in_ms: count(value)?,
-            }),
-            _ => Err(unexpected("rank", code)),
+        for user in users {
+            invocation.arg(*user);
         }
+        let flat: Vec<i64> = self.run(invocation).await?;
+        answers("rank", &flat, 3, users.len())?
+            .map(|a| {
+                let (code, value, wait) = (a[0], a[1], a[2]);
+                match code {
+                    0 => Ok(Position::NotQueued),
+                    1 => Ok(Position::Waiting(place(value, wait)?)),
+                    3 => Ok(Position::Active {
+                        expires_at_ms: count(value)?,
+                    }),
+                    4 => Ok(Position::Prequeued {
+                        opens_in_ms: count(value)?,
+                    }),
+                    _ => Err(unexpected("rank", code)),
+                }
+            })
+            .collect()
     }
 
     /// One call of the global admission gate.
@@ -944,14 +983,55 @@ impl Store {
         user: &str,
         arrival: u64,
     ) -> Result<Option<u64>, StoreError> {
+        one("token", self.token_many(keys, &[(user, arrival)]).await?)
+    }
+
+    /// For each (user, arrival the credential names), at most
+    /// [`MAX_BATCH`] / 2 of them, the active-state expiry when the user is
+    /// active from that registration: one script call.
+    pub async fn token_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[(&str, u64)],
+    ) -> Result<Vec<Option<u64>>, StoreError> {
         let mut invocation = TOKEN.prepare_invoke();
-        invocation
-            .key(&keys.active)
-            .key(&keys.credential)
-            .arg(user)
-            .arg(arrival);
-        let expiry: i64 = self.run(invocation).await?;
-        Ok(u64::try_from(expiry).ok().filter(|&ms| ms > 0))
+        invocation.key(&keys.active).key(&keys.credential);
+        for (user, arrival) in users {
+            invocation.arg(*user).arg(*arrival);
+        }
+        let flat: Vec<i64> = self.run(invocation).await?;
+        Ok(answers("token", &flat, 1, users.len())?
+            .map(|a| u64::try_from(a[0]).ok().filter(|&ms| ms > 0))
+            .collect())
+    }
+}
+
+/// The most users one batched script call takes (the scripts refuse more):
+/// it bounds how long one call holds Redis.
+pub const MAX_BATCH: usize = 500;
+
+/// A batched script's flat answer, `width` numbers per user, checked to be
+/// one answer per user asked.
+fn answers<'a>(
+    script: &'static str,
+    flat: &'a [i64],
+    width: usize,
+    asked: usize,
+) -> Result<std::slice::ChunksExact<'a, i64>, StoreError> {
+    if flat.len() != width * asked {
+        return Err(StoreError::Failed(format!(
+            "{script}: {} numbers for {asked} users",
+            flat.len()
+        )));
+    }
+    Ok(flat.chunks_exact(width))
+}
+
+/// The one answer of a batch of one.
+fn one<T>(script: &'static str, mut answers: Vec<T>) -> Result<T, StoreError> {
+    match (answers.pop(), answers.is_empty()) {
+        (Some(answer), true) => Ok(answer),
+        _ => Err(StoreError::Failed(format!("{script}: not one answer"))),
     }
 }
 

@@ -1,0 +1,168 @@
+//! The queue API's Redis calls, coalesced per queue and kind (see
+//! `store::coalesce`) unless `redis.coalesce: false`: then each request
+//! makes its own call, as a batch of one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+
+use crate::queues::Queue;
+use crate::store::coalesce::{Batch, Coalescer};
+use crate::store::{Position, Registration, Store, StoreError};
+
+/// Who a call is for; every request of a batch is for one queue, whose
+/// settings (as of the first request) the call uses.
+pub struct ForUser {
+    queue: Arc<Queue>,
+    user: String,
+    /// The arrival a credential names (token exchange only).
+    arrival: u64,
+}
+
+struct Registers(Arc<Store>);
+struct Ranks(Arc<Store>);
+struct Tokens(Arc<Store>);
+
+impl Batch for Registers {
+    type Request = ForUser;
+    type Answer = Registration;
+    fn call(
+        &self,
+        requests: Vec<ForUser>,
+    ) -> BoxFuture<'static, Result<Vec<Registration>, StoreError>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            let queue = &requests[0].queue;
+            let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+            store
+                .register_many(&queue.keys, &users, &queue.admission)
+                .await
+        })
+    }
+}
+
+impl Batch for Ranks {
+    type Request = ForUser;
+    type Answer = Position;
+    fn call(
+        &self,
+        requests: Vec<ForUser>,
+    ) -> BoxFuture<'static, Result<Vec<Position>, StoreError>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            let queue = &requests[0].queue;
+            let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+            store.rank_many(&queue.keys, &users, &queue.admission).await
+        })
+    }
+}
+
+impl Batch for Tokens {
+    type Request = ForUser;
+    type Answer = Option<u64>;
+    fn call(
+        &self,
+        requests: Vec<ForUser>,
+    ) -> BoxFuture<'static, Result<Vec<Option<u64>>, StoreError>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            let queue = &requests[0].queue;
+            let users: Vec<(&str, u64)> = requests
+                .iter()
+                .map(|r| (r.user.as_str(), r.arrival))
+                .collect();
+            store.token_many(&queue.keys, &users).await
+        })
+    }
+}
+
+/// One queue's coalescers.
+struct QueueCalls {
+    register: Arc<Coalescer<Registers>>,
+    rank: Arc<Coalescer<Ranks>>,
+    token: Arc<Coalescer<Tokens>>,
+}
+
+/// The store, reached through a coalescer per queue and kind, or directly.
+pub struct Calls {
+    store: Arc<Store>,
+    coalesce: bool,
+    /// By queue name, made at a queue's first call (a reload may add
+    /// queues; a removed one's entry is only a few idle structures).
+    queues: Mutex<HashMap<String, Arc<QueueCalls>>>,
+}
+
+impl Calls {
+    pub fn new(store: Arc<Store>, coalesce: bool) -> Calls {
+        Calls {
+            store,
+            coalesce,
+            queues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn of(&self, queue: &Queue) -> Arc<QueueCalls> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues
+            .entry(queue.name.clone())
+            .or_insert_with(|| {
+                Arc::new(QueueCalls {
+                    register: Coalescer::new(Registers(self.store.clone())),
+                    rank: Coalescer::new(Ranks(self.store.clone())),
+                    token: Coalescer::new(Tokens(self.store.clone())),
+                })
+            })
+            .clone()
+    }
+
+    fn request(queue: &Arc<Queue>, user: &str, arrival: u64) -> ForUser {
+        ForUser {
+            queue: queue.clone(),
+            user: user.to_string(),
+            arrival,
+        }
+    }
+
+    pub async fn register(
+        &self,
+        queue: &Arc<Queue>,
+        user: &str,
+    ) -> Result<Registration, StoreError> {
+        if !self.coalesce {
+            return self
+                .store
+                .register(&queue.keys, user, &queue.admission)
+                .await;
+        }
+        self.of(queue)
+            .register
+            .call(Calls::request(queue, user, 0))
+            .await
+    }
+
+    pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Position, StoreError> {
+        if !self.coalesce {
+            return self.store.rank(&queue.keys, user, &queue.admission).await;
+        }
+        self.of(queue)
+            .rank
+            .call(Calls::request(queue, user, 0))
+            .await
+    }
+
+    pub async fn token(
+        &self,
+        queue: &Arc<Queue>,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        if !self.coalesce {
+            return self.store.token(&queue.keys, user, arrival).await;
+        }
+        self.of(queue)
+            .token
+            .call(Calls::request(queue, user, arrival))
+            .await
+    }
+}

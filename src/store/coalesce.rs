@@ -1,0 +1,218 @@
+//! Coalesced Redis calls: concurrent calls of one kind for one queue share
+//! one script call.
+//!
+//! At a big open most of Redis's time per poll is the cost of a script call
+//! itself (parsing `EVALSHA`, setting up the script, the round trip), not
+//! the few sorted-set lookups it makes. So calls that arrive while one of
+//! their kind is under way wait for it, and then all go together as the
+//! next call, at most [`MAX_BATCH`] at a time. A call that finds none under
+//! way goes at once: nothing is ever held back to wait for company, so a
+//! lone call costs only a task hop more than an uncoalesced one.
+//!
+//! The calls are made by a task of their own, not by whichever caller came
+//! first, so that a caller that goes away (its client disconnected) cannot
+//! leave the others waiting.
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
+
+use super::StoreError;
+
+/// The most requests one coalesced call carries (the scripts take up to
+/// `store::MAX_BATCH` users; fewer keeps each call short).
+pub const MAX_BATCH: usize = 200;
+
+/// One kind of call, made for a batch of requests at once.
+pub trait Batch: Send + Sync + 'static {
+    type Request: Send + 'static;
+    type Answer: Send + 'static;
+    /// One answer per request, in order; or one error for them all.
+    fn call(
+        &self,
+        requests: Vec<Self::Request>,
+    ) -> BoxFuture<'static, Result<Vec<Self::Answer>, StoreError>>;
+}
+
+type Waiting<B> = (
+    <B as Batch>::Request,
+    oneshot::Sender<Result<<B as Batch>::Answer, StoreError>>,
+);
+
+/// Requests of one kind for one queue, and whether a call is under way.
+pub struct Coalescer<B: Batch> {
+    batch: B,
+    state: Mutex<State<B>>,
+}
+
+struct State<B: Batch> {
+    busy: bool,
+    pending: Vec<Waiting<B>>,
+}
+
+impl<B: Batch> Coalescer<B> {
+    pub fn new(batch: B) -> Arc<Coalescer<B>> {
+        Arc::new(Coalescer {
+            batch,
+            state: Mutex::new(State {
+                busy: false,
+                pending: Vec::new(),
+            }),
+        })
+    }
+
+    /// Makes `request` with whatever else is pending: at once when nothing
+    /// is under way, else as part of the next call.
+    pub async fn call(self: &Arc<Self>, request: B::Request) -> Result<B::Answer, StoreError> {
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.pending.push((request, tx));
+            !std::mem::replace(&mut state.busy, true)
+        };
+        if start {
+            tokio::spawn(self.clone().drive());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(StoreError::Failed("a coalesced call was dropped".into())))
+    }
+
+    /// Makes calls until nothing is pending.
+    async fn drive(self: Arc<Self>) {
+        loop {
+            let taken: Vec<Waiting<B>> = {
+                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                if state.pending.is_empty() {
+                    state.busy = false;
+                    return;
+                }
+                let n = state.pending.len().min(MAX_BATCH);
+                state.pending.drain(..n).collect()
+            };
+            let (requests, senders): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
+            let asked = requests.len();
+            match self.batch.call(requests).await {
+                Ok(answers) if answers.len() == asked => {
+                    for (tx, answer) in senders.into_iter().zip(answers) {
+                        let _ = tx.send(Ok(answer));
+                    }
+                }
+                Ok(answers) => {
+                    let error = format!("{} answers for {asked} requests", answers.len());
+                    for tx in senders {
+                        let _ = tx.send(Err(StoreError::Failed(error.clone())));
+                    }
+                }
+                Err(error) => {
+                    for tx in senders {
+                        let _ = tx.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Doubles numbers, slowly, counting its calls and their sizes.
+    struct Doubler {
+        calls: Arc<AtomicUsize>,
+        sizes: Arc<Mutex<Vec<usize>>>,
+        fail: bool,
+    }
+
+    impl Batch for Doubler {
+        type Request = u32;
+        type Answer = u32;
+        fn call(&self, requests: Vec<u32>) -> BoxFuture<'static, Result<Vec<u32>, StoreError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.sizes.lock().unwrap().push(requests.len());
+            let fail = self.fail;
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if fail {
+                    return Err(StoreError::Unavailable("down".into()));
+                }
+                Ok(requests.into_iter().map(|n| n * 2).collect())
+            })
+        }
+    }
+
+    /// The coalescer, its call count and the sizes of its calls.
+    type Counted = (
+        Arc<Coalescer<Doubler>>,
+        Arc<AtomicUsize>,
+        Arc<Mutex<Vec<usize>>>,
+    );
+
+    fn doubler(fail: bool) -> Counted {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let c = Coalescer::new(Doubler {
+            calls: calls.clone(),
+            sizes: sizes.clone(),
+            fail,
+        });
+        (c, calls, sizes)
+    }
+
+    #[tokio::test]
+    async fn a_lone_call_goes_at_once_and_concurrent_ones_share_calls() {
+        let (c, calls, sizes) = doubler(false);
+        let started = std::time::Instant::now();
+        assert_eq!(c.call(21).await.unwrap(), 42);
+        assert!(
+            started.elapsed() < Duration::from_millis(60),
+            "not held back"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        let handles: Vec<_> = (0..500u32)
+            .map(|n| {
+                let c = c.clone();
+                tokio::spawn(async move { (n, c.call(n).await.unwrap()) })
+            })
+            .collect();
+        for h in handles {
+            let (n, doubled) = h.await.unwrap();
+            assert_eq!(doubled, n * 2, "each caller gets its own answer");
+        }
+        let made = calls.load(Ordering::SeqCst) - 1;
+        assert!(made <= 5, "500 concurrent calls made {made} calls");
+        assert!(sizes.lock().unwrap().iter().all(|&n| n <= MAX_BATCH));
+    }
+
+    #[tokio::test]
+    async fn a_failed_call_fails_every_request_in_it_and_the_next_call_still_goes() {
+        let (c, _, _) = doubler(true);
+        let a = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(1).await }
+        });
+        let b = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(2).await }
+        });
+        assert!(a.await.unwrap().is_err());
+        assert!(b.await.unwrap().is_err());
+        assert!(c.call(3).await.is_err(), "not stuck busy");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_goes_away_leaves_the_others_answered() {
+        let (c, _, _) = doubler(false);
+        let first = tokio::spawn({
+            let c = c.clone();
+            async move { c.call(1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        first.abort();
+        assert_eq!(c.call(5).await.unwrap(), 10);
+    }
+}
