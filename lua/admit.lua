@@ -21,6 +21,9 @@
 -- ARGV[5] a fresh random seed (hex): used only if this call starts placing
 --         a pre-queue, and then recorded for audit
 -- ARGV[6] pre-queued users placed per call (bounds the call's Redis time)
+-- ARGV[7] heartbeat timeout (ms), ARGV[8], ARGV[9] the bounds of the poll
+--         advice (ms): a placed user's heartbeat gives them the longest
+--         advice and the timeout from the open to show up
 --
 -- Returns {admitted, window, why, now_ms, next_ms}: why = 0 decided now,
 -- 1 this window was already decided (by any instance), 2 nobody waits,
@@ -31,7 +34,9 @@
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
 local seed, step = ARGV[5], tonumber(ARGV[6])
-if #KEYS ~= 7 or #ARGV ~= 6 or not interval or interval < 1 or not batch or batch < 1
+local timeout, pmin, pmax = heartbeat_args(7)
+if #KEYS ~= 7 or #ARGV ~= 9 or not timeout or not interval or interval < 1 or not batch
+    or batch < 1
     or not ttl or ttl < 1 or not max_active or max_active < 0
     or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1 then
   return redis.error_reply('ERR waitgate admit: bad arguments')
@@ -68,7 +73,7 @@ if phase == 'placing' then
   end
   local next = redis.call('ZRANGE', KEYS[7], from, '+inf', 'BYSCORE', 'LIMIT', 0, step,
     'WITHSCORES')
-  local scored, beats = {}, {}
+  local scored, placed = {}, {}
   for i = 1, #next, 2 do
     local user = next[i]
     -- A user an earlier event placed, still waiting, keeps that place.
@@ -80,13 +85,14 @@ if phase == 'placing' then
       count = count + 1
       scored[#scored + 1] = int(base + offset)
       scored[#scored + 1] = user
-      beats[#beats + 1] = int(now_ms)
-      beats[#beats + 1] = user
+      placed[#placed + 1] = user
     end
   end
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
-  -- A placed user has a heartbeat timeout from the open to show up.
-  in_chunks(beats, function(...) redis.call('ZADD', KEYS[2], ...) end)
+  local beats = heartbeats(KEYS[2], now_ms, timeout, pmin, pmax)
+  for _, user in ipairs(placed) do
+    beats.set(user, pmax)
+  end
   local record = {'placed_count', count}
   if #next > 0 then
     record[#record + 1] = 'cursor'

@@ -40,6 +40,55 @@ local function wait_estimator(admission_key, now_ms, interval_ms, batch)
   end
 end
 
+-- Heartbeats. A waiting user's entry in the heartbeat ZSET is the time
+-- (ms) after which cleanup may remove the user. Each answer to a poll
+-- advises when to poll next (`pollAfterMs`), and a poll promises the user
+-- that it is not removed before that advice plus `timeout` has passed. The
+-- entry is rewritten only when it would come sooner than that, and then a
+-- slack later still (half the timeout, or three times the advice if that
+-- is longer), so that most polls of a user who follows the advice write
+-- nothing: moving an entry in a sorted set of a million was the largest
+-- part of a poll's cost. A user who stops polling is removed between
+-- advice + timeout and advice + timeout + slack after the last poll.
+--
+-- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
+--   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
+--                        pmin to pmax (pmax when the wait is unknown, -1)
+--   keep(user, advice)   the promise, writing only if the entry is too soon
+--   set(user, advice)    the promise, written (a new user)
+local function heartbeats(key, now_ms, timeout, pmin, pmax)
+  local half = math.floor(timeout / 2)
+  local h = {}
+  function h.poll_after(wait_ms)
+    if wait_ms < 0 then
+      return pmax
+    end
+    return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
+  end
+  function h.set(user, advice)
+    local slack = math.max(half, 3 * advice)
+    redis.call('ZADD', key, int(now_ms + advice + timeout + slack), user)
+  end
+  function h.keep(user, advice)
+    local due = now_ms + advice + timeout
+    if tonumber(redis.call('ZSCORE', key, user) or '0') < due then
+      h.set(user, advice)
+    end
+  end
+  return h
+end
+
+-- The heartbeat settings of a script call: ARGV[first] timeout, then the
+-- poll advice's bounds (ms). Nil when they do not make sense.
+local function heartbeat_args(first)
+  local timeout, pmin, pmax = tonumber(ARGV[first]), tonumber(ARGV[first + 1]),
+    tonumber(ARGV[first + 2])
+  if not timeout or timeout < 1 or not pmin or pmin < 1 or not pmax or pmax < pmin then
+    return nil
+  end
+  return timeout, pmin, pmax
+end
+
 -- The users of a batch call: ARGV[first] to the end, at least one and at
 -- most 500, each 1 to 128 bytes. Nil when any is not, so that a script can
 -- refuse the whole call before its first write.

@@ -4,16 +4,20 @@
 -- (src/store/coalesce.rs); a lone one is a batch of one.
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
--- KEYS[2] heartbeat ZSET  (userId -> last sign of life, ms)
+-- KEYS[2] heartbeat ZSET  (userId -> when cleanup may remove the user, ms;
+--                          see `heartbeats` in lib.lua)
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only)
 -- KEYS[4] active ZSET     (userId -> active-state expiry, ms)
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
 -- KEYS[6] control HASH    (live settings and the event, see lib.lua)
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
--- ARGV[3..] userIds, 1 to 500
+-- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
+--         advice (ms)
+-- ARGV[6..] userIds, 1 to 500
 --
--- Returns, for each user in order, four numbers:
+-- Returns, for each user in order, five numbers: four below and the poll
+-- advice (ms; 0 where there is no place to poll):
 --         {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
 --                                      waitgate signs the arrival into the
 --                                      queueCredential (src/queue/credential.rs)
@@ -27,8 +31,9 @@
 --
 -- A waiting user costs two sorted-set entries and nothing else.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 7 or not interval or interval < 1 or not batch or batch < 1
-    or not batch_users(3) then
+local timeout, pmin, pmax = heartbeat_args(3)
+if #KEYS ~= 7 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+    or not batch_users(6) then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
 local now = now_us()
@@ -66,31 +71,36 @@ local function next_score(key, low)
 end
 
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
+local beats = heartbeats(KEYS[2], now_ms, timeout, pmin, pmax)
 
 local function register(user)
   local rank = redis.call('ZRANK', KEYS[1], user)
   if rank then
     -- Registering again is a sign of life too.
-    redis.call('ZADD', KEYS[2], int(now_ms), user)
     if phase ~= 'open' then
-      return 4, opens_in, 0, 0
+      local advice = beats.poll_after(opens_in)
+      beats.keep(user, advice)
+      return 4, opens_in, 0, 0, advice
     end
+    local wait = estimate(rank)
+    local advice = beats.poll_after(wait)
+    beats.keep(user, advice)
     -- The arrival too: with identity binding, a second device of the same
     -- signed-in user is given the credential of this registration.
-    return 2, rank, estimate(rank), tonumber(redis.call('ZSCORE', KEYS[1], user))
+    return 2, rank, wait, tonumber(redis.call('ZSCORE', KEYS[1], user)), advice
   end
   if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
-    return 4, opens_in, 0, 0
+    return 4, opens_in, 0, 0, beats.poll_after(opens_in)
   end
 
   local expiry = redis.call('ZSCORE', KEYS[4], user)
   if expiry and tonumber(expiry) > now_ms then
     -- The arrival of the admitted registration too (with identity binding, a
     -- second device of the signed-in user is given its credential).
-    return 3, tonumber(expiry), 0, tonumber(redis.call('HGET', KEYS[3], user) or '0')
+    return 3, tonumber(expiry), 0, tonumber(redis.call('HGET', KEYS[3], user) or '0'), 0
   end
   if phase == 'scheduled' then
-    return 6, control.prequeue_from, 0, 0
+    return 6, control.prequeue_from, 0, 0, 0
   end
   if expiry then
     -- An active state that ran out but was not cleaned up yet, with the
@@ -102,7 +112,7 @@ local function register(user)
   if phase == 'prequeue' then
     local score = next_score(KEYS[7])
     redis.call('ZADD', KEYS[7], int(score), user)
-    return 5, opens_in, 0, score
+    return 5, opens_in, 0, score, beats.poll_after(opens_in)
   end
 
   -- After the open (or while the pre-queue is being placed), everyone who
@@ -115,20 +125,24 @@ local function register(user)
   end
   local score = next_score(KEYS[1], floor)
   redis.call('ZADD', KEYS[1], int(score), user)
-  redis.call('ZADD', KEYS[2], int(now_ms), user)
   if phase == 'placing' then
-    return 5, 0, 0, score
+    beats.set(user, pmax)
+    return 5, 0, 0, score, pmin
   end
   rank = redis.call('ZCARD', KEYS[1]) - 1
-  return 1, rank, estimate(rank), score
+  local wait = estimate(rank)
+  local advice = beats.poll_after(wait)
+  beats.set(user, advice)
+  return 1, rank, wait, score, advice
 end
 
 local out = {}
-for i = 3, #ARGV do
-  local code, value, wait, arrival = register(ARGV[i])
+for i = 6, #ARGV do
+  local code, value, wait, arrival, advice = register(ARGV[i])
   out[#out + 1] = code
   out[#out + 1] = value
   out[#out + 1] = wait
   out[#out + 1] = arrival
+  out[#out + 1] = advice
 end
 return out

@@ -220,8 +220,13 @@ pub struct PageConfig {
 
 #[derive(Debug, Clone)]
 pub struct HeartbeatConfig {
-    /// A waiting user whose last rank poll is older than this is removed.
+    /// A waiting user is removed once this has passed since the last poll
+    /// plus the poll advice that poll was given.
     pub timeout: Duration,
+    /// The bounds of the poll advice (`pollAfterMs`): about a quarter of
+    /// the expected wait, within these.
+    pub poll_min: Duration,
+    pub poll_max: Duration,
     pub cleanup_interval: Duration,
     pub cleanup_batch_size: u32,
 }
@@ -492,6 +497,8 @@ struct RawHeartbeat {
     timeout_ms: u64,
     cleanup_interval_ms: u64,
     cleanup_batch_size: u64,
+    poll_min_ms: u64,
+    poll_max_ms: u64,
 }
 
 impl Default for RawHeartbeat {
@@ -500,6 +507,8 @@ impl Default for RawHeartbeat {
             timeout_ms: 30_000,
             cleanup_interval_ms: 10_000,
             cleanup_batch_size: 500,
+            poll_min_ms: 1_000,
+            poll_max_ms: 30_000,
         }
     }
 }
@@ -1103,7 +1112,15 @@ impl RawQueue {
                 1,
                 MAX_BATCH,
             )? as u32,
+            poll_min: millis(&format!("{key}.heartbeat.poll-min-ms"), h.poll_min_ms)?,
+            poll_max: millis(&format!("{key}.heartbeat.poll-max-ms"), h.poll_max_ms)?,
         };
+        if heartbeat.poll_max < heartbeat.poll_min {
+            return Err(invalid(
+                format!("{key}.heartbeat.poll-max-ms"),
+                "must be at least poll-min-ms",
+            ));
+        }
         let admission = AdmissionConfig {
             interval: millis(&format!("{key}.admission.interval-ms"), a.interval_ms)?,
             batch_size: ranged(

@@ -104,20 +104,25 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
     let redis = Redis::start();
     let wg = start(
         &redis,
-        "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 200, cleanup-batch-size: 10}\n  admission: {max-active: 1}",
+        "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, cleanup-batch-size: 10, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {max-active: 1}",
     );
-    register(wg.addr, "silent");
+    let start = Instant::now();
+    let advice = register(wg.addr, "silent").json()["pollAfterMs"]
+        .as_u64()
+        .unwrap();
+    assert!((100..=200).contains(&advice), "{advice}");
     register(wg.addr, "polling");
     let mut c = redis.conn();
-    let start = Instant::now();
     let mut removed_after = None;
-    // Poll well past timeout + interval (800 ms).
-    while start.elapsed() < Duration::from_millis(1600) {
-        assert_eq!(
-            rank(wg.addr, "polling").status,
-            200,
-            "the polling user must stay"
-        );
+    // The silent user may go once its advice and the timeout have passed
+    // since its last sign of life, and within the slack after that (half
+    // the timeout, or three times the advice); the polling one, following
+    // its advice, never.
+    let earliest = Duration::from_millis(advice + 600);
+    let slack = Duration::from_millis(300.max(3 * advice));
+    while start.elapsed() < earliest + slack + Duration::from_millis(800) {
+        let r = rank(wg.addr, "polling");
+        assert_eq!(r.status, 200, "the polling user must stay");
         if removed_after.is_none()
             && c.zscore::<_, _, Option<f64>>(WAITING, "silent")
                 .unwrap()
@@ -125,16 +130,19 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
         {
             removed_after = Some(start.elapsed());
         }
-        std::thread::sleep(Duration::from_millis(100));
+        let next = r.json()["pollAfterMs"].as_u64().unwrap();
+        std::thread::sleep(Duration::from_millis(next.min(100)));
     }
     let removed_after = removed_after.expect("the silent user is removed");
-    println!("silent user removed {removed_after:?} after its last heartbeat");
-    assert!(
-        removed_after <= Duration::from_millis(800 + 150),
-        "{removed_after:?}"
+    println!(
+        "silent user removed {removed_after:?} after registering (advice {advice} ms, timeout 600 ms)"
     );
     assert!(
-        removed_after >= Duration::from_millis(600),
+        removed_after >= earliest,
+        "{removed_after:?} before {earliest:?}"
+    );
+    assert!(
+        removed_after <= earliest + slack + Duration::from_millis(100 + 150),
         "{removed_after:?}"
     );
     let heartbeat: Option<f64> = c.zscore(HEARTBEAT, "silent").unwrap();
@@ -482,4 +490,54 @@ fn wait_estimates_match_the_observed_admission() {
     // Whole seconds are reported, so 0.5 s is rounding alone; the rest is
     // polling (25 ms) and admission timing.
     assert!(max <= 1.0, "max error {max:.2} s: {errors:?}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 6, ..Default::default() })]
+
+    /// Whatever the pace, a user who polls within each answer's advice is
+    /// never removed, and one who stops is removed within its advice, the
+    /// timeout, the slack and a cleanup interval.
+    #[test]
+    fn a_user_who_polls_within_the_advice_is_never_removed(
+        paces in proptest::collection::vec(0.05f64..1.0, 8..20),
+        stop_after in 2usize..8,
+    ) {
+        let redis = Redis::start();
+        let wg = start(
+            &redis,
+            "baseball:\n  heartbeat: {timeout-ms: 150, cleanup-interval-ms: 20, poll-min-ms: 20, poll-max-ms: 80}\n  admission: {max-active: 1}",
+        );
+        let mut c = redis.conn();
+        let mut steady = register(wg.addr, "steady").json()["pollAfterMs"].as_u64().unwrap();
+        let mut quitter = register(wg.addr, "quitter").json()["pollAfterMs"].as_u64().unwrap();
+        let mut quit_at = None;
+        for (i, pace) in paces.iter().enumerate() {
+            // Each waits a share of its own last advice, then polls.
+            std::thread::sleep(Duration::from_millis((steady as f64 * pace) as u64));
+            let r = rank(wg.addr, "steady");
+            proptest::prop_assert_eq!(r.status, 200, "the steady user was removed");
+            steady = r.json()["pollAfterMs"].as_u64().unwrap();
+            if i < stop_after {
+                let r = rank(wg.addr, "quitter");
+                proptest::prop_assert_eq!(r.status, 200);
+                quitter = r.json()["pollAfterMs"].as_u64().unwrap();
+                quit_at = Some(Instant::now());
+            }
+        }
+        // The quitter's last poll promised advice + timeout; the slack is
+        // 75 ms (half the timeout) or three times the advice.
+        let bound = Duration::from_millis(quitter + 150 + 75.max(3 * quitter) + 20 + 100);
+        let quit_at = quit_at.unwrap();
+        while c.zscore::<_, _, Option<f64>>(WAITING, "quitter").unwrap().is_some() {
+            proptest::prop_assert!(quit_at.elapsed() < bound, "still there after {:?}", quit_at.elapsed());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // (less the few ms between the poll's Redis time and its answer)
+        proptest::prop_assert!(
+            quit_at.elapsed() >= Duration::from_millis(quitter + 150 - 10),
+            "removed {:?} after its last poll, before its advice and the timeout",
+            quit_at.elapsed()
+        );
+    }
 }

@@ -514,6 +514,10 @@ fn place_prequeue_now(c: &mut redis::Connection, seed: &str, step: u64) -> u64 {
             .arg(0)
             .arg(seed)
             .arg(step)
+            // The heartbeat timeout and the bounds of the poll advice.
+            .arg(30_000)
+            .arg(1_000)
+            .arg(30_000)
             .invoke(c)
             .unwrap();
         calls += 1;
@@ -936,7 +940,9 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
 #[test]
 fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
     let redis = Redis::start_free();
-    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100}\n  admission: {interval-ms: 60000, batch-size: 1}";
+    // The advice is at most 200 ms, so the silent user may go 0.8 s after
+    // its registration, and within the slack (300 ms) after that.
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {interval-ms: 60000, batch-size: 1}";
     let wg = start(&redis, queue, free_port());
     hold_gate(&redis);
     for user in ["w1", "w2"] {

@@ -128,14 +128,11 @@ fn order_is_strict_fifo_even_within_one_millisecond() {
 }
 
 #[test]
-fn rank_reports_the_place_and_refreshes_the_heartbeat() {
+fn rank_reports_the_place_and_keeps_the_heartbeat_past_the_advice() {
     let s = setup();
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");
     let mut c = s.redis.conn();
-    let before = zscore(&mut c, HEARTBEAT, "second").unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-
     let r = rank(s.wg.addr, "second");
     assert_eq!(r.status, 200);
     let v = r.json();
@@ -143,8 +140,23 @@ fn rank_reports_the_place_and_refreshes_the_heartbeat() {
     assert_eq!(v["rank"], 1);
     assert_eq!(v["estimatedWaitingCount"], 2);
     assert!(v.get("queueCredential").is_none());
-    let after = zscore(&mut c, HEARTBEAT, "second").unwrap();
-    assert!(after > before, "heartbeat {before} -> {after}");
+    // The heartbeat is when cleanup may remove the user: never before the
+    // advice plus the timeout (30 s by default) from this poll.
+    let advice = v["pollAfterMs"].as_u64().unwrap();
+    assert!((1_000..=30_000).contains(&advice), "{advice}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as f64;
+    let deadline = zscore(&mut c, HEARTBEAT, "second").unwrap();
+    assert!(
+        deadline >= now_ms + advice as f64 + 30_000.0 - 50.0,
+        "heartbeat {deadline} too soon after {now_ms} (advice {advice})"
+    );
+    // A poll moves it only when it would come too soon: right away, not.
+    let again = rank(s.wg.addr, "second");
+    assert_eq!(again.status, 200);
+    assert_eq!(zscore(&mut c, HEARTBEAT, "second").unwrap(), deadline);
 }
 
 #[test]

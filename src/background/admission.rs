@@ -35,7 +35,11 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
     let interval = queue.admission.interval;
     let mut log = FailureLog::new("admission");
     loop {
-        let pause = match shared.store.admit(&queue.keys, &queue.admission).await {
+        let pause = match shared
+            .store
+            .admit(&queue.keys, &queue.admission, &queue.heartbeat)
+            .await
+        {
             Ok(a) => {
                 log.succeeded(&queue.name);
                 if a.admitted > 0 {

@@ -36,7 +36,7 @@ impl Batch for Registers {
             let queue = &requests[0].queue;
             let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
             store
-                .register_many(&queue.keys, &users, &queue.admission)
+                .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
                 .await
         })
     }
@@ -53,7 +53,9 @@ impl Batch for Ranks {
         Box::pin(async move {
             let queue = &requests[0].queue;
             let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
-            store.rank_many(&queue.keys, &users, &queue.admission).await
+            store
+                .rank_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
+                .await
         })
     }
 }
@@ -132,7 +134,7 @@ impl Calls {
         if !self.coalesce {
             return self
                 .store
-                .register(&queue.keys, user, &queue.admission)
+                .register(&queue.keys, user, &queue.admission, &queue.heartbeat)
                 .await;
         }
         self.of(queue)
@@ -143,7 +145,10 @@ impl Calls {
 
     pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Position, StoreError> {
         if !self.coalesce {
-            return self.store.rank(&queue.keys, user, &queue.admission).await;
+            return self
+                .store
+                .rank(&queue.keys, user, &queue.admission, &queue.heartbeat)
+                .await;
         }
         self.of(queue)
             .rank

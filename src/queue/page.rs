@@ -44,6 +44,7 @@ enum View {
     },
     Prequeue {
         opens_in_ms: u64,
+        poll_after_ms: u64,
     },
     NotOpen {
         opens_at: String,
@@ -138,8 +139,17 @@ impl QueueApi {
                         None,
                     ))
                 }
-                Position::Prequeued { opens_in_ms } => {
-                    return Ok(Visit::Show(View::Prequeue { opens_in_ms }, None))
+                Position::Prequeued {
+                    opens_in_ms,
+                    poll_after_ms,
+                } => {
+                    return Ok(Visit::Show(
+                        View::Prequeue {
+                            opens_in_ms,
+                            poll_after_ms,
+                        },
+                        None,
+                    ))
                 }
                 Position::Active { .. } => {
                     match self.exchange(queue, &c.user, &c.credential).await {
@@ -189,8 +199,15 @@ impl QueueApi {
                     again.as_deref().and_then(cookie),
                 )
             }
-            Registration::Prequeued { opens_in_ms, .. } => Visit::Show(
-                View::Prequeue { opens_in_ms },
+            Registration::Prequeued {
+                opens_in_ms,
+                poll_after_ms,
+                ..
+            } => Visit::Show(
+                View::Prequeue {
+                    opens_in_ms,
+                    poll_after_ms,
+                },
                 credential.as_deref().and_then(cookie),
             ),
             Registration::NotOpen { opens_at_ms } => Visit::Show(
@@ -221,6 +238,7 @@ impl QueueApi {
                         place: Place {
                             rank: 0,
                             wait_ms: Some(0),
+                            poll_after_ms: queue.heartbeat.poll_min.as_millis() as u64,
                         },
                         start_rank: 0,
                     },
@@ -233,20 +251,14 @@ impl QueueApi {
 
 /// The page's machine status and the advised poll, for a view.
 fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
+    let longest = queue.heartbeat.poll_max.as_millis() as u64;
     match view {
-        View::Waiting { place, .. } if place.wait_ms.is_none() => {
-            ("PAUSED", super::body::poll_after_ms(queue, None))
-        }
-        View::Waiting { place, .. } => {
-            ("WAITING", super::body::poll_after_ms(queue, place.wait_ms))
-        }
-        View::Prequeue { opens_in_ms } => (
-            "PREQUEUE",
-            super::body::poll_after_ms(queue, Some(*opens_in_ms)),
-        ),
-        View::NotOpen { .. } => ("NOT_OPEN", super::body::MAX_POLL_MS),
-        View::Unavailable => ("UNAVAILABLE", super::body::MIN_POLL_MS * 5),
-        View::LoginRequired => ("LOGIN_REQUIRED", super::body::MAX_POLL_MS),
+        View::Waiting { place, .. } if place.wait_ms.is_none() => ("PAUSED", place.poll_after_ms),
+        View::Waiting { place, .. } => ("WAITING", place.poll_after_ms),
+        View::Prequeue { poll_after_ms, .. } => ("PREQUEUE", *poll_after_ms),
+        View::NotOpen { .. } => ("NOT_OPEN", longest),
+        View::Unavailable => ("UNAVAILABLE", 5_000),
+        View::LoginRequired => ("LOGIN_REQUIRED", longest),
     }
 }
 
@@ -312,7 +324,7 @@ fn words(lang: Lang, view: &View) -> Words {
                 progress,
             }
         }
-        View::Prequeue { opens_in_ms } => {
+        View::Prequeue { opens_in_ms, .. } => {
             let seconds = opens_in_ms.div_ceil(1000);
             let message = if seconds < 120 {
                 fill(lang.get("opens_in_seconds"), seconds)
@@ -384,7 +396,7 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         start_rank,
         poll_after_ms: poll_ms,
         opens_in_seconds: match view {
-            View::Prequeue { opens_in_ms } => Some(opens_in_ms.div_ceil(1000)),
+            View::Prequeue { opens_in_ms, .. } => Some(opens_in_ms.div_ceil(1000)),
             _ => None,
         },
         lang: lang.code(),
@@ -465,6 +477,7 @@ mod tests {
             place: Place {
                 rank: 41,
                 wait_ms: Some(200_000),
+                poll_after_ms: 10_000,
             },
             start_rank: 100,
         };
@@ -501,6 +514,7 @@ mod tests {
                 place: Place {
                     rank: 3,
                     wait_ms: None,
+                    poll_after_ms: 30_000,
                 },
                 start_rank: 3,
             },
@@ -511,6 +525,7 @@ mod tests {
         let pre = page(
             View::Prequeue {
                 opens_in_ms: 90_000,
+                poll_after_ms: 22_500,
             },
             Lang::En,
         );

@@ -45,9 +45,16 @@ fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, Ap
     match position {
         Position::Waiting(place) => Ok(body::waiting(queue, user.as_str(), place, None)),
         Position::Active { .. } => Ok(body::active(queue, user.as_str())),
-        Position::Prequeued { opens_in_ms } => {
-            Ok(body::prequeued(queue, user.as_str(), opens_in_ms, None))
-        }
+        Position::Prequeued {
+            opens_in_ms,
+            poll_after_ms,
+        } => Ok(body::prequeued(
+            queue,
+            user.as_str(),
+            opens_in_ms,
+            poll_after_ms,
+            None,
+        )),
         Position::NotQueued => Err(ApiError::UserNotQueued {
             hint: "register first",
         }),
@@ -69,6 +76,7 @@ mod tests {
             Position::Waiting(Place {
                 rank: 4,
                 wait_ms: Some(2_400),
+                poll_after_ms: 1_000,
             }),
         )
         .unwrap();

@@ -216,19 +216,27 @@ fn outcome(
         Registration::Prequeued {
             opens_in_ms,
             arrival: Some(arrival),
+            poll_after_ms,
         } => {
             let credential = credential(arrival);
             (
                 REGISTERED_NEW,
-                body::prequeued(queue, user.as_str(), opens_in_ms, Some(&credential)),
+                body::prequeued(
+                    queue,
+                    user.as_str(),
+                    opens_in_ms,
+                    poll_after_ms,
+                    Some(&credential),
+                ),
             )
         }
         Registration::Prequeued {
             opens_in_ms,
             arrival: None,
+            poll_after_ms,
         } => (
             REGISTERED_AGAIN,
-            body::prequeued(queue, user.as_str(), opens_in_ms, None),
+            body::prequeued(queue, user.as_str(), opens_in_ms, poll_after_ms, None),
         ),
         Registration::NotOpen { opens_at_ms } => (
             REGISTERED_NOT_OPEN,
@@ -273,6 +281,7 @@ mod tests {
         let place = Place {
             rank: 0,
             wait_ms: Some(0),
+            poll_after_ms: 1_000,
         };
         let (label, reply) = outcome(
             &queue,

@@ -79,6 +79,9 @@ pub struct Place {
     /// Expected wait, from the gate's observed rate (see `lua/lib.lua`);
     /// `None` while admission is paused.
     pub wait_ms: Option<u64>,
+    /// When to poll again: the heartbeat promises the user is not removed
+    /// before this plus the heartbeat timeout (see `lua/lib.lua`).
+    pub poll_after_ms: u64,
 }
 
 /// The outcome of `register`.
@@ -98,6 +101,7 @@ pub enum Registration {
     Prequeued {
         opens_in_ms: u64,
         arrival: Option<u64>,
+        poll_after_ms: u64,
     },
     /// Registration opens at this time (Redis clock, ms).
     NotOpen { opens_at_ms: u64 },
@@ -107,8 +111,13 @@ pub enum Registration {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Position {
     Waiting(Place),
-    Active { expires_at_ms: u64 },
-    Prequeued { opens_in_ms: u64 },
+    Active {
+        expires_at_ms: u64,
+    },
+    Prequeued {
+        opens_in_ms: u64,
+        poll_after_ms: u64,
+    },
     NotQueued,
 }
 
@@ -598,10 +607,12 @@ impl Store {
         keys: &QueueKeys,
         user: &str,
         admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
     ) -> Result<Registration, StoreError> {
         one(
             "register",
-            self.register_many(keys, &[user], admission).await?,
+            self.register_many(keys, &[user], admission, heartbeat)
+                .await?,
         )
     }
 
@@ -612,6 +623,7 @@ impl Store {
         keys: &QueueKeys,
         users: &[&str],
         admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
     ) -> Result<Vec<Registration>, StoreError> {
         let mut invocation = REGISTER.prepare_invoke();
         invocation
@@ -624,20 +636,21 @@ impl Store {
             .key(&keys.prequeue)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
+        heartbeat_args(&mut invocation, heartbeat);
         for user in users {
             invocation.arg(*user);
         }
         let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
-        answers("register", &flat, 4, users.len())?
+        answers("register", &flat, 5, users.len())?
             .map(|a| {
-                let (code, value, wait, arrival) = (a[0], a[1], a[2], a[3]);
+                let (code, value, wait, arrival, advice) = (a[0], a[1], a[2], a[3], a[4]);
                 match code {
                     1 => Ok(Registration::New {
-                        place: place(value, wait)?,
+                        place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
                     }),
                     2 => Ok(Registration::AlreadyWaiting {
-                        place: place(value, wait)?,
+                        place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
                     }),
                     3 => Ok(Registration::Active {
@@ -647,10 +660,12 @@ impl Store {
                     4 => Ok(Registration::Prequeued {
                         opens_in_ms: count(value)?,
                         arrival: None,
+                        poll_after_ms: count(advice)?,
                     }),
                     5 => Ok(Registration::Prequeued {
                         opens_in_ms: count(value)?,
                         arrival: Some(count(arrival)?),
+                        poll_after_ms: count(advice)?,
                     }),
                     6 => Ok(Registration::NotOpen {
                         opens_at_ms: count(value)?,
@@ -666,17 +681,22 @@ impl Store {
         keys: &QueueKeys,
         user: &str,
         admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
     ) -> Result<Position, StoreError> {
-        one("rank", self.rank_many(keys, &[user], admission).await?)
+        one(
+            "rank",
+            self.rank_many(keys, &[user], admission, heartbeat).await?,
+        )
     }
 
     /// The places of each of `users` (at most [`MAX_BATCH`]) in one script
-    /// call, refreshing the heartbeats of those waiting.
+    /// call, keeping those waiting alive.
     pub async fn rank_many(
         &self,
         keys: &QueueKeys,
         users: &[&str],
         admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
     ) -> Result<Vec<Position>, StoreError> {
         let mut invocation = RANK.prepare_invoke();
         invocation
@@ -688,21 +708,23 @@ impl Store {
             .key(&keys.prequeue)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
+        heartbeat_args(&mut invocation, heartbeat);
         for user in users {
             invocation.arg(*user);
         }
         let flat: Vec<i64> = self.run(invocation).await?;
-        answers("rank", &flat, 3, users.len())?
+        answers("rank", &flat, 4, users.len())?
             .map(|a| {
-                let (code, value, wait) = (a[0], a[1], a[2]);
+                let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
                 match code {
                     0 => Ok(Position::NotQueued),
-                    1 => Ok(Position::Waiting(place(value, wait)?)),
+                    1 => Ok(Position::Waiting(place(value, wait, advice)?)),
                     3 => Ok(Position::Active {
                         expires_at_ms: count(value)?,
                     }),
                     4 => Ok(Position::Prequeued {
                         opens_in_ms: count(value)?,
+                        poll_after_ms: count(advice)?,
                     }),
                     _ => Err(unexpected("rank", code)),
                 }
@@ -715,6 +737,7 @@ impl Store {
         &self,
         keys: &QueueKeys,
         admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
     ) -> Result<Admission, StoreError> {
         let mut invocation = ADMIT.prepare_invoke();
         invocation
@@ -731,6 +754,7 @@ impl Store {
             .arg(admission.max_active)
             .arg(format!("{:032x}", rand::random::<u128>()))
             .arg(PLACE_STEP);
+        heartbeat_args(&mut invocation, heartbeat);
         let (admitted, window, why, now_ms, next_ms): (i64, i64, i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         let outcome = match why {
@@ -765,7 +789,6 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .key(&keys.prequeue)
-            .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.cleanup_batch_size);
         let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
@@ -1006,6 +1029,15 @@ impl Store {
     }
 }
 
+/// The heartbeat settings a script reads (`heartbeat_args` in
+/// `lua/lib.lua`): the timeout and the bounds of the poll advice, in ms.
+fn heartbeat_args(invocation: &mut ScriptInvocation<'_>, heartbeat: &HeartbeatConfig) {
+    invocation
+        .arg(heartbeat.timeout.as_millis() as u64)
+        .arg(heartbeat.poll_min.as_millis() as u64)
+        .arg(heartbeat.poll_max.as_millis() as u64);
+}
+
 /// The most users one batched script call takes (the scripts refuse more):
 /// it bounds how long one call holds Redis.
 pub const MAX_BATCH: usize = 500;
@@ -1082,11 +1114,12 @@ fn classify(e: redis::RedisError) -> StoreError {
     }
 }
 
-fn place(rank: i64, wait_ms: i64) -> Result<Place, StoreError> {
+fn place(rank: i64, wait_ms: i64, poll_after_ms: i64) -> Result<Place, StoreError> {
     Ok(Place {
         rank: count(rank)?,
         // -1: paused, no estimate.
         wait_ms: (wait_ms >= 0).then_some(wait_ms as u64),
+        poll_after_ms: count(poll_after_ms)?,
     })
 }
 
