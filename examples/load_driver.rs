@@ -13,7 +13,9 @@
 //!     --batch 100 --interval-ms 3000
 //! ```
 //! Options: `--target` (waitgate's listen address), `--users`, `--rate`
-//! (arrivals per second), `--poll-ms` (rank polling period), `--path` (the
+//! (arrivals per second), `--poll-ms` (a fixed rank polling period; by
+//! default each user waits what the last answer's `pollAfterMs` advised,
+//! as a real client should), `--path` (the
 //! protected path), `--queue`, `--max-wait-s` (give up waiting after this),
 //! `--batch` and `--interval-ms` (the queue's admission settings, to compare
 //! the observed rate with).
@@ -30,7 +32,8 @@ struct Options {
     target: SocketAddr,
     users: usize,
     rate: f64,
-    poll: Duration,
+    /// A fixed polling period; `None`: the advice of each answer.
+    poll: Option<Duration>,
     path: String,
     queue: Option<String>,
     max_wait: Duration,
@@ -43,7 +46,7 @@ fn options() -> Options {
         target: "127.0.0.1:8080".parse().unwrap(),
         users: 1000,
         rate: 100.0,
-        poll: Duration::from_millis(500),
+        poll: None,
         path: "/api/v1/follow-up/access".into(),
         queue: None,
         max_wait: Duration::from_secs(600),
@@ -58,7 +61,7 @@ fn options() -> Options {
             "--target" => o.target = value.parse().expect("--target ip:port"),
             "--users" => o.users = value.parse().expect("--users N"),
             "--rate" => o.rate = value.parse().expect("--rate per second"),
-            "--poll-ms" => o.poll = Duration::from_millis(value.parse().expect("--poll-ms")),
+            "--poll-ms" => o.poll = Some(Duration::from_millis(value.parse().expect("--poll-ms"))),
             "--path" => o.path = value,
             "--queue" => o.queue = Some(value),
             "--max-wait-s" => {
@@ -266,7 +269,9 @@ async fn user(id: usize, o: Arc<Options>, stats: Shared) {
             }
             break;
         }
-        tokio::time::sleep(o.poll).await;
+        // The server's advice, unless a fixed period was asked for.
+        let advised = r["pollAfterMs"].as_u64().map(Duration::from_millis);
+        tokio::time::sleep(o.poll.or(advised).unwrap_or(Duration::from_millis(500))).await;
     }
 
     let body = format!("{{\"userId\":\"{user}\",\"queueCredential\":\"{credential}\"{queue}}}");

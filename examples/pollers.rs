@@ -1,0 +1,249 @@
+//! Load for the scale measurements (`scripts/scale.sh`): many kept-alive
+//! connections polling `rank` for random users, registering users, or one
+//! connection polling alone.
+//!
+//! ```text
+//! # register u0 .. u999999, 256 connections
+//! cargo run --release --example pollers -- register --target 127.0.0.1:8080 --users 1000000 --connections 256
+//! # 1,024 connections polling random users of u0 .. u999999 for 20 s
+//! cargo run --release --example pollers -- poll --target 127.0.0.1:8080 --users 1000000 --connections 1024 --seconds 20
+//! # one connection, a poll every 5 ms: the latency of a poll with no company
+//! cargo run --release --example pollers -- lone --target 127.0.0.1:8080 --users 1000000 --seconds 10
+//! ```
+//! It prints one line of `key=value` figures: requests, requests/s,
+//! latency p50/p99/max (ms), errors (non-200 answers, or none).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct Args {
+    mode: String,
+    target: SocketAddr,
+    users: u64,
+    connections: usize,
+    seconds: u64,
+    queue: Option<String>,
+    prefix: String,
+}
+
+fn args() -> Args {
+    let mut argv = std::env::args().skip(1);
+    let mode = argv.next().unwrap_or_else(|| usage());
+    let mut a = Args {
+        mode,
+        target: "127.0.0.1:8080".parse().unwrap(),
+        users: 1_000_000,
+        connections: 64,
+        seconds: 10,
+        queue: None,
+        prefix: "u".into(),
+    };
+    while let Some(flag) = argv.next() {
+        let value = argv.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "--target" => a.target = value.parse().unwrap_or_else(|_| usage()),
+            "--users" => a.users = value.parse().unwrap_or_else(|_| usage()),
+            "--connections" => a.connections = value.parse().unwrap_or_else(|_| usage()),
+            "--seconds" => a.seconds = value.parse().unwrap_or_else(|_| usage()),
+            "--queue" => a.queue = Some(value),
+            "--prefix" => a.prefix = value,
+            _ => usage(),
+        }
+    }
+    a
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: pollers register|poll|lone [--target ADDR] [--users N] [--connections C] \
+         [--seconds S] [--queue Q] [--prefix P]"
+    );
+    std::process::exit(2)
+}
+
+/// One kept-alive HTTP/1.1 connection.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    async fn open(target: SocketAddr) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect(target).await?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Sends `request` and reads the answer: its status.
+    async fn exchange(&mut self, request: &[u8]) -> std::io::Result<u16> {
+        self.stream.write_all(request).await?;
+        self.buf.clear();
+        let mut chunk = [0u8; 4096];
+        let (head_end, length) = loop {
+            let n = self.stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                break (end + 4, length);
+            }
+        };
+        while self.buf.len() < head_end + length {
+            let n = self.stream.read(&mut chunk).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        let status = std::str::from_utf8(&self.buf[9..12])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Ok(status)
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Latencies in microseconds, and errors.
+#[derive(Default)]
+struct Tally {
+    micros: Vec<u32>,
+    errors: u64,
+}
+
+fn rank_request(a: &Args, user: u64) -> Vec<u8> {
+    let queue = a
+        .queue
+        .as_deref()
+        .map(|q| format!("&queue={q}"))
+        .unwrap_or_default();
+    format!(
+        "GET /api/v1/queue/rank?userId={}{user}{queue} HTTP/1.1\r\nHost: load\r\n\r\n",
+        a.prefix
+    )
+    .into_bytes()
+}
+
+fn register_request(a: &Args, user: u64) -> Vec<u8> {
+    let queue = a
+        .queue
+        .as_deref()
+        .map(|q| format!(r#","queue":"{q}""#))
+        .unwrap_or_default();
+    let body = format!(r#"{{"userId":"{}{user}"{queue}}}"#, a.prefix);
+    format!(
+        "POST /api/v1/queue/register HTTP/1.1\r\nHost: load\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::main]
+async fn main() {
+    let a = Arc::new(args());
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(a.seconds);
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let connections = if a.mode == "lone" { 1 } else { a.connections };
+    let tasks: Vec<_> = (0..connections)
+        .map(|c| {
+            let (a, next, done) = (a.clone(), next.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                let mut conn = match Conn::open(a.target).await {
+                    Ok(conn) => conn,
+                    Err(_) => {
+                        tally.errors += 1;
+                        return tally;
+                    }
+                };
+                let mut rng =
+                    0x9e3779b97f4a7c15u64 ^ (c as u64 + 1).wrapping_mul(0xbf58476d1ce4e5b9);
+                loop {
+                    let request = match a.mode.as_str() {
+                        "register" => {
+                            let user = next.fetch_add(1, Ordering::Relaxed);
+                            if user >= a.users {
+                                break;
+                            }
+                            register_request(&a, user)
+                        }
+                        "poll" | "lone" => {
+                            if Instant::now() >= deadline {
+                                break;
+                            }
+                            // xorshift: a random user, the same sequence every run.
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            rank_request(&a, rng % a.users)
+                        }
+                        _ => usage(),
+                    };
+                    let sent = Instant::now();
+                    match conn.exchange(&request).await {
+                        Ok(200) => tally.micros.push(sent.elapsed().as_micros() as u32),
+                        Ok(_) => tally.errors += 1,
+                        Err(_) => {
+                            tally.errors += 1;
+                            match Conn::open(a.target).await {
+                                Ok(fresh) => conn = fresh,
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    if a.mode == "lone" {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                tally
+            })
+        })
+        .collect();
+    let mut all = Tally::default();
+    for t in tasks {
+        let tally = t.await.unwrap();
+        all.micros.extend(tally.micros);
+        all.errors += tally.errors;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.micros.sort_unstable();
+    let pct = |p: f64| -> f64 {
+        if all.micros.is_empty() {
+            return 0.0;
+        }
+        let i = ((all.micros.len() as f64 * p) as usize).min(all.micros.len() - 1);
+        all.micros[i] as f64 / 1000.0
+    };
+    println!(
+        "mode={} connections={} requests={} seconds={elapsed:.2} per_second={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={}",
+        a.mode,
+        connections,
+        all.micros.len(),
+        all.micros.len() as f64 / elapsed,
+        pct(0.5),
+        pct(0.99),
+        pct(1.0),
+        all.errors
+    );
+}

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# A queue of 1,000,000 waiting users on one Redis, measured with coalesced
+# Redis calls (the default) side by side with one script call per request
+# (`redis.coalesce: false`), in the same run, on the same Redis and queue:
+#
+#   - Redis time per poll (the script calls' usec in INFO commandstats, which
+#     include the commands they run, per poll) and Redis CPU per poll (INFO
+#     cpu), and script calls per poll, with 64 and 1,024 connections polling
+#     random users;
+#   - the added p99 latency of a lone poll;
+#   - register throughput at 1,000,000 waiting with 1,024 connections,
+#     against redis-benchmark's EVALSHA of register.lua, one user per call;
+#   - the Redis time of one admission of 100 and one cleanup batch of 500;
+#   - memory per waiting user, and how many waiting users one Redis core
+#     holds at the advised poll cadence (from the measured cost per poll).
+#
+#   scripts/scale.sh                # 1,000,000 users, 20 s per poll measure
+#   scripts/scale.sh 200000 10      # fewer users, shorter
+#
+# Users are registered through waitgate's API. It checks for what it needs
+# (redis-server, redis-benchmark, python3; it says what to install), starts
+# everything itself on ports 19205-19209 and leaves nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/ensure-tools.sh
+ensure_rust
+ensure_packages redis-benchmark python3
+
+users=${1:-1000000}
+seconds=${2:-20}
+
+echo "Building release binaries ..." >&2
+cargo build --release --locked --bin waitgate --example pollers >&2
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+P_REDIS=19205 P_ON=19206 P_ON_ADMIN=19207 P_OFF=19208 P_OFF_ADMIN=19209
+R() { redis-cli -p $P_REDIS "$@"; }
+# 1,024 connections from one process need more than the usual 1,024 files.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+K='queue:{big}'
+
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2
+  exit 1
+}
+
+# Redis as it comes: no persistence, default settings otherwise (4 KiB pages).
+redis-server --port $P_REDIS --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  --logfile "$work/redis.log" &
+pids+=($!)
+wait_port $P_REDIS
+
+# Nobody is admitted or cleaned up while the queue is measured: the gate is
+# held (below) and the cleanup runs hourly. The poll advice is the default.
+for side in on off; do
+  if [ $side = on ]; then port=$P_ON admin=$P_ON_ADMIN coalesce=true; else port=$P_OFF admin=$P_OFF_ADMIN coalesce=false; fi
+  cat > "$work/waitgate-$side.yaml" <<EOF
+listen: 127.0.0.1:$port
+admin-listen: 127.0.0.1:$admin
+threads: 2
+max-connections: 20000
+redis: {url: 'redis://127.0.0.1:$P_REDIS/0', command-timeout-ms: 2000, coalesce: $coalesce}
+queues:
+  big:
+    heartbeat: {timeout-ms: 3600000, cleanup-interval-ms: 3600000}
+    admission: {interval-ms: 3000, batch-size: 100}
+upstreams: {}
+routes: []
+log: {filter: warn, access: false}
+EOF
+done
+export JWT_SECRET
+JWT_SECRET=$(openssl rand -base64 32 2>/dev/null || head -c 32 /dev/urandom | base64)
+R HSET "$K:admission" window 999999999999 >/dev/null
+for side in on off; do
+  RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate-$side.yaml" 2>"$work/waitgate-$side.log" &
+  pids+=($!)
+done
+wait_port $P_ON
+wait_port $P_OFF
+
+pollers() { ./target/release/examples/pollers "$@"; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
+info() { R INFO "$1" | tr -d '\r'; }
+
+echo "Registering $users users through the API ..." >&2
+mem_before=$(info memory | awk -F: '/^used_memory:/ {print $2}')
+fill=$(pollers register --target 127.0.0.1:$P_ON --users "$users" --connections 256)
+echo "  $fill" >&2
+mem_after=$(info memory | awk -F: '/^used_memory:/ {print $2}')
+waiting=$(R ZCARD "$K:waiting")
+[ "$waiting" = "$users" ] || { echo "expected $users waiting, found $waiting" >&2; exit 1; }
+# The API says what the scripts wrote: the first and the last in place.
+first=$(curl -s "127.0.0.1:$P_ON/api/v1/queue/rank?userId=u0")
+last=$(curl -s "127.0.0.1:$P_OFF/api/v1/queue/rank?userId=u$((users - 1))")
+echo "  first: $first" >&2
+echo "  last:  $last" >&2
+
+# usec of the script calls, their number, and Redis CPU (us), now.
+snapshot() {
+  local cs cpu
+  cs=$(info commandstats)
+  cpu=$(info cpu)
+  python3 - "$cs" "$cpu" <<'EOF'
+import sys
+usec = calls = 0
+for line in sys.argv[1].splitlines():
+    if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_evalsha_ro:", "cmdstat_eval_ro:")):
+        fields = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
+        usec += int(fields["usec"]); calls += int(fields["calls"])
+cpu = 0.0
+for line in sys.argv[2].splitlines():
+    if line.startswith(("used_cpu_sys:", "used_cpu_user:")):
+        cpu += float(line.split(":")[1])
+print(usec, calls, int(cpu * 1e6))
+EOF
+}
+
+results="$work/results"
+: > "$results"
+measure() { # label, port, connections
+  local label=$1 port=$2 conns=$3 before after out
+  before=$(snapshot)
+  out=$(pollers poll --target "127.0.0.1:$port" --users "$users" --connections "$conns" --seconds "$seconds")
+  after=$(snapshot)
+  echo "  $label: $out" >&2
+  echo "$label $before $after $out" >> "$results"
+}
+for conns in 64 1024; do
+  echo "Polling with $conns connections, $seconds s each ..." >&2
+  measure "on-$conns" $P_ON $conns
+  measure "off-$conns" $P_OFF $conns
+done
+
+echo "Lone polls ..." >&2
+lone_on=$(pollers lone --target 127.0.0.1:$P_ON --users "$users" --seconds 10)
+lone_off=$(pollers lone --target 127.0.0.1:$P_OFF --users "$users" --seconds 10)
+echo "  on:  $lone_on" >&2
+echo "  off: $lone_off" >&2
+
+echo "Registering 200,000 more with 1,024 connections, then EVALSHA register.lua one user per call ..." >&2
+reg=$(pollers register --target 127.0.0.1:$P_ON --users 200000 --connections 1024 --prefix r)
+echo "  waitgate: $reg" >&2
+cat lua/lib.lua lua/register.lua > "$work/register.lua"
+REG_SHA=$(R SCRIPT LOAD "$(cat "$work/register.lua")")
+reg_args=(EVALSHA "$REG_SHA" 7 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
+  "$K:control" "$K:prequeue" 3000 100 3600000 1000 30000)
+probe=$(R "${reg_args[@]}" b:probe 2>&1 | head -1)
+case "$probe" in *ERR*) echo "the EVALSHA reference fails: $probe" >&2; exit 1 ;; esac
+evalsha_reg=$(redis-benchmark -p $P_REDIS -c 1024 -n 200000 -r 100000000 -q "${reg_args[@]}" "b:__rand_int__" 2>/dev/null |
+  tr '\r' '\n' | awk '/requests per second/ {print $(NF-5)}' | tail -1)
+echo "  EVALSHA: $evalsha_reg per second" >&2
+
+# The instances stop here, so that only these calls run in Redis.
+for pid in "${pids[@]:1}"; do kill "$pid" 2>/dev/null || true; done
+sleep 0.5
+echo "Timing 10 admissions of 100 and 10 cleanup batches of 500 (SLOWLOG) ..." >&2
+cat lua/lib.lua lua/admit.lua > "$work/admit.lua"
+cat lua/lib.lua lua/cleanup.lua > "$work/cleanup.lua"
+ADMIT=$(R SCRIPT LOAD "$(cat "$work/admit.lua")")
+CLEAN=$(R SCRIPT LOAD "$(cat "$work/cleanup.lua")")
+R CONFIG SET slowlog-log-slower-than 0 >/dev/null
+R CONFIG SET slowlog-max-len 100000 >/dev/null
+for i in $(seq 10); do
+  R HDEL "$K:admission" window >/dev/null
+  R SLOWLOG RESET >/dev/null
+  R HDEL "$K:admission" next >/dev/null
+  admitted=$(R EVALSHA "$ADMIT" 7 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" "$K:credential" \
+    "$K:control" "$K:prequeue" 1000 100 600000 0 "$(openssl rand -hex 16)" 150 3600000 1000 30000 | head -1)
+  # A timed call that did nothing would time nothing.
+  [ "$admitted" = 100 ] || { echo "an admission admitted $admitted, not 100" >&2; exit 1; }
+  R SLOWLOG GET 100000 | python3 -c '
+import sys
+lines = sys.stdin.read().split("\n")
+for i, l in enumerate(lines):
+    if l.strip().upper() == "EVALSHA":
+        print("admit", lines[i - 1].strip()); break' >> "$work/times"
+  # 500 users made silent at random places, then one cleanup pass.
+  R EVAL "math.randomseed(tonumber(ARGV[2]))
+    for i = 1, 500 do local u = 'u' .. math.random(0, tonumber(ARGV[1]) - 1)
+      if redis.call('ZSCORE', KEYS[1], u) then redis.call('ZADD', KEYS[1], 1, u) end end" \
+    1 "$K:heartbeat" "$users" "$RANDOM$i" >/dev/null
+  R SLOWLOG RESET >/dev/null
+  removed=$(R EVALSHA "$CLEAN" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" 500 | head -1)
+  R SLOWLOG GET 100000 | python3 -c '
+import sys
+lines = sys.stdin.read().split("\n")
+for i, l in enumerate(lines):
+    if l.strip().upper() == "EVALSHA":
+        print("cleanup", lines[i - 1].strip()); break' >> "$work/times"
+  echo "cleaned $removed" >> "$work/cleaned"
+done
+R CONFIG SET slowlog-log-slower-than 10000 >/dev/null
+
+python3 - "$users" "$mem_before" "$mem_after" "$fill" "$lone_on" "$lone_off" "$reg" "$evalsha_reg" \
+  "$results" "$work/times" "$work/cleaned" <<'EOF'
+import statistics, sys
+users, mem_before, mem_after = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+fill, lone_on, lone_off, reg, evalsha_reg = sys.argv[4:9]
+results, times, cleaned = sys.argv[9:12]
+
+def fields(line):
+    return dict(kv.split("=") for kv in line.split() if "=" in kv)
+
+polls = {}
+for line in open(results):
+    parts = line.split()
+    label = parts[0]
+    b = list(map(int, parts[1:4])); a = list(map(int, parts[4:7]))
+    f = fields(" ".join(parts[7:]))
+    n = int(f["requests"])
+    polls[label] = {
+        "usec": (a[0] - b[0]) / n, "calls": (a[1] - b[1]) / n, "cpu": (a[2] - b[2]) / n,
+        "rate": float(f["per_second"]), "p99": float(f["p99_ms"]), "errors": int(f["errors"]), "n": n,
+    }
+
+t = {"admit": [], "cleanup": []}
+for line in open(times):
+    kind, us = line.split()
+    t[kind].append(int(us) / 1000)
+removed = [int(l.split()[1]) for l in open(cleaned) if l.split()[1].isdigit()]
+
+# The advised cadence with the default settings: 100 admitted
+# every 3 s, so the user at rank r waits about 30 r ms and is advised to poll
+# every quarter of that, from 1 s to 30 s. Polls per second at N waiting:
+def polls_per_second(n):
+    total = 0.0
+    for r in range(min(n, 4000)):
+        total += 1000 / max(1000, min(30000, 30 * r / 4))
+    if n > 4000:
+        total += (n - 4000) / 30
+    return total
+def holds(cost_us):
+    # The users one core serves at that cadence, spending all of its time.
+    lo, hi = 1, 10 ** 9
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if polls_per_second(mid) * cost_us <= 1e6: lo = mid
+        else: hi = mid - 1
+    return lo
+
+on, off = polls["on-1024"], polls["off-1024"]
+on64, off64 = polls["on-64"], polls["off-64"]
+lon, loff = fields(lone_on), fields(lone_off)
+reg_rate = float(fields(reg)["per_second"])
+ratio = reg_rate / float(evalsha_reg)
+mem = (mem_after - mem_before) / users
+rows = [
+    ("Redis time per poll (script usec / polls), 1,024 connections", f"{on['usec']:.2f} us", f"{off['usec']:.2f} us", "<= 4 us", on["usec"] <= 4),
+    ("Redis time per poll, 64 connections", f"{on64['usec']:.2f} us", f"{off64['usec']:.2f} us", "report", True),
+    ("Redis CPU per poll (INFO cpu), 1,024 connections", f"{on['cpu']:.2f} us", f"{off['cpu']:.2f} us", "report", True),
+    ("Redis calls per poll, 1,024 connections", f"{on['calls']:.3f}", f"{off['calls']:.3f}", "<= 0.05", on["calls"] <= 0.05),
+    ("Redis calls per poll, 64 connections", f"{on64['calls']:.3f}", f"{off64['calls']:.3f}", "report", True),
+    ("Polls per second (waitgate, 2 proxy threads), 1,024 connections", f"{on['rate']:,.0f}", f"{off['rate']:,.0f}", "report", True),
+    ("Waiting users one Redis core holds at the advised cadence (default settings)", f"{holds(on['cpu']):,}", f"{holds(off['cpu']):,}", ">= 1,000,000", holds(on["cpu"]) >= 1_000_000),
+    ("p99 of a lone poll", f"{float(lon['p99_ms']):.3f} ms", f"{float(loff['p99_ms']):.3f} ms", "added <= 1 ms", float(lon["p99_ms"]) - float(loff["p99_ms"]) <= 1),
+    ("Rank accuracy", "exact (ZRANK) for every place", "exact", "exact in the first 1,000, 0.1% beyond", True),
+    ("Register at 1,000,000 waiting, 1,024 connections", f"{reg_rate:,.0f}/s", f"EVALSHA register.lua {float(evalsha_reg):,.0f}/s ({ratio:.2f}x)", ">= 2x", ratio >= 2),
+    ("One admission of 100 at 1,000,000 (SLOWLOG)", f"median {statistics.median(t['admit']):.2f} ms, max {max(t['admit']):.2f}", "", "< 5 ms", statistics.median(t["admit"]) < 5),
+    ("One cleanup batch of 500 at 1,000,000 (SLOWLOG)", f"median {statistics.median(t['cleanup']):.2f} ms, max {max(t['cleanup']):.2f} ({min(removed)}-{max(removed)} removed)", "", "< 5 ms", statistics.median(t["cleanup"]) < 5),
+    ("Redis memory per waiting user", f"{mem:.1f} bytes", "", "<= 220 bytes", mem <= 220),
+]
+errors = sum(p["errors"] for p in polls.values())
+print(f"\nscale: {users:,} waiting, {fill.split('per_second=')[1].split()[0]} registrations/s while filling; poll errors {errors}")
+print("| Measure | Coalesced (default) | One call per request | Target | Met |")
+print("|---|---|---|---|---|")
+for name, a, b, target, met in rows:
+    print(f"| {name} | {a} | {b} | {target} | {'yes' if met else '**no**'} |")
+EOF
