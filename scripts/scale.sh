@@ -132,11 +132,15 @@ results="$work/results"
 : > "$results"
 measure() { # label, port, connections
   local label=$1 port=$2 conns=$3 before after out
+  R CONFIG RESETSTAT >/dev/null
   before=$(snapshot)
   out=$(pollers poll --target "127.0.0.1:$port" --users "$users" --connections "$conns" --seconds "$seconds")
   after=$(snapshot)
   echo "  $label: $out" >&2
   echo "$label $before $after $out" >> "$results"
+  # Where the time went: the commands the scripts ran, per call.
+  info commandstats | awk -F'[:,=]' -v l="$label" '/^cmdstat_(zrank|zscore|zadd|hmget|time|evalsha):/ {
+    printf "%s %s calls=%s usec_per_call=%s\n", l, substr($1, 9), $3, $7 }' >> "$work/profile"
 }
 for conns in 64 1024; do
   echo "Polling with $conns connections, $seconds s each ..." >&2
@@ -232,6 +236,8 @@ for i, l in enumerate(lines):
 done
 R CONFIG SET slowlog-log-slower-than 10000 >/dev/null
 
+echo "Where a poll's script time went (commands run inside the scripts, per call):" >&2
+sed 's/^/  /' "$work/profile" >&2
 python3 - "$users" "$mem_before" "$mem_after" "$fill" "$lone_on" "$lone_off" "$reg" "$evalsha_reg" \
   "$results" "$work/times" "$work/cleaned" "$accuracy" <<'EOF'
 import statistics, sys
