@@ -24,7 +24,7 @@ ensure_packages c++ # libFuzzer is C++
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(path jwt body upstream)
+[ ${#targets[@]} -gt 0 ] || targets=(path jwt body upstream browser)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "Installing cargo-fuzz ..." >&2

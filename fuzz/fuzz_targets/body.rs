@@ -5,11 +5,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use waitgate::queue::input::{parse_query, user_query};
-use waitgate::user::is_valid as is_valid_user_id;
 use waitgate::edge::secret::Secret;
 use waitgate::queue::credential::Credentials;
+use waitgate::queue::input::{parse_query, user_query};
 use waitgate::queue::{register, token};
+use waitgate::user::is_valid as is_valid_user_id;
 
 static CREDENTIALS: std::sync::LazyLock<Credentials> = std::sync::LazyLock::new(|| {
     Credentials::new(&Secret::from_base64("dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx").unwrap())
@@ -17,15 +17,21 @@ static CREDENTIALS: std::sync::LazyLock<Credentials> = std::sync::LazyLock::new(
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = register::parse(data) {
-        assert!(is_valid_user_id(request.user.as_str()));
+        if let Some(user) = &request.user {
+            assert!(is_valid_user_id(user.as_str()));
+        }
     }
     if let Ok(request) = token::parse(data) {
-        let user = request.user.as_str();
-        assert!(is_valid_user_id(user));
-        assert!(!request.credential.is_empty());
-        let queue = request.queue.as_deref().unwrap_or("baseball");
-        if let Some(arrival) = CREDENTIALS.check(queue, user, &request.credential) {
-            assert_eq!(CREDENTIALS.issue(queue, user, arrival), request.credential);
+        // Both or neither (a browser's cookie holds them).
+        assert_eq!(request.user.is_some(), request.credential.is_some());
+        if let (Some(user), Some(credential)) = (&request.user, &request.credential) {
+            let user = user.as_str();
+            assert!(is_valid_user_id(user));
+            assert!(!credential.is_empty());
+            let queue = request.queue.as_deref().unwrap_or("baseball");
+            if let Some(arrival) = CREDENTIALS.check(queue, user, credential) {
+                assert_eq!(&CREDENTIALS.issue(queue, user, arrival), credential);
+            }
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {

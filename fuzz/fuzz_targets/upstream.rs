@@ -31,7 +31,10 @@ fn scan_split(body: &[u8], cut: usize) -> Option<(Option<usize>, Vec<u8>)> {
 fn decode(mut out: &[u8]) -> Vec<u8> {
     let mut data = Vec::new();
     while !out.is_empty() {
-        let line = out.windows(2).position(|w| w == b"\r\n").expect("size line");
+        let line = out
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("size line");
         let size_text = std::str::from_utf8(&out[..line]).expect("ASCII size");
         let size = usize::from_str_radix(size_text, 16).expect("hex size, no extension");
         out = &out[line + 2..];
@@ -58,10 +61,21 @@ fuzz_target!(|data: &[u8]| {
         assert!(head.ends_with("\r\n"), "{head:?}");
         for line in head.trim_end_matches("\r\n").split("\r\n").skip(1) {
             assert!(!line.contains('\r') && !line.contains('\n'), "{line:?}");
-            let name = line.split(':').next().unwrap_or("").trim().to_ascii_lowercase();
+            let name = line
+                .split(':')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             assert!(
-                !["connection", "keep-alive", "date", "x-request-id", "upgrade"]
-                    .contains(&name.as_str()),
+                ![
+                    "connection",
+                    "keep-alive",
+                    "date",
+                    "x-request-id",
+                    "upgrade"
+                ]
+                .contains(&name.as_str()),
                 "{line:?}"
             );
         }

@@ -37,15 +37,15 @@ struct Body {
 /// `None` when the client left it to waitgate.
 #[derive(Debug)]
 pub struct Request {
-    pub user: Option<String>,
+    pub user: Option<UserId>,
     pub queue: Option<String>,
 }
 
-/// Parses a register body.
+/// Parses and checks a register body.
 pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
     let body: Body = input::parse_json(body)?;
     Ok(Request {
-        user: body.user_id,
+        user: body.user_id.map(input::user_id).transpose()?,
         queue: body.queue,
     })
 }
@@ -89,12 +89,12 @@ async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Res
 fn registrant(
     api: &QueueApi,
     queue: &Queue,
-    given: Option<String>,
+    given: Option<UserId>,
     caller: &Caller,
 ) -> Result<Registrant, ApiError> {
     let is_browser = caller.is_browser();
     if api.logins().is_some() {
-        let who = api.who(queue, given, None, caller)?;
+        let who = api.who(queue, given.map(UserId::into_string), None, caller)?;
         if who.by_cookie {
             api.same_site(caller)?;
         }
@@ -103,9 +103,9 @@ fn registrant(
             browser: is_browser,
         });
     }
-    if let Some(given) = given {
+    if let Some(user) = given {
         return Ok(Registrant {
-            user: input::user_id(given)?,
+            user,
             browser: false,
         });
     }
@@ -262,11 +262,12 @@ mod tests {
     #[test]
     fn bodies_are_checked_before_redis() {
         let ok = parse(br#"{"userId":"u1","queue":"baseball"}"#).unwrap();
-        assert_eq!(ok.user.as_deref(), Some("u1"));
+        assert_eq!(ok.user.as_ref().map(UserId::as_str), Some("u1"));
         assert_eq!(ok.queue.as_deref(), Some("baseball"));
         assert_eq!(parse(br#"{"queue":"baseball"}"#).unwrap().user, None);
         for (body, code) in [
             (&br#"{"userId":"u1","extra":1}"#[..], "invalid_request"),
+            (br#"{"userId":"a b"}"#, "invalid_user_id"),
             (br#"{"userId":5}"#, "invalid_request"),
             (br#"{"userId":"#, "invalid_json"),
         ] {
