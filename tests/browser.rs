@@ -115,6 +115,18 @@ impl Room {
     }
 }
 
+/// A cookie sent with no sign of this site, from another site, from a
+/// cross-site page, and from a sibling site: the same-site rule refuses
+/// each.
+fn not_this_site(cookie: &str) -> Vec<Vec<(&str, &str)>> {
+    vec![
+        vec![("Cookie", cookie)],
+        vec![("Cookie", cookie), ("Origin", "https://evil.example")],
+        vec![("Cookie", cookie), ("Sec-Fetch-Site", "cross-site")],
+        vec![("Cookie", cookie), ("Sec-Fetch-Site", "same-site")],
+    ]
+}
+
 /// The `Set-Cookie` values of a response.
 fn set_cookies(r: &Response) -> Vec<&str> {
     r.headers
@@ -492,18 +504,7 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     // The token exchange and the dropout with the cookie: refused from
     // anywhere but this site, and nothing changes.
     admit_by_hand(&mut room.redis.conn(), &user, now_ms() + 600_000);
-    for headers in [
-        vec![("Cookie", cookie.as_str())],
-        vec![
-            ("Cookie", cookie.as_str()),
-            ("Origin", "https://evil.example"),
-        ],
-        vec![
-            ("Cookie", cookie.as_str()),
-            ("Sec-Fetch-Site", "cross-site"),
-        ],
-        vec![("Cookie", cookie.as_str()), ("Sec-Fetch-Site", "same-site")],
-    ] {
+    for headers in not_this_site(&cookie) {
         let r = room.send("POST", "/api/v1/queue/active/token", &headers, Some(Q));
         assert_eq!(r.status, 403, "{headers:?}");
         assert_eq!(r.error_code(), "cross_site_request");
@@ -1035,14 +1036,7 @@ fn a_token_cookie_changes_nothing_from_another_site() {
 
     // A form of another site (or one that says nothing) cannot POST with
     // the cookie; this site's page can.
-    for headers in [
-        vec![("Cookie", token.as_str())],
-        vec![
-            ("Cookie", token.as_str()),
-            ("Origin", "https://evil.example"),
-        ],
-        vec![("Cookie", token.as_str()), ("Sec-Fetch-Site", "same-site")],
-    ] {
+    for headers in not_this_site(&token) {
         let r = room.send("POST", "/tickets/buy", &headers, Some(Q));
         assert_eq!(r.status, 403, "{headers:?}");
         assert_eq!(r.error_code(), "cross_site_request");

@@ -106,32 +106,47 @@ fn a_lone_poll_is_not_held_back() {
     let coalesced = start(&redis, true);
     let plain = start(&redis, false);
     register_new(coalesced.addr, "alone");
-    // Sequential polls on one connection each: nothing to wait for.
-    let p99 = |wg: &Waitgate| {
-        let mut client = Client::connect(wg.addr);
-        let mut took: Vec<Duration> = (0..300)
-            .map(|_| {
-                let started = Instant::now();
-                client.send("GET /api/v1/queue/rank?userId=alone HTTP/1.1\r\nHost: t\r\n\r\n");
-                assert_eq!(client.response().0.status, 200);
-                started.elapsed()
-            })
-            .collect();
-        took.sort();
-        took[took.len() * 99 / 100]
+    // Sequential polls on one connection each: nothing to wait for. The two
+    // instances are polled in turn so that whatever else the machine is doing
+    // weighs on both alike.
+    let poll = |client: &mut Client| {
+        let started = Instant::now();
+        client.send("GET /api/v1/queue/rank?userId=alone HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(client.response().0.status, 200);
+        started.elapsed()
     };
     reset_stats(&redis);
-    let (with, without) = (p99(&coalesced), p99(&plain));
-    println!("a lone poll's p99: {with:?} coalesced, {without:?} not");
+    let (mut to_coalesced, mut to_plain) =
+        (Client::connect(coalesced.addr), Client::connect(plain.addr));
+    let (mut with, mut without): (Vec<Duration>, Vec<Duration>) = (0..300)
+        .map(|_| (poll(&mut to_coalesced), poll(&mut to_plain)))
+        .unzip();
+    with.sort();
+    without.sort();
+    let (median, p99) = (
+        |v: &[Duration]| v[v.len() / 2],
+        |v: &[Duration]| v[v.len() * 99 / 100],
+    );
+    println!(
+        "a lone poll: median {:?} coalesced, {:?} not; p99 {:?} coalesced, {:?} not",
+        median(&with),
+        median(&without),
+        p99(&with),
+        p99(&without)
+    );
     // One call per lone poll, and a few of the background tasks'.
     let calls = script_calls(&redis);
     assert!(
         (600..=630).contains(&calls),
         "{calls} calls for 600 lone polls"
     );
+    // A gathering window would delay every lone poll by its length, so it
+    // shows in the median, which a busy machine leaves alone.
     assert!(
-        with < without + Duration::from_millis(1),
-        "{with:?} against {without:?}"
+        median(&with) < median(&without) + Duration::from_micros(500),
+        "median {:?} against {:?}",
+        median(&with),
+        median(&without)
     );
 }
 

@@ -20,70 +20,76 @@ pub struct ForUser {
     arrival: u64,
 }
 
-struct Registers(Arc<Store>);
-struct Ranks(Arc<Store>);
-struct Tokens(Arc<Store>);
+/// One kind of call: the store's batch call for it.
+struct Kind<A> {
+    store: Arc<Store>,
+    call: BatchCall<A>,
+}
 
-impl Batch for Registers {
-    type Request = ForUser;
-    type Answer = Registration;
-    fn call(
-        &self,
-        requests: Vec<ForUser>,
-    ) -> BoxFuture<'static, Result<Vec<Registration>, StoreError>> {
-        let store = self.0.clone();
-        Box::pin(async move {
-            let queue = &requests[0].queue;
-            let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
-            store
-                .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
-                .await
-        })
+type BatchCall<A> = fn(Arc<Store>, Vec<ForUser>) -> BoxFuture<'static, Result<Vec<A>, StoreError>>;
+
+impl<A> Kind<A> {
+    fn new(store: &Arc<Store>, call: BatchCall<A>) -> Kind<A> {
+        Kind {
+            store: store.clone(),
+            call,
+        }
     }
 }
 
-impl Batch for Ranks {
+impl<A: Send + 'static> Batch for Kind<A> {
     type Request = ForUser;
-    type Answer = Position;
-    fn call(
-        &self,
-        requests: Vec<ForUser>,
-    ) -> BoxFuture<'static, Result<Vec<Position>, StoreError>> {
-        let store = self.0.clone();
-        Box::pin(async move {
-            let queue = &requests[0].queue;
-            let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
-            store
-                .rank_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
-                .await
-        })
+    type Answer = A;
+    fn call(&self, requests: Vec<ForUser>) -> BoxFuture<'static, Result<Vec<A>, StoreError>> {
+        (self.call)(self.store.clone(), requests)
     }
 }
 
-impl Batch for Tokens {
-    type Request = ForUser;
-    type Answer = Option<u64>;
-    fn call(
-        &self,
-        requests: Vec<ForUser>,
-    ) -> BoxFuture<'static, Result<Vec<Option<u64>>, StoreError>> {
-        let store = self.0.clone();
-        Box::pin(async move {
-            let queue = &requests[0].queue;
-            let users: Vec<(&str, u64)> = requests
-                .iter()
-                .map(|r| (r.user.as_str(), r.arrival))
-                .collect();
-            store.token_many(&queue.keys, &users).await
-        })
-    }
+fn registers(
+    store: Arc<Store>,
+    requests: Vec<ForUser>,
+) -> BoxFuture<'static, Result<Vec<Registration>, StoreError>> {
+    Box::pin(async move {
+        let queue = &requests[0].queue;
+        let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+        store
+            .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
+            .await
+    })
+}
+
+fn ranks(
+    store: Arc<Store>,
+    requests: Vec<ForUser>,
+) -> BoxFuture<'static, Result<Vec<Position>, StoreError>> {
+    Box::pin(async move {
+        let queue = &requests[0].queue;
+        let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+        store
+            .rank_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
+            .await
+    })
+}
+
+fn tokens(
+    store: Arc<Store>,
+    requests: Vec<ForUser>,
+) -> BoxFuture<'static, Result<Vec<Option<u64>>, StoreError>> {
+    Box::pin(async move {
+        let queue = &requests[0].queue;
+        let users: Vec<(&str, u64)> = requests
+            .iter()
+            .map(|r| (r.user.as_str(), r.arrival))
+            .collect();
+        store.token_many(&queue.keys, &users).await
+    })
 }
 
 /// One queue's coalescers.
 struct QueueCalls {
-    register: Arc<Coalescer<Registers>>,
-    rank: Arc<Coalescer<Ranks>>,
-    token: Arc<Coalescer<Tokens>>,
+    register: Arc<Coalescer<Kind<Registration>>>,
+    rank: Arc<Coalescer<Kind<Position>>>,
+    token: Arc<Coalescer<Kind<Option<u64>>>>,
 }
 
 /// The store, reached through a coalescer per queue and kind, or directly.
@@ -110,9 +116,9 @@ impl Calls {
             .entry(queue.name.clone())
             .or_insert_with(|| {
                 Arc::new(QueueCalls {
-                    register: Coalescer::new(Registers(self.store.clone())),
-                    rank: Coalescer::new(Ranks(self.store.clone())),
-                    token: Coalescer::new(Tokens(self.store.clone())),
+                    register: Coalescer::new(Kind::new(&self.store, registers)),
+                    rank: Coalescer::new(Kind::new(&self.store, ranks)),
+                    token: Coalescer::new(Kind::new(&self.store, tokens)),
                 })
             })
             .clone()
