@@ -91,6 +91,14 @@ impl QueueCookie {
         {
             return None;
         }
+        // Only the digits waitgate writes: `u64::from_str` would also take
+        // `+5` and `007`, which no cookie of ours holds.
+        let canonical = !start.is_empty()
+            && start.bytes().all(|b| b.is_ascii_digit())
+            && (start == "0" || !start.starts_with('0'));
+        if !canonical {
+            return None;
+        }
         Some(QueueCookie {
             credential: credential.to_string(),
             start_rank: start.parse().ok()?,
@@ -163,6 +171,7 @@ mod tests {
         };
         assert_eq!(c.value(), "AbC-_9.41.u.a:b@c");
         assert_eq!(QueueCookie::parse(&c.value()), Some(c));
+        assert_eq!(QueueCookie::parse("a.0.u").unwrap().start_rank, 0);
         for bad in [
             "",
             "abc",
@@ -171,6 +180,9 @@ mod tests {
             "a+b.1.u",
             "abc.x.u",
             "abc.-1.u",
+            "abc.+1.u",
+            "abc.01.u",
+            "abc..u",
             "abc.1.",
             "abc.1.a b",
         ] {
