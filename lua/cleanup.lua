@@ -4,19 +4,20 @@
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
 -- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET,
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there)
--- ARGV[1] batch size
+-- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms)
 --
 -- Returns {removed_waiting, removed_active}.
-local batch = tonumber(ARGV[1])
-if #KEYS ~= 5 or #ARGV ~= 1 or not batch or batch < 1 then
+local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #KEYS ~= 5 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
 
--- A heartbeat is the time after which its user may be removed (see
--- `heartbeats` in lib.lua): those strictly past it. A poll moves it in its
--- own atomic step, so a user who just polled is never in this range.
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms),
+-- A heartbeat is the time by which its user's next poll is due (see
+-- `heartbeats` in lib.lua): those more than `timeout` past it. A poll moves
+-- it in its own atomic step, so a user who just polled is never in this
+-- range.
+local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms - timeout),
   'LIMIT', 0, batch)
 in_chunks(stale, function(...)
   redis.call('ZREM', KEYS[1], ...)

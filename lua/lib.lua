@@ -41,21 +41,28 @@ local function wait_estimator(admission_key, now_ms, interval_ms, batch)
 end
 
 -- Heartbeats. A waiting user's entry in the heartbeat ZSET is the time
--- (ms) after which cleanup may remove the user. Each answer to a poll
--- advises when to poll next (`pollAfterMs`), and a poll promises the user
--- that it is not removed before that advice plus `timeout` has passed. The
--- entry is rewritten only when it would come sooner than that, and then a
--- slack later still (half the timeout, or three times the advice if that
--- is longer), so that most polls of a user who follows the advice write
--- nothing: moving an entry in a sorted set of a million was the largest
--- part of a poll's cost. A user who stops polling is removed between
--- advice + timeout and advice + timeout + slack after the last poll.
+-- (ms) by which their next poll is due: the time of a poll plus the advice
+-- it was given (`pollAfterMs`). Cleanup removes users whose entry is more
+-- than `timeout` in the past, the same rule as for the time of the last
+-- poll (which is what an advice of 0 makes it), so instances that write the
+-- time of the last poll and instances that write this can share a queue,
+-- as during a rolling upgrade.
+--
+-- So a poll promises that the user is not removed before its advice plus
+-- `timeout` has passed. The entry is rewritten only when it comes sooner
+-- than this poll's advice, and then a slack later still (half the timeout,
+-- or three times the advice if that is longer), so that most polls of a
+-- user who follows the advice write nothing: moving an entry in a sorted
+-- set of a million was the largest part of a poll's cost. A user who stops
+-- polling is removed between advice + timeout and advice + slack + timeout
+-- after their last poll. One-off writes (a registration, a placement) take
+-- no slack: the first poll after them writes again anyway.
 --
 -- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
 --   keep(user, advice)   the promise, writing only if the entry is too soon
---   set(user, advice)    the promise, written (a new user)
+--   set(user, advice)    the promise, written with no slack (a new user)
 local function heartbeats(key, now_ms, timeout, pmin, pmax)
   local half = math.floor(timeout / 2)
   local h = {}
@@ -66,13 +73,12 @@ local function heartbeats(key, now_ms, timeout, pmin, pmax)
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
   function h.set(user, advice)
-    local slack = math.max(half, 3 * advice)
-    redis.call('ZADD', key, int(now_ms + advice + timeout + slack), user)
+    redis.call('ZADD', key, int(now_ms + advice), user)
   end
   function h.keep(user, advice)
-    local due = now_ms + advice + timeout
-    if tonumber(redis.call('ZSCORE', key, user) or '0') < due then
-      h.set(user, advice)
+    if tonumber(redis.call('ZSCORE', key, user) or '0') < now_ms + advice then
+      local slack = math.max(half, 3 * advice)
+      redis.call('ZADD', key, int(now_ms + advice + slack), user)
     end
   end
   return h

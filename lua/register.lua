@@ -4,8 +4,8 @@
 -- (src/store/coalesce.rs); a lone one is a batch of one.
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
--- KEYS[2] heartbeat ZSET  (userId -> when cleanup may remove the user, ms;
---                          see `heartbeats` in lib.lua)
+-- KEYS[2] heartbeat ZSET  (userId -> when the next poll is due, ms; see
+--                          `heartbeats` in lib.lua)
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only)
 -- KEYS[4] active ZSET     (userId -> active-state expiry, ms)
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
@@ -86,8 +86,11 @@ local function register(user)
     local advice = beats.poll_after(wait)
     beats.keep(user, advice)
     -- The arrival too: with identity binding, a second device of the same
-    -- signed-in user is given the credential of this registration.
-    return 2, rank, wait, tonumber(redis.call('ZSCORE', KEYS[1], user)), advice
+    -- signed-in user is given the credential of this registration. A placed
+    -- pre-queue user's arrival is their pre-queue score (their waiting score
+    -- is the place the shuffle gave them), as admission and dropout read it.
+    local arrival = redis.call('ZSCORE', KEYS[7], user) or redis.call('ZSCORE', KEYS[1], user)
+    return 2, rank, wait, tonumber(arrival), advice
   end
   if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
     return 4, opens_in, 0, 0, beats.poll_after(opens_in)

@@ -233,7 +233,7 @@ for i, l in enumerate(lines):
       if redis.call('ZSCORE', KEYS[1], u) then redis.call('ZADD', KEYS[1], 1, u) end end" \
     1 "$K:heartbeat" "$users" "$RANDOM$i" >/dev/null
   R SLOWLOG RESET >/dev/null
-  removed=$(R EVALSHA "$CLEAN" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" 500 | head -1)
+  removed=$(R EVALSHA "$CLEAN" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" 500 3600000 | head -1)
   R SLOWLOG GET 100000 | python3 -c '
 import sys
 lines = sys.stdin.read().split("\n")

@@ -114,13 +114,12 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
     register(wg.addr, "polling");
     let mut c = redis.conn();
     let mut removed_after = None;
-    // The silent user may go once its advice and the timeout have passed
-    // since its last sign of life, and within the slack after that (half
-    // the timeout, or three times the advice); the polling one, following
-    // its advice, never.
+    // The silent user, who only registered, goes once its advice and the
+    // timeout have passed, within a cleanup interval (a registration's
+    // heartbeat takes no slack); the polling one, following its advice,
+    // never.
     let earliest = Duration::from_millis(advice + 600);
-    let slack = Duration::from_millis(300.max(3 * advice));
-    while start.elapsed() < earliest + slack + Duration::from_millis(800) {
+    while start.elapsed() < earliest + Duration::from_millis(800) {
         let r = rank(wg.addr, "polling");
         assert_eq!(r.status, 200, "the polling user must stay");
         if removed_after.is_none()
@@ -142,7 +141,7 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
         "{removed_after:?} before {earliest:?}"
     );
     assert!(
-        removed_after <= earliest + slack + Duration::from_millis(100 + 150),
+        removed_after <= earliest + Duration::from_millis(100 + 150),
         "{removed_after:?}"
     );
     let heartbeat: Option<f64> = c.zscore(HEARTBEAT, "silent").unwrap();
@@ -490,6 +489,41 @@ fn wait_estimates_match_the_observed_admission() {
     // Whole seconds are reported, so 0.5 s is rounding alone; the rest is
     // polling (25 ms) and admission timing.
     assert!(max <= 1.0, "max error {max:.2} s: {errors:?}");
+}
+
+/// A heartbeat written as the time of the last poll, as by an instance of
+/// an earlier version during a rolling upgrade (or by hand), keeps its user
+/// for the timeout, and then the user goes.
+#[test]
+fn a_heartbeat_that_is_the_time_of_the_last_poll_keeps_its_user_for_the_timeout() {
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {timeout-ms: 1500, cleanup-interval-ms: 50}\n  admission: {max-active: 1}",
+    );
+    register(wg.addr, "head");
+    register(wg.addr, "older");
+    let mut c = redis.conn();
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut c).unwrap();
+    let polled = s * 1000 + us / 1000;
+    let _: () = c.zadd(HEARTBEAT, "older", polled).unwrap();
+    let written = Instant::now();
+    let mut gone = None;
+    while written.elapsed() < Duration::from_secs(4) {
+        let there: Option<f64> = c.zscore(WAITING, "older").unwrap();
+        if there.is_none() {
+            gone = Some(written.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gone = gone.expect("removed once the timeout passed");
+    println!("a last-poll heartbeat kept its user {gone:?} (timeout 1.5 s)");
+    assert!(
+        gone >= Duration::from_millis(1_450),
+        "removed after {gone:?}"
+    );
+    assert!(gone <= Duration::from_millis(1_500 + 50 + 300), "{gone:?}");
 }
 
 proptest::proptest! {

@@ -528,6 +528,61 @@ fn place_prequeue_now(c: &mut redis::Connection, seed: &str, step: u64) -> u64 {
     }
 }
 
+/// Registering again after the open gives a placed pre-queue user the
+/// arrival its credential names (the pre-queue's), which dropout and the
+/// token exchange check: with identity binding that is how a second device
+/// is given a working credential.
+#[test]
+fn registering_again_after_the_open_names_a_placed_users_prequeue_arrival() {
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    for (i, user) in ["p0", "p1", "p2"].iter().enumerate() {
+        let _: () = c.zadd(PREQUEUE, user, 1_000 + i as u64).unwrap();
+    }
+    place_prequeue_now(&mut c, "5eed0001", 500);
+    let script = |name: &str| {
+        let body = match name {
+            "register" => include_str!("../lua/register.lua"),
+            _ => include_str!("../lua/dropout.lua"),
+        };
+        redis::Script::new(&format!("{}{}", include_str!("../lua/lib.lua"), body))
+    };
+    let waiting: Vec<String> = c.zrange(WAITING_KEY, 0, -1).unwrap();
+    let user = waiting.last().unwrap().clone();
+    let prequeued: u64 = c.zscore(PREQUEUE, &user).unwrap();
+    let placed: u64 = c.zscore(WAITING_KEY, &user).unwrap();
+    assert_ne!(prequeued, placed, "placing gives a new score");
+    let answer: Vec<i64> = script("register")
+        .key(WAITING_KEY)
+        .key("queue:{baseball}:heartbeat")
+        .key("queue:{baseball}:credential")
+        .key(ACTIVE_KEY)
+        .key("queue:{baseball}:admission")
+        .key(CONTROL)
+        .key(PREQUEUE)
+        .arg(60_000)
+        .arg(1)
+        .arg(30_000)
+        .arg(1_000)
+        .arg(30_000)
+        .arg(&user)
+        .invoke(&mut c)
+        .unwrap();
+    assert_eq!(answer[0], 2, "already waiting: {answer:?}");
+    assert_eq!(answer[3] as u64, prequeued, "the pre-queue arrival");
+    let left: i64 = script("dropout")
+        .key(WAITING_KEY)
+        .key("queue:{baseball}:heartbeat")
+        .key("queue:{baseball}:credential")
+        .key(ACTIVE_KEY)
+        .key(PREQUEUE)
+        .arg(&user)
+        .arg(answer[3].to_string())
+        .invoke(&mut c)
+        .unwrap();
+    assert_eq!(left, 1, "dropout takes that arrival");
+}
+
 /// The shuffle itself, run by the real admission script on a Redis of its
 /// own with fixed seeds, so that the uniformity check is deterministic.
 #[test]
@@ -941,7 +996,8 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
 fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
     let redis = Redis::start_free();
     // The advice is at most 200 ms, so the silent user may go 0.8 s after
-    // its registration, and within the slack (300 ms) after that.
+    // its registration, within a cleanup interval (a registration's
+    // heartbeat takes no slack).
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {interval-ms: 60000, batch-size: 1}";
     let wg = start(&redis, queue, free_port());
     hold_gate(&redis);

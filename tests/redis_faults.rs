@@ -105,6 +105,47 @@ fn hung_redis_gives_fast_503_then_recovers() {
     assert_eq!(rank(wg.addr, "before").json()["rank"], 0);
 }
 
+/// A crowd at a hung Redis: every poll still gets its 503 within the
+/// command timeout, with or without coalesced calls (coalesced, the polls
+/// queued behind a hung call fail with it instead of going one batch after
+/// another).
+#[test]
+fn a_crowd_of_polls_at_a_hung_redis_gets_fast_503s() {
+    const CROWD: usize = 1_000;
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "u").status, 200);
+    redis.signal("STOP");
+    let go = std::sync::Arc::new(std::sync::Barrier::new(CROWD));
+    let threads: Vec<_> = (0..CROWD)
+        .map(|_| {
+            let go = go.clone();
+            let addr = wg.addr;
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    let mut client = Client::connect(addr);
+                    go.wait();
+                    let start = Instant::now();
+                    client.send("GET /api/v1/queue/rank?userId=u HTTP/1.1\r\nHost: t\r\n\r\n");
+                    let status = client.response().0.status;
+                    (status, start.elapsed())
+                })
+                .unwrap()
+        })
+        .collect();
+    let answers: Vec<(u16, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    redis.signal("CONT");
+    let slowest = answers.iter().map(|a| a.1).max().unwrap();
+    println!("{CROWD} polls at a hung Redis: the slowest 503 after {slowest:?}");
+    assert!(
+        answers.iter().all(|a| a.0 == 503),
+        "every poll gets its 503"
+    );
+    assert!(slowest < FAST, "the slowest took {slowest:?}");
+}
+
 #[test]
 fn waitgate_starts_without_redis_and_serves_once_it_comes() {
     let mut redis = Redis::start();

@@ -25,7 +25,7 @@
  *   token()               POST   /api/v1/queue/active/token
  *   dropout()             DELETE /api/v1/queue/dropout (resolves to null)
  *   waitUntilAdmitted({ onUpdate, signal, delayMs })
- *       polls rank at the advised pollAfterMs (never faster than 1 s), calls
+ *       polls rank at the advised pollAfterMs (never faster than 0.1 s), calls
  *       onUpdate(answer) on each answer, and once ACTIVE exchanges it for a
  *       token and resolves with the token answer. A 502/503/504 or a request
  *       that got no answer is retried after Retry-After, else after 1 s,
@@ -41,7 +41,10 @@
   "use strict";
 
   const API = "/api/v1/queue";
-  const MIN_POLL_MS = 1000;
+  const MIN_POLL_MS = 1000; // the first retry after an error
+  // The advice is followed as given (the server promises the place for it
+  // plus its heartbeat timeout); this floor only guards against a hot loop.
+  const MIN_ADVICE_MS = 100;
   const MAX_RETRY_MS = 30000;
 
   class WaitgateClient {
@@ -92,7 +95,7 @@
             failures = 0;
             onUpdate(answer);
             active = answer.status === "ACTIVE";
-            wait = Math.max(MIN_POLL_MS, Number(this.pollAfterMs) || 0);
+            wait = Math.max(MIN_ADVICE_MS, Number(this.pollAfterMs) || MIN_POLL_MS);
             if (!active) continue;
           }
           return await this.token({ signal });

@@ -112,13 +112,14 @@ impl Calls {
 
     fn of(&self, queue: &Queue) -> Arc<QueueCalls> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = self.store.longest_call();
         queues
             .entry(queue.name.clone())
             .or_insert_with(|| {
                 Arc::new(QueueCalls {
-                    register: Coalescer::new(Kind::new(&self.store, registers)),
-                    rank: Coalescer::new(Kind::new(&self.store, ranks)),
-                    token: Coalescer::new(Kind::new(&self.store, tokens)),
+                    register: Coalescer::new(Kind::new(&self.store, registers), deadline),
+                    rank: Coalescer::new(Kind::new(&self.store, ranks), deadline),
+                    token: Coalescer::new(Kind::new(&self.store, tokens), deadline),
                 })
             })
             .clone()

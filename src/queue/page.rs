@@ -35,6 +35,18 @@ static BUILT_IN: LazyLock<Template> =
 const REFRESH_MIN_S: u64 = 5;
 const REFRESH_MAX_S: u64 = 20;
 
+/// The no-JavaScript refresh, in whole seconds, for a poll advice: the
+/// advice within 5 to 20 s (a reload a second is more than a page needs),
+/// but never later than the poll advice plus the heartbeat timeout less a
+/// second for the reload itself, the time the place is promised for.
+fn refresh_s(poll_ms: u64, timeout: std::time::Duration) -> u64 {
+    let promised = (poll_ms + timeout.as_millis() as u64) / 1000;
+    (poll_ms / 1000)
+        .clamp(REFRESH_MIN_S, REFRESH_MAX_S)
+        .min(promised.saturating_sub(1))
+        .max(1)
+}
+
 /// What the page shows.
 #[derive(Debug, Clone, PartialEq)]
 enum View {
@@ -383,7 +395,7 @@ struct ScriptConfig<'a> {
 fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
     let (status, poll_ms) = status(queue, view);
     let words = words(lang, view);
-    let refresh = (poll_ms / 1000).clamp(REFRESH_MIN_S, REFRESH_MAX_S);
+    let refresh = refresh_s(poll_ms, queue.heartbeat.timeout);
     let (rank, start_rank) = match view {
         View::Waiting { place, start_rank } => (Some(place.rank), Some(*start_rank)),
         _ => (None, None),
@@ -464,11 +476,31 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn page(view: View, lang: Lang) -> String {
         let queue = super::super::tests::queue();
         let reply = render(&queue, lang, &view, "/tickets/a?b=1");
         String::from_utf8(reply.body.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_refresh_comes_within_the_time_the_place_is_promised_for() {
+        let s = Duration::from_secs;
+        // The defaults: 5 s near the head, up to 20 s far back.
+        assert_eq!(refresh_s(1_000, s(30)), 5);
+        assert_eq!(refresh_s(12_400, s(30)), 12);
+        assert_eq!(refresh_s(30_000, s(30)), 20);
+        // A short timeout: sooner, so that the reload is not too late (a
+        // meta refresh counts whole seconds, so 1 s is the soonest).
+        assert_eq!(refresh_s(1_000, s(2)), 2);
+        assert_eq!(refresh_s(200, Duration::from_millis(600)), 1);
+        for poll in [100, 1_000, 4_000, 30_000] {
+            for timeout in [2_000, 3_000, 10_000, 30_000] {
+                let r = refresh_s(poll, Duration::from_millis(timeout)) * 1000;
+                assert!(r + 1000 <= poll + timeout, "{poll} + {timeout}: {r}");
+            }
+        }
     }
 
     #[test]

@@ -12,8 +12,15 @@
 //! The calls are made by a task of their own, not by whichever caller came
 //! first, so that a caller that goes away (its client disconnected) cannot
 //! leave the others waiting.
+//!
+//! A Redis that hangs must still give every caller a fast 503, as it does
+//! without coalescing: a call that fails as unavailable fails everything
+//! pending with it (they would go to the same Redis), a caller waits no
+//! longer than its deadline, and the requests of callers that gave up are
+//! not sent.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -43,6 +50,8 @@ type Waiting<B> = (
 /// Requests of one kind for one queue, and whether a call is under way.
 pub struct Coalescer<B: Batch> {
     batch: B,
+    /// The longest a caller waits for its answer, from its arrival.
+    deadline: Duration,
     state: Mutex<State<B>>,
 }
 
@@ -52,9 +61,10 @@ struct State<B: Batch> {
 }
 
 impl<B: Batch> Coalescer<B> {
-    pub fn new(batch: B) -> Arc<Coalescer<B>> {
+    pub fn new(batch: B, deadline: Duration) -> Arc<Coalescer<B>> {
         Arc::new(Coalescer {
             batch,
+            deadline,
             state: Mutex::new(State {
                 busy: false,
                 pending: Vec::new(),
@@ -67,24 +77,41 @@ impl<B: Batch> Coalescer<B> {
     pub async fn call(self: &Arc<Self>, request: B::Request) -> Result<B::Answer, StoreError> {
         let (tx, rx) = oneshot::channel();
         let start = {
-            let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut state = self.lock();
             state.pending.push((request, tx));
             !std::mem::replace(&mut state.busy, true)
         };
         if start {
             tokio::spawn(self.clone().drive());
         }
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Failed("a coalesced call was dropped".into())))
+        match tokio::time::timeout(self.deadline, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(StoreError::Failed("a coalesced call was dropped".into())),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {} ms",
+                self.deadline.as_millis()
+            ))),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Makes calls until nothing is pending.
     async fn drive(self: Arc<Self>) {
+        let mut driving = Driving {
+            coalescer: &self,
+            done: false,
+        };
         loop {
             let taken: Vec<Waiting<B>> = {
-                let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut state = self.lock();
+                // Callers that gave up (deadline, or their client left).
+                state.pending.retain(|(_, tx)| !tx.is_closed());
                 if state.pending.is_empty() {
                     state.busy = false;
+                    driving.done = true;
                     return;
                 }
                 let n = state.pending.len().min(MAX_BATCH);
@@ -105,11 +132,34 @@ impl<B: Batch> Coalescer<B> {
                     }
                 }
                 Err(error) => {
-                    for tx in senders {
+                    let mut failed = senders;
+                    if matches!(error, StoreError::Unavailable(_)) {
+                        failed.extend(self.lock().pending.drain(..).map(|(_, tx)| tx));
+                    }
+                    for tx in failed {
                         let _ = tx.send(Err(error.clone()));
                     }
                 }
             }
+        }
+    }
+}
+
+/// Frees a coalescer whose driving task ended before its work did
+/// (cancelled at shutdown, or a panic in a call): not busy any more, and
+/// the pending callers answered (their senders dropped), so that the next
+/// call starts afresh instead of waiting for a task that is gone.
+struct Driving<'a, B: Batch> {
+    coalescer: &'a Coalescer<B>,
+    done: bool,
+}
+
+impl<B: Batch> Drop for Driving<'_, B> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut state = self.coalescer.lock();
+            state.busy = false;
+            state.pending.clear();
         }
     }
 }
@@ -154,11 +204,14 @@ mod tests {
     fn doubler(fail: bool) -> Counted {
         let calls = Arc::new(AtomicUsize::new(0));
         let sizes = Arc::new(Mutex::new(Vec::new()));
-        let c = Coalescer::new(Doubler {
-            calls: calls.clone(),
-            sizes: sizes.clone(),
-            fail,
-        });
+        let c = Coalescer::new(
+            Doubler {
+                calls: calls.clone(),
+                sizes: sizes.clone(),
+                fail,
+            },
+            Duration::from_secs(5),
+        );
         (c, calls, sizes)
     }
 
@@ -214,5 +267,104 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(1)).await;
         first.abort();
         assert_eq!(c.call(5).await.unwrap(), 10);
+    }
+
+    /// A Redis that hangs: every call takes `hang` and then fails as
+    /// unavailable, or panics (the first `panics` calls).
+    struct Hung {
+        hang: Duration,
+        calls: Arc<AtomicUsize>,
+        panics: usize,
+    }
+
+    impl Batch for Hung {
+        type Request = u32;
+        type Answer = u32;
+        fn call(&self, _: Vec<u32>) -> BoxFuture<'static, Result<Vec<u32>, StoreError>> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            let (hang, panics) = (self.hang, n < self.panics);
+            Box::pin(async move {
+                tokio::time::sleep(hang).await;
+                assert!(!panics, "a call that panics");
+                Err(StoreError::Unavailable("timed out".into()))
+            })
+        }
+    }
+
+    fn hung(
+        hang: Duration,
+        deadline: Duration,
+        panics: usize,
+    ) -> (Arc<Coalescer<Hung>>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let batch = Hung {
+            hang,
+            calls: calls.clone(),
+            panics,
+        };
+        (Coalescer::new(batch, deadline), calls)
+    }
+
+    /// Many callers at once against a hung Redis: how long the last waited.
+    async fn slowest_of(c: &Arc<Coalescer<Hung>>, callers: u32) -> Duration {
+        let started = std::time::Instant::now();
+        let handles: Vec<_> = (0..callers)
+            .map(|n| {
+                let c = c.clone();
+                tokio::spawn(async move { c.call(n).await })
+            })
+            .collect();
+        for h in handles {
+            assert!(matches!(h.await.unwrap(), Err(StoreError::Unavailable(_))));
+        }
+        started.elapsed()
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_call_fails_everything_pending_at_once() {
+        // 2,000 callers would be ten calls of 200 one after the other.
+        let (c, calls) = hung(Duration::from_millis(100), Duration::from_secs(5), 0);
+        let took = slowest_of(&c, 2_000).await;
+        assert!(
+            took < Duration::from_millis(300),
+            "the last answer after {took:?}"
+        );
+        assert!(calls.load(Ordering::SeqCst) <= 2, "{calls:?} calls");
+    }
+
+    #[tokio::test]
+    async fn no_caller_waits_past_its_deadline_and_those_who_gave_up_are_not_sent() {
+        let (c, calls) = hung(Duration::from_millis(400), Duration::from_millis(100), 0);
+        let took = slowest_of(&c, 500).await;
+        assert!(
+            took < Duration::from_millis(250),
+            "the last answer after {took:?}"
+        );
+        // What was pending behind the first call is not sent once it ends.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_call_that_panics_leaves_the_coalescer_free() {
+        let (c, calls) = hung(Duration::from_millis(20), Duration::from_secs(5), 1);
+        let started = std::time::Instant::now();
+        let handles: Vec<_> = (0..50)
+            .map(|n| {
+                let c = c.clone();
+                tokio::spawn(async move { c.call(n).await })
+            })
+            .collect();
+        for h in handles {
+            assert!(h.await.unwrap().is_err());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        // The next call starts afresh, and gets Redis's own answer.
+        assert!(matches!(c.call(1).await, Err(StoreError::Unavailable(_))));
+        assert!(calls.load(Ordering::SeqCst) >= 2);
     }
 }

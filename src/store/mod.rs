@@ -360,6 +360,13 @@ impl redis::aio::ConnectionLike for Conn {
 }
 
 impl Store {
+    /// The longest one call can take when Redis does not answer: a
+    /// connection attempt, the script (and its reload after NOSCRIPT), and
+    /// the `WAIT` after a write, each bounded.
+    pub fn longest_call(&self) -> Duration {
+        3 * self.timeout + self.wait.map_or(Duration::ZERO, |(_, wait)| wait)
+    }
+
     /// A store for `config`; nothing is connected until the first call.
     pub fn new(config: &RedisConfig) -> Result<Store, StoreError> {
         let failed = |e: redis::RedisError| StoreError::Failed(e.to_string());
@@ -789,7 +796,8 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .key(&keys.prequeue)
-            .arg(heartbeat.cleanup_batch_size);
+            .arg(heartbeat.cleanup_batch_size)
+            .arg(heartbeat.timeout.as_millis() as u64);
         let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
             stale_waiting: count(stale)?,
