@@ -1,10 +1,12 @@
 //! Load for the scale measurements (`scripts/scale.sh`): many kept-alive
-//! connections polling `rank` for random users, registering users, or one
-//! connection polling alone.
+//! connections polling `rank` for random users, registering users, polling
+//! each user once, or one connection polling alone.
 //!
 //! ```text
 //! # register u0 .. u999999, 256 connections
 //! cargo run --release --example pollers -- register --target 127.0.0.1:8080 --users 1000000 --connections 256
+//! # every user of u0 .. u999999 polled once, in order
+//! cargo run --release --example pollers -- sweep --target 127.0.0.1:8080 --users 1000000 --connections 256
 //! # 1,024 connections polling random users of u0 .. u999999 for 20 s
 //! cargo run --release --example pollers -- poll --target 127.0.0.1:8080 --users 1000000 --connections 1024 --seconds 20
 //! # one connection, a poll every 5 ms: the latency of a poll with no company
@@ -60,7 +62,7 @@ fn args() -> Args {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: pollers register|poll|lone [--target ADDR] [--users N] [--connections C] \
+        "usage: pollers register|sweep|poll|lone [--target ADDR] [--users N] [--connections C] \
          [--seconds S] [--queue Q] [--prefix P]"
     );
     std::process::exit(2)
@@ -180,12 +182,16 @@ async fn main() {
                     0x9e3779b97f4a7c15u64 ^ (c as u64 + 1).wrapping_mul(0xbf58476d1ce4e5b9);
                 loop {
                     let request = match a.mode.as_str() {
-                        "register" => {
+                        "register" | "sweep" => {
                             let user = next.fetch_add(1, Ordering::Relaxed);
                             if user >= a.users {
                                 break;
                             }
-                            register_request(&a, user)
+                            if a.mode == "sweep" {
+                                rank_request(&a, user)
+                            } else {
+                                register_request(&a, user)
+                            }
                         }
                         "poll" | "lone" => {
                             if Instant::now() >= deadline {

@@ -55,14 +55,16 @@ end
 -- user who follows the advice write nothing: moving an entry in a sorted
 -- set of a million was the largest part of a poll's cost. A user who stops
 -- polling is removed between advice + timeout and advice + slack + timeout
--- after their last poll. One-off writes (a registration, a placement) take
--- no slack: the first poll after them writes again anyway.
+-- after their last poll. A registration or a placement writes a slack of
+-- just the advice, so that the first poll, on time, writes nothing, and a
+-- user who never polls goes 2 x advice + timeout after registering.
 --
 -- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
 --   keep(user, advice)   the promise, writing only if the entry is too soon
---   set(user, advice)    the promise, written with no slack (a new user)
+--   set(user, advice)    the promise, written with a slack of the advice
+--                        (a new user)
 local function heartbeats(key, now_ms, timeout, pmin, pmax)
   local half = math.floor(timeout / 2)
   local h = {}
@@ -73,7 +75,7 @@ local function heartbeats(key, now_ms, timeout, pmin, pmax)
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
   function h.set(user, advice)
-    redis.call('ZADD', key, int(now_ms + advice), user)
+    redis.call('ZADD', key, int(now_ms + 2 * advice), user)
   end
   function h.keep(user, advice)
     if tonumber(redis.call('ZSCORE', key, user) or '0') < now_ms + advice then

@@ -996,8 +996,8 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
 fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
     let redis = Redis::start_free();
     // The advice is at most 200 ms, so the silent user may go 0.8 s after
-    // its registration, within a cleanup interval (a registration's
-    // heartbeat takes no slack).
+    // its registration, and within the registration's slack (the advice
+    // again) and a cleanup interval after that.
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {interval-ms: 60000, batch-size: 1}";
     let wg = start(&redis, queue, free_port());
     hold_gate(&redis);
