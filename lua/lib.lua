@@ -49,22 +49,28 @@ end
 -- as during a rolling upgrade.
 --
 -- So a poll promises that the user is not removed before its advice plus
--- `timeout` has passed. The entry is rewritten only when it comes sooner
--- than this poll's advice, and then a slack later still (half the timeout,
--- or three times the advice if that is longer), so that most polls of a
--- user who follows the advice write nothing: moving an entry in a sorted
--- set of a million was the largest part of a poll's cost. A user who stops
--- polling is removed between advice + timeout and advice + slack + timeout
--- after their last poll. A registration or a placement writes a slack of
--- just the advice, so that the first poll, on time, writes nothing, and a
--- user who never polls goes 2 x advice + timeout after registering.
+-- `timeout` has passed. Moving an entry in a sorted set of a million was
+-- the largest part of a poll's cost, so a poll rewrites the entry only when
+-- it is too soon to keep that promise, or so late (after a longer advice,
+-- as in a pause) that a user who stops polling would linger: later than
+-- now + advice + slack + timeout / 2, the slack being half the timeout, or
+-- three times the advice if that is longer. It then writes now + advice +
+-- slack. As the wait shrinks a quarter as fast as time passes, a poll's
+-- now + 4 x advice stays where the last write put it, and the extra half
+-- timeout absorbs a rank that moved ahead of that, so most polls of a user
+-- who follows the advice write nothing. A user who stops polling is
+-- removed between advice + timeout and advice + slack + timeout / 2 +
+-- timeout after their last poll. A registration or a placement writes
+-- twice the advice plus half the timeout, so that the first poll, on time
+-- or a little late, writes nothing: a user who never polls goes 2 x advice
+-- + timeout / 2 + timeout after registering.
 --
 -- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
 --   keep(user, advice)   the promise, writing only if the entry is too soon
---   set(user, advice)    the promise, written with a slack of the advice
---                        (a new user)
+--                        or too late
+--   set(user, advice)    the promise for a new user
 local function heartbeats(key, now_ms, timeout, pmin, pmax)
   local half = math.floor(timeout / 2)
   local h = {}
@@ -75,12 +81,13 @@ local function heartbeats(key, now_ms, timeout, pmin, pmax)
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
   function h.set(user, advice)
-    redis.call('ZADD', key, int(now_ms + 2 * advice), user)
+    redis.call('ZADD', key, int(now_ms + 2 * advice + half), user)
   end
   function h.keep(user, advice)
-    if tonumber(redis.call('ZSCORE', key, user) or '0') < now_ms + advice then
-      local slack = math.max(half, 3 * advice)
-      redis.call('ZADD', key, int(now_ms + advice + slack), user)
+    local due = tonumber(redis.call('ZSCORE', key, user) or '0')
+    local far = now_ms + advice + math.max(half, 3 * advice)
+    if due < now_ms + advice or due > far + half then
+      redis.call('ZADD', key, int(far), user)
     end
   end
   return h

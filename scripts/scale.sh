@@ -145,11 +145,10 @@ measure() { # label, port, connections[, mode]
   info commandstats | awk -F'[:,=]' -v l="$label" '/^cmdstat_(zrank|zscore|zadd|hmget|time|evalsha):/ {
     printf "%s %s calls=%s usec_per_call=%s\n", l, substr($1, 9), $3, $7 }' >> "$work/profile"
 }
-# Every user's first poll after registering writes its heartbeat once
-# (a registration's slack covers one advice, and these registrations are
-# older than that); after it, polls write only every few advices. The
-# sweep polls each user once, so that the measures below see users who
-# have polled, as in a queue that has been polling for a while.
+# The sweep polls each user once, in order, as each one's first poll after
+# registering (a registration's heartbeat entry covers that poll, so it
+# writes nothing), and so that the measures below see users who have
+# polled, as in a queue that has been polling for a while.
 echo "Polling each user once (the first poll after registering) ..." >&2
 measure sweep $P_ON 256 sweep
 for conns in 64 1024; do
@@ -329,5 +328,6 @@ print(f"\nscale: {users:,} waiting, {fill.split('per_second=')[1].split()[0]} re
 print("| Measure | Coalesced (default) | One call per request | Target | Met |")
 print("|---|---|---|---|---|")
 for name, a, b, target, met in rows:
-    print(f"| {name} | {a} | {b} | {target} | {'yes' if met else '**no**'} |")
+    verdict = "" if target == "report" else ("yes" if met else "**no**")
+    print(f"| {name} | {a} | {b} | {target} | {verdict} |")
 EOF

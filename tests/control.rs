@@ -995,9 +995,9 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
 #[test]
 fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
     let redis = Redis::start_free();
-    // The advice is at most 200 ms, so the silent user may go 0.8 s after
-    // its registration, and within the registration's slack (the advice
-    // again) and a cleanup interval after that.
+    // The advice is at most 200 ms, so the silent user goes at most 1.3 s
+    // after its registration (twice the advice, half the timeout and the
+    // timeout), within a cleanup interval.
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {interval-ms: 60000, batch-size: 1}";
     let wg = start(&redis, queue, free_port());
     hold_gate(&redis);
@@ -1010,8 +1010,8 @@ fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() 
         admin(&wg, "PUT", "/admin/v1/queues/baseball/event", Some(&body)).status,
         200
     );
-    // Three heartbeat timeouts, polling all along.
-    for _ in 0..18 {
+    // Four heartbeat timeouts, polling all along.
+    for _ in 0..24 {
         let polled = rank(wg.addr, "w1");
         assert_eq!(polled.json()["status"], "PREQUEUE", "{polled:?}");
         std::thread::sleep(Duration::from_millis(100));

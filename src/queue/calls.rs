@@ -112,7 +112,8 @@ impl Calls {
 
     fn of(&self, queue: &Queue) -> Arc<QueueCalls> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = self.store.longest_call();
+        // A caller may wait for the call under way and then make its own.
+        let deadline = 2 * self.store.longest_call();
         queues
             .entry(queue.name.clone())
             .or_insert_with(|| {
