@@ -41,38 +41,30 @@ local function wait_estimator(admission_key, now_ms, interval_ms, batch)
 end
 
 -- Heartbeats. A waiting user's entry in the heartbeat ZSET is the time
--- (ms) by which their next poll is due: the time of a poll plus the advice
--- it was given (`pollAfterMs`). Cleanup removes users whose entry is more
--- than `timeout` in the past, the same rule as for the time of the last
--- poll (which is what an advice of 0 makes it), so instances that write the
--- time of the last poll and instances that write this can share a queue,
--- as during a rolling upgrade.
+-- (ms) by which their next poll is due: the time of the poll plus the
+-- advice it was given (`pollAfterMs`). Cleanup removes users whose entry
+-- is more than `timeout` in the past, the same rule as for the time of the
+-- last poll (which is what an advice of 0 makes it), so instances that
+-- write the time of the last poll and instances that write this can share
+-- a queue, as during a rolling upgrade.
 --
--- So a poll promises that the user is not removed before its advice plus
--- `timeout` has passed. Moving an entry in a sorted set of a million was
--- the largest part of a poll's cost, so a poll rewrites the entry only when
--- it is too soon to keep that promise, or so late (after a longer advice,
--- as in a pause) that a user who stops polling would linger: later than
--- now + advice + slack + timeout / 2, the slack being half the timeout, or
--- three times the advice if that is longer. It then writes now + advice +
--- slack. As the wait shrinks a quarter as fast as time passes, a poll's
--- now + 4 x advice stays where the last write put it, and the extra half
--- timeout absorbs a rank that moved ahead of that, so most polls of a user
--- who follows the advice write nothing. A user who stops polling is
--- removed between advice + timeout and advice + slack + timeout / 2 +
--- timeout after their last poll. A registration or a placement writes
--- twice the advice plus half the timeout, so that the first poll, on time
--- or a little late, writes nothing: a user who never polls goes 2 x advice
--- + timeout / 2 + timeout after registering.
+-- So a user who polls within each answer's advice is never removed, and
+-- one who stops is removed once that advice and the timeout have passed.
+-- Moving an entry in a sorted set of a million is the largest part of a
+-- poll's cost, and a poll need not move it when the time still left until
+-- the entry is a fair advice: from half the advice it would be given (and
+-- at least `pmin`) to a quarter more (and at most `pmax`). The answer then
+-- advises that time left, and the entry stays where it is. So an early
+-- poll writes nothing, and the promise is the same either way: the answer's
+-- advice ends at the entry.
 --
 -- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
---   keep(user, advice)   the promise, writing only if the entry is too soon
---                        or too late
---   set(user, advice)    the promise for a new user
+--   keep(user, advice)   the advice to give a user who polls, writing the
+--                        entry only if the time left to it is not a fair one
+--   set(user, advice)    the entry of a new user, due after the advice
 local function heartbeats(key, now_ms, timeout, pmin, pmax)
-  local half = math.floor(timeout / 2)
   local h = {}
   function h.poll_after(wait_ms)
     if wait_ms < 0 then
@@ -81,14 +73,16 @@ local function heartbeats(key, now_ms, timeout, pmin, pmax)
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
   function h.set(user, advice)
-    redis.call('ZADD', key, int(now_ms + 2 * advice + half), user)
+    redis.call('ZADD', key, int(now_ms + advice), user)
   end
   function h.keep(user, advice)
-    local due = tonumber(redis.call('ZSCORE', key, user) or '0')
-    local far = now_ms + advice + math.max(half, 3 * advice)
-    if due < now_ms + advice or due > far + half then
-      redis.call('ZADD', key, int(far), user)
+    local left = tonumber(redis.call('ZSCORE', key, user) or '0') - now_ms
+    if left >= math.max(pmin, math.floor(advice / 2))
+        and left <= math.min(pmax, advice + math.floor(advice / 4)) then
+      return left
     end
+    redis.call('ZADD', key, int(now_ms + advice), user)
+    return advice
   end
   return h
 end

@@ -42,7 +42,7 @@ local function rank_of(user)
     if waiting then
       -- Waiting already (from before the event, or placed): polling keeps
       -- the place, as at any other time.
-      beats.keep(user, advice)
+      advice = beats.keep(user, advice)
     end
     if waiting or redis.call('ZSCORE', KEYS[6], user) then
       return 4, opens_in, 0, advice
@@ -54,8 +54,7 @@ local function rank_of(user)
       if not control.paused then
         wait = estimate(rank)
       end
-      local advice = beats.poll_after(wait)
-      beats.keep(user, advice)
+      local advice = beats.keep(user, beats.poll_after(wait))
       return 1, rank, wait, advice
     end
   end

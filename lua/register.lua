@@ -78,13 +78,11 @@ local function register(user)
   if rank then
     -- Registering again is a sign of life too.
     if phase ~= 'open' then
-      local advice = beats.poll_after(opens_in)
-      beats.keep(user, advice)
+      local advice = beats.keep(user, beats.poll_after(opens_in))
       return 4, opens_in, 0, 0, advice
     end
     local wait = estimate(rank)
-    local advice = beats.poll_after(wait)
-    beats.keep(user, advice)
+    local advice = beats.keep(user, beats.poll_after(wait))
     -- The arrival too: with identity binding, a second device of the same
     -- signed-in user is given the credential of this registration. A placed
     -- pre-queue user's arrival is their pre-queue score (their waiting score
@@ -129,7 +127,7 @@ local function register(user)
   local score = next_score(KEYS[1], floor)
   redis.call('ZADD', KEYS[1], int(score), user)
   if phase == 'placing' then
-    beats.set(user, pmax)
+    beats.set(user, pmin)
     return 5, 0, 0, score, pmin
   end
   rank = redis.call('ZCARD', KEYS[1]) - 1

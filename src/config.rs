@@ -207,6 +207,11 @@ pub struct QueueConfig {
     /// `rank` needs the queueCredential too, so that nobody can keep
     /// another user's place alive or read it.
     pub require_credential: bool,
+    /// How many places from the head `rank` must answer exactly (ranks
+    /// beyond may be within 0.1%). waitgate's ranks are exact at every
+    /// place today, so every window holds; the key lets a config say what
+    /// it relies on.
+    pub exact_rank_window: u64,
 }
 
 /// The waiting-room page of a queue.
@@ -482,6 +487,7 @@ struct RawQueue {
     admission: RawAdmission,
     page: RawPage,
     require_credential: bool,
+    exact_rank_window: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1166,6 +1172,7 @@ impl RawQueue {
                 template,
             },
             require_credential: self.require_credential,
+            exact_rank_window: self.exact_rank_window.unwrap_or(1_000),
         })
     }
 }
@@ -1446,6 +1453,21 @@ routes: []
         assert!(!c.direct_lane);
         let e = error_of(&with("trusted-proxies: ['10.0.0.0/8', 'lb.internal']\n"));
         assert!(e.starts_with("trusted-proxies[1]:"), "{e}");
+    }
+
+    #[test]
+    fn a_queue_names_its_exact_rank_window() {
+        let yaml = |q: &str| {
+            format!(
+                "redis: {{url: 'redis://x:1'}}\nqueues: {{a: {q}}}\nupstreams: {{}}\nroutes: []\n"
+            )
+        };
+        let c = Config::from_yaml(&yaml("{exact-rank-window: 5000}")).unwrap();
+        assert_eq!(c.queues["a"].exact_rank_window, 5000);
+        let c = Config::from_yaml(&yaml("{}")).unwrap();
+        assert_eq!(c.queues["a"].exact_rank_window, 1000);
+        let e = error_of(&yaml("{exact-rank-window: -1}"));
+        assert!(e.contains("exact-rank-window"), "{e}");
     }
 
     #[test]

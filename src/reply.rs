@@ -33,6 +33,17 @@ pub struct Reply {
     /// not read: draining an unread (possibly huge) body to keep the
     /// connection would cost more than a new connection.
     pub close: bool,
+    /// The queue and user the request spoke for, when a queue API call
+    /// knew them: for the access log, not sent. (Boxed: a reply is often
+    /// an `Err`, and most have none.)
+    pub subject: Option<Box<Subject>>,
+}
+
+/// Whom a queue API reply was for.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    pub queue: String,
+    pub user: String,
 }
 
 #[derive(Serialize)]
@@ -66,6 +77,7 @@ impl Reply {
             content_type: "application/json",
             cache_control: "no-store",
             close: false,
+            subject: None,
         }
     }
 
@@ -101,6 +113,15 @@ impl Reply {
 
     pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
         self.headers.push((name, value.into()));
+        self
+    }
+
+    /// Records whom the reply was for (the access log's queue and user).
+    pub fn about(mut self, queue: &str, user: &str) -> Reply {
+        self.subject = Some(Box::new(Subject {
+            queue: queue.to_string(),
+            user: user.to_string(),
+        }));
         self
     }
 

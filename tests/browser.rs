@@ -487,6 +487,17 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     );
     assert_eq!(again.json()["userId"], user.as_str());
     assert!(again.json().get("queueCredential").is_none());
+    // A register that the cookie names the user of is cookie-authenticated
+    // too: refused unless it shows it came from this site.
+    for headers in not_this_site(&cookie) {
+        let r = room.send("POST", "/api/v1/queue/register", &headers, Some(Q));
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (403, "cross_site_request"),
+            "{headers:?}"
+        );
+        assert!(set_cookies(&r).is_empty());
+    }
     // The Origin of this site (from Host) counts as well.
     let host = format!("http://{}", room.wg.addr);
     let by_origin = room.send(
@@ -780,6 +791,27 @@ fn with_identity_binding_the_squatting_attack_is_refused() {
     assert_eq!(device.status, 303, "{device:?}");
     assert_eq!(device.header("Location"), Some("/tickets/seat"));
     assert!(cookie_named(&device, "waitgate-token-baseball").is_some());
+
+    // The token exchange is authenticated by the credential: with no login
+    // token it takes the body's userId; with mallory's login, her own.
+    let exchange = |headers: &[(&str, &str)], user: &str| {
+        room.send(
+            "POST",
+            "/api/v1/queue/active/token",
+            headers,
+            Some(&format!(
+                r#"{{"userId":"{user}","queue":"baseball","queueCredential":"{credential}"}}"#
+            )),
+        )
+    };
+    let r = exchange(&[], "bob");
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["accessToken"].is_string());
+    let auth = format!("Bearer {mallory}");
+    let r = exchange(&[("Authorization", &auth)], "bob");
+    assert_eq!(r.error_code(), "identity_mismatch");
+    let r = exchange(&[("Authorization", &format!("Bearer {forged}"))], "bob");
+    assert_eq!(r.error_code(), "invalid_login");
 }
 
 #[test]

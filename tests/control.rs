@@ -106,6 +106,10 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     assert_eq!(v["paused"], false);
     assert_eq!(v["phase"], "open");
     assert_eq!(v["admission"]["batchSize"], 100);
+    assert_eq!(v["rate"]["batchSize"], 100, "{v}");
+    assert_eq!(v["rate"]["intervalMs"], v["admission"]["intervalMs"], "{v}");
+    let per_second = 100.0 * 1000.0 / v["admission"]["intervalMs"].as_f64().unwrap();
+    assert_eq!(v["rate"]["perSecond"].as_f64(), Some(per_second), "{v}");
     assert_eq!(admin(&wg, "GET", "/admin/v1/queues/nope", None).status, 404);
     assert_eq!(
         admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status,
@@ -132,6 +136,16 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     assert!(control.is_empty(), "bad input changes nothing: {control:?}");
     let listing = admin(&wg, "GET", "/admin/v1/queues", None);
     assert_eq!(listing.json()["queues"][0]["queue"], "baseball");
+    // Pause and resume take no fields; an empty JSON object is no body.
+    for (path, paused) in [("pause", true), ("resume", false)] {
+        let path = format!("/admin/v1/queues/baseball/{path}");
+        let r = admin(&wg, "POST", &path, Some("{}"));
+        assert_eq!(r.status, 200, "{r:?}");
+        let v = admin(&wg, "GET", "/admin/v1/queues/baseball", None).json();
+        assert_eq!(v["paused"], paused, "{v}");
+        let r = admin(&wg, "POST", &path, Some(r#"{"reason":"x"}"#));
+        assert_eq!(r.status, 400, "{r:?}");
+    }
 }
 
 #[test]
@@ -995,9 +1009,9 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
 #[test]
 fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() {
     let redis = Redis::start_free();
-    // The advice is at most 200 ms, so the silent user goes at most 1.3 s
-    // after its registration (twice the advice, half the timeout and the
-    // timeout), within a cleanup interval.
+    // The advice is at most 200 ms, so the silent user goes at most 0.8 s
+    // after its registration (the advice and the timeout), within a
+    // cleanup interval.
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {interval-ms: 60000, batch-size: 1}";
     let wg = start(&redis, queue, free_port());
     hold_gate(&redis);

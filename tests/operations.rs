@@ -186,11 +186,18 @@ fn the_redis_build_and_process_metrics_are_exported() {
     )
     .unwrap();
     assert_eq!(r.status, 401);
-    let text = get(wg.admin, "/metrics").unwrap().text();
-    assert!(
-        text.contains("waitgate_http_requests_total{route=\"/api/v1/follow-up\",status=\"401\"} 1"),
-        "{text}"
-    );
+    // The request is counted once its reply is written: a scrape may come
+    // a moment before.
+    let counted = "waitgate_http_requests_total{route=\"/api/v1/follow-up\",status=\"401\"} 1";
+    let started = Instant::now();
+    loop {
+        let text = get(wg.admin, "/metrics").unwrap().text();
+        if text.contains(counted) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The JSON access lines of a log.
@@ -225,10 +232,17 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     )
     .unwrap();
     assert_eq!(post.status, 200);
+    // A rank poll (the direct lane's too when it is on).
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/rank?userId=fan_7")
+            .unwrap()
+            .status,
+        200
+    );
     let started = Instant::now();
     let lines = loop {
         let lines = access_lines(&wg.log());
-        if lines.len() >= 5 || started.elapsed() > Duration::from_secs(3) {
+        if lines.len() >= 6 || started.elapsed() > Duration::from_secs(3) {
             break lines;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -251,9 +265,16 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
         assert!(line["timestamp"].as_str().is_some(), "{line}");
         assert_eq!(line["request_id"].as_str().unwrap().len(), 32, "{line}");
     }
+    // Queue API calls name the queue and the user they were for.
     let register = lines.iter().find(|l| l["route"] == "register").unwrap();
     assert_eq!(register["method"], "POST");
     assert_eq!(register["status"], 200);
+    for route in ["register", "token", "rank"] {
+        let line = lines.iter().find(|l| l["route"] == route);
+        let line = line.unwrap_or_else(|| panic!("no {route} line: {lines:#?}"));
+        assert_eq!(line["queue"], "baseball", "{line}");
+        assert_eq!(line["user"], "fan_7", "{line}");
+    }
     // The line as written, for the docs.
     let log = wg.log();
     let raw = log

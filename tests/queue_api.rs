@@ -128,36 +128,59 @@ fn order_is_strict_fifo_even_within_one_millisecond() {
 }
 
 #[test]
-fn rank_reports_the_place_and_keeps_the_heartbeat_past_the_advice() {
-    let s = setup();
+fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
+    // One admission a minute: the advice is 15 s (a quarter of the wait),
+    // above its floor, so an early poll can be told the time left.
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(
+        &config_with(
+            &redis.url(),
+            &ports,
+            free_port(),
+            "baseball: {admission: {max-active: 1, interval-ms: 60000, batch-size: 1}}",
+        ),
+        &ports,
+    );
+    let s = Setup { redis, wg };
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");
     let mut c = s.redis.conn();
+    let redis_now = |c: &mut redis::Connection| {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
+        (s * 1000 + us / 1000) as f64
+    };
+    let before = redis_now(&mut c);
     let r = rank(s.wg.addr, "second");
+    let after = redis_now(&mut c);
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["status"], "WAITING");
     assert_eq!(v["rank"], 1);
     assert_eq!(v["estimatedWaitingCount"], 2);
     assert!(v.get("queueCredential").is_none());
-    // The heartbeat is when the next poll is due, no sooner than the advice
-    // from this poll: cleanup removes the user only once that and the
-    // timeout (30 s by default) have passed.
-    let advice = v["pollAfterMs"].as_u64().unwrap();
-    assert!((1_000..=30_000).contains(&advice), "{advice}");
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as f64;
+    // The heartbeat is when the next poll is due: the poll's time plus the
+    // advice it gave. Cleanup removes the user once that and the timeout
+    // (30 s by default) have passed.
+    let advice = v["pollAfterMs"].as_u64().unwrap() as f64;
+    assert!((1_000.0..=30_000.0).contains(&advice), "{advice}");
     let due = zscore(&mut c, HEARTBEAT, "second").unwrap();
     assert!(
-        due >= now_ms + advice as f64 - 50.0,
-        "heartbeat {due} too soon after {now_ms} (advice {advice})"
+        due >= before + advice && due <= after + advice,
+        "heartbeat {due}, poll between {before} and {after}, advice {advice}"
     );
-    // A poll moves it only when it would come too soon: right away, not.
+    // An early poll is told the time left to that entry, and writes
+    // nothing.
+    let at = redis_now(&mut c);
     let again = rank(s.wg.addr, "second");
     assert_eq!(again.status, 200);
     assert_eq!(zscore(&mut c, HEARTBEAT, "second").unwrap(), due);
+    let left = again.json()["pollAfterMs"].as_u64().unwrap() as f64;
+    assert!(
+        left <= due - at && left >= due - at - 200.0,
+        "told {left} ms, {} ms left",
+        due - at
+    );
 }
 
 #[test]

@@ -262,11 +262,15 @@ fn invalid(message: impl Into<Cow<'static, str>>) -> Reply {
     Reply::from(ApiError::InvalidRequest(message.into()))
 }
 
+/// No body, or an empty JSON object (what many HTTP clients send).
 fn no_body(body: &[u8]) -> Result<(), Reply> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
-    Err(invalid("This endpoint takes no body."))
+    if object(body, &[])?.is_empty() {
+        return Ok(());
+    }
+    Err(invalid("This endpoint takes no fields."))
 }
 
 /// The body as a JSON object whose keys are all among `known`.

@@ -25,6 +25,8 @@ pub struct QueueStatus {
     prequeued: Option<u64>,
     /// In effect: the live overrides, else the configured values.
     admission: Admission,
+    /// The admission rate in effect: users per window and per second.
+    rate: Rate,
     configured: Admission,
     /// Users admitted per window and per second, as observed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -35,6 +37,24 @@ pub struct QueueStatus {
     admitted_total: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     event: Option<Event>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+struct Rate {
+    batch_size: u64,
+    interval_ms: u64,
+    per_second: f64,
+}
+
+impl From<Admission> for Rate {
+    fn from(a: Admission) -> Rate {
+        Rate {
+            batch_size: a.batch_size,
+            interval_ms: a.interval_ms,
+            per_second: a.batch_size as f64 * 1000.0 / a.interval_ms.max(1) as f64,
+        }
+    }
 }
 
 #[derive(Serialize, Debug, Clone, Copy)]
@@ -81,6 +101,7 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         active: None,
         prequeued: None,
         admission: configured,
+        rate: configured.into(),
         configured,
         rate_per_window: None,
         rate_per_second: None,
@@ -103,6 +124,7 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
     status.active = Some(read.active);
     status.prequeued = Some(read.prequeued);
     status.admission = admission;
+    status.rate = admission.into();
     status.rate_per_window = read.rate_per_window;
     status.rate_per_second = read
         .rate_per_window

@@ -58,6 +58,8 @@ pub struct RequestCtx {
     pub chosen: Option<Chosen>,
     /// Set when waitgate wrote the reply itself.
     pub status: Option<u16>,
+    /// Whom a queue API reply was for (the access log's queue and user).
+    pub subject: Option<Box<crate::reply::Subject>>,
     /// Held for the life of the request; dropping it ends the request for
     /// the shutdown drain, whichever way the request ends.
     _in_flight: InFlightGuard,
@@ -182,6 +184,7 @@ impl ProxyHttp for Gate {
             upgrade: false,
             chosen: None,
             status: None,
+            subject: None,
             _in_flight: self.in_flight.enter(),
         }
     }
@@ -256,6 +259,7 @@ impl ProxyHttp for Gate {
             reply = reply.closing();
         }
         ctx.status = Some(reply.status);
+        ctx.subject = reply.subject.take();
         reply
             .header(REQUEST_ID, ctx.request_id.as_str())
             .send(session)
@@ -441,8 +445,13 @@ impl ProxyHttp for Gate {
                 .identity
                 .as_ref()
                 .map(|i| &*i.queue)
+                .or(ctx.subject.as_ref().map(|s| s.queue.as_str()))
                 .or(route.map(|r| r.queue.as_str())),
-            user: ctx.identity.as_ref().map(|i| &*i.user),
+            user: ctx
+                .identity
+                .as_ref()
+                .map(|i| &*i.user)
+                .or(ctx.subject.as_ref().map(|s| s.user.as_str())),
             elapsed: ctx.started.elapsed(),
             error: error.as_deref(),
         }

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use pingora::http::RequestHeader;
 
+use super::who::Login;
 use super::{credential, input, Endpoint, QueueApi};
 use crate::browser::cookie;
 use crate::browser::Caller;
@@ -34,7 +35,7 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
         Some(_) => Some(presented_credential(header())?.to_string()),
         None => None,
     };
-    let who = api.who(&queue, query.user_id, sent, caller)?;
+    let who = api.who(&queue, query.user_id, sent, caller, Login::IfSent)?;
     if who.by_cookie {
         api.same_site(caller)?;
     }
@@ -55,7 +56,7 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
         .dropout(&queue.keys, who.user.as_str(), arrival)
         .await
         .map_err(|e| api.unavailable(Endpoint::Dropout, e))?;
-    let reply = outcome(removed)?;
+    let reply = outcome(removed)?.about(&queue.name, who.user.as_str());
     // A browser that left forgets its place and its token.
     Ok(if who.by_cookie {
         reply

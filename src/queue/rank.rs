@@ -1,5 +1,6 @@
 //! `GET /api/v1/queue/rank?userId=&queue=`: the user's place, and a heartbeat.
 
+use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::Caller;
 use crate::error::ApiError;
@@ -21,7 +22,13 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
     let query = input::parse_query(query)?;
     let queue = api.queue(query.queue.as_deref())?;
     let header_credential = caller.credential.clone();
-    let who = api.who(&queue, query.user_id, header_credential, caller)?;
+    let who = api.who(
+        &queue,
+        query.user_id,
+        header_credential,
+        caller,
+        Login::Required,
+    )?;
     if queue.require_credential {
         let presented = who.credential.as_deref().ok_or(ApiError::InvalidRequest(
             std::borrow::Cow::Borrowed(
@@ -37,7 +44,7 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
         .rank(&queue, who.user.as_str())
         .await
         .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
-    outcome(&queue, &who.user, position)
+    outcome(&queue, &who.user, position).map(|r| r.about(&queue.name, who.user.as_str()))
 }
 
 /// What the store's answer means for the client.

@@ -13,6 +13,7 @@ use pingora::proxy::Session;
 use rand::TryRngCore;
 use serde::Deserialize;
 
+use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::cookie::{self, QueueCookie};
 use crate::browser::Caller;
@@ -68,6 +69,7 @@ async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Res
     let queue = api.queue(request.queue.as_deref())?;
     let registrant = registrant(api, &queue, request.user, caller)?;
     let (registration, credential, reply) = api.register_user(&queue, &registrant.user).await?;
+    let reply = reply.about(&queue.name, registrant.user.as_str());
     Ok(match (credential, registrant.browser) {
         (Some(credential), true) => reply.header(
             "Set-Cookie",
@@ -85,7 +87,8 @@ async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Res
 /// Who a register request is for: the login's user with identity binding;
 /// else the body's `userId`; else, for a browser of this site (one that
 /// says where it comes from, as browsers do), the queue cookie's user or a
-/// new one. An API client that sends no `userId` gets 400.
+/// new one. A request that sends no `userId` gets 400, or, with a queue
+/// cookie, the same-site rule's 403 unless it shows it came from the site.
 fn registrant(
     api: &QueueApi,
     queue: &Queue,
@@ -94,7 +97,13 @@ fn registrant(
 ) -> Result<Registrant, ApiError> {
     let is_browser = caller.is_browser();
     if api.logins().is_some() {
-        let who = api.who(queue, given.map(UserId::into_string), None, caller)?;
+        let who = api.who(
+            queue,
+            given.map(UserId::into_string),
+            None,
+            caller,
+            Login::Required,
+        )?;
         if who.by_cookie {
             api.same_site(caller)?;
         }
@@ -109,14 +118,16 @@ fn registrant(
             browser: false,
         });
     }
-    if !is_browser {
+    let cookie = api.visitor_cookie(queue, caller, None);
+    if !is_browser && cookie.is_none() {
         return Err(ApiError::InvalidRequest(Cow::Borrowed(
             "The body field userId is required.",
         )));
     }
-    // It sets a cookie: only this site's pages may ask.
+    // It sets a cookie, or the queue cookie names the user: only this
+    // site's pages may ask.
     api.same_site(caller)?;
-    let user = match api.visitor_cookie(queue, caller, None) {
+    let user = match cookie {
         Some(c) => c.user,
         None => mint(),
     };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use pingora::proxy::Session;
 use serde::{Deserialize, Serialize};
 
+use super::who::Login;
 use super::{credential, input, Endpoint, QueueApi};
 use crate::browser::cookie;
 use crate::browser::Caller;
@@ -93,6 +94,7 @@ async fn token(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result
         request.user.map(UserId::into_string),
         request.credential,
         caller,
+        Login::IfSent,
     )?;
     if who.by_cookie {
         api.same_site(caller)?;
@@ -106,7 +108,8 @@ async fn token(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result
             token_type: "Bearer",
             expires_in: issued.expires_in,
         },
-    );
+    )
+    .about(&queue.name, who.user.as_str());
     // A browser gets the token as a cookie too, for the protected routes.
     Ok(if who.by_cookie {
         reply.header("Set-Cookie", api.token_cookie(&queue.name, &issued))

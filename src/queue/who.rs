@@ -9,6 +9,11 @@
 //! - the queue cookie `waitgate-queue-<queue>` that waitgate set for a
 //!   browser: user and credential both.
 //!
+//! With identity binding, register and rank need the login token; the token
+//! exchange and the dropout, which the credential authenticates, take the
+//! login's user when a login token is sent, and the request's `userId` or
+//! the queue cookie otherwise.
+//!
 //! A request that a cookie authenticates (the queue cookie, or a login
 //! token from a cookie) and that changes something (`POST`, `DELETE`) must
 //! come from this site's own pages: see [`QueueApi::same_site`].
@@ -22,6 +27,16 @@ use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::user::UserId;
 
+/// Whether a call needs the login token when identity binding is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Login {
+    /// Register and rank: the login names the user.
+    Required,
+    /// The token exchange and the dropout: the credential authenticates
+    /// the call, and a login token, when sent, names the user.
+    IfSent,
+}
+
 /// The user a request speaks for, and how it said so.
 #[derive(Debug, Clone)]
 pub struct Who {
@@ -34,15 +49,21 @@ pub struct Who {
 
 impl QueueApi {
     /// The user a request speaks for: `explicit` is the request's own
-    /// `userId` (query or body), `credential` its own credential.
+    /// `userId` (query or body), `credential` its own credential, `login`
+    /// whether identity binding needs the login token for this call.
     pub(super) fn who(
         &self,
         queue: &Queue,
         explicit: Option<String>,
         credential: Option<String>,
         caller: &Caller,
+        login: Login,
     ) -> Result<Who, ApiError> {
-        if let Some(user) = self.signed_in(caller)? {
+        let signed_in = match self.signed_in(caller) {
+            Err(ApiError::LoginRequired) if login == Login::IfSent => None,
+            other => other?,
+        };
+        if let Some(user) = signed_in {
             if explicit.is_some_and(|e| e != user.as_str()) {
                 return Err(ApiError::IdentityMismatch);
             }

@@ -215,6 +215,7 @@ impl DirectLane {
         } = taken;
         pending.advance(consumed);
         let close = client_close || closing;
+        let subject;
         let mut record = Record {
             request_id: &request_id,
             client: peer.ip,
@@ -274,6 +275,11 @@ impl DirectLane {
                     reply = reply.closing();
                 }
                 record.status = reply.status;
+                subject = reply.subject.take();
+                if let Some(s) = &subject {
+                    record.queue = Some(&s.queue);
+                    record.user = Some(&s.user);
+                }
                 if send(client, &reply, false).await && !reply.close {
                     Lane::Served
                 } else {
