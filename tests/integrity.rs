@@ -382,7 +382,11 @@ fn http11_needs_exactly_one_host() {
     )
     .unwrap();
     assert_eq!(r.status, 200);
-    assert_eq!(env.upstream.seen_at(&path("/old")).len(), 1);
+    let seen = env.upstream.seen_at(&path("/old"));
+    assert_eq!(seen.len(), 1);
+    // The upstream gets HTTP/1.1, with the Host that needs: its address.
+    let host = seen[0].header("Host").unwrap_or_default().to_string();
+    assert!(host.starts_with("127.0.0.1:"), "{}", seen[0].head);
 }
 
 #[test]

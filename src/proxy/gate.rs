@@ -329,6 +329,14 @@ impl ProxyHttp for Gate {
         ) {
             upstream_request.insert_header(name, value)?;
         }
+        // An HTTP/1.0 request may come without `Host`; the upstream gets
+        // HTTP/1.1, which needs one: the address it is sent to, as nginx's
+        // `proxy_pass` does. (The direct lane takes HTTP/1.1 only.)
+        if !upstream_request.headers.contains_key(http::header::HOST) {
+            if let Some(chosen) = &ctx.chosen {
+                upstream_request.insert_header(http::header::HOST, chosen.addr.to_string())?;
+            }
+        }
         Ok(())
     }
 
