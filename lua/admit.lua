@@ -89,7 +89,7 @@ if phase == 'placing' then
     end
   end
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
-  local beats = heartbeats(KEYS[2], now_ms, timeout, pmin, pmax)
+  local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
   for _, user in ipairs(placed) do
     beats.set(user, pmax)
   end

@@ -58,13 +58,13 @@ end
 -- poll writes nothing, and the promise is the same either way: the answer's
 -- advice ends at the entry.
 --
--- heartbeats(key, now_ms, timeout, pmin, pmax) gives:
+-- heartbeats(key, now_ms, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
 --   keep(user, advice)   the advice to give a user who polls, writing the
 --                        entry only if the time left to it is not a fair one
 --   set(user, advice)    the entry of a new user, due after the advice
-local function heartbeats(key, now_ms, timeout, pmin, pmax)
+local function heartbeats(key, now_ms, pmin, pmax)
   local h = {}
   function h.poll_after(wait_ms)
     if wait_ms < 0 then

@@ -31,7 +31,7 @@ local control = read_control(KEYS[5])
 local phase = event_phase(control, now_ms)
 local estimate = wait_estimator(KEYS[4], now_ms, control.interval or interval,
   control.batch or batch)
-local beats = heartbeats(KEYS[2], now_ms, timeout, pmin, pmax)
+local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
 
 local function rank_of(user)
   if phase ~= 'open' then

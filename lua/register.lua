@@ -71,7 +71,7 @@ local function next_score(key, low)
 end
 
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
-local beats = heartbeats(KEYS[2], now_ms, timeout, pmin, pmax)
+local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
 
 local function register(user)
   local rank = redis.call('ZRANK', KEYS[1], user)

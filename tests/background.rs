@@ -186,11 +186,7 @@ fn expired_active_entries_are_removed_with_their_credentials() {
     );
     let cred = credential_of(&register(wg.addr, "done"));
     let mut c = redis.conn();
-    let now_ms: u64 = redis::cmd("TIME")
-        .query::<(u64, u64)>(&mut c)
-        .map(|(s, us)| s * 1000 + us / 1000)
-        .unwrap();
-    admit_by_hand(&mut c, "done", now_ms + 300);
+    admit_by_hand(&mut c, "done", redis.now_ms() + 300);
     assert!(c.hexists::<_, _, bool>(CREDENTIAL, "done").unwrap());
     assert_eq!(rank(wg.addr, "done").json()["status"], "ACTIVE");
     std::thread::sleep(Duration::from_millis(600));
@@ -504,9 +500,8 @@ fn a_poll_with_a_shorter_advice_pulls_a_far_heartbeat_in() {
     register(wg.addr, "head");
     register(wg.addr, "leaver");
     let mut c = redis.conn();
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut c).unwrap();
     let _: () = c
-        .zadd(HEARTBEAT, "leaver", s * 1000 + us / 1000 + 60_000)
+        .zadd(HEARTBEAT, "leaver", redis.now_ms() + 60_000)
         .unwrap();
     let r = rank(wg.addr, "leaver");
     assert_eq!(r.status, 200);
@@ -544,9 +539,7 @@ fn a_heartbeat_that_is_the_time_of_the_last_poll_keeps_its_user_for_the_timeout(
     register(wg.addr, "head");
     register(wg.addr, "older");
     let mut c = redis.conn();
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut c).unwrap();
-    let polled = s * 1000 + us / 1000;
-    let _: () = c.zadd(HEARTBEAT, "older", polled).unwrap();
+    let _: () = c.zadd(HEARTBEAT, "older", redis.now_ms()).unwrap();
     let written = Instant::now();
     let mut gone = None;
     while written.elapsed() < Duration::from_secs(4) {

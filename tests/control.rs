@@ -31,11 +31,6 @@ fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Respons
     request(wg.admin, method, path, &headers, body.map(str::as_bytes)).unwrap()
 }
 
-fn redis_now_ms(redis: &Redis) -> u64 {
-    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut redis.conn()).unwrap();
-    s * 1000 + us / 1000
-}
-
 fn rfc3339(ms: u64) -> String {
     waitgate::time::rfc3339(ms)
 }
@@ -229,7 +224,7 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
         wait <= at_six,
         "rank {place}: {wait} s, at most {at_six} s expected"
     );
-    let changed_window = redis_now_ms(&redis) / INTERVAL_MS;
+    let changed_window = redis.now_ms() / INTERVAL_MS;
     std::thread::sleep(Duration::from_millis(6 * INTERVAL_MS));
     let active: Vec<(String, f64)> = redis.conn().zrange_withscores(ACTIVE_KEY, 0, -1).unwrap();
     let mut per_window = std::collections::BTreeMap::<u64, u64>::new();
@@ -326,7 +321,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     // but for the first user.
     let queue = "baseball:\n  admission: {interval-ms: 60000, batch-size: 1}";
     let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, queue, free_port())).collect();
-    let now = redis_now_ms(&redis);
+    let now = redis.now_ms();
     // The open is an hour away at first, so that a slow machine cannot
     // reach it while users pre-queue; it is brought forward below.
     let (prequeue_from, open_at) = (now + 1_500, now + 3_600_000);
@@ -349,13 +344,13 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     assert_eq!(early.json()["error"], "queue_not_open");
     assert_eq!(early.json()["opensAt"], rfc3339(prequeue_from));
 
-    while redis_now_ms(&redis) < prequeue_from {
+    while redis.now_ms() < prequeue_from {
         std::thread::sleep(Duration::from_millis(20));
     }
     let users: Vec<String> = (0..USERS).map(|i| format!("pq{i:04}")).collect();
     let credentials = prequeue(&instances, &users);
     assert!(
-        redis_now_ms(&redis) < open_at,
+        redis.now_ms() < open_at,
         "pre-queueing took too long for the test"
     );
     let polled = rank(instances[2].addr, "pq0007").json();
@@ -392,7 +387,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     // then wait until the pre-queue is placed.
     let body = format!(
         r#"{{"openAt":"{}","shuffle":true}}"#,
-        rfc3339(redis_now_ms(&redis) + 1_000)
+        rfc3339(redis.now_ms() + 1_000)
     );
     let r = admin(
         &instances[2],
@@ -1018,7 +1013,7 @@ fn users_waiting_when_an_event_is_scheduled_keep_their_places_while_they_poll() 
     for user in ["w1", "w2"] {
         assert_eq!(register(wg.addr, user).json()["status"], "WAITING");
     }
-    let now = redis_now_ms(&redis);
+    let now = redis.now_ms();
     let body = format!(r#"{{"openAt":"{}"}}"#, rfc3339(now + 60_000));
     assert_eq!(
         admin(&wg, "PUT", "/admin/v1/queues/baseball/event", Some(&body)).status,

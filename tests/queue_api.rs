@@ -146,13 +146,10 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");
     let mut c = s.redis.conn();
-    let redis_now = |c: &mut redis::Connection| {
-        let (s, us): (u64, u64) = redis::cmd("TIME").query(c).unwrap();
-        (s * 1000 + us / 1000) as f64
-    };
-    let before = redis_now(&mut c);
+    let redis_now = || s.redis.now_ms() as f64;
+    let before = redis_now();
     let r = rank(s.wg.addr, "second");
-    let after = redis_now(&mut c);
+    let after = redis_now();
     assert_eq!(r.status, 200);
     let v = r.json();
     assert_eq!(v["status"], "WAITING");
@@ -171,7 +168,7 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     );
     // An early poll is told the time left to that entry, and writes
     // nothing.
-    let at = redis_now(&mut c);
+    let at = redis_now();
     let again = rank(s.wg.addr, "second");
     assert_eq!(again.status, 200);
     assert_eq!(zscore(&mut c, HEARTBEAT, "second").unwrap(), due);

@@ -305,16 +305,23 @@ mod tests {
         (Coalescer::new(batch, deadline), calls)
     }
 
-    /// Many callers at once against a hung Redis: how long the last waited.
-    async fn slowest_of(c: &Arc<Coalescer<Hung>>, callers: u32) -> Duration {
-        let started = std::time::Instant::now();
-        let handles: Vec<_> = (0..callers)
+    /// `callers` calls at once, each in a task of its own.
+    fn at_once(
+        c: &Arc<Coalescer<Hung>>,
+        callers: u32,
+    ) -> Vec<tokio::task::JoinHandle<Result<u32, StoreError>>> {
+        (0..callers)
             .map(|n| {
                 let c = c.clone();
                 tokio::spawn(async move { c.call(n).await })
             })
-            .collect();
-        for h in handles {
+            .collect()
+    }
+
+    /// Many callers at once against a hung Redis: how long the last waited.
+    async fn slowest_of(c: &Arc<Coalescer<Hung>>, callers: u32) -> Duration {
+        let started = std::time::Instant::now();
+        for h in at_once(c, callers) {
             assert!(matches!(h.await.unwrap(), Err(StoreError::Unavailable(_))));
         }
         started.elapsed()
@@ -349,13 +356,7 @@ mod tests {
     async fn a_call_that_panics_leaves_the_coalescer_free() {
         let (c, calls) = hung(Duration::from_millis(20), Duration::from_secs(5), 1);
         let started = std::time::Instant::now();
-        let handles: Vec<_> = (0..50)
-            .map(|n| {
-                let c = c.clone();
-                tokio::spawn(async move { c.call(n).await })
-            })
-            .collect();
-        for h in handles {
+        for h in at_once(&c, 50) {
             assert!(h.await.unwrap().is_err());
         }
         assert!(

@@ -125,6 +125,12 @@ impl Redis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// Redis's clock (`TIME`), in ms: the time the scripts see.
+    pub fn now_ms(&self) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn()).unwrap();
+        s * 1000 + us / 1000
+    }
+
     pub fn conn(&self) -> redis::Connection {
         redis::Client::open(self.url())
             .unwrap()
