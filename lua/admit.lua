@@ -88,11 +88,17 @@ if phase == 'placing' then
       placed[#placed + 1] = user
     end
   end
+  if #placed > 0 then
+    before_adding(KEYS[4], KEYS[1], now)
+  end
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
+  -- Placed users land ahead of those who registered since the open began.
+  moved(KEYS[4], #placed)
   local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
   for _, user in ipairs(placed) do
     beats.set(user, pmax)
   end
+  beats.flush()
   local record = {'placed_count', count}
   if #next > 0 then
     record[#record + 1] = 'cursor'

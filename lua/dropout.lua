@@ -7,14 +7,15 @@
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only),
 -- KEYS[4] active ZSET, KEYS[5] prequeue ZSET (userId -> arrival: pre-queued
---         users, and placed ones until admitted)
+--         users, and placed ones until admitted),
+-- KEYS[6] admission HASH (counts a departure: see `moved` in lib.lua)
 -- ARGV[1] userId
 -- ARGV[2] the arrival the credential names (decimal, microseconds)
 --
 -- Returns  1  removed from waiting (or active), heartbeat and credential
 --          0  not queued: nothing is written
 --         -1  the credential is of an earlier registration: nothing is written
-if #KEYS ~= 5 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
+if #KEYS ~= 6 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate dropout: bad arguments')
 end
@@ -28,7 +29,7 @@ if waiting or prequeued then
   if tonumber(prequeued or waiting) ~= arrival then
     return -1
   end
-  redis.call('ZREM', KEYS[1], user)
+  moved(KEYS[6], redis.call('ZREM', KEYS[1], user))
   redis.call('ZREM', KEYS[2], user)
   redis.call('ZREM', KEYS[5], user)
   return 1

@@ -37,6 +37,28 @@ local function wait_estimator(admission_key, now_ms, interval_ms, batch)
   end
   return function(rank)
     return first_ms + math.floor(rank / rate) * interval_ms
+  end, first_ms, rate
+end
+
+-- Ranks far back are derived by the instances from samples of the waiting
+-- set (src/store/ranks.rs), corrected by two counters in the admission
+-- HASH: `total`, the users admitted (always from the head, so ahead of
+-- everyone still waiting), and `moved`, every other change that can move a
+-- user's rank (a dropout, a cleanup removal, a placed pre-queue user), which
+-- bounds how far a derived rank can be off. `epoch` changes when the waiting
+-- set starts anew (empty, then a first user), so that samples of an earlier
+-- set are never used for a new one.
+local function moved(admission_key, count)
+  if count > 0 then
+    redis.call('HINCRBY', admission_key, 'moved', count)
+  end
+end
+
+-- Called before users are added to the waiting set: a new epoch when it is
+-- empty.
+local function before_adding(admission_key, waiting_key, now)
+  if redis.call('EXISTS', waiting_key) == 0 then
+    redis.call('HSET', admission_key, 'epoch', int(now))
   end
 end
 
@@ -58,31 +80,57 @@ end
 -- poll writes nothing, and the promise is the same either way: the answer's
 -- advice ends at the entry.
 --
+-- A script reads and writes the entries of a whole batch in one call each
+-- (ZMSCORE, then one ZADD of every entry that moves): a call from Lua costs
+-- about as much as the sorted-set work it does, so a batch of 200 polls pays
+-- for two calls, not 400.
+--
 -- heartbeats(key, now_ms, pmin, pmax) gives:
 --   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
 --                        pmin to pmax (pmax when the wait is unknown, -1)
+--   read(first, last)    reads the entries of ARGV[first..last] at once
 --   keep(user, advice)   the advice to give a user who polls, writing the
 --                        entry only if the time left to it is not a fair one
 --   set(user, advice)    the entry of a new user, due after the advice
+--   flush()              writes what keep and set decided: a script that
+--                        calls either calls this before it returns
 local function heartbeats(key, now_ms, pmin, pmax)
-  local h = {}
+  local h, due, writes = {}, {}, {}
   function h.poll_after(wait_ms)
     if wait_ms < 0 then
       return pmax
     end
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
+  function h.read(first, last)
+    local scores = redis.call('ZMSCORE', key, unpack(ARGV, first, last))
+    for i = first, last do
+      due[ARGV[i]] = tonumber(scores[i - first + 1]) or false
+    end
+  end
   function h.set(user, advice)
-    redis.call('ZADD', key, int(now_ms + advice), user)
+    due[user] = now_ms + advice
+    writes[#writes + 1] = int(now_ms + advice)
+    writes[#writes + 1] = user
   end
   function h.keep(user, advice)
-    local left = tonumber(redis.call('ZSCORE', key, user) or '0') - now_ms
+    local entry = due[user]
+    if entry == nil then
+      entry = tonumber(redis.call('ZSCORE', key, user)) or false
+    end
+    local left = (entry or 0) - now_ms
     if left >= math.max(pmin, math.floor(advice / 2))
         and left <= math.min(pmax, advice + math.floor(advice / 4)) then
       return left
     end
-    redis.call('ZADD', key, int(now_ms + advice), user)
+    h.set(user, advice)
     return advice
+  end
+  function h.flush()
+    for i = 1, #writes, 1000 do
+      redis.call('ZADD', key, unpack(writes, i, math.min(i + 999, #writes)))
+    end
+    writes = {}
   end
   return h
 end

@@ -3,35 +3,70 @@
 -- (src/store/coalesce.rs); a lone poll is a batch of one.
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] active ZSET,
--- KEYS[4] admission HASH (for the wait estimate),
+-- KEYS[4] admission HASH (for the wait estimate and the rank counters),
 -- KEYS[5] control HASH (live settings, event), KEYS[6] prequeue ZSET
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size (as
 --         configured; the control hash may override both)
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms): see `heartbeats` in lib.lua
--- ARGV[6..] userIds, 1 to 500
+-- ARGV[6], ARGV[7] the arrivals (waiting scores) from and before which the
+--         instance derives ranks from its samples (src/store/ranks.rs);
+--         0 0 when it derives none
+-- ARGV[8..] userIds, 1 to 500
 --
 -- Returns, for each user in order, four numbers:
 --         1, rank, wait_ms, advice   waiting, with rank users ahead; wait_ms
 --                                    is -1 while paused; poll again after
 --                                    advice ms (the heartbeat promises that)
+--         5, arrival, 0, advice      waiting far back, at this score: the
+--                                    instance derives rank and wait
 --         3, expiry, 0, 0            active until expiry (ms)
 --         4, opens_in_ms, 0, advice  pre-queued: the queue opens in
 --                                    opens_in_ms (0: opening now, the
 --                                    pre-queue is being placed)
 --         0, 0, 0, 0                 not queued: nothing is written
+-- and then six for the batch: the admission HASH's epoch, total and moved,
+-- and the wait estimate's first_ms, rate (users per window, in millionths;
+-- -1 while paused) and window (ms), from which the instance estimates the
+-- wait of a rank it derives as this script would.
+--
+-- A rank far back costs a ZRANK walk of the skiplist, a derived one only
+-- the dictionary lookup of ZMSCORE, shared by the batch: the script derives
+-- a user's rank only where the advice needs no rank, that is where the
+-- expected wait is at least four times `pmax`, so the advice is `pmax`.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 if #KEYS ~= 6 or not interval or interval < 1 or not batch or batch < 1 or not timeout
-    or not batch_users(6) then
+    or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not batch_users(8) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
 local control = read_control(KEYS[5])
 local phase = event_phase(control, now_ms)
-local estimate = wait_estimator(KEYS[4], now_ms, control.interval or interval,
+interval = control.interval or interval
+local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
 local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
+beats.read(8, #ARGV)
+
+-- Where ranks are derived: from the instance's range, and no nearer than
+-- the first rank whose expected wait saturates the advice.
+local far_from, far_to = tonumber(ARGV[6]), tonumber(ARGV[7])
+local arrivals = {}
+if phase == 'open' and far_to > far_from then
+  if not control.paused then
+    local windows = math.ceil((4 * pmax - first_ms) / interval)
+    local saturated = math.max(0, math.ceil(windows * rate))
+    local at = redis.call('ZRANGE', KEYS[1], saturated, saturated, 'WITHSCORES')
+    far_from = math.max(far_from, tonumber(at[2]) or far_to)
+  end
+  if far_to > far_from then
+    local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 8, #ARGV))
+    for i = 8, #ARGV do
+      arrivals[ARGV[i]] = tonumber(scores[i - 7])
+    end
+  end
+end
 
 local function rank_of(user)
   if phase ~= 'open' then
@@ -48,6 +83,10 @@ local function rank_of(user)
       return 4, opens_in, 0, advice
     end
   else
+    local arrival = arrivals[user]
+    if arrival and arrival >= far_from and arrival < far_to then
+      return 5, arrival, 0, beats.keep(user, pmax)
+    end
     local rank = redis.call('ZRANK', KEYS[1], user)
     if rank then
       local wait = -1
@@ -66,11 +105,23 @@ local function rank_of(user)
 end
 
 local out = {}
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   local code, value, wait, advice = rank_of(ARGV[i])
   out[#out + 1] = code
   out[#out + 1] = value
   out[#out + 1] = wait
   out[#out + 1] = advice
 end
+beats.flush()
+local counters = redis.call('HMGET', KEYS[4], 'epoch', 'total', 'moved')
+local rate_millionths = math.floor(rate * 1000000)
+if control.paused then
+  rate_millionths = -1
+end
+out[#out + 1] = tonumber(counters[1]) or 0
+out[#out + 1] = tonumber(counters[2]) or 0
+out[#out + 1] = tonumber(counters[3]) or 0
+out[#out + 1] = first_ms
+out[#out + 1] = rate_millionths
+out[#out + 1] = interval
 return out

@@ -124,6 +124,9 @@ local function register(user)
     -- so that it cannot land ahead of the pre-queue.
     floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], now))
   end
+  if not tails[KEYS[1]] then
+    before_adding(KEYS[5], KEYS[1], now)
+  end
   local score = next_score(KEYS[1], floor)
   redis.call('ZADD', KEYS[1], int(score), user)
   if phase == 'placing' then
@@ -146,4 +149,5 @@ for i = 6, #ARGV do
   out[#out + 1] = arrival
   out[#out + 1] = advice
 end
+beats.flush()
 return out

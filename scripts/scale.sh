@@ -142,7 +142,7 @@ measure() { # label, port, connections[, mode]
   echo "  $label: $out" >&2
   echo "$label $before $after $out" >> "$results"
   # Where the time went: the commands the scripts ran, per call.
-  info commandstats | awk -F'[:,=]' -v l="$label" '/^cmdstat_(zrank|zscore|zadd|hmget|time|evalsha):/ {
+  info commandstats | awk -F'[:,=]' -v l="$label" '/^cmdstat_(zrank|zscore|zmscore|zrange|zadd|hmget|time|evalsha):/ {
     printf "%s %s calls=%s usec_per_call=%s\n", l, substr($1, 9), $3, $7 }' >> "$work/profile"
 }
 # The sweep polls each user once, in order, as each one's first poll after
@@ -239,7 +239,8 @@ for i, l in enumerate(lines):
       if redis.call('ZSCORE', KEYS[1], u) then redis.call('ZADD', KEYS[1], 1, u) end end" \
     1 "$K:heartbeat" "$users" "$RANDOM$i" >/dev/null
   R SLOWLOG RESET >/dev/null
-  removed=$(R EVALSHA "$CLEAN" 5 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" 500 3600000 | head -1)
+  removed=$(R EVALSHA "$CLEAN" 6 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" \
+    "$K:admission" 500 3600000 | head -1)
   R SLOWLOG GET 100000 | python3 -c '
 import sys
 lines = sys.stdin.read().split("\n")

@@ -34,6 +34,9 @@ pub struct Metrics {
     pub reloads: IntCounterVec,
     /// 1 while an operator has paused a queue's admission (sampled).
     pub queue_paused: IntGaugeVec,
+    /// How many samples of the waiting set this instance holds, from which
+    /// ranks far back are derived (0: every rank is exact).
+    pub rank_samples: IntGaugeVec,
     /// 1 for the phase a queue's event is in, 0 for the others (sampled).
     pub event_phase: IntGaugeVec,
     /// Admin API changes, by queue and action.
@@ -245,6 +248,10 @@ impl Metrics {
                 "waitgate_queue_paused",
                 "1 while admission to the queue is paused by an operator (sampled from Redis).",
             ),
+            rank_samples: int_gauge(
+                "waitgate_rank_samples",
+                "Samples of the waiting set this instance derives ranks far back from (0: every rank is exact).",
+            ),
             event_phase: {
                 let g = IntGaugeVec::new(
                     Opts::new(
@@ -302,6 +309,7 @@ impl Metrics {
             self.admitted.with_label_values(&[q]);
             self.tokens_issued.with_label_values(&[q]);
             self.queue_paused.with_label_values(&[q]);
+            self.rank_samples.with_label_values(&[q]);
             self.releases.with_label_values(&[q]);
             for phase in EVENT_PHASES {
                 self.event_phase.with_label_values(&[q, phase]);
@@ -331,6 +339,7 @@ impl Metrics {
             let _ = self.admitted.remove_label_values(&[q]);
             let _ = self.tokens_issued.remove_label_values(&[q]);
             let _ = self.queue_paused.remove_label_values(&[q]);
+            let _ = self.rank_samples.remove_label_values(&[q]);
             let _ = self.releases.remove_label_values(&[q]);
             for phase in EVENT_PHASES {
                 let _ = self.event_phase.remove_label_values(&[q, phase]);

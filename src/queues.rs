@@ -3,11 +3,11 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use crate::config::{AdmissionConfig, Config, HeartbeatConfig, PageConfig};
 use crate::error::ApiError;
-use crate::store::QueueKeys;
+use crate::store::{QueueKeys, Samples};
 
 /// One queue: its name, its Redis keys and its parameters.
 #[derive(Debug)]
@@ -18,6 +18,32 @@ pub struct Queue {
     pub admission: AdmissionConfig,
     pub page: PageConfig,
     pub require_credential: bool,
+    /// How many places from the head ranks are exact, at least.
+    pub exact_rank_window: u64,
+    /// The samples ranks far back are derived from (see `store::ranks`).
+    pub ranks: RankSamples,
+}
+
+/// A queue's latest samples of its waiting set, taken by the background
+/// sampler and read by every rank call.
+#[derive(Default)]
+pub struct RankSamples(RwLock<Option<Arc<Samples>>>);
+
+impl RankSamples {
+    pub fn get(&self) -> Option<Arc<Samples>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, samples: Option<Samples>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = samples.map(Arc::new);
+    }
+}
+
+impl std::fmt::Debug for RankSamples {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let points = self.get().map_or(0, |s| s.points.len());
+        write!(f, "RankSamples({points} points)")
+    }
 }
 
 /// Every configured queue, by name.
@@ -41,6 +67,8 @@ impl Queues {
                     admission: q.admission.clone(),
                     page: q.page.clone(),
                     require_credential: q.require_credential,
+                    exact_rank_window: q.exact_rank_window,
+                    ranks: RankSamples::default(),
                 };
                 (name.clone(), Arc::new(queue))
             })

@@ -585,6 +585,7 @@ fn registering_again_after_the_open_names_a_placed_users_prequeue_arrival() {
         .key("queue:{baseball}:credential")
         .key(ACTIVE_KEY)
         .key(PREQUEUE)
+        .key("queue:{baseball}:admission")
         .arg(&user)
         .arg(answer[3].to_string())
         .invoke(&mut c)

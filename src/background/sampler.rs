@@ -12,6 +12,7 @@ use tokio::time::MissedTickBehavior;
 use super::shared::{run_per_queue, FailureLog, Shared};
 use crate::metrics::EVENT_PHASES;
 use crate::queues::Queue;
+use crate::store::ranks;
 
 /// How often the gauges are refreshed.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,6 +27,42 @@ impl BackgroundService for Sampler {
 }
 
 async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
+    tokio::join!(
+        gauge_loop(shared.clone(), queue.clone()),
+        rank_loop(shared, queue)
+    );
+}
+
+/// Samples the waiting set every `ranks::REFRESH`, from which the queue's
+/// ranks far back are derived (see `store::ranks`). Without fresh samples
+/// every rank is asked of Redis exactly.
+async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
+    let mut ticker = tokio::time::interval(ranks::REFRESH);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut log = FailureLog::new("rank sampler");
+    let first = queue.exact_rank_window.max(ranks::FIRST_SAMPLE);
+    loop {
+        ticker.tick().await;
+        match shared.store.take_samples(&queue.keys, first).await {
+            Ok(samples) => {
+                log.succeeded(&queue.name);
+                let points = samples.as_ref().map_or(0, |s| s.points.len());
+                shared
+                    .metrics
+                    .rank_samples
+                    .with_label_values(&[&queue.name])
+                    .set(points as i64);
+                queue.ranks.set(samples);
+            }
+            Err(e) => {
+                shared.metrics.redis_error("samples");
+                log.failed(&queue.name, &e);
+            }
+        }
+    }
+}
+
+async fn gauge_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut log = FailureLog::new("sampler");

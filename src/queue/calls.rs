@@ -65,8 +65,15 @@ fn ranks(
     Box::pin(async move {
         let queue = &requests[0].queue;
         let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+        let samples = queue.ranks.get();
         store
-            .rank_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
+            .rank_many(
+                &queue.keys,
+                &users,
+                &queue.admission,
+                &queue.heartbeat,
+                samples.as_deref(),
+            )
             .await
     })
 }
@@ -155,7 +162,13 @@ impl Calls {
         if !self.coalesce {
             return self
                 .store
-                .rank(&queue.keys, user, &queue.admission, &queue.heartbeat)
+                .rank(
+                    &queue.keys,
+                    user,
+                    &queue.admission,
+                    &queue.heartbeat,
+                    queue.ranks.get().as_deref(),
+                )
                 .await;
         }
         self.of(queue)

@@ -266,6 +266,8 @@ pub(crate) mod tests {
             admission: queue.admission.clone(),
             page: queue.page.clone(),
             require_credential: queue.require_credential,
+            exact_rank_window: queue.exact_rank_window,
+            ranks: Default::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod coalesce;
 mod keys;
+pub mod ranks;
 
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
@@ -24,6 +25,7 @@ use redis::{FromRedisValue, Script, ScriptInvocation};
 use crate::config::{AdmissionConfig, HeartbeatConfig, RedisConfig, RedisMode, RedisTls};
 
 pub use keys::QueueKeys;
+pub use ranks::Samples;
 
 /// Why a store call failed. Both kinds become a 503 for the client; they
 /// differ in what the operator needs to know.
@@ -56,6 +58,14 @@ static DROPOUT: LazyLock<Script> = script!("dropout.lua");
 static ADMIT: LazyLock<Script> = script!("admit.lua");
 static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
 static CONTROL: LazyLock<Script> = script!("control.lua");
+/// Read-only, as `TOKEN`.
+static SAMPLES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "#!lua flags=no-writes\n",
+        include_str!("../../lua/lib.lua"),
+        include_str!("../../lua/samples.lua")
+    ))
+});
 static REVOKE: LazyLock<Script> = script!("revoke.lua");
 
 /// The channel revocations are pushed on (`lua/revoke.lua` publishes; every
@@ -689,22 +699,59 @@ impl Store {
         user: &str,
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
     ) -> Result<Position, StoreError> {
         one(
             "rank",
-            self.rank_many(keys, &[user], admission, heartbeat).await?,
+            self.rank_many(keys, &[user], admission, heartbeat, samples)
+                .await?,
         )
     }
 
     /// The places of each of `users` (at most [`MAX_BATCH`]) in one script
-    /// call, keeping those waiting alive.
+    /// call, keeping those waiting alive. With `samples`, ranks far back are
+    /// derived from them (see [`ranks`]); any that cannot be told within
+    /// 0.1% are asked again, exactly, in a second call.
     pub async fn rank_many(
         &self,
         keys: &QueueKeys,
         users: &[&str],
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
     ) -> Result<Vec<Position>, StoreError> {
+        let range = samples.and_then(Samples::range);
+        let mut positions = self
+            .rank_call(keys, users, admission, heartbeat, range, samples)
+            .await?;
+        let exact: Vec<usize> = (0..users.len())
+            .filter(|&i| positions[i].is_none())
+            .collect();
+        if !exact.is_empty() {
+            let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
+            let answers = self
+                .rank_call(keys, &again, admission, heartbeat, None, None)
+                .await?;
+            for (i, answer) in exact.into_iter().zip(answers) {
+                positions[i] = answer;
+            }
+        }
+        positions
+            .into_iter()
+            .map(|p| p.ok_or_else(|| StoreError::Failed("rank: a rank not derived".into())))
+            .collect()
+    }
+
+    /// One rank call: `None` where a derived rank could not be told.
+    async fn rank_call(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        range: Option<(u64, u64)>,
+        samples: Option<&Samples>,
+    ) -> Result<Vec<Option<Position>>, StoreError> {
         let mut invocation = RANK.prepare_invoke();
         invocation
             .key(&keys.waiting)
@@ -716,27 +763,102 @@ impl Store {
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
+        let (from, to) = range.unwrap_or((0, 0));
+        invocation.arg(from).arg(to);
         for user in users {
             invocation.arg(*user);
         }
         let flat: Vec<i64> = self.run(invocation).await?;
-        answers("rank", &flat, 4, users.len())?
+        let Some(split) = flat.len().checked_sub(6) else {
+            return Err(StoreError::Failed("rank: no batch numbers".into()));
+        };
+        let (each, batch) = flat.split_at(split);
+        let counters = ranks::Counters {
+            epoch: count(batch[0])?,
+            total: count(batch[1])?,
+            moved: count(batch[2])?,
+        };
+        let (first_ms, rate, interval_ms) = (batch[3], batch[4], count(batch[5])?);
+        answers("rank", each, 4, users.len())?
             .map(|a| {
                 let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
                 match code {
-                    0 => Ok(Position::NotQueued),
-                    1 => Ok(Position::Waiting(place(value, wait, advice)?)),
-                    3 => Ok(Position::Active {
+                    0 => Ok(Some(Position::NotQueued)),
+                    1 => Ok(Some(Position::Waiting(place(value, wait, advice)?))),
+                    5 => {
+                        let arrival = count(value)?;
+                        let Some(rank) = samples.and_then(|s| s.rank(arrival, counters)) else {
+                            return Ok(None);
+                        };
+                        Ok(Some(Position::Waiting(Place {
+                            rank,
+                            wait_ms: ranks::wait_ms(rank, first_ms, rate, interval_ms),
+                            poll_after_ms: count(advice)?,
+                        })))
+                    }
+                    3 => Ok(Some(Position::Active {
                         expires_at_ms: count(value)?,
-                    }),
-                    4 => Ok(Position::Prequeued {
+                    })),
+                    4 => Ok(Some(Position::Prequeued {
                         opens_in_ms: count(value)?,
                         poll_after_ms: count(advice)?,
-                    }),
+                    })),
                     _ => Err(unexpected("rank", code)),
                 }
             })
             .collect()
+    }
+
+    /// Takes the samples of a queue's waiting set from `first` on, in
+    /// bounded read-only steps; `None` if the set is smaller or changed
+    /// epoch meanwhile.
+    pub async fn take_samples(
+        &self,
+        keys: &QueueKeys,
+        first: u64,
+    ) -> Result<Option<Samples>, StoreError> {
+        let taken = std::time::Instant::now();
+        let mut points = Vec::new();
+        let mut epoch = None;
+        let mut next = first;
+        loop {
+            let step: Vec<u64> = (0..ranks::STEP)
+                .map(|_| {
+                    let rank = next;
+                    next = ranks::after(rank);
+                    rank
+                })
+                .collect();
+            let mut invocation = SAMPLES.prepare_invoke();
+            invocation.key(&keys.waiting).key(&keys.admission);
+            for rank in &step {
+                invocation.arg(*rank);
+            }
+            let flat: Vec<i64> = self.run(invocation).await?;
+            if flat.len() < 4 {
+                return Err(StoreError::Failed("samples: a short answer".into()));
+            }
+            let (step_epoch, total, moved) = (count(flat[0])?, count(flat[1])?, count(flat[2])?);
+            if *epoch.get_or_insert(step_epoch) != step_epoch {
+                return Ok(None);
+            }
+            for (rank, score) in step.iter().zip(&flat[4..]) {
+                points.push(ranks::Point {
+                    score: count(*score)?,
+                    lifted: rank + total,
+                    total,
+                    moved,
+                });
+            }
+            if flat.len() - 4 < step.len() {
+                // Past the tail.
+                break;
+            }
+        }
+        // Steps apart in time can disagree where admissions or moves came
+        // between them; what is left increasing is what a rank is read off.
+        points.dedup_by(|b, a| b.score <= a.score || b.lifted <= a.lifted);
+        Ok(epoch.map(|epoch| Samples::new(epoch, points, taken)))
     }
 
     /// One call of the global admission gate.
@@ -796,6 +918,7 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .key(&keys.prequeue)
+            .key(&keys.admission)
             .arg(heartbeat.cleanup_batch_size)
             .arg(heartbeat.timeout.as_millis() as u64);
         let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
@@ -834,6 +957,7 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.active)
             .key(&keys.prequeue)
+            .key(&keys.admission)
             .arg(user)
             .arg(arrival);
         let code: i64 = self.run_write(invocation, &keys.waiting).await?;
