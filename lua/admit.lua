@@ -12,6 +12,8 @@
 --         from an earlier one's
 -- KEYS[6] control HASH (live settings and the event, see lib.lua)
 -- KEYS[7] prequeue ZSET (userId -> arrival)
+-- KEYS[8] due HASH, KEYS[9] dues ZSET (KEYS[2] and these: see `heartbeats`
+--         in lib.lua)
 -- ARGV[1] interval (ms): windows are floor(TIME / interval)
 -- ARGV[2] batch size
 -- ARGV[3] active TTL (ms)
@@ -35,7 +37,7 @@ local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
 local seed, step = ARGV[5], tonumber(ARGV[6])
 local timeout, pmin, pmax = heartbeat_args(7)
-if #KEYS ~= 7 or #ARGV ~= 9 or not timeout or not interval or interval < 1 or not batch
+if #KEYS ~= 9 or #ARGV ~= 9 or not timeout or not interval or interval < 1 or not batch
     or batch < 1
     or not ttl or ttl < 1 or not max_active or max_active < 0
     or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1 then
@@ -93,10 +95,10 @@ if phase == 'placing' then
   end
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[1], ...) end)
   -- Placed users land ahead of those who registered since the open began.
-  moved(KEYS[4], #placed)
-  local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
-  for _, user in ipairs(placed) do
-    beats.set(user, pmax)
+  counted(KEYS[4], 'added', #placed)
+  local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
+  for i, user in ipairs(placed) do
+    beats.set(user, pmax, tonumber(scored[2 * i - 1]))
   end
   beats.flush()
   local record = {'placed_count', count}
@@ -169,7 +171,7 @@ if room > 0 then
   end
   admitted = #users
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
-  in_chunks(users, function(...) redis.call('ZREM', KEYS[2], ...) end)
+  heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax).forget(users)
   in_chunks(arrivals, function(...) redis.call('HSET', KEYS[5], ...) end)
 end
 

@@ -1,36 +1,94 @@
 -- cleanup: removes users whose heartbeat stopped, and active entries past
 -- their expiry, a bounded batch of each per call.
 --
--- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET,
+-- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET (of earlier versions),
 -- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET,
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there),
--- KEYS[6] admission HASH (counts the removals: see `moved` in lib.lua)
+-- KEYS[6] admission HASH (counts the removals: see `counted` in lib.lua),
+-- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua)
 -- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms)
 --
--- Returns {removed_waiting, removed_active}.
+-- Returns {removed_waiting, removed_active, more}: more is 1 when silent
+-- users may be left that this call had no room to look at.
 local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 6 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
+if #KEYS ~= 8 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
-
 -- A heartbeat is the time by which its user's next poll is due (see
--- `heartbeats` in lib.lua): those more than `timeout` past it. A poll moves
--- it in its own atomic step, so a user who just polled is never in this
--- range.
-local stale = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(now_ms - timeout),
-  'LIMIT', 0, batch)
+-- `heartbeats` in lib.lua): those more than `timeout` past it. A poll
+-- writes it in its own atomic step, so a user who just polled is never
+-- below the cutoff.
+local cutoff = now_ms - timeout
+local legacy = redis.call('EXISTS', KEYS[2]) == 1
+
+-- The candidates: the users of the buckets that ended `timeout` ago, up to
+-- a batch of them. Every heartbeat in such a bucket is below the cutoff.
+local candidates, more = {}, 0
+while #candidates < batch do
+  local ends = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
+  if not ends then
+    break
+  end
+  local list = KEYS[8] .. ':' .. ends
+  local users = redis.call('LPOP', list, batch - #candidates)
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('ZREM', KEYS[8], ends)
+  else
+    more = 1
+  end
+  for _, user in ipairs(users or {}) do
+    candidates[#candidates + 1] = user
+  end
+end
+-- And a batch of the heartbeats earlier versions wrote, as old: their
+-- entries go, and what they said is kept here for the check below.
+local was_due = {}
+if legacy then
+  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. int(cutoff), 'WITHSCORES',
+    'LIMIT', 0, batch)
+  -- The first entries by rank: removing that range walks the head of the
+  -- skiplist once.
+  if #old > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #old / 2 - 1)
+  end
+  if #old == 2 * batch then
+    more = 1
+  end
+  for i = 1, #old, 2 do
+    candidates[#candidates + 1] = old[i]
+    was_due[old[i]] = tonumber(old[i + 1])
+  end
+end
+
+-- Silent: no heartbeat at or past the cutoff in either place. A user with
+-- none at all has left already (or was admitted).
+local stale = {}
+for i = 1, #candidates, 500 do
+  local chunk = {unpack(candidates, i, math.min(i + 499, #candidates))}
+  local hashed = redis.call('HMGET', KEYS[7], unpack(chunk))
+  local old = {}
+  if legacy then
+    old = redis.call('ZMSCORE', KEYS[2], unpack(chunk))
+  end
+  for j, user in ipairs(chunk) do
+    local due, was = parse_heartbeat(hashed[j]), tonumber(old[j]) or was_due[user]
+    due = due or nil
+    if (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
+      stale[#stale + 1] = user
+    end
+  end
+end
 local removed = 0
 in_chunks(stale, function(...)
   removed = removed + redis.call('ZREM', KEYS[1], ...)
   redis.call('ZREM', KEYS[5], ...)
+  redis.call('HDEL', KEYS[7], ...)
+  if legacy then
+    redis.call('ZREM', KEYS[2], ...)
+  end
 end)
-moved(KEYS[6], removed)
--- They are the first #stale heartbeats by rank: removing that range walks the
--- head of the skiplist once, rather than looking each member up again.
-if #stale > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #stale - 1)
-end
+counted(KEYS[6], 'removed', removed)
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)
 in_chunks(expired, function(...)
@@ -38,4 +96,4 @@ in_chunks(expired, function(...)
   redis.call('HDEL', KEYS[3], ...)
 end)
 
-return {#stale, #expired}
+return {removed, #expired, more}

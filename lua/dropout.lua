@@ -8,14 +8,15 @@
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only),
 -- KEYS[4] active ZSET, KEYS[5] prequeue ZSET (userId -> arrival: pre-queued
 --         users, and placed ones until admitted),
--- KEYS[6] admission HASH (counts a departure: see `moved` in lib.lua)
+-- KEYS[6] admission HASH (counts a departure: see `counted` in lib.lua),
+-- KEYS[7] due HASH (KEYS[2] and this: see `heartbeats` in lib.lua)
 -- ARGV[1] userId
 -- ARGV[2] the arrival the credential names (decimal, microseconds)
 --
 -- Returns  1  removed from waiting (or active), heartbeat and credential
 --          0  not queued: nothing is written
 --         -1  the credential is of an earlier registration: nothing is written
-if #KEYS ~= 6 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
+if #KEYS ~= 7 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate dropout: bad arguments')
 end
@@ -29,8 +30,9 @@ if waiting or prequeued then
   if tonumber(prequeued or waiting) ~= arrival then
     return -1
   end
-  moved(KEYS[6], redis.call('ZREM', KEYS[1], user))
+  counted(KEYS[6], 'removed', redis.call('ZREM', KEYS[1], user))
   redis.call('ZREM', KEYS[2], user)
+  redis.call('HDEL', KEYS[7], user)
   redis.call('ZREM', KEYS[5], user)
   return 1
 end

@@ -40,18 +40,37 @@ local function wait_estimator(admission_key, now_ms, interval_ms, batch)
   end, first_ms, rate
 end
 
--- Ranks far back are derived by the instances from samples of the waiting
--- set (src/store/ranks.rs), corrected by two counters in the admission
--- HASH: `total`, the users admitted (always from the head, so ahead of
--- everyone still waiting), and `moved`, every other change that can move a
--- user's rank (a dropout, a cleanup removal, a placed pre-queue user), which
--- bounds how far a derived rank can be off. `epoch` changes when the waiting
--- set starts anew (empty, then a first user), so that samples of an earlier
--- set are never used for a new one.
-local function moved(admission_key, count)
-  if count > 0 then
-    redis.call('HINCRBY', admission_key, 'moved', count)
+-- Calls fn with the members of `list` at most 500 at a time: Lua's unpack
+-- has a small stack limit, and batches may be up to 10000.
+local function in_chunks(list, fn)
+  for i = 1, #list, 500 do
+    fn(unpack(list, i, math.min(i + 499, #list)))
   end
+end
+
+-- Ranks far back are derived by the instances from samples of the waiting
+-- set (src/store/ranks.rs), corrected by counters in the admission HASH of
+-- every change to the set: `total`, the users admitted (always from the
+-- head, so ahead of everyone still waiting); `removed`, the other users
+-- who left (dropouts, cleanup), and `added`, users placed anywhere but at
+-- the tail (a scheduled open's pre-queue), which bound how far a derived
+-- rank can be off; and `joined`, the registrations at the tail, which move
+-- nobody's rank but let an instance check that every change was counted
+-- (the size of the set must agree). `epoch` changes when the waiting set
+-- starts anew (empty, then a first user), so that samples of an earlier
+-- set are never used for a new one.
+local function counted(admission_key, counter, count)
+  if count > 0 then
+    redis.call('HINCRBY', admission_key, counter, count)
+  end
+end
+
+-- The counters and size of the waiting set, as the instances read them with
+-- each sample and each rank call.
+local function rank_counters(admission_key, waiting_key)
+  local c = redis.call('HMGET', admission_key, 'epoch', 'total', 'removed', 'added', 'joined')
+  return {tonumber(c[1]) or 0, tonumber(c[2]) or 0, tonumber(c[3]) or 0, tonumber(c[4]) or 0,
+    tonumber(c[5]) or 0, redis.call('ZCARD', waiting_key)}
 end
 
 -- Called before users are added to the waiting set: a new epoch when it is
@@ -62,61 +81,132 @@ local function before_adding(admission_key, waiting_key, now)
   end
 end
 
--- Heartbeats. A waiting user's entry in the heartbeat ZSET is the time
--- (ms) by which their next poll is due: the time of the poll plus the
--- advice it was given (`pollAfterMs`). Cleanup removes users whose entry
--- is more than `timeout` in the past, the same rule as for the time of the
--- last poll (which is what an advice of 0 makes it), so instances that
--- write the time of the last poll and instances that write this can share
--- a queue, as during a rolling upgrade.
+-- Heartbeats. A waiting user's heartbeat is the time (ms) by which their
+-- next poll is due: the time of the poll plus the advice it was given
+-- (`pollAfterMs`). Cleanup removes users whose heartbeat is more than
+-- `timeout` in the past, the same rule as for the time of the last poll
+-- (which is what an advice of 0 makes it).
 --
 -- So a user who polls within each answer's advice is never removed, and
 -- one who stops is removed once that advice and the timeout have passed.
--- Moving an entry in a sorted set of a million is the largest part of a
--- poll's cost, and a poll need not move it when the time still left until
--- the entry is a fair advice: from half the advice it would be given (and
--- at least `pmin`) to a quarter more (and at most `pmax`). The answer then
--- advises that time left, and the entry stays where it is. So an early
+-- A poll need not write when the time still left is a fair advice: from
+-- half the advice it would be given (and at least `pmin`) to a quarter more
+-- (and at most `pmax`). The answer then advises that time left. So an early
 -- poll writes nothing, and the promise is the same either way: the answer's
--- advice ends at the entry.
+-- advice ends at the heartbeat.
 --
--- A script reads and writes the entries of a whole batch in one call each
--- (ZMSCORE, then one ZADD of every entry that moves): a call from Lua costs
--- about as much as the sorted-set work it does, so a batch of 200 polls pays
--- for two calls, not 400.
+-- Where they are kept. Moving an entry in a sorted set of a million cost
+-- more than all the rest of a poll, so heartbeats are a HASH (due_key:
+-- userId -> due), which a poll overwrites in place, and cleanup finds the
+-- silent among candidates: each write also appends the user to the list of
+-- its due time's bucket (`<dues_key>:<end>`, the bucket's end in ms, `span`
+-- wide), and the ZSET dues_key indexes the buckets by their end. Once a
+-- bucket's end is `timeout` past, cleanup takes its users and removes those
+-- whose heartbeat is still as old; those who polled since have a later one
+-- (and a later candidate). So a silent user goes within the advice, the
+-- timeout, one bucket and one cleanup interval; the bucket is `pmin`
+-- wide, at most a second.
 --
--- heartbeats(key, now_ms, pmin, pmax) gives:
---   poll_after(wait_ms)  the advice: a quarter of the expected wait, from
---                        pmin to pmax (pmax when the wait is unknown, -1)
---   read(first, last)    reads the entries of ARGV[first..last] at once
---   keep(user, advice)   the advice to give a user who polls, writing the
---                        entry only if the time left to it is not a fair one
---   set(user, advice)    the entry of a new user, due after the advice
---   flush()              writes what keep and set decided: a script that
---                        calls either calls this before it returns
-local function heartbeats(key, now_ms, pmin, pmax)
-  local h, due, writes = {}, {}, {}
+-- Instances of the version before this one keep heartbeats in the sorted
+-- set legacy_key (userId -> due). While it exists, a poll reads both and
+-- takes the later, a write moves the user out of it into the HASH, and
+-- cleanup removes a user only when both say so; once every instance runs
+-- this version it empties and costs one EXISTS per call.
+--
+-- A script reads and writes the heartbeats of a whole batch in one call
+-- each: a call from Lua costs about as much as the work it does.
+--
+-- A heartbeat is written as `<due>:<arrival>`, the user's score in the
+-- waiting set with it, so that a poll far back finds both in one lookup
+-- (see rank.lua); `<due>` alone is read too.
+local function parse_heartbeat(value)
+  if not value then
+    return false, nil
+  end
+  local due, arrival = string.match(value, '^(%d+):?(%d*)$')
+  return tonumber(due) or false, tonumber(arrival)
+end
+
+-- heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
+-- gives:
+--   poll_after(wait_ms)     the advice: a quarter of the expected wait, from
+--                           pmin to pmax (pmax when the wait is unknown, -1)
+--   read(first, last)       reads the heartbeats of ARGV[first..last] at once
+--   arrival(user)           the arrival read with a user's heartbeat (nil if
+--                           none was read)
+--   due(user)               the heartbeat read (false if none; nil if unread)
+--   keep(user, advice)      the advice to give a user who polls, writing the
+--                           heartbeat only if the time left is not a fair one
+--   set(user, advice, arrival)  the heartbeat of a user, due after the advice
+--                           (arrival: the waiting score, if the caller has it)
+--   forget(users)           drops the heartbeats of users who leave waiting
+--   flush()                 writes what keep and set decided: a script that
+--                           calls either calls this before it returns
+local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
+  local h, due, arrivals, writes, buckets, moved_out = {}, {}, {}, {}, {}, {}
+  local span = math.min(1000, pmin)
+  local legacy = redis.call('EXISTS', legacy_key) == 1
   function h.poll_after(wait_ms)
     if wait_ms < 0 then
       return pmax
     end
     return math.max(pmin, math.min(pmax, math.floor(wait_ms / 4)))
   end
+  -- The later of a HASH and a legacy heartbeat (either may be false).
+  local function later(hashed, old)
+    old = tonumber(old)
+    if old and (not hashed or old > hashed) then
+      return old
+    end
+    return hashed
+  end
   function h.read(first, last)
-    local scores = redis.call('ZMSCORE', key, unpack(ARGV, first, last))
+    local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))
+    local old = {}
+    if legacy then
+      old = redis.call('ZMSCORE', legacy_key, unpack(ARGV, first, last))
+    end
     for i = first, last do
-      due[ARGV[i]] = tonumber(scores[i - first + 1]) or false
+      local user, d, arrival = ARGV[i], parse_heartbeat(hashed[i - first + 1])
+      due[user] = later(d, old[i - first + 1])
+      arrivals[user] = arrival
     end
   end
-  function h.set(user, advice)
-    due[user] = now_ms + advice
-    writes[#writes + 1] = int(now_ms + advice)
+  function h.arrival(user)
+    return arrivals[user]
+  end
+  function h.due(user)
+    return due[user]
+  end
+  function h.set(user, advice, arrival)
+    arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
+    local at = now_ms + advice
+    due[user] = at
+    arrivals[user] = arrival
     writes[#writes + 1] = user
+    if arrival then
+      writes[#writes + 1] = int(at) .. ':' .. int(arrival)
+    else
+      writes[#writes + 1] = int(at)
+    end
+    local ends = int((math.floor(at / span) + 1) * span)
+    local bucket = buckets[ends]
+    if not bucket then
+      bucket = {}
+      buckets[ends] = bucket
+    end
+    bucket[#bucket + 1] = user
+    if legacy then
+      moved_out[#moved_out + 1] = user
+    end
   end
   function h.keep(user, advice)
     local entry = due[user]
     if entry == nil then
-      entry = tonumber(redis.call('ZSCORE', key, user)) or false
+      local old = legacy and redis.call('ZSCORE', legacy_key, user)
+      local d, arrival = parse_heartbeat(redis.call('HGET', due_key, user))
+      entry = later(d, old)
+      due[user], arrivals[user] = entry, arrival
     end
     local left = (entry or 0) - now_ms
     if left >= math.max(pmin, math.floor(advice / 2))
@@ -126,11 +216,25 @@ local function heartbeats(key, now_ms, pmin, pmax)
     h.set(user, advice)
     return advice
   end
+  function h.forget(users)
+    in_chunks(users, function(...)
+      redis.call('HDEL', due_key, ...)
+      if legacy then
+        redis.call('ZREM', legacy_key, ...)
+      end
+    end)
+  end
   function h.flush()
-    for i = 1, #writes, 1000 do
-      redis.call('ZADD', key, unpack(writes, i, math.min(i + 999, #writes)))
+    in_chunks(writes, function(...) redis.call('HSET', due_key, ...) end)
+    local index = {}
+    for ends, users in pairs(buckets) do
+      in_chunks(users, function(...) redis.call('RPUSH', dues_key .. ':' .. ends, ...) end)
+      index[#index + 1] = ends
+      index[#index + 1] = ends
     end
-    writes = {}
+    in_chunks(index, function(...) redis.call('ZADD', dues_key, ...) end)
+    in_chunks(moved_out, function(...) redis.call('ZREM', legacy_key, ...) end)
+    writes, buckets, moved_out = {}, {}, {}
   end
   return h
 end
@@ -162,13 +266,6 @@ local function batch_users(first)
   return n
 end
 
--- Calls fn with the members of `list` at most 500 at a time: Lua's unpack
--- has a small stack limit, and batches may be up to 10000.
-local function in_chunks(list, fn)
-  for i = 1, #list, 500 do
-    fn(unpack(list, i, math.min(i + 499, #list)))
-  end
-end
 
 -- The operator's live settings and the event schedule of a queue, from its
 -- control HASH (written by control.lua; absent fields keep the configured

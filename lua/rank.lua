@@ -4,7 +4,9 @@
 --
 -- KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET, KEYS[3] active ZSET,
 -- KEYS[4] admission HASH (for the wait estimate and the rank counters),
--- KEYS[5] control HASH (live settings, event), KEYS[6] prequeue ZSET
+-- KEYS[5] control HASH (live settings, event), KEYS[6] prequeue ZSET,
+-- KEYS[7] due HASH, KEYS[8] dues ZSET (KEYS[2] and these: see `heartbeats`
+-- in lib.lua)
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size (as
 --         configured; the control hash may override both)
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
@@ -12,7 +14,9 @@
 -- ARGV[6], ARGV[7] the arrivals (waiting scores) from and before which the
 --         instance derives ranks from its samples (src/store/ranks.rs);
 --         0 0 when it derives none
--- ARGV[8..] userIds, 1 to 500
+-- ARGV[8] the places from the head whose ranks are always exact
+--         (`exact-rank-window`)
+-- ARGV[9..] userIds, 1 to 500
 --
 -- Returns, for each user in order, four numbers:
 --         1, rank, wait_ms, advice   waiting, with rank users ahead; wait_ms
@@ -25,19 +29,21 @@
 --                                    opens_in_ms (0: opening now, the
 --                                    pre-queue is being placed)
 --         0, 0, 0, 0                 not queued: nothing is written
--- and then six for the batch: the admission HASH's epoch, total and moved,
--- and the wait estimate's first_ms, rate (users per window, in millionths;
--- -1 while paused) and window (ms), from which the instance estimates the
--- wait of a rank it derives as this script would.
+-- and then nine for the batch: the rank counters and the waiting set's size
+-- (see `rank_counters` in lib.lua), and the wait estimate's first_ms, rate
+-- (users per window, in millionths; -1 while paused) and window (ms), from
+-- which the instance estimates the wait of a rank it derives as this
+-- script would.
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
--- the dictionary lookup of ZMSCORE, shared by the batch: the script derives
--- a user's rank only where the advice needs no rank, that is where the
--- expected wait is at least four times `pmax`, so the advice is `pmax`.
+-- the lookup of the heartbeat, which a poll makes anyway: the script
+-- derives a user's rank only where the advice needs no rank, that is where
+-- the expected wait is at least four times `pmax`, so the advice is `pmax`.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
-if #KEYS ~= 6 or not interval or interval < 1 or not batch or batch < 1 or not timeout
-    or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not batch_users(8) then
+if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+    or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
+    or not batch_users(9) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -46,26 +52,28 @@ local phase = event_phase(control, now_ms)
 interval = control.interval or interval
 local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
-local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
-beats.read(8, #ARGV)
+local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
+beats.read(9, #ARGV)
 
 -- Where ranks are derived: from the instance's range, and no nearer than
--- the first rank whose expected wait saturates the advice.
+-- the exact window or the first rank whose expected wait saturates the
+-- advice. A user's arrival is read with their heartbeat (one lookup for
+-- both); one whose heartbeat is past the timeout may have been removed by
+-- an instance that does not keep this HASH, and gets the exact path.
 local far_from, far_to = tonumber(ARGV[6]), tonumber(ARGV[7])
-local arrivals = {}
 if phase == 'open' and far_to > far_from then
+  local nearest = tonumber(ARGV[8])
   if not control.paused then
     local windows = math.ceil((4 * pmax - first_ms) / interval)
-    local saturated = math.max(0, math.ceil(windows * rate))
-    local at = redis.call('ZRANGE', KEYS[1], saturated, saturated, 'WITHSCORES')
-    far_from = math.max(far_from, tonumber(at[2]) or far_to)
+    nearest = math.max(nearest, math.ceil(windows * rate))
   end
-  if far_to > far_from then
-    local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 8, #ARGV))
-    for i = 8, #ARGV do
-      arrivals[ARGV[i]] = tonumber(scores[i - 7])
-    end
-  end
+  local at = redis.call('ZRANGE', KEYS[1], nearest, nearest, 'WITHSCORES')
+  far_from = math.max(far_from, tonumber(at[2]) or far_to)
+end
+local function far_back(user)
+  local arrival, due = beats.arrival(user), beats.due(user)
+  return arrival and due and due >= now_ms - timeout and arrival >= far_from
+    and arrival < far_to
 end
 
 local function rank_of(user)
@@ -83,9 +91,8 @@ local function rank_of(user)
       return 4, opens_in, 0, advice
     end
   else
-    local arrival = arrivals[user]
-    if arrival and arrival >= far_from and arrival < far_to then
-      return 5, arrival, 0, beats.keep(user, pmax)
+    if far_back(user) then
+      return 5, beats.arrival(user), 0, beats.keep(user, pmax)
     end
     local rank = redis.call('ZRANK', KEYS[1], user)
     if rank then
@@ -105,7 +112,7 @@ local function rank_of(user)
 end
 
 local out = {}
-for i = 8, #ARGV do
+for i = 9, #ARGV do
   local code, value, wait, advice = rank_of(ARGV[i])
   out[#out + 1] = code
   out[#out + 1] = value
@@ -113,14 +120,13 @@ for i = 8, #ARGV do
   out[#out + 1] = advice
 end
 beats.flush()
-local counters = redis.call('HMGET', KEYS[4], 'epoch', 'total', 'moved')
-local rate_millionths = math.floor(rate * 1000000)
+local rate_millionths = math.floor(rate * 1000000 + 0.5)
 if control.paused then
   rate_millionths = -1
 end
-out[#out + 1] = tonumber(counters[1]) or 0
-out[#out + 1] = tonumber(counters[2]) or 0
-out[#out + 1] = tonumber(counters[3]) or 0
+for _, n in ipairs(rank_counters(KEYS[4], KEYS[1])) do
+  out[#out + 1] = n
+end
 out[#out + 1] = first_ms
 out[#out + 1] = rate_millionths
 out[#out + 1] = interval

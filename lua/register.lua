@@ -4,13 +4,14 @@
 -- (src/store/coalesce.rs); a lone one is a batch of one.
 --
 -- KEYS[1] waiting ZSET    (userId -> arrival order, microseconds)
--- KEYS[2] heartbeat ZSET  (userId -> when the next poll is due, ms; see
---                          `heartbeats` in lib.lua)
+-- KEYS[2] heartbeat ZSET  (of earlier versions: see `heartbeats` in lib.lua)
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only)
 -- KEYS[4] active ZSET     (userId -> active-state expiry, ms)
 -- KEYS[5] admission HASH  (the gate's record, for the wait estimate)
 -- KEYS[6] control HASH    (live settings and the event, see lib.lua)
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
+-- KEYS[8] due HASH        (userId -> when the next poll is due, ms), KEYS[9]
+--                          dues ZSET (its buckets): see `heartbeats`
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
@@ -29,10 +30,11 @@
 --         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
 -- wait_ms is -1 while admission is paused.
 --
--- A waiting user costs two sorted-set entries and nothing else.
+-- A waiting user costs a sorted-set entry, a hash field and a place in a
+-- list.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
-if #KEYS ~= 7 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+if #KEYS ~= 9 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not batch_users(6) then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
@@ -71,7 +73,8 @@ local function next_score(key, low)
 end
 
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
-local beats = heartbeats(KEYS[2], now_ms, pmin, pmax)
+local joined = 0
+local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
 
 local function register(user)
   local rank = redis.call('ZRANK', KEYS[1], user)
@@ -129,14 +132,15 @@ local function register(user)
   end
   local score = next_score(KEYS[1], floor)
   redis.call('ZADD', KEYS[1], int(score), user)
+  joined = joined + 1
   if phase == 'placing' then
-    beats.set(user, pmin)
+    beats.set(user, pmin, score)
     return 5, 0, 0, score, pmin
   end
   rank = redis.call('ZCARD', KEYS[1]) - 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
-  beats.set(user, advice)
+  beats.set(user, advice, score)
   return 1, rank, wait, score, advice
 end
 
@@ -150,4 +154,5 @@ for i = 6, #ARGV do
   out[#out + 1] = advice
 end
 beats.flush()
+counted(KEYS[5], 'joined', joined)
 return out

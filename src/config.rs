@@ -207,10 +207,9 @@ pub struct QueueConfig {
     /// `rank` needs the queueCredential too, so that nobody can keep
     /// another user's place alive or read it.
     pub require_credential: bool,
-    /// How many places from the head `rank` must answer exactly (ranks
-    /// beyond may be within 0.1%). waitgate's ranks are exact at every
-    /// place today, so every window holds; the key lets a config say what
-    /// it relies on.
+    /// How many places from the head `rank` answers exactly; beyond, ranks
+    /// may be derived from samples of the waiting set, within 0.1% (see
+    /// `store::ranks`), and are from place 10,000 on if this is smaller.
     pub exact_rank_window: u64,
 }
 

@@ -12,7 +12,9 @@ use common::*;
 use redis::Commands;
 
 const WAITING: &str = "queue:{baseball}:waiting";
-const HEARTBEAT: &str = "queue:{baseball}:heartbeat";
+/// The heartbeats of earlier versions (see `heartbeats` in lua/lib.lua).
+const LEGACY: &str = "queue:{baseball}:heartbeat";
+const DUE: &str = "queue:{baseball}:due";
 const CREDENTIAL: &str = "queue:{baseball}:credential";
 const ACTIVE: &str = "queue:{baseball}:active";
 
@@ -144,8 +146,7 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
         removed_after <= due + Duration::from_millis(100 + 150),
         "{removed_after:?}"
     );
-    let heartbeat: Option<f64> = c.zscore(HEARTBEAT, "silent").unwrap();
-    assert!(heartbeat.is_none());
+    assert!(heartbeat_of(&mut c, "baseball", "silent").is_none());
     let cred: bool = c.hexists(CREDENTIAL, "silent").unwrap();
     assert!(!cred);
     assert_eq!(rank(wg.addr, "silent").status, 404);
@@ -252,7 +253,7 @@ fn admission_is_strict_fifo_and_never_loses_or_repeats_a_user() {
         std::thread::sleep(Duration::from_millis(15));
     }
     // The admitted users' heartbeats are gone; they are told they are active.
-    let hb: u64 = c.zcard(HEARTBEAT).unwrap();
+    let hb: u64 = c.hlen(DUE).unwrap();
     assert_eq!(hb, 0);
     assert_eq!(rank(wg.addr, "fifo00").json()["status"], "ACTIVE");
 }
@@ -500,9 +501,7 @@ fn a_poll_with_a_shorter_advice_pulls_a_far_heartbeat_in() {
     register(wg.addr, "head");
     register(wg.addr, "leaver");
     let mut c = redis.conn();
-    let _: () = c
-        .zadd(HEARTBEAT, "leaver", redis.now_ms() + 60_000)
-        .unwrap();
+    let _: () = c.hset(DUE, "leaver", redis.now_ms() + 60_000).unwrap();
     let r = rank(wg.addr, "leaver");
     assert_eq!(r.status, 200);
     let polled = Instant::now();
@@ -526,6 +525,53 @@ fn a_poll_with_a_shorter_advice_pulls_a_far_heartbeat_in() {
     assert!(polled.elapsed() >= Duration::from_millis(advice + 600 - 20));
 }
 
+/// During a rolling upgrade from a version that kept heartbeats in a
+/// sorted set: this version's next poll of such a user moves the heartbeat
+/// into the hash, and keeps the user from then on; a user only the earlier
+/// version's entry speaks for is kept until that entry and the timeout pass.
+#[test]
+fn a_heartbeat_of_an_earlier_version_moves_to_the_hash_at_the_next_poll() {
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 50, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {max-active: 1}",
+    );
+    for user in ["head", "mover", "stayer"] {
+        register(wg.addr, user);
+    }
+    let mut c = redis.conn();
+    let _: () = c.hdel(DUE, &["mover", "stayer"]).unwrap();
+    let now = redis.now_ms();
+    let _: () = c.zadd(LEGACY, "mover", now).unwrap();
+    let _: () = c.zadd(LEGACY, "stayer", now + 3_000).unwrap();
+    let written = Instant::now();
+
+    assert_eq!(rank(wg.addr, "mover").status, 200);
+    let legacy: Option<f64> = c.zscore(LEGACY, "mover").unwrap();
+    let due = heartbeat_of(&mut c, "baseball", "mover");
+    assert!(legacy.is_none() && due.is_some(), "{legacy:?} {due:?}");
+    // Polled on time, the mover stays well past its old entry's timeout.
+    for _ in 0..15 {
+        let r = rank(wg.addr, "mover");
+        assert_eq!(r.status, 200, "{}", r.text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // (The head, silent, is gone by now.)
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["mover", "stayer"]);
+
+    while c
+        .zscore::<_, _, Option<f64>>(WAITING, "stayer")
+        .unwrap()
+        .is_some()
+    {
+        assert!(written.elapsed() < Duration::from_millis(3_000 + 600 + 50 + 400));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let gone = written.elapsed();
+    assert!(gone >= Duration::from_millis(3_000 + 600 - 20), "{gone:?}");
+}
+
 /// A heartbeat written as the time of the last poll, as by an instance of
 /// an earlier version during a rolling upgrade (or by hand), keeps its user
 /// for the timeout, and then the user goes.
@@ -539,7 +585,9 @@ fn a_heartbeat_that_is_the_time_of_the_last_poll_keeps_its_user_for_the_timeout(
     register(wg.addr, "head");
     register(wg.addr, "older");
     let mut c = redis.conn();
-    let _: () = c.zadd(HEARTBEAT, "older", redis.now_ms()).unwrap();
+    // Only the earlier version's heartbeat: its registration was there.
+    let _: () = c.hdel(DUE, "older").unwrap();
+    let _: () = c.zadd(LEGACY, "older", redis.now_ms()).unwrap();
     let written = Instant::now();
     let mut gone = None;
     while written.elapsed() < Duration::from_secs(4) {

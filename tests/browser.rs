@@ -111,7 +111,7 @@ impl Room {
     }
 
     fn heartbeat(&self, user: &str) -> Option<f64> {
-        redis::Commands::zscore(&mut self.redis.conn(), "queue:{baseball}:heartbeat", user).unwrap()
+        heartbeat_of(&mut self.redis.conn(), "baseball", user).map(|due| due as f64)
     }
 }
 
@@ -226,12 +226,14 @@ impl Room {
         let moved: i64 = redis::Script::new(
             "redis.call('ZREM', KEYS[1], ARGV[1]) redis.call('ZREM', KEYS[2], ARGV[1])
              redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-             redis.call('HSET', KEYS[4], ARGV[1], ARGV[3]) return 1",
+             redis.call('HSET', KEYS[4], ARGV[1], ARGV[3])
+             redis.call('HDEL', KEYS[5], ARGV[1]) return 1",
         )
         .key("queue:{soccer}:waiting")
         .key("queue:{soccer}:heartbeat")
         .key("queue:{soccer}:active")
         .key("queue:{soccer}:credential")
+        .key("queue:{soccer}:due")
         .arg("fan")
         .arg(now_ms() + 600_000)
         .arg(arrival_of(&credential))

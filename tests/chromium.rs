@@ -370,11 +370,11 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
     let _: () = redis::Script::new(
         "for i = 1, tonumber(ARGV[1]) do
            redis.call('ZADD', KEYS[1], i, 'fan_' .. i)
-           redis.call('ZADD', KEYS[2], ARGV[2], 'fan_' .. i)
+           redis.call('HSET', KEYS[2], 'fan_' .. i, ARGV[2])
          end",
     )
     .key(WAITING_KEY)
-    .key("queue:{baseball}:heartbeat")
+    .key("queue:{baseball}:due")
     .arg(1241)
     .arg(u64::MAX / 2_000_000)
     .invoke(&mut room.redis.conn())

@@ -6,7 +6,10 @@ use common::*;
 use redis::Commands;
 
 const WAITING: &str = "queue:{baseball}:waiting";
-const HEARTBEAT: &str = "queue:{baseball}:heartbeat";
+const DUE: &str = "queue:{baseball}:due";
+const DUES: &str = "queue:{baseball}:dues";
+/// The heartbeat buckets' lists, however many (see `heartbeats` in lua/lib.lua).
+const BUCKETS: &str = "queue:{baseball}:dues:*";
 const CREDENTIAL: &str = "queue:{baseball}:credential";
 const ACTIVE: &str = "queue:{baseball}:active";
 
@@ -26,6 +29,10 @@ fn zscore(c: &mut redis::Connection, key: &str, user: &str) -> Option<f64> {
     c.zscore(key, user).unwrap()
 }
 
+fn heartbeat(c: &mut redis::Connection, user: &str) -> Option<f64> {
+    heartbeat_of(c, "baseball", user).map(|due| due as f64)
+}
+
 fn has_credential(c: &mut redis::Connection, user: &str) -> bool {
     c.hexists(CREDENTIAL, user).unwrap()
 }
@@ -36,7 +43,13 @@ fn has_credential(c: &mut redis::Connection, user: &str) -> bool {
 fn all_keys(c: &mut redis::Connection) -> Vec<String> {
     let mut keys: Vec<String> = c.keys("*").unwrap();
     keys.retain(|k| k != ACTIVE && k != "queue:{baseball}:admission");
+    for k in keys.iter_mut() {
+        if k.starts_with(&BUCKETS[..BUCKETS.len() - 1]) {
+            *k = BUCKETS.to_string();
+        }
+    }
     keys.sort();
+    keys.dedup();
     keys
 }
 
@@ -61,11 +74,11 @@ fn first_registration_creates_waiting_heartbeat_and_a_credential() {
 
     let mut c = s.redis.conn();
     assert!(zscore(&mut c, WAITING, "user_10").is_some());
-    assert!(zscore(&mut c, HEARTBEAT, "user_10").is_some());
+    assert!(heartbeat(&mut c, "user_10").is_some());
     // The credential is a MAC that waitgate checks itself: a waiting user
-    // costs Redis two sorted-set entries and nothing else.
+    // costs Redis a sorted-set entry, a hash field and a place in a list.
     assert!(!has_credential(&mut c, "user_10"));
-    assert_eq!(all_keys(&mut c), [HEARTBEAT, WAITING]);
+    assert_eq!(all_keys(&mut c), [DUE, DUES, BUCKETS, WAITING]);
     // It works: the holder can leave with it.
     assert_eq!(dropout(s.wg.addr, "user_10", credential).status, 204);
 }
@@ -161,7 +174,7 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     // (30 s by default) have passed.
     let advice = v["pollAfterMs"].as_u64().unwrap() as f64;
     assert!((1_000.0..=30_000.0).contains(&advice), "{advice}");
-    let due = zscore(&mut c, HEARTBEAT, "second").unwrap();
+    let due = heartbeat(&mut c, "second").unwrap();
     assert!(
         due >= before + advice && due <= after + advice,
         "heartbeat {due}, poll between {before} and {after}, advice {advice}"
@@ -171,7 +184,7 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     let at = redis_now();
     let again = rank(s.wg.addr, "second");
     assert_eq!(again.status, 200);
-    assert_eq!(zscore(&mut c, HEARTBEAT, "second").unwrap(), due);
+    assert_eq!(heartbeat(&mut c, "second").unwrap(), due);
     let left = again.json()["pollAfterMs"].as_u64().unwrap() as f64;
     assert!(
         left <= due - at && left >= due - at - 200.0,
@@ -187,7 +200,7 @@ fn rank_of_an_unknown_user_is_404_and_creates_nothing() {
     assert_eq!(r.status, 404);
     assert_eq!(r.error_code(), "user_not_queued");
     let mut c = s.redis.conn();
-    assert!(zscore(&mut c, HEARTBEAT, "ghost").is_none());
+    assert!(heartbeat(&mut c, "ghost").is_none());
     assert!(all_keys(&mut c).is_empty());
 }
 
@@ -209,7 +222,7 @@ fn an_active_user_is_told_so() {
     assert_eq!(r.json()["status"], "ACTIVE");
     assert!(r.json().get("queueCredential").is_none());
     assert!(zscore(&mut c, WAITING, "vip").is_none());
-    assert!(zscore(&mut c, HEARTBEAT, "vip").is_none());
+    assert!(heartbeat(&mut c, "vip").is_none());
 }
 
 #[test]
@@ -222,7 +235,7 @@ fn dropout_removes_all_three_together() {
     assert!(r.body.is_empty());
     let mut c = s.redis.conn();
     assert!(zscore(&mut c, WAITING, "leaver").is_none());
-    assert!(zscore(&mut c, HEARTBEAT, "leaver").is_none());
+    assert!(heartbeat(&mut c, "leaver").is_none());
     assert!(!has_credential(&mut c, "leaver"));
     // The other user moves up.
     assert_eq!(rank(s.wg.addr, "stayer").json()["rank"], 0);
@@ -258,7 +271,7 @@ fn dropout_needs_the_right_credential() {
     assert_eq!(twice.status, 400);
 
     assert!(zscore(&mut c, WAITING, "victim").is_some());
-    assert_eq!(before, [HEARTBEAT, WAITING]);
+    assert_eq!(before, [DUE, DUES, BUCKETS, WAITING]);
     assert_eq!(all_keys(&mut c), before);
     assert_eq!(dropout(s.wg.addr, "victim", &cred).status, 204);
 }

@@ -10,7 +10,8 @@ use common::*;
 use redis::Commands;
 
 const WAITING: &str = "queue:{baseball}:waiting";
-const HEARTBEAT: &str = "queue:{baseball}:heartbeat";
+const DUE: &str = "queue:{baseball}:due";
+const DUES: &str = "queue:{baseball}:dues";
 
 fn start(redis: &Redis) -> Waitgate {
     let ports = Ports::new();
@@ -41,10 +42,11 @@ fn fill(
         let mut waiting = redis::pipe();
         for &i in chunk {
             let user = format!("{prefix}{i}");
+            let arrival = base + spacing * i as u64;
+            waiting.zadd(WAITING, &user, arrival).ignore();
             waiting
-                .zadd(WAITING, &user, base + spacing * i as u64)
+                .hset(DUE, &user, format!("{due}:{arrival}"))
                 .ignore();
-            waiting.zadd(HEARTBEAT, &user, due).ignore();
         }
         let () = waiting.query(&mut c).unwrap();
     }
@@ -116,9 +118,7 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
     // 700 users near the head go silent and cleanup takes them out: every
     // rank behind them is 700 less, derived or asked again exactly.
     let stale: Vec<String> = (2_000..2_700).map(|i| format!("u{i}")).collect();
-    for user in &stale {
-        let () = c.zadd(HEARTBEAT, user, 0).unwrap();
-    }
+    make_silent(&mut c, "baseball", &stale);
     let deadline = Instant::now() + Duration::from_secs(5);
     while c
         .zscore::<_, _, Option<f64>>(WAITING, "u2699")
@@ -147,14 +147,14 @@ fn a_new_waiting_set_is_never_read_off_the_samples_of_the_last() {
     // set empties) 20,000, two microseconds apart. The first set's samples
     // would put b10000 at about 20,000.
     for _attempt in 0..3 {
-        let () = c.del(&[WAITING, HEARTBEAT]).unwrap();
+        let () = c.del(&[WAITING, DUE, DUES]).unwrap();
         let base = fill(&wg, &redis, ("head", "a", 40_000), None, 1);
         wait_for_samples(&wg, 0.0);
         let first = samples_of(&wg);
         let (api, exact, _) = ranks_of(&wg, &mut c, "a30000");
         assert_within(api, exact, "first set");
 
-        let () = c.del(&[WAITING, HEARTBEAT]).unwrap();
+        let () = c.del(&[WAITING, DUE, DUES]).unwrap();
         fill(&wg, &redis, ("again", "b", 20_000), Some(base), 2);
         let (api, exact, after) = ranks_of(&wg, &mut c, "b10000");
         assert_eq!(exact, 10_000);

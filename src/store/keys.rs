@@ -8,8 +8,15 @@
 pub struct QueueKeys {
     /// ZSET userId -> arrival order (microseconds, strictly increasing).
     pub waiting: String,
-    /// ZSET userId -> last rank poll (ms).
+    /// ZSET userId -> when the next poll is due (ms), as versions before
+    /// `due` kept heartbeats (see `heartbeats` in `lua/lib.lua`).
     pub heartbeat: String,
+    /// HASH userId -> when the next poll is due (ms): the heartbeats.
+    pub due: String,
+    /// ZSET of the heartbeat buckets by their end (ms); the bucket ending
+    /// at `e` is the LIST `<dues>:<e>` of the users whose heartbeat a poll
+    /// set within it, the candidates cleanup looks at once it is past.
+    pub dues: String,
     /// ZSET userId -> active-state expiry (ms).
     pub active: String,
     /// HASH userId -> arrival, for admitted users only (see
@@ -33,6 +40,8 @@ impl QueueKeys {
         QueueKeys {
             waiting: key("waiting"),
             heartbeat: key("heartbeat"),
+            due: key("due"),
+            dues: key("dues"),
             active: key("active"),
             credential: key("credential"),
             admission: key("admission"),
@@ -52,6 +61,8 @@ mod tests {
         let k = QueueKeys::new("baseball");
         assert_eq!(k.waiting, "queue:{baseball}:waiting");
         assert_eq!(k.heartbeat, "queue:{baseball}:heartbeat");
+        assert_eq!(k.due, "queue:{baseball}:due");
+        assert_eq!(k.dues, "queue:{baseball}:dues");
         assert_eq!(k.active, "queue:{baseball}:active");
         assert_eq!(k.credential, "queue:{baseball}:credential");
         assert_eq!(k.admission, "queue:{baseball}:admission");

@@ -207,6 +207,8 @@ pub enum Refused {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cleanup {
     pub stale_waiting: u64,
+    /// Silent users may be left that the call had no room to look at.
+    pub more: bool,
     pub expired_active: u64,
 }
 
@@ -651,6 +653,8 @@ impl Store {
             .key(&keys.admission)
             .key(&keys.control)
             .key(&keys.prequeue)
+            .key(&keys.due)
+            .key(&keys.dues)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
@@ -760,25 +764,24 @@ impl Store {
             .key(&keys.admission)
             .key(&keys.control)
             .key(&keys.prequeue)
+            .key(&keys.due)
+            .key(&keys.dues)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
         let (from, to) = range.unwrap_or((0, 0));
-        invocation.arg(from).arg(to);
+        let nearest = samples.map_or(0, |s| s.nearest);
+        invocation.arg(from).arg(to).arg(nearest);
         for user in users {
             invocation.arg(*user);
         }
         let flat: Vec<i64> = self.run(invocation).await?;
-        let Some(split) = flat.len().checked_sub(6) else {
+        let Some(split) = flat.len().checked_sub(9) else {
             return Err(StoreError::Failed("rank: no batch numbers".into()));
         };
         let (each, batch) = flat.split_at(split);
-        let counters = ranks::Counters {
-            epoch: count(batch[0])?,
-            total: count(batch[1])?,
-            moved: count(batch[2])?,
-        };
-        let (first_ms, rate, interval_ms) = (batch[3], batch[4], count(batch[5])?);
+        let counters = counters(&batch[..6])?;
+        let (first_ms, rate, interval_ms) = (batch[6], batch[7], count(batch[8])?);
         answers("rank", each, 4, users.len())?
             .map(|a| {
                 let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
@@ -809,9 +812,9 @@ impl Store {
             .collect()
     }
 
-    /// Takes the samples of a queue's waiting set from `first` on, in
-    /// bounded read-only steps; `None` if the set is smaller or changed
-    /// epoch meanwhile.
+    /// Takes the samples of a queue's waiting set from place `first` on, in
+    /// bounded read-only steps; `None` if the set started anew or changed
+    /// uncounted meanwhile.
     pub async fn take_samples(
         &self,
         keys: &QueueKeys,
@@ -819,46 +822,61 @@ impl Store {
     ) -> Result<Option<Samples>, StoreError> {
         let taken = std::time::Instant::now();
         let mut points = Vec::new();
-        let mut epoch = None;
-        let mut next = first;
+        let mut steps = Vec::new();
+        // Places, counted with those admitted: the first of the first step
+        // is `first` from the head as the sampling starts.
+        let mut next = None;
         loop {
-            let step: Vec<u64> = (0..ranks::STEP)
-                .map(|_| {
-                    let rank = next;
-                    next = ranks::after(rank);
-                    rank
-                })
-                .collect();
             let mut invocation = SAMPLES.prepare_invoke();
             invocation.key(&keys.waiting).key(&keys.admission);
-            for rank in &step {
-                invocation.arg(*rank);
+            let start = match next {
+                Some(place) => place,
+                None => {
+                    // The first step reads the counters alone.
+                    invocation.arg(u64::MAX);
+                    let flat: Vec<i64> = self.run(invocation).await?;
+                    next = Some(first + counters(flat.get(..6).unwrap_or(&[]))?.total);
+                    continue;
+                }
+            };
+            let mut place = start;
+            let step: Vec<u64> = (0..ranks::STEP)
+                .map(|_| {
+                    let this = place;
+                    place = ranks::after(this);
+                    this
+                })
+                .collect();
+            next = Some(place);
+            for place in &step {
+                invocation.arg(*place);
             }
             let flat: Vec<i64> = self.run(invocation).await?;
-            if flat.len() < 4 {
-                return Err(StoreError::Failed("samples: a short answer".into()));
+            let read = counters(flat.get(..6).unwrap_or(&[]))?;
+            steps.push(read);
+            let scores = &flat[6..];
+            for (place, score) in step.iter().zip(scores) {
+                if *score >= 0 {
+                    points.push(ranks::Point {
+                        score: count(*score)?,
+                        lifted: *place,
+                        total: read.total,
+                        removed: read.removed,
+                        added: read.added,
+                    });
+                }
             }
-            let (step_epoch, total, moved) = (count(flat[0])?, count(flat[1])?, count(flat[2])?);
-            if *epoch.get_or_insert(step_epoch) != step_epoch {
-                return Ok(None);
-            }
-            for (rank, score) in step.iter().zip(&flat[4..]) {
-                points.push(ranks::Point {
-                    score: count(*score)?,
-                    lifted: rank + total,
-                    total,
-                    moved,
-                });
-            }
-            if flat.len() - 4 < step.len() {
+            if scores.len() < step.len() {
                 // Past the tail.
                 break;
             }
         }
-        // Steps apart in time can disagree where admissions or moves came
-        // between them; what is left increasing is what a rank is read off.
-        points.dedup_by(|b, a| b.score <= a.score || b.lifted <= a.lifted);
-        Ok(epoch.map(|epoch| Samples::new(epoch, points, taken)))
+        // Steps apart in time can disagree where changes came between
+        // them; what is left increasing is what a rank is read off.
+        points.dedup_by(|later, earlier| {
+            later.score <= earlier.score || later.lifted <= earlier.lifted
+        });
+        Ok(ranks::Samples::new(points, &steps, taken).map(|s| s.from_place(first)))
     }
 
     /// One call of the global admission gate.
@@ -877,6 +895,8 @@ impl Store {
             .key(&keys.credential)
             .key(&keys.control)
             .key(&keys.prequeue)
+            .key(&keys.due)
+            .key(&keys.dues)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
@@ -919,12 +939,16 @@ impl Store {
             .key(&keys.active)
             .key(&keys.prequeue)
             .key(&keys.admission)
+            .key(&keys.due)
+            .key(&keys.dues)
             .arg(heartbeat.cleanup_batch_size)
             .arg(heartbeat.timeout.as_millis() as u64);
-        let (stale, expired): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
+        let (stale, expired, more): (i64, i64, i64) =
+            self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
             stale_waiting: count(stale)?,
             expired_active: count(expired)?,
+            more: more == 1,
         })
     }
 
@@ -958,6 +982,7 @@ impl Store {
             .key(&keys.active)
             .key(&keys.prequeue)
             .key(&keys.admission)
+            .key(&keys.due)
             .arg(user)
             .arg(arrival);
         let code: i64 = self.run_write(invocation, &keys.waiting).await?;
@@ -1189,6 +1214,21 @@ fn answers<'a>(
         )));
     }
     Ok(flat.chunks_exact(width))
+}
+
+/// The rank counters a script returned (`rank_counters` in `lua/lib.lua`).
+fn counters(numbers: &[i64]) -> Result<ranks::Counters, StoreError> {
+    let [epoch, total, removed, added, joined, size] = numbers else {
+        return Err(StoreError::Failed("rank counters: a short answer".into()));
+    };
+    Ok(ranks::Counters {
+        epoch: count(*epoch)?,
+        total: count(*total)?,
+        removed: count(*removed)?,
+        added: count(*added)?,
+        joined: count(*joined)?,
+        size: count(*size)?,
+    })
 }
 
 /// The one answer of a batch of one.

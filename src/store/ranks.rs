@@ -5,75 +5,124 @@
 //! than the rest of a poll at a million waiting. Far back, where the poll
 //! advice no longer depends on the rank (see `lua/rank.lua`), the script
 //! returns the user's arrival (their score, a dictionary lookup) instead,
-//! and the instance reads the rank off its samples: the scores at ranks
+//! and the instance reads the rank off its samples: the scores at places
 //! 0.04% apart, taken every [`REFRESH`] in bounded read-only steps
-//! (`lua/samples.lua`). A sample is kept with two counters of the admission
-//! HASH as of its step: `total`, the users admitted since (all from the
-//! head, so ahead of everyone still waiting: the rank drops by exactly
-//! that), and `moved`, every other change that can move a rank (dropouts,
-//! cleanup, placements). Between two samples the rank of an arrival lies in
-//! a range that the gap between them and the moves since bound; a derived
-//! rank is used only when that whole range is within 0.1% of it, and is
-//! otherwise asked of Redis exactly, in a second call. So every rank is
-//! within 0.1%, and exact in the first `exact-rank-window` places (ranks
-//! are derived from [`FIRST_SAMPLE`] on, or from the window if larger).
+//! (`lua/samples.lua`).
+//!
+//! Every change to the waiting set is counted in the admission HASH (see
+//! `counted` in `lua/lib.lua`), and each sample is kept with the counters
+//! as of its step: `total` admitted (all from the head, so ahead of
+//! everyone still waiting: a rank drops by exactly that), `removed` (other
+//! departures, which can only lower a rank) and `added` (placements, which
+//! can only raise one). So between two samples the rank of an arrival lies
+//! in a range that the gap between them and the changes since bound; a
+//! derived rank is used only when that whole range is within 0.1% of it,
+//! and is otherwise asked of Redis exactly, in a second call. The counters
+//! and the set's size must also agree (nothing changed the set uncounted,
+//! as an instance of an earlier version or a hand edit would). So every
+//! rank is within 0.1%, and exact in the first `exact-rank-window` places
+//! (the script derives none nearer; samples start at [`FIRST_SAMPLE`] or at
+//! the window, if larger).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often an instance takes its samples of a queue.
 pub const REFRESH: Duration = Duration::from_secs(5);
-/// The nearest rank sampled, unless the queue's exact-rank-window is larger:
-/// nearer the head a rank is cheap, and the advice needs it exactly anyway.
+/// The nearest place sampled, unless the queue's exact-rank-window is
+/// larger: nearer the head the advice needs the rank exactly anyway.
 pub const FIRST_SAMPLE: u64 = 10_000;
-/// Samples are this fraction of their rank apart, so that the gap leaves
-/// more than half of the 0.1% allowed for the moves until the next refresh.
+/// Samples are this fraction of their place apart, so that the gap leaves
+/// more than half of the 0.1% allowed for the changes until the next refresh.
 const GAP: f64 = 0.0004;
 /// Samples older than this are not used (the sampler cannot reach Redis).
 const MAX_AGE: Duration = Duration::from_secs(30);
-/// The ranks one `samples.lua` call reads.
+/// The places one `samples.lua` call reads.
 pub const STEP: usize = 500;
 
-/// One sample: the score at a rank, and the counters as of then.
+/// The counters of the waiting set and its size, as a call read them
+/// (`rank_counters` in `lua/lib.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub epoch: u64,
+    pub total: u64,
+    pub removed: u64,
+    pub added: u64,
+    pub joined: u64,
+    pub size: u64,
+}
+
+impl Counters {
+    /// The size less every counted change: the same at any two times if
+    /// every change between them was counted.
+    fn uncounted(&self) -> i128 {
+        i128::from(self.size) + i128::from(self.total) + i128::from(self.removed)
+            - i128::from(self.added)
+            - i128::from(self.joined)
+    }
+}
+
+/// One sample: the score at a place, and the counters as of then.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
     pub score: u64,
     /// The rank plus the `total` admitted as of the sample: admissions do
     /// not change it.
     pub lifted: u64,
-    /// `total` and `moved` as of the sample.
     pub total: u64,
-    pub moved: u64,
+    pub removed: u64,
+    pub added: u64,
 }
 
-/// The counters a call reads with its answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Counters {
-    pub epoch: u64,
-    pub total: u64,
-    pub moved: u64,
-}
-
-/// One queue's samples, in ascending score (and rank).
+/// One queue's samples, in ascending score (and place).
 #[derive(Debug)]
 pub struct Samples {
     pub epoch: u64,
+    /// The nearest place a rank may be derived at (the script derives none
+    /// nearer): the first sampled.
+    pub nearest: u64,
     pub points: Vec<Point>,
     pub taken: Instant,
-    /// The latest counters a rank call read (`total`, `moved`), from which
-    /// [`Samples::range`] leaves out the samples the moves since made too
-    /// coarse.
-    seen: [AtomicU64; 2],
+    /// [`Counters::uncounted`] of every step.
+    uncounted: i128,
+    /// The latest counters a rank call read (`total`, `removed`, `added`),
+    /// from which [`Samples::range`] leaves out the samples the changes
+    /// since made too coarse.
+    seen: [AtomicU64; 3],
 }
 
 impl Samples {
-    pub fn new(epoch: u64, points: Vec<Point>, taken: Instant) -> Samples {
-        let (total, moved) = points.first().map_or((0, 0), |p| (p.total, p.moved));
-        Samples {
-            epoch,
+    /// Samples of the steps that read `counters`, or `None` if the steps
+    /// do not agree (the set started anew, or changed uncounted, between
+    /// them).
+    pub fn new(points: Vec<Point>, counters: &[Counters], taken: Instant) -> Option<Samples> {
+        let first = counters.first()?;
+        if counters
+            .iter()
+            .any(|c| c.epoch != first.epoch || c.uncounted() != first.uncounted())
+        {
+            return None;
+        }
+        let last = counters.last()?;
+        Some(Samples {
+            epoch: first.epoch,
+            nearest: FIRST_SAMPLE,
             points,
             taken,
-            seen: [AtomicU64::new(total), AtomicU64::new(moved)],
+            uncounted: first.uncounted(),
+            seen: [
+                AtomicU64::new(last.total),
+                AtomicU64::new(last.removed),
+                AtomicU64::new(last.added),
+            ],
+        })
+    }
+
+    /// These, derived from `place` on (the first sampled).
+    pub fn from_place(self, place: u64) -> Samples {
+        Samples {
+            nearest: place,
+            ..self
         }
     }
 
@@ -85,31 +134,36 @@ impl Samples {
             return None;
         }
         let now = Counters {
-            epoch: self.epoch,
             total: self.seen[0].load(Ordering::Relaxed),
-            moved: self.seen[1].load(Ordering::Relaxed),
+            removed: self.seen[1].load(Ordering::Relaxed),
+            added: self.seen[2].load(Ordering::Relaxed),
+            ..Counters::default()
         };
-        // The bound widens with the moves and loosens with the rank, so
-        // the samples it holds past are a tail of them.
+        // The bound loosens with the place, and the changes since each
+        // sample only fall along the samples, so the samples it holds past
+        // are a tail of them.
         let last = self.points.len() - 1;
-        let from = self.points[..last].partition_point(|p| self.range_at(p, now).is_none());
+        let (mut from, mut to) = (0, last);
+        while from < to {
+            let mid = (from + to) / 2;
+            if self.bounds(mid, self.points[mid].score + 1, now).is_none() {
+                from = mid + 1;
+            } else {
+                to = mid;
+            }
+        }
         (from < last).then(|| (self.points[from].score, self.points[last].score))
-    }
-
-    /// The range of ranks a user just past the sample `low` may have now.
-    fn range_at(&self, low: &Point, now: Counters) -> Option<(u64, u64)> {
-        let i = self.points.partition_point(|p| p.score <= low.score) - 1;
-        self.bounds(i, low.score + 1, now)
     }
 
     /// The rank of `score` now, if it can be told within 0.1% (and `score`
     /// lies in [`Samples::range`]).
     pub fn rank(&self, score: u64, now: Counters) -> Option<u64> {
-        if now.epoch != self.epoch {
+        if now.epoch != self.epoch || now.uncounted() != self.uncounted {
             return None;
         }
         self.seen[0].fetch_max(now.total, Ordering::Relaxed);
-        self.seen[1].fetch_max(now.moved, Ordering::Relaxed);
+        self.seen[1].fetch_max(now.removed, Ordering::Relaxed);
+        self.seen[2].fetch_max(now.added, Ordering::Relaxed);
         // The last sample at or below the score.
         let i = self
             .points
@@ -128,16 +182,19 @@ impl Samples {
     fn bounds(&self, i: usize, score: u64, now: Counters) -> Option<(u64, u64)> {
         let low = self.points[i];
         let high = *self.points.get(i + 1)?;
-        if now.total < low.total.max(high.total) || now.moved < low.moved.max(high.moved) {
+        if now.total < low.total.max(high.total)
+            || now.removed < low.removed.max(high.removed)
+            || now.added < low.added.max(high.added)
+        {
             return None;
         }
         // Everyone ahead of the user now: at the lower sample there were
-        // low.rank (+1 past it) ahead, less those admitted and those moved
-        // since; at the upper one high.rank less one, less those admitted,
-        // plus those moved.
+        // low's rank ahead (and low itself, past it), less those admitted
+        // and removed since; at the upper one high's rank less the user,
+        // less those admitted, plus those added since.
         let past = u64::from(score > low.score);
-        let least = (low.lifted + past).checked_sub(now.total + (now.moved - low.moved))?;
-        let most = (high.lifted + (now.moved - high.moved)).checked_sub(now.total + 1)?;
+        let least = (low.lifted + past).checked_sub(now.total + (now.removed - low.removed))?;
+        let most = (high.lifted + (now.added - high.added)).checked_sub(now.total + 1)?;
         if most < least || (most - least) as f64 > least as f64 * 0.001 {
             return None;
         }
@@ -145,9 +202,9 @@ impl Samples {
     }
 }
 
-/// The rank sampled after `rank`.
-pub fn after(rank: u64) -> u64 {
-    rank + ((rank as f64 * GAP) as u64).max(1)
+/// The place sampled after `place`.
+pub fn after(place: u64) -> u64 {
+    place + ((place as f64 * GAP) as u64).max(1)
 }
 
 /// The wait a script would estimate for `rank` (see `wait_estimator` in
@@ -158,96 +215,151 @@ pub fn wait_ms(rank: u64, first_ms: i64, rate_millionths: i64, interval_ms: u64)
     }
     let rate = (rate_millionths as f64 / 1e6).max(0.01);
     let windows = (rank as f64 / rate).floor() as u64;
-    Some(first_ms.max(0) as u64 + windows.saturating_mul(interval_ms))
+    Some((first_ms.max(0) as u64).saturating_add(windows.saturating_mul(interval_ms)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Samples of a set whose scores are 10 × rank, taken with `total`
-    /// admitted and `moved` moved.
-    fn samples(ranks: &[u64], total: u64, moved: u64) -> Samples {
-        let points = ranks
+    /// Samples of a set whose scores are 10 × place, taken with `total`
+    /// admitted, `removed` removed and `added` added.
+    fn samples(places: &[u64], total: u64, removed: u64, added: u64) -> Samples {
+        let points = places
             .iter()
-            .map(|&r| Point {
-                score: 10 * (r + total),
-                lifted: r + total,
+            .map(|&p| Point {
+                score: 10 * p,
+                lifted: p,
                 total,
-                moved,
+                removed,
+                added,
             })
             .collect();
-        Samples::new(7, points, Instant::now())
+        Samples::new(points, &[at(total, removed, added)], Instant::now()).unwrap()
     }
 
-    fn at(total: u64, moved: u64) -> Counters {
+    /// Counters of a set of 100,000 that has changed only as counted.
+    fn at(total: u64, removed: u64, added: u64) -> Counters {
         Counters {
             epoch: 7,
             total,
-            moved,
+            removed,
+            added,
+            joined: 0,
+            size: 100_000 + added - total - removed,
         }
     }
 
     #[test]
     fn a_rank_between_samples_is_read_off_them_less_those_admitted_since() {
-        let s = samples(&[10_000, 10_004, 20_000, 20_008], 0, 0);
-        assert_eq!(s.rank(100_000, at(0, 0)), Some(10_000));
-        assert_eq!(s.rank(100_020, at(0, 0)), Some(10_002));
+        let s = samples(&[10_000, 10_004, 20_000, 20_008], 0, 0, 0);
+        assert_eq!(s.rank(100_000, at(0, 0, 0)), Some(10_000));
+        assert_eq!(s.rank(100_020, at(0, 0, 0)), Some(10_002));
         // 100 admitted since: everyone is 100 nearer.
-        assert_eq!(s.rank(100_020, at(100, 0)), Some(9_902));
-        assert_eq!(s.rank(200_040, at(100, 0)), Some(19_904));
+        assert_eq!(s.rank(100_020, at(100, 0, 0)), Some(9_902));
+        assert_eq!(s.rank(200_040, at(100, 0, 0)), Some(19_904));
     }
 
     #[test]
     fn a_rank_that_cannot_be_told_within_a_thousandth_is_not_derived() {
         // 10,004 to 20,000 is a gap far wider than 0.1%.
-        let s = samples(&[10_000, 10_004, 20_000, 20_008], 0, 0);
-        assert_eq!(s.rank(150_000, at(0, 0)), None);
-        // Between 10,000 and 10,004 the rank is 10,001 to 10,003; 3 moves
-        // since widen that to 9,998 to 10,006, within 0.1%; 4 do not.
-        assert_eq!(s.rank(100_020, at(0, 3)), Some(10_002));
-        assert_eq!(s.rank(100_020, at(0, 4)), None);
+        let s = samples(&[10_000, 10_004, 20_000, 20_008], 0, 0, 0);
+        assert_eq!(s.rank(150_000, at(0, 0, 0)), None);
+        // Between 10,000 and 10,004 the rank is 10,001 to 10,003; 7
+        // removals since widen that to 9,994 to 10,003, within 0.1%; 8 do
+        // not. Nor do 4 and 4 additions.
+        assert_eq!(s.rank(100_020, at(0, 7, 0)), Some(10_002));
+        assert_eq!(s.rank(100_020, at(0, 8, 0)), None);
+        assert!(s.rank(100_020, at(0, 3, 3)).is_some());
+        assert_eq!(s.rank(100_020, at(0, 4, 4)), None);
         // Outside the samples, or of another epoch, or counters gone back.
-        assert_eq!(s.rank(99_990, at(0, 0)), None);
-        assert_eq!(s.rank(200_090, at(0, 0)), None);
+        assert_eq!(s.rank(99_990, at(0, 0, 0)), None);
+        assert_eq!(s.rank(200_090, at(0, 0, 0)), None);
         let other = Counters {
             epoch: 8,
-            ..at(0, 0)
+            ..at(0, 0, 0)
         };
         assert_eq!(s.rank(100_020, other), None);
-        let s = samples(&[10_000, 10_004], 0, 3);
-        assert_eq!(s.rank(100_020, at(0, 2)), None);
-        let s = samples(&[10_000, 10_004], 50, 0);
-        assert_eq!(s.rank(100_520, at(49, 0)), None);
-        assert_eq!(s.rank(100_520, at(50, 0)), Some(10_002));
+        let s = samples(&[10_000, 10_004], 50, 3, 0);
+        assert_eq!(s.rank(100_020, at(50, 2, 0)), None);
+        assert_eq!(s.rank(100_020, at(49, 3, 0)), None);
+        assert_eq!(s.rank(100_020, at(50, 3, 0)), Some(9_952));
     }
 
     #[test]
-    fn the_range_leaves_out_the_samples_the_moves_since_made_too_coarse() {
-        let ranks: Vec<u64> = std::iter::successors(Some(10_000), |&r| Some(after(r)))
-            .take_while(|&r| r < 100_000)
+    fn a_change_nobody_counted_turns_every_derived_rank_down() {
+        let s = samples(&[10_000, 10_004], 0, 0, 0);
+        let uncounted = Counters {
+            size: 99_990,
+            ..at(0, 0, 0)
+        };
+        assert_eq!(s.rank(100_020, uncounted), None);
+        // Registrations at the tail are counted and move nobody.
+        let joined = Counters {
+            joined: 500,
+            size: 100_500,
+            ..at(0, 0, 0)
+        };
+        assert_eq!(s.rank(100_020, joined), Some(10_002));
+        // Steps that disagree make no samples.
+        let steps = [
+            at(0, 0, 0),
+            Counters {
+                size: 5,
+                ..at(0, 0, 0)
+            },
+        ];
+        assert!(Samples::new(Vec::new(), &steps, Instant::now()).is_none());
+    }
+
+    #[test]
+    fn the_range_leaves_out_the_samples_the_changes_since_made_too_coarse() {
+        let places: Vec<u64> = std::iter::successors(Some(10_000), |&p| Some(after(p)))
+            .take_while(|&p| p < 100_000)
             .collect();
-        let s = samples(&ranks, 0, 0);
-        let last = 10 * ranks[ranks.len() - 1];
+        let s = samples(&places, 0, 0, 0);
+        let last = 10 * places[places.len() - 1];
         assert_eq!(s.range(), Some((100_000, last)));
-        // 10 moves since: 0.04% gaps and 20 more places of doubt hold
-        // within 0.1% from about rank 29,000.
-        assert_eq!(s.rank(10 * 50_001, at(0, 10)), Some(50_001));
+        // 10 removed and 10 added since: 0.04% gaps and 20 more places of
+        // doubt hold within 0.1% from about place 29,000.
+        assert_eq!(s.rank(10 * 50_001, at(0, 10, 10)), Some(50_001));
         let (from, to) = s.range().unwrap();
         assert_eq!(to, last);
         assert!((285_000..295_000).contains(&from), "{from}");
-        assert!(s.rank(from + 5, at(0, 10)).is_some());
-        assert_eq!(s.rank(from - 50, at(0, 10)), None);
+        assert!(s.rank(from + 5, at(0, 10, 10)).is_some());
+        assert_eq!(s.rank(from - 50, at(0, 10, 10)), None);
     }
 
     #[test]
-    fn samples_are_a_fixed_fraction_of_their_rank_apart() {
+    fn steps_taken_apart_start_from_their_latest_counters() {
+        // The second step saw 5 removals the first did not: the range
+        // still covers the samples.
+        let mut points: Vec<Point> = [10_000, 10_004, 10_008, 10_012]
+            .iter()
+            .map(|&p| Point {
+                score: 10 * p,
+                lifted: p,
+                total: 0,
+                removed: 0,
+                added: 0,
+            })
+            .collect();
+        for p in &mut points[2..] {
+            p.removed = 5;
+        }
+        let steps = [at(0, 0, 0), at(0, 5, 0)];
+        let s = Samples::new(points, &steps, Instant::now()).unwrap();
+        assert_eq!(s.range(), Some((100_000, 100_120)));
+    }
+
+    #[test]
+    fn samples_are_a_fixed_fraction_of_their_place_apart() {
         assert_eq!(after(10_000), 10_004);
         assert_eq!(after(1_000), 1_001);
-        let mut rank = FIRST_SAMPLE;
+        let mut place = FIRST_SAMPLE;
         let mut n = 0;
-        while rank < 1_000_000 {
-            rank = after(rank);
+        while place < 1_000_000 {
+            place = after(place);
             n += 1;
         }
         assert!((11_000..12_000).contains(&n), "{n} samples to a million");
@@ -257,5 +369,9 @@ mod tests {
     fn the_wait_is_estimated_as_the_script_does() {
         assert_eq!(wait_ms(250, 400, 100_000_000, 1000), Some(2_400));
         assert_eq!(wait_ms(250, 400, -1, 1000), None);
+        assert_eq!(
+            wait_ms(u64::MAX, i64::MAX, 10_000, u64::MAX),
+            Some(u64::MAX)
+        );
     }
 }

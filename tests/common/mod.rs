@@ -262,6 +262,28 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect::<String>()
 }
 
+/// The heartbeat of `user` in `queue`: when their next poll is due (ms),
+/// as `lua/lib.lua` writes it (`<due>:<arrival>`).
+pub fn heartbeat_of(c: &mut redis::Connection, queue: &str, user: &str) -> Option<u64> {
+    let value: Option<String> =
+        redis::Commands::hget(c, format!("queue:{{{queue}}}:due"), user).unwrap();
+    value.map(|v| v.split(':').next().unwrap().parse().unwrap())
+}
+
+/// Makes `users` of `queue` silent long ago: their heartbeat long past, in
+/// a heartbeat bucket long past, so that the next cleanup removes them.
+pub fn make_silent(c: &mut redis::Connection, queue: &str, users: &[String]) {
+    let due = format!("queue:{{{queue}}}:due");
+    let dues = format!("queue:{{{queue}}}:dues");
+    let mut p = redis::pipe();
+    for user in users {
+        p.hset(&due, user, 1).ignore();
+        p.rpush(format!("{dues}:1000"), user).ignore();
+    }
+    p.zadd(&dues, 1000, 1000).ignore();
+    let () = p.query(c).unwrap();
+}
+
 /// A running `waitgate` binary, killed on drop.
 pub struct Waitgate {
     pub addr: SocketAddr,
