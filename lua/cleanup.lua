@@ -65,13 +65,14 @@ end
 -- none at all has left already (or was admitted).
 local stale = {}
 for i = 1, #candidates, 500 do
-  local chunk = {unpack(candidates, i, math.min(i + 499, #candidates))}
-  local hashed = redis.call('HMGET', KEYS[7], unpack(chunk))
+  local last = math.min(i + 499, #candidates)
+  local hashed = redis.call('HMGET', KEYS[7], unpack(candidates, i, last))
   local old = {}
   if legacy then
-    old = redis.call('ZMSCORE', KEYS[2], unpack(chunk))
+    old = redis.call('ZMSCORE', KEYS[2], unpack(candidates, i, last))
   end
-  for j, user in ipairs(chunk) do
+  for j = 1, last - i + 1 do
+    local user = candidates[i + j - 1]
     local due, was = parse_heartbeat(hashed[j]), tonumber(old[j]) or was_due[user]
     due = due or nil
     if (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then

@@ -123,8 +123,14 @@ local function parse_heartbeat(value)
   if not value then
     return false, nil
   end
-  local due, arrival = string.match(value, '^(%d+):?(%d*)$')
-  return tonumber(due) or false, tonumber(arrival)
+  -- (A plain find and two subs: a pattern match costs several times more,
+  -- once per user of every batch.)
+  local colon = string.find(value, ':', 1, true)
+  if not colon then
+    return tonumber(value) or false, nil
+  end
+  return tonumber(string.sub(value, 1, colon - 1)) or false,
+    tonumber(string.sub(value, colon + 1))
 end
 
 -- heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
@@ -185,7 +191,7 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     arrivals[user] = arrival
     writes[#writes + 1] = user
     if arrival then
-      writes[#writes + 1] = int(at) .. ':' .. int(arrival)
+      writes[#writes + 1] = string.format('%.0f:%.0f', at, arrival)
     else
       writes[#writes + 1] = int(at)
     end
