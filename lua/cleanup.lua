@@ -6,12 +6,16 @@
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there),
 -- KEYS[6] admission HASH (counts the removals: see `counted` in lib.lua),
 -- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua)
--- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms)
+-- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms), ARGV[3] the width
+--         (ms) of the buckets a user who polled since is filed in again
+--         (as `heartbeats` makes them: the poll advice's least, at most a
+--         second)
 --
 -- Returns {removed_waiting, removed_active, more}: more is 1 when silent
 -- users may be left that this call had no room to look at.
-local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 8 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
+local batch, timeout, span = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if #KEYS ~= 8 or #ARGV ~= 3 or not batch or batch < 1 or not timeout or timeout < 1
+    or not span or span < 1 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -23,8 +27,9 @@ local cutoff = now_ms - timeout
 local legacy = redis.call('EXISTS', KEYS[2]) == 1
 
 -- The candidates: the users of the buckets that ended `timeout` ago, up to
--- a batch of them. Every heartbeat in such a bucket is below the cutoff.
-local candidates, more = {}, 0
+-- a batch of them, each with the bucket it came from. Every heartbeat that
+-- is still in such a bucket is below the cutoff.
+local candidates, from, more = {}, {}, 0
 while #candidates < batch do
   local ends = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
   if not ends then
@@ -34,12 +39,14 @@ while #candidates < batch do
   local users = redis.call('LPOP', list, batch - #candidates)
   if redis.call('EXISTS', list) == 0 then
     redis.call('ZREM', KEYS[8], ends)
-  else
-    more = 1
   end
   for _, user in ipairs(users or {}) do
     candidates[#candidates + 1] = user
+    from[#candidates] = tonumber(ends)
   end
+end
+if #candidates >= batch then
+  more = 1
 end
 -- And a batch of the heartbeats earlier versions wrote, as old: their
 -- entries go, and what they said is kept here for the check below.
@@ -61,9 +68,11 @@ if legacy then
   end
 end
 
--- Silent: no heartbeat at or past the cutoff in either place. A user with
--- none at all has left already (or was admitted).
-local stale = {}
+-- Silent: no heartbeat at or past the cutoff in either place (a user with
+-- none at all has left already, or was admitted). A user who polled since
+-- is filed again in the bucket of their heartbeat now, unless this is a
+-- bucket they are no longer filed in: they have a candidate elsewhere.
+local stale, lists, refiled, seen = {}, {}, {}, {}
 for i = 1, #candidates, 500 do
   local last = math.min(i + 499, #candidates)
   local hashed = redis.call('HMGET', KEYS[7], unpack(candidates, i, last))
@@ -72,24 +81,53 @@ for i = 1, #candidates, 500 do
     old = redis.call('ZMSCORE', KEYS[2], unpack(candidates, i, last))
   end
   for j = 1, last - i + 1 do
-    local user = candidates[i + j - 1]
-    local due, was = parse_heartbeat(hashed[j]), tonumber(old[j]) or was_due[user]
-    due = due or nil
-    if (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
+    local user, bucket = candidates[i + j - 1], from[i + j - 1]
+    local due, arrival, filed = parse_heartbeat(hashed[j])
+    local was = tonumber(old[j]) or was_due[user]
+    if seen[user] then
+      -- A second candidate of one user in one call: the first decided.
+    elseif (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
       stale[#stale + 1] = user
+    elseif due and due >= cutoff and (filed == nil or filed == bucket) then
+      -- (A candidate from the earlier versions' set has no bucket: it is
+      -- filed only if the heartbeat names none.)
+      local ends = bucket_end(due, span)
+      file(lists, ends, user)
+      refiled[#refiled + 1] = user
+      refiled[#refiled + 1] = heartbeat_value(due, arrival, ends)
+    end
+    seen[user] = true
+  end
+end
+file_all(KEYS[8], lists)
+in_chunks(refiled, function(...) redis.call('HSET', KEYS[7], ...) end)
+
+-- The stale who still wait go from waiting, and a placed one's pre-queue
+-- entry with them; a pre-queue entry of anyone else is a registration of
+-- its own, and stays.
+local removed = {}
+if #stale > 0 then
+  for i = 1, #stale, 500 do
+    local last = math.min(i + 499, #stale)
+    local scores = redis.call('ZMSCORE', KEYS[1], unpack(stale, i, last))
+    for j = 1, last - i + 1 do
+      if scores[j] then
+        removed[#removed + 1] = stale[i + j - 1]
+      end
     end
   end
 end
-local removed = 0
-in_chunks(stale, function(...)
-  removed = removed + redis.call('ZREM', KEYS[1], ...)
+in_chunks(removed, function(...)
+  redis.call('ZREM', KEYS[1], ...)
   redis.call('ZREM', KEYS[5], ...)
+end)
+in_chunks(stale, function(...)
   redis.call('HDEL', KEYS[7], ...)
   if legacy then
     redis.call('ZREM', KEYS[2], ...)
   end
 end)
-counted(KEYS[6], 'removed', removed)
+counted(KEYS[6], 'removed', #removed)
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)
 in_chunks(expired, function(...)
@@ -97,4 +135,4 @@ in_chunks(expired, function(...)
   redis.call('HDEL', KEYS[3], ...)
 end)
 
-return {removed, #expired, more}
+return {#removed, #expired, more}

@@ -97,15 +97,20 @@ end
 --
 -- Where they are kept. Moving an entry in a sorted set of a million cost
 -- more than all the rest of a poll, so heartbeats are a HASH (due_key:
--- userId -> due), which a poll overwrites in place, and cleanup finds the
--- silent among candidates: each write also appends the user to the list of
--- its due time's bucket (`<dues_key>:<end>`, the bucket's end in ms, `span`
--- wide), and the ZSET dues_key indexes the buckets by their end. Once a
--- bucket's end is `timeout` past, cleanup takes its users and removes those
--- whose heartbeat is still as old; those who polled since have a later one
--- (and a later candidate). So a silent user goes within the advice, the
--- timeout, one bucket and one cleanup interval; the bucket is `pmin`
--- wide, at most a second.
+-- userId -> `<due>:<arrival>:<filed>`), which a poll overwrites in place,
+-- and cleanup finds the silent among candidates: every user has one, in
+-- the list of a due-time bucket (`<dues_key>:<end>`, the bucket's end in
+-- ms, `span` wide; the ZSET dues_key indexes the buckets by their end), and
+-- `<filed>` names that bucket. A bucket at or before the heartbeat's own
+-- is early enough, so a poll that moves the heartbeat later files nothing;
+-- one that moves it earlier (a shorter advice) files the user again in its
+-- bucket. Once a bucket's end is `timeout` past, cleanup takes its users:
+-- those whose heartbeat is still as old are removed, those who polled
+-- since are filed in the bucket of their heartbeat now, and a candidate
+-- of a bucket the user is no longer filed in is dropped. So a silent user
+-- goes within the advice, the timeout, one bucket and one cleanup interval
+-- (the bucket is `pmin` wide, at most a second), and the lists hold about
+-- one entry a user, however often they poll.
 --
 -- Instances of the version before this one keep heartbeats in the sorted
 -- set legacy_key (userId -> due). While it exists, a poll reads both and
@@ -116,21 +121,64 @@ end
 -- A script reads and writes the heartbeats of a whole batch in one call
 -- each: a call from Lua costs about as much as the work it does.
 --
--- A heartbeat is written as `<due>:<arrival>`, the user's score in the
--- waiting set with it, so that a poll far back finds both in one lookup
--- (see rank.lua); `<due>` alone is read too.
+-- A heartbeat is written as `<due>:<arrival>:<filed>`: the user's score in
+-- the waiting set, so that a poll far back finds both in one lookup (see
+-- rank.lua), and the bucket the user's candidate is in. `<due>` alone (as
+-- by hand) is read too: then no bucket is known to hold a candidate.
+-- Returns due (false if none), arrival, filed.
 local function parse_heartbeat(value)
   if not value then
-    return false, nil
+    return false, nil, nil
   end
-  -- (A plain find and two subs: a pattern match costs several times more,
-  -- once per user of every batch.)
-  local colon = string.find(value, ':', 1, true)
-  if not colon then
-    return tonumber(value) or false, nil
+  -- (Plain finds and subs: a pattern match costs several times more, once
+  -- per user of every batch.)
+  local one = string.find(value, ':', 1, true)
+  if not one then
+    -- Present but not a number is a heartbeat long past.
+    return tonumber(value) or 0, nil, nil
   end
-  return tonumber(string.sub(value, 1, colon - 1)) or false,
-    tonumber(string.sub(value, colon + 1))
+  local two = string.find(value, ':', one + 1, true)
+  local arrival = tonumber(string.sub(value, one + 1, (two or 0) - 1))
+  if arrival == 0 then
+    arrival = nil
+  end
+  return tonumber(string.sub(value, 1, one - 1)) or 0, arrival,
+    two and tonumber(string.sub(value, two + 1))
+end
+
+-- The end (ms) of the `span`-wide bucket a heartbeat due at `at` is in.
+local function bucket_end(at, span)
+  return (math.floor(at / span) + 1) * span
+end
+
+-- A heartbeat's value (see parse_heartbeat).
+local function heartbeat_value(due, arrival, filed)
+  return string.format('%.0f:%.0f:%.0f', due, arrival or 0, filed)
+end
+
+-- Files `user` as a candidate in the bucket ending at `ends`: into lists
+-- (ends -> users), written by file_all.
+local function file(lists, ends, user)
+  local list = lists[ends]
+  if not list then
+    list = {}
+    lists[ends] = list
+  end
+  list[#list + 1] = user
+end
+
+-- Writes the candidates of `lists` and indexes their buckets. Called before
+-- the heartbeats themselves are written, so that a call that cannot write
+-- a bucket (a Cluster slot being moved) fails before its first write.
+local function file_all(dues_key, lists)
+  local index = {}
+  for ends, users in pairs(lists) do
+    local name = int(ends)
+    in_chunks(users, function(...) redis.call('RPUSH', dues_key .. ':' .. name, ...) end)
+    index[#index + 1] = name
+    index[#index + 1] = name
+  end
+  in_chunks(index, function(...) redis.call('ZADD', dues_key, ...) end)
 end
 
 -- heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
@@ -140,6 +188,7 @@ end
 --   read(first, last)       reads the heartbeats of ARGV[first..last] at once
 --   arrival(user)           the arrival read with a user's heartbeat (nil if
 --                           none was read)
+--   arrive(user, arrival)   the arrival to write from now on
 --   due(user)               the heartbeat read (false if none; nil if unread)
 --   keep(user, advice)      the advice to give a user who polls, writing the
 --                           heartbeat only if the time left is not a fair one
@@ -149,9 +198,10 @@ end
 --   flush()                 writes what keep and set decided: a script that
 --                           calls either calls this before it returns
 local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
-  local h, due, arrivals, writes, buckets, moved_out = {}, {}, {}, {}, {}, {}
+  local h, due, arrivals, filed, writes, lists, moved_out = {}, {}, {}, {}, {}, {}, {}
   local span = math.min(1000, pmin)
   local legacy = redis.call('EXISTS', legacy_key) == 1
+  h.legacy = legacy
   function h.poll_after(wait_ms)
     if wait_ms < 0 then
       return pmax
@@ -166,6 +216,10 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     end
     return hashed
   end
+  local function remember(user, value, old)
+    local d, arrival, bucket = parse_heartbeat(value)
+    due[user], arrivals[user], filed[user] = later(d, old), arrival, bucket
+  end
   function h.read(first, last)
     local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))
     local old = {}
@@ -173,13 +227,16 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
       old = redis.call('ZMSCORE', legacy_key, unpack(ARGV, first, last))
     end
     for i = first, last do
-      local user, d, arrival = ARGV[i], parse_heartbeat(hashed[i - first + 1])
-      due[user] = later(d, old[i - first + 1])
-      arrivals[user] = arrival
+      remember(ARGV[i], hashed[i - first + 1], old[i - first + 1])
     end
   end
   function h.arrival(user)
     return arrivals[user]
+  end
+  -- The arrival to write with a user's heartbeat from now on (a score read
+  -- from the waiting set outranks the one the heartbeat had).
+  function h.arrive(user, arrival)
+    arrivals[user] = arrival
   end
   function h.due(user)
     return due[user]
@@ -187,34 +244,25 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   function h.set(user, advice, arrival)
     arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
     local at = now_ms + advice
-    due[user] = at
-    arrivals[user] = arrival
+    local ends = bucket_end(at, span)
+    local bucket = filed[user]
+    if not bucket or ends < bucket then
+      file(lists, ends, user)
+      bucket = ends
+    end
+    due[user], arrivals[user], filed[user] = at, arrival, bucket
     writes[#writes + 1] = user
-    if arrival then
-      writes[#writes + 1] = string.format('%.0f:%.0f', at, arrival)
-    else
-      writes[#writes + 1] = int(at)
-    end
-    local ends = int((math.floor(at / span) + 1) * span)
-    local bucket = buckets[ends]
-    if not bucket then
-      bucket = {}
-      buckets[ends] = bucket
-    end
-    bucket[#bucket + 1] = user
+    writes[#writes + 1] = heartbeat_value(at, arrival, bucket)
     if legacy then
       moved_out[#moved_out + 1] = user
     end
   end
   function h.keep(user, advice)
-    local entry = due[user]
-    if entry == nil then
-      local old = legacy and redis.call('ZSCORE', legacy_key, user)
-      local d, arrival = parse_heartbeat(redis.call('HGET', due_key, user))
-      entry = later(d, old)
-      due[user], arrivals[user] = entry, arrival
+    if due[user] == nil then
+      remember(user, redis.call('HGET', due_key, user),
+        legacy and redis.call('ZSCORE', legacy_key, user))
     end
-    local left = (entry or 0) - now_ms
+    local left = (due[user] or 0) - now_ms
     if left >= math.max(pmin, math.floor(advice / 2))
         and left <= math.min(pmax, advice + math.floor(advice / 4)) then
       return left
@@ -231,16 +279,10 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     end)
   end
   function h.flush()
+    file_all(dues_key, lists)
     in_chunks(writes, function(...) redis.call('HSET', due_key, ...) end)
-    local index = {}
-    for ends, users in pairs(buckets) do
-      in_chunks(users, function(...) redis.call('RPUSH', dues_key .. ':' .. ends, ...) end)
-      index[#index + 1] = ends
-      index[#index + 1] = ends
-    end
-    in_chunks(index, function(...) redis.call('ZADD', dues_key, ...) end)
     in_chunks(moved_out, function(...) redis.call('ZREM', legacy_key, ...) end)
-    writes, buckets, moved_out = {}, {}, {}
+    writes, lists, moved_out = {}, {}, {}
   end
   return h
 end

@@ -54,6 +54,16 @@ local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
 beats.read(9, #ARGV)
+if beats.legacy and phase == 'open' then
+  -- Instances of an earlier version may be running: they change the
+  -- waiting set without this HASH (a dropout leaves its heartbeat behind,
+  -- a registration again a new arrival), so the set says who waits and
+  -- since when.
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 9, #ARGV))
+  for i = 9, #ARGV do
+    beats.arrive(ARGV[i], tonumber(scores[i - 8]))
+  end
+end
 
 -- Where ranks are derived: from the instance's range, and no nearer than
 -- the exact window or the first rank whose expected wait saturates the

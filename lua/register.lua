@@ -79,7 +79,10 @@ local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
 local function register(user)
   local rank = redis.call('ZRANK', KEYS[1], user)
   if rank then
-    -- Registering again is a sign of life too.
+    -- Registering again is a sign of life too; its heartbeat names the
+    -- place the user has (whoever wrote the last one).
+    local place = redis.call('ZSCORE', KEYS[1], user)
+    beats.arrive(user, tonumber(place))
     if phase ~= 'open' then
       local advice = beats.keep(user, beats.poll_after(opens_in))
       return 4, opens_in, 0, 0, advice
@@ -90,7 +93,7 @@ local function register(user)
     -- signed-in user is given the credential of this registration. A placed
     -- pre-queue user's arrival is their pre-queue score (their waiting score
     -- is the place the shuffle gave them), as admission and dropout read it.
-    local arrival = redis.call('ZSCORE', KEYS[7], user) or redis.call('ZSCORE', KEYS[1], user)
+    local arrival = redis.call('ZSCORE', KEYS[7], user) or place
     return 2, rank, wait, tonumber(arrival), advice
   end
   if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then

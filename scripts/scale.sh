@@ -202,7 +202,7 @@ echo "Cleanup's share: looking at 200,000 of the candidates the polls wrote ..."
 cat lua/lib.lua lua/cleanup.lua > "$work/cleanup.lua"
 CLEAN=$(R SCRIPT LOAD "$(cat "$work/cleanup.lua")")
 clean_call() { R EVALSHA "$CLEAN" 8 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:prequeue" \
-    "$K:admission" "$K:due" "$K:dues" "$1" 3600000; }
+    "$K:admission" "$K:due" "$K:dues" "$1" "${2:-3600000}" 1000; }
 looked=0
 R CONFIG RESETSTAT >/dev/null
 share_before=$(snapshot)

@@ -695,6 +695,9 @@ mod defaults {
 // batch would stall every other client).
 
 pub const MAX_BATCH: u64 = 10_000;
+/// A window past any queue: every rank exact (and places stay far below
+/// the 2^53 a script's numbers hold exactly).
+pub const MAX_EXACT_RANK_WINDOW: u64 = 1_000_000_000;
 pub const MIN_INTERVAL_MS: u64 = 10;
 pub const MAX_DURATION_MS: u64 = 7 * 24 * 3600 * 1000;
 const MAX_NAME_LEN: usize = 64;
@@ -1171,7 +1174,12 @@ impl RawQueue {
                 template,
             },
             require_credential: self.require_credential,
-            exact_rank_window: self.exact_rank_window.unwrap_or(1_000),
+            exact_rank_window: ranged(
+                &format!("{key}.exact-rank-window"),
+                self.exact_rank_window.unwrap_or(1_000),
+                0,
+                MAX_EXACT_RANK_WINDOW,
+            )?,
         })
     }
 }
@@ -1466,6 +1474,8 @@ routes: []
         let c = Config::from_yaml(&yaml("{}")).unwrap();
         assert_eq!(c.queues["a"].exact_rank_window, 1000);
         let e = error_of(&yaml("{exact-rank-window: -1}"));
+        assert!(e.contains("exact-rank-window"), "{e}");
+        let e = error_of(&yaml("{exact-rank-window: 1000000001}"));
         assert!(e.contains("exact-rank-window"), "{e}");
     }
 

@@ -525,6 +525,66 @@ fn a_poll_with_a_shorter_advice_pulls_a_far_heartbeat_in() {
     assert!(polled.elapsed() >= Duration::from_millis(advice + 600 - 20));
 }
 
+/// More silent users than one cleanup call looks at all go in one pass;
+/// a user who polls often stays one candidate, not one per poll; and a
+/// pre-queue registration is never taken for a silent waiting user's.
+#[test]
+fn cleanup_takes_every_silent_user_in_one_pass_and_candidates_stay_one_a_user() {
+    let redis = Redis::start();
+    let wg = start(
+        &redis,
+        "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 300, cleanup-batch-size: 100, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {max-active: 1}",
+    );
+    register(wg.addr, "poller");
+    let mut c = redis.conn();
+    let silent: Vec<String> = (0..450).map(|i| format!("s{i}")).collect();
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    // Pre-queued, and with a heartbeat its last waiting left behind.
+    p.zadd("queue:{baseball}:prequeue", "early", 5).ignore();
+    let () = p.query(&mut c).unwrap();
+    let mut with_early = silent.clone();
+    with_early.push("early".into());
+    make_silent(&mut c, "baseball", &with_early);
+
+    // One pass (every 300 ms), 100 a call: all 450 within two intervals.
+    let start = Instant::now();
+    loop {
+        let left: u64 = c.zcount(WAITING, 1_000, 2_000).unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_millis(800), "{left} left");
+        assert_eq!(rank(wg.addr, "poller").status, 200);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let prequeued: Option<f64> = c.zscore("queue:{baseball}:prequeue", "early").unwrap();
+    assert!(prequeued.is_some(), "the pre-queue registration was taken");
+    assert!(heartbeat_of(&mut c, "baseball", "early").is_none());
+
+    // The poller polled about 40 times: it is in one or two lists.
+    for _ in 0..20 {
+        assert_eq!(rank(wg.addr, "poller").status, 200);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ends: Vec<String> = c.zrange("queue:{baseball}:dues", 0, -1).unwrap();
+    let mut entries = 0;
+    for end in ends {
+        let list: Vec<String> = c
+            .lrange(format!("queue:{{baseball}}:dues:{end}"), 0, -1)
+            .unwrap();
+        entries += list.iter().filter(|u| *u == "poller").count();
+    }
+    assert!(
+        (1..=2).contains(&entries),
+        "{entries} candidates of one user"
+    );
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["poller"]);
+}
+
 /// During a rolling upgrade from a version that kept heartbeats in a
 /// sorted set: this version's next poll of such a user moves the heartbeat
 /// into the hash, and keeps the user from then on; a user only the earlier

@@ -136,6 +136,50 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
             "u{i} at {api}: the removals are not counted"
         );
     }
+
+    // Once sampled again, a few counted removals keep ranks derived: five
+    // more go silent, and far back nobody's rank is walked.
+    std::thread::sleep(Duration::from_millis(5_500));
+    let few: Vec<String> = (3_000..3_005).map(|i| format!("u{i}")).collect();
+    make_silent(&mut c, "baseball", &few);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c
+        .zscore::<_, _, Option<f64>>(WAITING, "u3004")
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "cleanup did not run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let walks = zrank_calls(&mut c);
+    for i in (20_000..60_000).step_by(4_000) {
+        let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));
+        assert_within(api, exact, "after a few removals");
+    }
+    assert_eq!(zrank_calls(&mut c) - walks, 2 * 10, "ranks walked");
+}
+
+/// During an upgrade, an instance of an earlier version takes a user out
+/// of the waiting set without the heartbeat hash (a dropout): asked about
+/// that user, this version does not read a rank off the heartbeat it left.
+#[test]
+fn a_user_an_earlier_version_removed_is_not_told_a_derived_rank() {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let mut c = redis.conn();
+    fill(&wg, &redis, ("head", "u", 40_000), None, 1);
+    wait_for_samples(&wg, 0.0);
+    assert_eq!(rank(wg.addr, "u30000").status, 200);
+    // The earlier version's heartbeat set, and its dropout of u30000 (the
+    // counts made to agree, as another uncounted change could make them).
+    let () = c.zadd("queue:{baseball}:heartbeat", "someone", 1).unwrap();
+    let () = c.zrem(WAITING, "u30000").unwrap();
+    let () = c.hincr("queue:{baseball}:admission", "removed", 1).unwrap();
+    let r = rank(wg.addr, "u30000");
+    assert_eq!(r.status, 404, "{}", r.text());
+    // Others far back are still told their place.
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u35000");
+    assert_within(api, exact, "beside it");
 }
 
 #[test]

@@ -835,7 +835,8 @@ impl Store {
                     // The first step reads the counters alone.
                     invocation.arg(u64::MAX);
                     let flat: Vec<i64> = self.run(invocation).await?;
-                    next = Some(first + counters(flat.get(..6).unwrap_or(&[]))?.total);
+                    next =
+                        Some(first.saturating_add(counters(flat.get(..6).unwrap_or(&[]))?.total));
                     continue;
                 }
             };
@@ -942,7 +943,9 @@ impl Store {
             .key(&keys.due)
             .key(&keys.dues)
             .arg(heartbeat.cleanup_batch_size)
-            .arg(heartbeat.timeout.as_millis() as u64);
+            .arg(heartbeat.timeout.as_millis() as u64)
+            // The buckets' width, as `heartbeats` in lua/lib.lua makes it.
+            .arg((heartbeat.poll_min.as_millis() as u64).min(1000));
         let (stale, expired, more): (i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
