@@ -6,16 +6,12 @@
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there),
 -- KEYS[6] admission HASH (counts the removals: see `counted` in lib.lua),
 -- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua)
--- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms), ARGV[3] the width
---         (ms) of the buckets a user who polled since is filed in again
---         (as `heartbeats` makes them: the poll advice's least, at most a
---         second)
+-- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms)
 --
 -- Returns {removed_waiting, removed_active, more}: more is 1 when silent
 -- users may be left that this call had no room to look at.
-local batch, timeout, span = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 8 or #ARGV ~= 3 or not batch or batch < 1 or not timeout or timeout < 1
-    or not span or span < 1 then
+local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
+if #KEYS ~= 8 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -27,9 +23,9 @@ local cutoff = now_ms - timeout
 local legacy = redis.call('EXISTS', KEYS[2]) == 1
 
 -- The candidates: the users of the buckets that ended `timeout` ago, up to
--- a batch of them, each with the bucket it came from. Every heartbeat that
--- is still in such a bucket is below the cutoff.
-local candidates, from, more = {}, {}, 0
+-- a batch of them. Every heartbeat that is still in such a bucket is below
+-- the cutoff.
+local candidates, more = {}, 0
 while #candidates < batch do
   local ends = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
   if not ends then
@@ -42,7 +38,6 @@ while #candidates < batch do
   end
   for _, user in ipairs(users or {}) do
     candidates[#candidates + 1] = user
-    from[#candidates] = tonumber(ends)
   end
 end
 if #candidates >= batch then
@@ -69,10 +64,9 @@ if legacy then
 end
 
 -- Silent: no heartbeat at or past the cutoff in either place (a user with
--- none at all has left already, or was admitted). A user who polled since
--- is filed again in the bucket of their heartbeat now, unless this is a
--- bucket they are no longer filed in: they have a candidate elsewhere.
-local stale, lists, refiled, seen = {}, {}, {}, {}
+-- none at all has left already, or was admitted). Those who polled since
+-- have a later candidate too.
+local stale, seen = {}, {}
 for i = 1, #candidates, 500 do
   local last = math.min(i + 499, #candidates)
   local hashed = redis.call('HMGET', KEYS[7], unpack(candidates, i, last))
@@ -81,26 +75,15 @@ for i = 1, #candidates, 500 do
     old = redis.call('ZMSCORE', KEYS[2], unpack(candidates, i, last))
   end
   for j = 1, last - i + 1 do
-    local user, bucket = candidates[i + j - 1], from[i + j - 1]
-    local due, arrival, filed = parse_heartbeat(hashed[j])
+    local user = candidates[i + j - 1]
+    local due = parse_heartbeat(hashed[j])
     local was = tonumber(old[j]) or was_due[user]
-    if seen[user] then
-      -- A second candidate of one user in one call: the first decided.
-    elseif (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
+    if not seen[user] and (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
       stale[#stale + 1] = user
-    elseif due and due >= cutoff and (filed == nil or filed == bucket) then
-      -- (A candidate from the earlier versions' set has no bucket: it is
-      -- filed only if the heartbeat names none.)
-      local ends = bucket_end(due, span)
-      file(lists, ends, user)
-      refiled[#refiled + 1] = user
-      refiled[#refiled + 1] = heartbeat_value(due, arrival, ends)
     end
     seen[user] = true
   end
 end
-file_all(KEYS[8], lists)
-in_chunks(refiled, function(...) redis.call('HSET', KEYS[7], ...) end)
 
 -- The stale who still wait go from waiting, and a placed one's pre-queue
 -- entry with them; a pre-queue entry of anyone else is a registration of

@@ -97,20 +97,17 @@ end
 --
 -- Where they are kept. Moving an entry in a sorted set of a million cost
 -- more than all the rest of a poll, so heartbeats are a HASH (due_key:
--- userId -> `<due>:<arrival>:<filed>`), which a poll overwrites in place,
--- and cleanup finds the silent among candidates: every user has one, in
--- the list of a due-time bucket (`<dues_key>:<end>`, the bucket's end in
--- ms, `span` wide; the ZSET dues_key indexes the buckets by their end), and
--- `<filed>` names that bucket. A bucket at or before the heartbeat's own
--- is early enough, so a poll that moves the heartbeat later files nothing;
--- one that moves it earlier (a shorter advice) files the user again in its
--- bucket. Once a bucket's end is `timeout` past, cleanup takes its users:
--- those whose heartbeat is still as old are removed, those who polled
--- since are filed in the bucket of their heartbeat now, and a candidate
--- of a bucket the user is no longer filed in is dropped. So a silent user
--- goes within the advice, the timeout, one bucket and one cleanup interval
--- (the bucket is `pmin` wide, at most a second), and the lists hold about
--- one entry a user, however often they poll.
+-- userId -> `<due>:<arrival>`), which a poll overwrites in place, and
+-- cleanup finds the silent among candidates: each write also appends the
+-- user to the list of its due time's bucket (`<dues_key>:<end>`, the
+-- bucket's end in ms, `span` wide), and the ZSET dues_key indexes the
+-- buckets by their end. Once a bucket's end is `timeout` past, cleanup
+-- takes its users and removes those whose heartbeat is still as old; those
+-- who polled since have a later one, and a later candidate. So a silent
+-- user goes within the advice, the timeout, one bucket and one cleanup
+-- interval; the bucket is `pmin` wide, at most a second. A user has a
+-- candidate for each heartbeat written in the last advice and timeout:
+-- about two far back with the defaults.
 --
 -- Instances of the version before this one keep heartbeats in the sorted
 -- set legacy_key (userId -> due). While it exists, a poll reads both and
@@ -121,39 +118,23 @@ end
 -- A script reads and writes the heartbeats of a whole batch in one call
 -- each: a call from Lua costs about as much as the work it does.
 --
--- A heartbeat is written as `<due>:<arrival>:<filed>`: the user's score in
--- the waiting set, so that a poll far back finds both in one lookup (see
--- rank.lua), and the bucket the user's candidate is in. `<due>` alone (as
--- by hand) is read too: then no bucket is known to hold a candidate.
--- Returns due (false if none), arrival, filed.
+-- A heartbeat is written as `<due>:<arrival>`, the user's score in the
+-- waiting set with it, so that a poll far back finds both in one lookup
+-- (see rank.lua); `<due>` alone (as by hand) is read too. Returns due
+-- (false if none), arrival.
 local function parse_heartbeat(value)
   if not value then
-    return false, nil, nil
+    return false, nil
   end
-  -- (Plain finds and subs: a pattern match costs several times more, once
-  -- per user of every batch.)
-  local one = string.find(value, ':', 1, true)
-  if not one then
+  -- (A plain find and two subs: a pattern match costs several times more,
+  -- once per user of every batch.)
+  local colon = string.find(value, ':', 1, true)
+  if not colon then
     -- Present but not a number is a heartbeat long past.
-    return tonumber(value) or 0, nil, nil
+    return tonumber(value) or 0, nil
   end
-  local two = string.find(value, ':', one + 1, true)
-  local arrival = tonumber(string.sub(value, one + 1, (two or 0) - 1))
-  if arrival == 0 then
-    arrival = nil
-  end
-  return tonumber(string.sub(value, 1, one - 1)) or 0, arrival,
-    two and tonumber(string.sub(value, two + 1))
-end
-
--- The end (ms) of the `span`-wide bucket a heartbeat due at `at` is in.
-local function bucket_end(at, span)
-  return (math.floor(at / span) + 1) * span
-end
-
--- A heartbeat's value (see parse_heartbeat).
-local function heartbeat_value(due, arrival, filed)
-  return string.format('%.0f:%.0f:%.0f', due, arrival or 0, filed)
+  return tonumber(string.sub(value, 1, colon - 1)) or 0,
+    tonumber(string.sub(value, colon + 1))
 end
 
 -- Files `user` as a candidate in the bucket ending at `ends`: into lists
@@ -198,7 +179,7 @@ end
 --   flush()                 writes what keep and set decided: a script that
 --                           calls either calls this before it returns
 local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
-  local h, due, arrivals, filed, writes, lists, moved_out = {}, {}, {}, {}, {}, {}, {}
+  local h, due, arrivals, writes, lists, moved_out = {}, {}, {}, {}, {}, {}
   local span = math.min(1000, pmin)
   local legacy = redis.call('EXISTS', legacy_key) == 1
   h.legacy = legacy
@@ -217,8 +198,8 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     return hashed
   end
   local function remember(user, value, old)
-    local d, arrival, bucket = parse_heartbeat(value)
-    due[user], arrivals[user], filed[user] = later(d, old), arrival, bucket
+    local d, arrival = parse_heartbeat(value)
+    due[user], arrivals[user] = later(d, old), arrival
   end
   function h.read(first, last)
     local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))
@@ -244,15 +225,14 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   function h.set(user, advice, arrival)
     arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
     local at = now_ms + advice
-    local ends = bucket_end(at, span)
-    local bucket = filed[user]
-    if not bucket or ends < bucket then
-      file(lists, ends, user)
-      bucket = ends
-    end
-    due[user], arrivals[user], filed[user] = at, arrival, bucket
+    due[user], arrivals[user] = at, arrival
+    file(lists, (math.floor(at / span) + 1) * span, user)
     writes[#writes + 1] = user
-    writes[#writes + 1] = heartbeat_value(at, arrival, bucket)
+    if arrival then
+      writes[#writes + 1] = string.format('%.0f:%.0f', at, arrival)
+    else
+      writes[#writes + 1] = int(at)
+    end
     if legacy then
       moved_out[#moved_out + 1] = user
     end

@@ -943,9 +943,7 @@ impl Store {
             .key(&keys.due)
             .key(&keys.dues)
             .arg(heartbeat.cleanup_batch_size)
-            .arg(heartbeat.timeout.as_millis() as u64)
-            // The buckets' width, as `heartbeats` in lua/lib.lua makes it.
-            .arg((heartbeat.poll_min.as_millis() as u64).min(1000));
+            .arg(heartbeat.timeout.as_millis() as u64);
         let (stale, expired, more): (i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
