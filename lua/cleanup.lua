@@ -87,30 +87,36 @@ end
 
 -- The stale who still wait go from waiting, and a placed one's pre-queue
 -- entry with them; a pre-queue entry of anyone else is a registration of
--- its own, and stays.
-local removed = {}
-if #stale > 0 then
+-- its own, and stays. (Without a pre-queue, one ZREM tells how many.)
+local removed = 0
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  in_chunks(stale, function(...)
+    removed = removed + redis.call('ZREM', KEYS[1], ...)
+  end)
+else
+  local waited = {}
   for i = 1, #stale, 500 do
     local last = math.min(i + 499, #stale)
     local scores = redis.call('ZMSCORE', KEYS[1], unpack(stale, i, last))
     for j = 1, last - i + 1 do
       if scores[j] then
-        removed[#removed + 1] = stale[i + j - 1]
+        waited[#waited + 1] = stale[i + j - 1]
       end
     end
   end
+  in_chunks(waited, function(...)
+    redis.call('ZREM', KEYS[1], ...)
+    redis.call('ZREM', KEYS[5], ...)
+  end)
+  removed = #waited
 end
-in_chunks(removed, function(...)
-  redis.call('ZREM', KEYS[1], ...)
-  redis.call('ZREM', KEYS[5], ...)
-end)
 in_chunks(stale, function(...)
   redis.call('HDEL', KEYS[7], ...)
   if legacy then
     redis.call('ZREM', KEYS[2], ...)
   end
 end)
-counted(KEYS[6], 'removed', #removed)
+counted(KEYS[6], 'removed', removed)
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)
 in_chunks(expired, function(...)
@@ -118,4 +124,4 @@ in_chunks(expired, function(...)
   redis.call('HDEL', KEYS[3], ...)
 end)
 
-return {#removed, #expired, more}
+return {removed, #expired, more}
