@@ -238,7 +238,7 @@ for round in $(seq "$rounds"); do
     "$K:control" "$K:prequeue" "$K:due" "$K:dues" 3000 100 30000 1000 30000 "r:__rand_int__"
   run_wrk rank "http://127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank" -s "$work/status.lua"
   run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 8 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" \
-    "$K:control" "$K:prequeue" "$K:due" "$K:dues" 3000 100 30000 1000 30000 0 0 bench-rank
+    "$K:control" "$K:prequeue" "$K:due" "$K:dues" 3000 100 30000 1000 30000 0 0 1000 bench-rank
 done
 
 # Redis commands per call, from INFO commandstats over a counted number of
