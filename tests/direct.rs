@@ -480,3 +480,79 @@ fn a_request_pipelined_behind_one_for_the_proxy_is_left_for_the_client_to_retry(
     assert!(heads[0].starts_with(&format!("POST {PROTECTED}/b ")));
     assert!(heads[0].contains("Content-Length: 4"));
 }
+
+/// A register: its answer is the same whether its body came with its head
+/// (the lane can answer it) or after (the proxy reads it), on a connection
+/// that stays open for the next request; and a register pipelined with a
+/// next request is answered and the connection closed, as the proxy does.
+#[test]
+fn a_register_is_answered_alike_whether_its_body_comes_with_its_head_or_later() {
+    let env = setup(BTreeMap::new());
+    let register = |user: &str| {
+        let body = format!("{{\"userId\":\"{user}\"}}");
+        (
+            format!(
+                "POST /api/v1/queue/register HTTP/1.1\r\nHost: tickets\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            ),
+            body,
+        )
+    };
+    let mut c = env.connect();
+    let (head, body) = register("together");
+    c.send(&format!("{head}{body}"));
+    let (first, first_body) = c.response();
+    let (head, body) = register("apart");
+    c.send(&head);
+    std::thread::sleep(Duration::from_millis(100));
+    c.send(&body);
+    let (second, second_body) = c.response();
+    for (h, b, user, rank) in [
+        (&first, &first_body, "together", 0),
+        (&second, &second_body, "apart", 1),
+    ] {
+        assert_eq!(h.status, 200, "{}", String::from_utf8_lossy(b));
+        let v: serde_json::Value = serde_json::from_slice(b).unwrap();
+        assert_eq!(v["userId"], user);
+        assert_eq!(v["rank"], rank);
+        assert!(v["queueCredential"].is_string());
+        assert_eq!(h.header("content-type"), Some("application/json"));
+    }
+    let names = |h: &Head| {
+        let mut n: Vec<String> = h
+            .headers
+            .iter()
+            .map(|(n, _)| n.to_ascii_lowercase())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&first), names(&second));
+    // Still open: a poll on the same connection.
+    c.send("GET /api/v1/queue/rank?userId=together HTTP/1.1\r\nHost: tickets\r\n\r\n");
+    assert_eq!(c.response().0.status, 200);
+
+    // Pipelined: answered, then closed.
+    let mut c = env.connect();
+    let (head, body) = register("piped");
+    c.send(&format!(
+        "{head}{body}GET /api/v1/queue/rank?userId=piped HTTP/1.1\r\nHost: tickets\r\n\r\n"
+    ));
+    assert_eq!(c.response().0.status, 200);
+    assert!(c.closed());
+
+    // Bad bodies get the same errors either way: a wrong type, bad JSON.
+    for (extra, body, status) in [
+        ("Content-Type: text/plain\r\n", "{\"userId\":\"x\"}", 415),
+        ("Content-Type: application/json\r\n", "{\"userId\":", 400),
+        ("Content-Type: application/json\r\n", "", 400),
+    ] {
+        let mut c = env.connect();
+        c.send(&format!(
+            "POST /api/v1/queue/register HTTP/1.1\r\nHost: tickets\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        assert_eq!(c.response().0.status, status, "{extra}{body}");
+    }
+}

@@ -94,7 +94,16 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 
 /// `application/json`, with any parameters (`; charset=utf-8`), any case.
 fn is_json(value: Option<&http::HeaderValue>) -> bool {
-    let Some(value) = value.and_then(|v| v.to_str().ok()) else {
+    value.is_some_and(|v| is_json_value(v.as_bytes()))
+}
+
+/// [`is_json`] of a header value's bytes (the direct lane's).
+pub fn is_json_value(value: &[u8]) -> bool {
+    // As `HeaderValue::to_str`: visible ASCII and tabs only.
+    if !value.iter().all(|&b| b == b'\t' || (32..127).contains(&b)) {
+        return false;
+    }
+    let Ok(value) = std::str::from_utf8(value) else {
         return false;
     };
     let media = value.split(';').next().unwrap_or("").trim();

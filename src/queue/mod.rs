@@ -122,6 +122,16 @@ impl QueueApi {
         self.finish(rank::answer(self, query, caller).await, caller)
     }
 
+    /// The answer to a register request, for the direct lane, which has
+    /// read its `application/json` body (`Content-Length`, at most
+    /// [`input::MAX_BODY`]): the same as [`QueueApi::serve`] gives.
+    pub async fn register(&self, body: &[u8], caller: &Caller) -> Reply {
+        let reply = match register::registered(self, body, caller).await {
+            Ok(reply) | Err(reply) => reply,
+        };
+        self.finish(reply, caller)
+    }
+
     /// Every queue API reply to an allowed origin carries CORS headers.
     fn finish(&self, mut reply: Reply, caller: &Caller) -> Reply {
         if let Some(headers) = self.origins.cors(caller.sent()) {

@@ -65,7 +65,18 @@ pub async fn handle(api: &QueueApi, session: &mut Session, caller: &Caller) -> R
 }
 
 async fn register(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result<Reply, Reply> {
-    let request = parse(&api.read_body(session).await?)?;
+    let body = api.read_body(session).await?;
+    registered(api, &body, caller).await
+}
+
+/// The answer to a register request whose body has been read (by the
+/// proxy, or by the direct lane).
+pub(super) async fn registered(
+    api: &QueueApi,
+    body: &[u8],
+    caller: &Caller,
+) -> Result<Reply, Reply> {
+    let request = parse(body)?;
     let queue = api.queue(request.queue.as_deref())?;
     let registrant = registrant(api, &queue, request.user, caller)?;
     let (registration, credential, reply) = api.register_user(&queue, &registrant.user).await?;

@@ -203,6 +203,15 @@ impl DirectLane {
             _ => return Lane::Pass,
         };
 
+        // A register's body must have come with its head; if not, the
+        // proxy reads it (under its body timeout).
+        let body_length = match &taken.take {
+            Take::Api { body, .. } => *body,
+            Take::Forward(_) => 0,
+        };
+        if pending.len() < taken.consumed + body_length {
+            return Lane::Pass;
+        }
         let _in_flight = self.in_flight.enter();
         let started = Instant::now();
         let Taken {
@@ -214,6 +223,7 @@ impl DirectLane {
             path,
         } = taken;
         pending.advance(consumed);
+        let body = pending.split_to(body_length);
         let close = client_close || closing;
         let subject;
         let mut record = Record {
@@ -264,13 +274,19 @@ impl DirectLane {
                 record.error = outcome.error;
                 outcome.lane
             }
-            Take::Rank { query, caller } => {
-                record.route = Endpoint::Rank.name();
-                let mut reply = self
-                    .api
-                    .rank(query.as_deref(), caller)
-                    .await
-                    .header(REQUEST_ID, request_id.as_str());
+            Take::Api {
+                endpoint,
+                query,
+                caller,
+                ..
+            } => {
+                let reply = match endpoint {
+                    Endpoint::Register => self.api.register(&body, caller).await,
+                    // (The lane takes no other.)
+                    _ => self.api.rank(query.as_deref(), caller).await,
+                };
+                record.route = endpoint.name();
+                let mut reply = reply.header(REQUEST_ID, request_id.as_str());
                 if close {
                     reply = reply.closing();
                 }

@@ -1,8 +1,9 @@
 //! Which requests the lane takes, and the request it sends upstream.
 //!
 //! The lane takes only what it can relay without a body and without a
-//! protocol switch; everything else, and every request whose decision is
-//! not "forward" or "rank", goes back to the Pingora proxy unread. The
+//! protocol switch, and a register whose small JSON body came with its
+//! head; everything else, and every request whose decision is not
+//! "forward", "rank" or "register", goes back to the Pingora proxy unread. The
 //! decision itself is the proxy's (`crate::proxy::decision`), and the headers
 //! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
 
@@ -12,7 +13,7 @@ use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
 use crate::proxy::rules::name::Name;
 use crate::proxy::rules::Field;
-use crate::queue::Endpoint;
+use crate::queue::{input, Endpoint};
 
 use super::response::push_field;
 use crate::proxy::routes::RouteTable;
@@ -20,9 +21,14 @@ use crate::proxy::routes::RouteTable;
 /// A request the lane takes.
 pub enum Take {
     Forward(Plan),
-    /// `GET /api/v1/queue/rank`, answered from Redis as the proxy does.
-    Rank {
+    /// A queue API call the lane answers as the proxy does: `GET
+    /// /api/v1/queue/rank`, or `POST /api/v1/queue/register` with an
+    /// `application/json` body of `body` bytes (at most the API's limit),
+    /// once the body is there.
+    Api {
+        endpoint: Endpoint,
         query: Option<String>,
+        body: usize,
         /// What the request's headers say about who sent it.
         caller: Box<Caller>,
     },
@@ -67,8 +73,10 @@ pub fn take(
     let (method, head_request) = match request.method? {
         "GET" => ("GET", false),
         "HEAD" => ("HEAD", true),
+        "POST" => ("POST", false),
         _ => return None,
     };
+    let post = method == "POST";
     let target = request.path?.as_bytes();
     if !target.starts_with(b"/") {
         return None;
@@ -76,8 +84,29 @@ pub fn take(
     let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     let mut client_close = false;
     let mut connection_headers = 0;
+    // A POST's body: one Content-Length of plain digits, within the limit,
+    // and one JSON Content-Type (anything else is the proxy's to answer).
+    let mut body = None;
+    let mut json = None;
     for (name, value) in fields.clone() {
+        if post && name.eq_ignore_ascii_case(b"content-type") {
+            if json.is_some() {
+                return None;
+            }
+            json = Some(input::is_json_value(value));
+            continue;
+        }
         match Name::of(name) {
+            Name::ContentLength if post && body.is_none() => {
+                if value.is_empty() || value.len() > 4 || !value.iter().all(u8::is_ascii_digit) {
+                    return None;
+                }
+                let length: usize = std::str::from_utf8(value).ok()?.parse().ok()?;
+                if length > input::MAX_BODY {
+                    return None;
+                }
+                body = Some(length);
+            }
             Name::ContentLength | Name::TransferEncoding | Name::Upgrade | Name::Expect => {
                 return None
             }
@@ -114,7 +143,7 @@ pub fn take(
             identity,
             origin: None,
             upgrade: false,
-        } if pooled(route) => {
+        } if pooled(route) && !post => {
             let request_id = forward::request_id(peer, fields.clone());
             let head = upstream_head(method, target, fields, peer, &identity, &request_id);
             return Some(Taken {
@@ -131,7 +160,15 @@ pub fn take(
                 path: path_of(target),
             });
         }
-        Decision::Queue(Endpoint::Rank) if !head_request => Take::Rank {
+        Decision::Queue(Endpoint::Register) if post && json == Some(true) => Take::Api {
+            endpoint: Endpoint::Register,
+            query: None,
+            body: body?,
+            caller: Box::new(Caller::from_fields(fields.clone())),
+        },
+        Decision::Queue(Endpoint::Rank) if method == "GET" => Take::Api {
+            endpoint: Endpoint::Rank,
+            body: 0,
             query: target
                 .iter()
                 .position(|&b| b == b'?')
