@@ -16,7 +16,11 @@
 //!   a `Connection` header, if any, naming only `close` or `keep-alive`;
 //! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
 //!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
-//!   with the proxy's handler (`crate::queue::QueueApi::rank`).
+//!   with the proxy's handler (`crate::queue::QueueApi::rank`);
+//! - and `POST /api/v1/queue/register` with one `application/json`
+//!   `Content-Type`, one `Content-Length` of at most 4 KiB in plain digits,
+//!   and the body already read with the head, answered with the proxy's
+//!   handler once the body is read (`crate::queue::QueueApi::register`).
 //!
 //! What it holds: nothing the proxy path also decides. The decision, the
 //! request and response header rules, the framing rules, the 502/504
@@ -206,8 +210,8 @@ impl DirectLane {
         // A register's body must have come with its head; if not, the
         // proxy reads it (under its body timeout).
         let body_length = match &taken.take {
-            Take::Api { body, .. } => *body,
-            Take::Forward(_) => 0,
+            Take::Register { body, .. } => *body,
+            Take::Forward(_) | Take::Rank { .. } => 0,
         };
         if pending.len() < taken.consumed + body_length {
             return Lane::Pass;
@@ -223,7 +227,13 @@ impl DirectLane {
             path,
         } = taken;
         pending.advance(consumed);
-        let body = pending.split_to(body_length);
+        // (Splitting off nothing would still share the buffer: an
+        // allocation on every other request.)
+        let body = if body_length > 0 {
+            pending.split_to(body_length)
+        } else {
+            BytesMut::new()
+        };
         let close = client_close || closing;
         let subject;
         let mut record = Record {
@@ -274,16 +284,16 @@ impl DirectLane {
                 record.error = outcome.error;
                 outcome.lane
             }
-            Take::Api {
-                endpoint,
-                query,
-                caller,
-                ..
-            } => {
-                let reply = match endpoint {
-                    Endpoint::Register => self.api.register(&body, caller).await,
-                    // (The lane takes no other.)
-                    _ => self.api.rank(query.as_deref(), caller).await,
+            Take::Rank { .. } | Take::Register { .. } => {
+                let (endpoint, reply) = match &take {
+                    Take::Register { caller, .. } => {
+                        (Endpoint::Register, self.api.register(&body, caller).await)
+                    }
+                    Take::Rank { query, caller } => (
+                        Endpoint::Rank,
+                        self.api.rank(query.as_deref(), caller).await,
+                    ),
+                    Take::Forward(_) => return Lane::Closed,
                 };
                 record.route = endpoint.name();
                 let mut reply = reply.header(REQUEST_ID, request_id.as_str());

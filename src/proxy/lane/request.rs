@@ -21,15 +21,17 @@ use crate::proxy::routes::RouteTable;
 /// A request the lane takes.
 pub enum Take {
     Forward(Plan),
-    /// A queue API call the lane answers as the proxy does: `GET
-    /// /api/v1/queue/rank`, or `POST /api/v1/queue/register` with an
-    /// `application/json` body of `body` bytes (at most the API's limit),
-    /// once the body is there.
-    Api {
-        endpoint: Endpoint,
+    /// `GET /api/v1/queue/rank`, answered from Redis as the proxy does.
+    Rank {
         query: Option<String>,
-        body: usize,
         /// What the request's headers say about who sent it.
+        caller: Box<Caller>,
+    },
+    /// `POST /api/v1/queue/register` with an `application/json` body of
+    /// `body` bytes (at most the API's limit), answered as the proxy does
+    /// once the body is there.
+    Register {
+        body: usize,
         caller: Box<Caller>,
     },
 }
@@ -79,6 +81,11 @@ pub fn take(
     let post = method == "POST";
     let target = request.path?.as_bytes();
     if !target.starts_with(b"/") {
+        return None;
+    }
+    // The only POST the lane takes: any other goes to the proxy before the
+    // lane decides anything about it.
+    if post && target.split(|&b| b == b'?').next() != Some(Endpoint::Register.path().as_bytes()) {
         return None;
     }
     let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
@@ -160,15 +167,11 @@ pub fn take(
                 path: path_of(target),
             });
         }
-        Decision::Queue(Endpoint::Register) if post && json == Some(true) => Take::Api {
-            endpoint: Endpoint::Register,
-            query: None,
+        Decision::Queue(Endpoint::Register) if post && json == Some(true) => Take::Register {
             body: body?,
             caller: Box::new(Caller::from_fields(fields.clone())),
         },
-        Decision::Queue(Endpoint::Rank) if method == "GET" => Take::Api {
-            endpoint: Endpoint::Rank,
-            body: 0,
+        Decision::Queue(Endpoint::Rank) if method == "GET" => Take::Rank {
             query: target
                 .iter()
                 .position(|&b| b == b'?')
