@@ -68,6 +68,19 @@ fn wait_for_samples(wg: &Waitgate, more_than: f64) {
     }
 }
 
+/// Waits (up to 5 s) until cleanup has taken `user` out of the waiting set.
+fn wait_removed(c: &mut redis::Connection, user: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while c
+        .zscore::<_, _, Option<f64>>(WAITING, user)
+        .unwrap()
+        .is_some()
+    {
+        assert!(Instant::now() < deadline, "cleanup did not run");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn zrank_calls(c: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
     info.lines()
@@ -119,15 +132,7 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
     // rank behind them is 700 less, derived or asked again exactly.
     let stale: Vec<String> = (2_000..2_700).map(|i| format!("u{i}")).collect();
     make_silent(&mut c, "baseball", &stale);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, "u2699")
-        .unwrap()
-        .is_some()
-    {
-        assert!(Instant::now() < deadline, "cleanup did not run");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_removed(&mut c, "u2699");
     for i in (15_000..60_000).step_by(4_500) {
         let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));
         assert_within(api, exact, "after the cleanup");
@@ -142,15 +147,7 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
     std::thread::sleep(Duration::from_millis(5_500));
     let few: Vec<String> = (3_000..3_005).map(|i| format!("u{i}")).collect();
     make_silent(&mut c, "baseball", &few);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, "u3004")
-        .unwrap()
-        .is_some()
-    {
-        assert!(Instant::now() < deadline, "cleanup did not run");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_removed(&mut c, "u3004");
     let walks = zrank_calls(&mut c);
     for i in (20_000..60_000).step_by(4_000) {
         let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));

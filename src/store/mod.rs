@@ -52,34 +52,32 @@ macro_rules! script {
         })
     };
 }
+/// Read-only: the `no-writes` flag lets Redis run it on a replica and
+/// refuse it any write.
+macro_rules! read_only_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                "#!lua flags=no-writes\n",
+                include_str!("../../lua/lib.lua"),
+                include_str!(concat!("../../lua/", $file))
+            ))
+        })
+    };
+}
 static REGISTER: LazyLock<Script> = script!("register.lua");
 static RANK: LazyLock<Script> = script!("rank.lua");
 static DROPOUT: LazyLock<Script> = script!("dropout.lua");
 static ADMIT: LazyLock<Script> = script!("admit.lua");
 static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
 static CONTROL: LazyLock<Script> = script!("control.lua");
-/// Read-only, as `TOKEN`.
-static SAMPLES: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "#!lua flags=no-writes\n",
-        include_str!("../../lua/lib.lua"),
-        include_str!("../../lua/samples.lua")
-    ))
-});
+static SAMPLES: LazyLock<Script> = read_only_script!("samples.lua");
 static REVOKE: LazyLock<Script> = script!("revoke.lua");
 
 /// The channel revocations are pushed on (`lua/revoke.lua` publishes; every
 /// instance subscribes, see `edge::revoked`).
 pub const REVOKED_CHANNEL: &str = "waitgate:revoked";
-/// Read-only: the `no-writes` flag lets Redis run it on a replica and
-/// refuse it any write.
-static TOKEN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "#!lua flags=no-writes\n",
-        include_str!("../../lua/lib.lua"),
-        include_str!("../../lua/token.lua")
-    ))
-});
+static TOKEN: LazyLock<Script> = read_only_script!("token.lua");
 
 /// A waiting user's place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -724,9 +722,8 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<Position>, StoreError> {
-        let range = samples.and_then(Samples::range);
         let mut positions = self
-            .rank_call(keys, users, admission, heartbeat, range, samples)
+            .rank_call(keys, users, admission, heartbeat, samples)
             .await?;
         let exact: Vec<usize> = (0..users.len())
             .filter(|&i| positions[i].is_none())
@@ -734,7 +731,7 @@ impl Store {
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
             let answers = self
-                .rank_call(keys, &again, admission, heartbeat, None, None)
+                .rank_call(keys, &again, admission, heartbeat, None)
                 .await?;
             for (i, answer) in exact.into_iter().zip(answers) {
                 positions[i] = answer;
@@ -753,7 +750,6 @@ impl Store {
         users: &[&str],
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
-        range: Option<(u64, u64)>,
         samples: Option<&Samples>,
     ) -> Result<Vec<Option<Position>>, StoreError> {
         let mut invocation = RANK.prepare_invoke();
@@ -769,7 +765,7 @@ impl Store {
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
-        let (from, to) = range.unwrap_or((0, 0));
+        let (from, to) = samples.and_then(Samples::range).unwrap_or((0, 0));
         let nearest = samples.map_or(0, |s| s.nearest);
         invocation.arg(from).arg(to).arg(nearest);
         for user in users {
