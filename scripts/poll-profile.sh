@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Where the Redis time of a poll far back goes, at 1,000,000 waiting, with
+# nothing else running: the floors under rank.lua, measured on one Redis.
+#
+#   scripts/poll-profile.sh             # 1,000,000 users, 3 rounds
+#   scripts/poll-profile.sh 200000 5    # fewer users, more rounds
+#
+# Users and their heartbeats are written straight into Redis, in the form
+# the scripts write them (waiting score, `<due>:<arrival>`); half have a
+# heartbeat a poll keeps, half one it must write. Each round fills anew and
+# times batches of 200 random users (as the coalescer sends them at 1,024
+# connections), one script or command per batch, from INFO commandstats:
+#
+#   HMGET command    the heartbeats of a batch read as a plain command:
+#                    the hash lookups alone
+#   HMGET from Lua   the same, from a script that returns them: the call,
+#                    the users as Lua strings and the values back
+#   + parse          and each value read as due and arrival
+#   rank.lua         the shipped script (derived ranks far back, the
+#                    heartbeat written when due)
+#   cleanup look     cleanup.lua over 100,000 candidates whose users polled
+#                    since (nobody is removed), per candidate
+#
+# scripts/scale.sh measures the same scripts under load, with waitgate and
+# the load driver sharing the machine's cores with Redis.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/ensure-tools.sh
+ensure_packages redis-server python3
+
+users=${1:-1000000}
+rounds=${2:-3}
+port=19311
+work=$(mktemp -d)
+cleanup() {
+  redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no --dir "$work" --daemonize yes \
+  --logfile "$work/redis.log"
+for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+python3 - "$port" "$users" "$rounds" <<'EOF'
+import random, socket, statistics, sys, time
+
+port, users, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+BATCH, CALLS, CANDIDATES = 200, 1000, 100000
+K = "queue:{big}:"
+
+
+class Redis:
+    def __init__(self):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    @staticmethod
+    def encode(args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind in b"+:":
+            return rest.decode() if kind == b"+" else int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def __call__(self, *args):
+        self.sock.sendall(self.encode(args))
+        return self.read()
+
+    def pipeline(self, commands):
+        for i in range(0, len(commands), 20):
+            part = commands[i:i + 20]
+            self.sock.sendall(b"".join(self.encode(c) for c in part))
+            for _ in part:
+                self.read()
+
+    def usec(self, command):
+        for line in self("INFO", "commandstats").splitlines():
+            if line.startswith(f"cmdstat_{command}:"):
+                fields = dict(f.split("=") for f in line.split(":", 1)[1].split(","))
+                return int(fields["usec"])
+        return 0
+
+
+r = Redis()
+lib = open("lua/lib.lua").read()
+FILL = """
+local base, now, from, to = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local z, h = {}, {}
+for i = from, to - 1 do
+  local score = base + i
+  z[#z + 1] = string.format('%.0f', score)
+  z[#z + 1] = 'u' .. i
+  -- Half keep their heartbeat (20 s left of a 30 s advice), half write one.
+  local due = now + ((i % 2 == 0) and -20000 or 20000)
+  h[#h + 1] = 'u' .. i
+  h[#h + 1] = string.format('%.0f:%.0f', due, score)
+  if #z >= 1000 or i == to - 1 then
+    redis.call('ZADD', KEYS[1], unpack(z))
+    redis.call('HSET', KEYS[2], unpack(h))
+    z, h = {}, {}
+  end
+end
+"""
+BASE = 1_700_000_000_000_000
+
+
+def fill():
+    r("FLUSHALL")
+    now = int(time.time() * 1000)
+    for start in range(0, users, 50000):
+        r("EVAL", FILL, 2, K + "waiting", K + "due", BASE, now, start, min(users, start + 50000))
+    # The gate holds (nobody admitted), as in scripts/scale.sh.
+    r("HSET", K + "admission", "window", 999999999999, "epoch", 1, "joined", users)
+
+
+def load(body):
+    return r("SCRIPT", "LOAD", lib + "\n" + body)
+
+
+HMGET_LUA = load("return redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))")
+PARSE_LUA = load("""
+local values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
+local out = {}
+for i = 1, #values do
+  local due, arrival = parse_heartbeat(values[i])
+  out[#out + 1] = due or 0
+  out[#out + 1] = arrival or 0
+end
+return out
+""")
+RANK = load(open("lua/rank.lua").read())
+CLEANUP = load(open("lua/cleanup.lua").read())
+RANK_KEYS = [K + k for k in ("waiting", "heartbeat", "active", "admission", "control",
+                             "prequeue", "due", "dues")]
+CLEAN_KEYS = [K + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
+                              "admission", "due", "dues")]
+
+
+def batches(seed):
+    rng = random.Random(seed)
+    return [[f"u{rng.randrange(users)}" for _ in range(BATCH)] for _ in range(CALLS)]
+
+
+def per_poll(command, make):
+    r("CONFIG", "RESETSTAT")
+    r.pipeline([make(b) for b in batches(7)])
+    return r.usec(command) / (BATCH * CALLS)
+
+
+def rank_args(sha):
+    # Ranks derived from place 10,000 on, exact nearer (as an instance
+    # with samples asks), the default advice bounds and a 30 s timeout.
+    return lambda b: (["EVALSHA", sha, 8] + RANK_KEYS
+                      + [3000, 100, 30000, 1000, 30000, BASE + 10000, BASE + users, 1000] + b)
+
+
+def cleanup_look():
+    rng = random.Random(3)
+    picked = [f"u{rng.randrange(users)}" for _ in range(CANDIDATES)]
+    for i in range(0, CANDIDATES, 1000):
+        r("RPUSH", K + "dues:1000", *picked[i:i + 1000])
+    r("ZADD", K + "dues", 1000, 1000)
+    r("CONFIG", "RESETSTAT")
+    while r("EXISTS", K + "dues:1000"):
+        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, 30000)[0]
+        assert removed == 0, "cleanup removed a user who polled"
+    return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
+
+
+measures = {name: [] for name in ("cmd", "lua", "parse", "rank", "look", "look_hmget")}
+for _ in range(rounds):
+    fill()
+    measures["cmd"].append(per_poll("hmget", lambda b: ["HMGET", K + "due"] + b))
+    measures["lua"].append(per_poll("evalsha", lambda b: ["EVALSHA", HMGET_LUA, 8] + RANK_KEYS
+                                    + [0] * 8 + b))
+    measures["parse"].append(per_poll("evalsha", lambda b: ["EVALSHA", PARSE_LUA, 8] + RANK_KEYS
+                                      + [0] * 8 + b))
+    fill()
+    measures["rank"].append(per_poll("evalsha", rank_args(RANK)))
+    look, look_hmget = cleanup_look()
+    measures["look"].append(look)
+    measures["look_hmget"].append(look_hmget)
+
+m = {k: statistics.median(v) for k, v in measures.items()}
+print(f"\npoll profile: {users:,} waiting, batches of {BATCH}, median of {rounds} rounds "
+      f"(min-max), Redis alone on the machine")
+print("| Measure | Redis time | |")
+print("|---|---|---|")
+def row(label, key, unit, note=""):
+    v = measures[key]
+    print(f"| {label} | {m[key]:.2f} us {unit} ({min(v):.2f}-{max(v):.2f}) | {note} |")
+row("HMGET of a batch's heartbeats, as a command", "cmd", "per user", "the hash lookups")
+row("the same HMGET from a script that returns it", "lua", "per user",
+    "+ the script call, the users and values through Lua")
+row("+ each value parsed as due and arrival", "parse", "per user", "")
+row("rank.lua far back (half the heartbeats written)", "rank", "per poll", "the shipped script")
+row("cleanup.lua's look at one candidate", "look", "per candidate", "")
+row("of which its HMGET", "look_hmget", "per candidate", "the hash lookup")
+EOF
