@@ -364,7 +364,7 @@ fn sentinel_failover(wait_replicas: u64, replicas: usize) {
     let config = waitgate_config(
         &ports,
         &format!(
-            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: waitgate\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 200\n",
+            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: waitgate\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 500\n",
             urls.join(", ")
         ),
         "  baseball:\n    admission: {interval-ms: 200, batch-size: 5}\n    heartbeat: {timeout-ms: 60000, cleanup-interval-ms: 200}\n",
@@ -514,6 +514,106 @@ fn with_wait_a_sentinel_failover_loses_no_acknowledged_registration() {
     sentinel_failover(1, 2);
 }
 
+/// Stops (or lets go on) a process, as a replica that falls behind.
+fn signal(node: &Node, signal: &str) {
+    let pid = node.child.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// A `WAIT` may take all of `wait-timeout-ms`, which may be longer than
+/// `command-timeout-ms`: a replica that confirms late but within the wait
+/// makes the write a success, and one that never confirms is the 503 of
+/// too few replicas once the wait is over, not a Redis taken for silent at
+/// the command timeout.
+#[test]
+fn a_wait_longer_than_the_command_timeout_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = Node::start(dir.path(), &[]);
+    let replica = Node::start(
+        dir.path(),
+        &[
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            master.port.to_string(),
+        ],
+    );
+    wait_for("replication", Duration::from_secs(10), || {
+        replica
+            .cmd(&["INFO", "replication"])
+            .is_some_and(|i| i.contains("master_link_status:up"))
+    });
+    let ports = Ports::new();
+    let config = waitgate_config(
+        &ports,
+        &format!(
+            "redis:\n  url: {}\n  command-timeout-ms: 200\n  wait-replicas: 1\n  wait-timeout-ms: 1500\n",
+            master.url()
+        ),
+        "  q:\n    admission: {max-active: 1}\n",
+    );
+    let wg = Waitgate::start(&config, &ports);
+    wait_for("waitgate to reach Redis", Duration::from_secs(10), || {
+        register(wg.addr, "warm-up").status == 200
+    });
+
+    // The replica stops, and goes on 600 ms later: the write waits for it.
+    signal(&replica, "-STOP");
+    let resume = std::thread::spawn({
+        let pid = replica.child.as_ref().unwrap().id();
+        move || {
+            std::thread::sleep(Duration::from_millis(600));
+            Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status()
+                .unwrap();
+        }
+    });
+    let started = Instant::now();
+    let late = register(wg.addr, "confirmed-late");
+    let took = started.elapsed();
+    resume.join().unwrap();
+    assert_eq!(late.status, 200, "{}", late.text());
+    assert!(
+        took >= Duration::from_millis(500),
+        "answered after {took:?}"
+    );
+
+    // A replica that stays stopped: too few replicas, after the wait. And
+    // while a write waits, polls are answered as ever: the wait holds up
+    // no call that does not wait.
+    signal(&replica, "-STOP");
+    let started = Instant::now();
+    let addr = wg.addr;
+    let waiting = std::thread::spawn(move || register(addr, "never-confirmed"));
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..5 {
+        let polled = Instant::now();
+        let poll = rank(wg.addr, "confirmed-late");
+        assert_eq!(poll.status, 200, "{}", poll.text());
+        assert!(
+            polled.elapsed() < Duration::from_millis(150),
+            "a poll took {:?} while a write waited",
+            polled.elapsed()
+        );
+    }
+    let never = waiting.join().unwrap();
+    let took = started.elapsed();
+    signal(&replica, "-CONT");
+    assert_eq!(never.status, 503, "{}", never.text());
+    assert!(
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(3000),
+        "answered after {took:?}"
+    );
+    // Redis itself answered all along: the next write goes through.
+    wait_for("the replica to catch up", Duration::from_secs(10), || {
+        register(wg.addr, "afterwards").status == 200
+    });
+}
+
 /// Three masters with one replica each, on loopback.
 struct Cluster {
     nodes: Vec<Node>,
@@ -646,7 +746,7 @@ fn cluster_failover(wait_replicas: u64, replicas: usize) {
     let config = waitgate_config(
         &ports,
         &format!(
-            "redis:\n  mode: cluster\n  nodes: [{}]\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 200\n",
+            "redis:\n  mode: cluster\n  nodes: [{}]\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 500\n",
             seeds.join(", ")
         ),
         &queues,

@@ -287,6 +287,12 @@ pub enum Dropout {
 /// Cluster, behind the same typed calls.
 pub struct Store {
     backend: Backend,
+    /// With `wait-replicas`, the writes that wait go over connections of
+    /// their own: Redis holds a connection's every later command until its
+    /// `WAIT` is answered, so a replica that falls behind would otherwise
+    /// hold up the polls and reads of the whole instance, not only the
+    /// writes that wait for it.
+    waited: Option<Backend>,
     timeout: Duration,
     /// `WAIT replicas timeout` after each write, when configured.
     wait: Option<(u64, Duration)>,
@@ -301,6 +307,8 @@ enum Backend {
     Standalone {
         client: redis::Client,
         manager: OnceLock<ConnectionManager>,
+        /// The longest a call on it may take (the crate's own bound).
+        response: Duration,
     },
     /// The master that the Sentinels name. The connection is dropped on any
     /// failure that may mean a failover (refused, reset, `READONLY`), and
@@ -308,6 +316,7 @@ enum Backend {
     Sentinel {
         sentinels: tokio::sync::Mutex<SentinelClient>,
         master: std::sync::Mutex<Option<MultiplexedConnection>>,
+        response: Duration,
     },
     /// A Redis Cluster: the crate follows `MOVED`/`ASK`. Every key of a
     /// queue shares its `{queue}` hash tag, so each script runs on the one
@@ -379,9 +388,26 @@ impl Store {
 
     /// A store for `config`; nothing is connected until the first call.
     pub fn new(config: &RedisConfig) -> Result<Store, StoreError> {
+        let wait =
+            (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout));
+        Ok(Store {
+            backend: Store::backend(config, config.command_timeout)?,
+            waited: match wait {
+                // A `WAIT` is answered once its own timeout is over: the
+                // command timeout counts from then.
+                Some((_, wait)) => Some(Store::backend(config, config.command_timeout + wait)?),
+                None => None,
+            },
+            timeout: config.command_timeout,
+            wait,
+        })
+    }
+
+    /// A way to Redis for `config` whose calls may take up to `response`.
+    fn backend(config: &RedisConfig, response: Duration) -> Result<Backend, StoreError> {
         let failed = |e: redis::RedisError| StoreError::Failed(e.to_string());
         let certificates = config.tls.as_ref().map(tls_certificates).transpose()?;
-        let backend = match &config.mode {
+        Ok(match &config.mode {
             RedisMode::Standalone { url } => {
                 let client = match certificates {
                     Some(certs) => redis::Client::build_with_tls(url.as_str(), certs),
@@ -391,6 +417,7 @@ impl Store {
                 Backend::Standalone {
                     client,
                     manager: OnceLock::new(),
+                    response,
                 }
             }
             RedisMode::Sentinel {
@@ -421,6 +448,7 @@ impl Store {
                 Backend::Sentinel {
                     sentinels: tokio::sync::Mutex::new(builder.build().map_err(failed)?),
                     master: std::sync::Mutex::new(None),
+                    response,
                 }
             }
             RedisMode::Cluster { nodes } => {
@@ -434,7 +462,7 @@ impl Store {
                     .map_err(failed)?;
                 let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .connection_timeout(config.command_timeout)
-                    .response_timeout(config.command_timeout)
+                    .response_timeout(response)
                     .retries(2)
                     .min_retry_wait(20)
                     .max_retry_wait(200);
@@ -448,17 +476,27 @@ impl Store {
                     nodes: node_clients,
                 }
             }
-        };
-        Ok(Store {
-            backend,
-            timeout: config.command_timeout,
-            wait: (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout)),
         })
     }
 
     async fn connection(&self) -> Result<Conn, StoreError> {
-        match &self.backend {
-            Backend::Standalone { client, manager } => {
+        self.connect(&self.backend).await
+    }
+
+    /// The connection for a write that waits for replicas (the usual one
+    /// without `wait-replicas`).
+    async fn waited_connection(&self) -> Result<Conn, StoreError> {
+        self.connect(self.waited.as_ref().unwrap_or(&self.backend))
+            .await
+    }
+
+    async fn connect(&self, backend: &Backend) -> Result<Conn, StoreError> {
+        match backend {
+            Backend::Standalone {
+                client,
+                manager,
+                response,
+            } => {
                 if let Some(c) = manager.get() {
                     return Ok(Conn::Manager(c.clone()));
                 }
@@ -467,7 +505,7 @@ impl Store {
                 // reconnect if this one fails.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(*response))
                     .set_number_of_retries(2)
                     .set_min_delay(Duration::from_millis(20))
                     .set_max_delay(Duration::from_millis(500));
@@ -475,7 +513,11 @@ impl Store {
                     .map_err(|e| StoreError::Failed(e.to_string()))?;
                 Ok(Conn::Manager(manager.get_or_init(|| made).clone()))
             }
-            Backend::Sentinel { sentinels, master } => {
+            Backend::Sentinel {
+                sentinels,
+                master,
+                response,
+            } => {
                 if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                     return Ok(Conn::Multiplexed(c));
                 }
@@ -488,7 +530,7 @@ impl Store {
                         }
                         let config = redis::AsyncConnectionConfig::new()
                             .set_connection_timeout(Some(self.timeout))
-                            .set_response_timeout(Some(self.timeout));
+                            .set_response_timeout(Some(*response));
                         sentinels.get_async_connection_with_config(&config).await
                     })
                     .await?;
@@ -526,14 +568,16 @@ impl Store {
         if !matches!(error, StoreError::Unavailable(_)) {
             return;
         }
-        match &self.backend {
-            Backend::Sentinel { master, .. } => {
-                master.lock().unwrap_or_else(|p| p.into_inner()).take();
+        for backend in std::iter::once(&self.backend).chain(&self.waited) {
+            match backend {
+                Backend::Sentinel { master, .. } => {
+                    master.lock().unwrap_or_else(|p| p.into_inner()).take();
+                }
+                Backend::Cluster { current, .. } => {
+                    current.lock().unwrap_or_else(|p| p.into_inner()).take();
+                }
+                Backend::Standalone { .. } => {}
             }
-            Backend::Cluster { current, .. } => {
-                current.lock().unwrap_or_else(|p| p.into_inner()).take();
-            }
-            Backend::Standalone { .. } => {}
         }
     }
 
@@ -543,10 +587,18 @@ impl Store {
         &self,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match pingora::time::timeout(self.timeout, call).await {
+        self.bounded_by(self.timeout, call).await
+    }
+
+    async fn bounded_by<T>(
+        &self,
+        limit: Duration,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match pingora::time::timeout(limit, call).await {
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {} ms",
-                self.timeout.as_millis()
+                limit.as_millis()
             ))),
             Ok(Err(e)) => Err(classify(e)),
             Ok(Ok(value)) => Ok(value),
@@ -576,13 +628,24 @@ impl Store {
         invocation: ScriptInvocation<'_>,
         key: &str,
     ) -> Result<T, StoreError> {
-        let value = self.run(invocation).await?;
         let Some((replicas, timeout)) = self.wait else {
-            return Ok(value);
+            return self.run(invocation).await;
         };
+        // The `WAIT` goes on the connection that made the write: Redis
+        // waits for that connection's own last write.
+        let mut connection = self.waited_connection().await?;
+        let value = self.bounded(invocation.invoke_async(&mut connection)).await;
+        if let Err(e) = &value {
+            self.failed(e);
+        }
+        let value = value?;
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(timeout.as_millis() as u64);
-        let acknowledged: u64 = match self.connection().await? {
+        // Redis answers a `WAIT` once its own timeout is over: the command
+        // timeout counts from then, or a wait longer than it would be taken
+        // for a Redis that stopped answering.
+        let limit = self.timeout + timeout;
+        let acknowledged: u64 = match connection {
             Conn::Cluster(mut c) => {
                 let route = redis::cluster_routing::RoutingInfo::SingleNode(
                     redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
@@ -592,10 +655,10 @@ impl Store {
                         ),
                     ),
                 );
-                let reply = self.bounded(c.route_command(wait, route)).await?;
+                let reply = self.bounded_by(limit, c.route_command(wait, route)).await?;
                 redis::from_redis_value(reply).map_err(|e| StoreError::Failed(e.to_string()))?
             }
-            mut c => self.bounded(wait.query_async(&mut c)).await?,
+            mut c => self.bounded_by(limit, wait.query_async(&mut c)).await?,
         };
         if acknowledged < replicas {
             return Err(StoreError::Unavailable(format!(
