@@ -560,6 +560,8 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         register(wg.addr, "warm-up").status == 200
     });
 
+    let leaver = register_new(wg.addr, "leaver");
+
     // The replica stops, and goes on 600 ms later: the write waits for it.
     signal(&replica, "-STOP");
     let resume = std::thread::spawn({
@@ -572,7 +574,14 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
                 .unwrap();
         }
     });
+    // Several writes at once each wait for it (no write waits behind
+    // another's WAIT), a dropout among them.
     let started = Instant::now();
+    let addr = wg.addr;
+    let others: Vec<_> = (0..3)
+        .map(|i| std::thread::spawn(move || register(addr, &format!("confirmed-late-{i}"))))
+        .collect();
+    let leaving = std::thread::spawn(move || dropout(addr, "leaver", &leaver));
     let late = register(wg.addr, "confirmed-late");
     let took = started.elapsed();
     resume.join().unwrap();
@@ -581,6 +590,12 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         took >= Duration::from_millis(500),
         "answered after {took:?}"
     );
+    for other in others {
+        let other = other.join().unwrap();
+        assert_eq!(other.status, 200, "{}", other.text());
+    }
+    let left = leaving.join().unwrap();
+    assert_eq!(left.status, 204, "{}", left.text());
 
     // A replica that stays stopped: too few replicas, after the wait. And
     // while a write waits, polls are answered as ever: the wait holds up
@@ -608,6 +623,13 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         took >= Duration::from_millis(1400) && took < Duration::from_millis(3000),
         "answered after {took:?}"
     );
+    // It was the replicas' answer, not a cut-off call.
+    let log = wg.log();
+    assert!(
+        log.contains("the write reached 0 of 1 replicas in time"),
+        "{log}"
+    );
+    assert!(!log.contains("no answer within"), "{log}");
     // Redis itself answered all along: the next write goes through.
     wait_for("the replica to catch up", Duration::from_secs(10), || {
         register(wg.addr, "afterwards").status == 200

@@ -288,11 +288,11 @@ pub enum Dropout {
 pub struct Store {
     backend: Backend,
     /// With `wait-replicas`, the writes that wait go over connections of
-    /// their own: Redis holds a connection's every later command until its
-    /// `WAIT` is answered, so a replica that falls behind would otherwise
-    /// hold up the polls and reads of the whole instance, not only the
-    /// writes that wait for it.
-    waited: Option<Backend>,
+    /// their own, one write at a time each: Redis holds a connection's
+    /// every later command until its `WAIT` is answered, so a replica that
+    /// falls behind would otherwise hold up every other call on the
+    /// connection, polls and other writes alike.
+    waited: Option<Waited>,
     timeout: Duration,
     /// `WAIT replicas timeout` after each write, when configured.
     wait: Option<(u64, Duration)>,
@@ -335,6 +335,26 @@ enum Backend {
         nodes: Vec<redis::Client>,
     },
 }
+
+/// The connections of the writes that wait for replicas (see
+/// `Store::run_write`): each is used by one write at a time, for the script
+/// and then its `WAIT`, and is dropped on any error. They never reconnect
+/// on their own (a `WAIT` on a connection other than the write's would
+/// answer at once, for nothing), and at most `WAITED_CONNECTIONS` exist.
+struct Waited {
+    /// How to open one; its calls may take the command and wait timeouts.
+    backend: Backend,
+    idle: std::sync::Mutex<Vec<Conn>>,
+    permits: tokio::sync::Semaphore,
+}
+
+/// How often a Cluster call is tried again, after `MOVED` or with its
+/// master gone.
+const CLUSTER_RETRIES: u32 = 2;
+
+/// Writes that may wait for replicas at once, per instance. More wait for
+/// one of them to finish, within the same bound.
+const WAITED_CONNECTIONS: usize = 8;
 
 /// A connection of any backend, for the scripts and commands.
 #[derive(Clone)]
@@ -380,10 +400,14 @@ impl redis::aio::ConnectionLike for Conn {
 
 impl Store {
     /// The longest one call can take when Redis does not answer: a
-    /// connection attempt, the script (and its reload after NOSCRIPT), and
-    /// the `WAIT` after a write, each bounded.
+    /// connection attempt, the script (and its reload after NOSCRIPT), and,
+    /// for a write with `wait-replicas`, the wait for a free connection and
+    /// the `WAIT` after the write, each bounded.
     pub fn longest_call(&self) -> Duration {
-        3 * self.timeout + self.wait.map_or(Duration::ZERO, |(_, wait)| wait)
+        3 * self.timeout
+            + self
+                .wait
+                .map_or(Duration::ZERO, |(_, wait)| self.timeout + 2 * wait)
     }
 
     /// A store for `config`; nothing is connected until the first call.
@@ -391,11 +415,18 @@ impl Store {
         let wait =
             (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout));
         Ok(Store {
-            backend: Store::backend(config, config.command_timeout)?,
+            backend: Store::backend(config, config.command_timeout, CLUSTER_RETRIES)?,
             waited: match wait {
                 // A `WAIT` is answered once its own timeout is over: the
                 // command timeout counts from then.
-                Some((_, wait)) => Some(Store::backend(config, config.command_timeout + wait)?),
+                Some((_, wait)) => Some(Waited {
+                    // A cluster connection that retries would send a
+                    // `WAIT` that failed with its master to the next one,
+                    // which answers at once for a write it never had.
+                    backend: Store::backend(config, config.command_timeout + wait, 0)?,
+                    idle: std::sync::Mutex::new(Vec::new()),
+                    permits: tokio::sync::Semaphore::new(WAITED_CONNECTIONS),
+                }),
                 None => None,
             },
             timeout: config.command_timeout,
@@ -403,8 +434,14 @@ impl Store {
         })
     }
 
-    /// A way to Redis for `config` whose calls may take up to `response`.
-    fn backend(config: &RedisConfig, response: Duration) -> Result<Backend, StoreError> {
+    /// A way to Redis for `config` whose calls may take up to `response`;
+    /// a Cluster's calls are tried again (after `MOVED`, or with a master
+    /// gone) `retries` times.
+    fn backend(
+        config: &RedisConfig,
+        response: Duration,
+        retries: u32,
+    ) -> Result<Backend, StoreError> {
         let failed = |e: redis::RedisError| StoreError::Failed(e.to_string());
         let certificates = config.tls.as_ref().map(tls_certificates).transpose()?;
         Ok(match &config.mode {
@@ -463,7 +500,7 @@ impl Store {
                 let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                     .connection_timeout(config.command_timeout)
                     .response_timeout(response)
-                    .retries(2)
+                    .retries(retries)
                     .min_retry_wait(20)
                     .max_retry_wait(200);
                 if let Some(certs) = certificates {
@@ -483,11 +520,40 @@ impl Store {
         self.connect(&self.backend).await
     }
 
-    /// The connection for a write that waits for replicas (the usual one
-    /// without `wait-replicas`).
-    async fn waited_connection(&self) -> Result<Conn, StoreError> {
-        self.connect(self.waited.as_ref().unwrap_or(&self.backend))
-            .await
+    /// A new connection of `backend`'s that nobody else uses and that does
+    /// not reconnect by itself.
+    async fn open(&self, backend: &Backend) -> Result<Conn, StoreError> {
+        match backend {
+            Backend::Standalone {
+                client, response, ..
+            } => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(*response));
+                self.bounded(client.get_multiplexed_async_connection_with_config(&config))
+                    .await
+                    .map(Conn::Multiplexed)
+            }
+            Backend::Sentinel {
+                sentinels,
+                response,
+                ..
+            } => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(Some(*response));
+                self.bounded(async {
+                    let mut sentinels = sentinels.lock().await;
+                    sentinels.get_async_connection_with_config(&config).await
+                })
+                .await
+                .map(Conn::Multiplexed)
+            }
+            Backend::Cluster { client, .. } => self
+                .bounded(client.get_async_connection())
+                .await
+                .map(Conn::Cluster),
+        }
     }
 
     async fn connect(&self, backend: &Backend) -> Result<Conn, StoreError> {
@@ -568,16 +634,21 @@ impl Store {
         if !matches!(error, StoreError::Unavailable(_)) {
             return;
         }
-        for backend in std::iter::once(&self.backend).chain(&self.waited) {
-            match backend {
-                Backend::Sentinel { master, .. } => {
-                    master.lock().unwrap_or_else(|p| p.into_inner()).take();
-                }
-                Backend::Cluster { current, .. } => {
-                    current.lock().unwrap_or_else(|p| p.into_inner()).take();
-                }
-                Backend::Standalone { .. } => {}
+        match &self.backend {
+            Backend::Sentinel { master, .. } => {
+                master.lock().unwrap_or_else(|p| p.into_inner()).take();
             }
+            Backend::Cluster { current, .. } => {
+                current.lock().unwrap_or_else(|p| p.into_inner()).take();
+            }
+            Backend::Standalone { .. } => {}
+        }
+        if let Some(waited) = &self.waited {
+            waited
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
         }
     }
 
@@ -628,25 +699,39 @@ impl Store {
         invocation: ScriptInvocation<'_>,
         key: &str,
     ) -> Result<T, StoreError> {
-        let Some((replicas, timeout)) = self.wait else {
+        let (Some((replicas, timeout)), Some(waited)) = (self.wait, &self.waited) else {
             return self.run(invocation).await;
         };
-        // The `WAIT` goes on the connection that made the write: Redis
-        // waits for that connection's own last write.
-        let mut connection = self.waited_connection().await?;
-        let value = self.bounded(invocation.invoke_async(&mut connection)).await;
-        if let Err(e) = &value {
-            self.failed(e);
-        }
-        let value = value?;
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis() as u64);
         // Redis answers a `WAIT` once its own timeout is over: the command
         // timeout counts from then, or a wait longer than it would be taken
         // for a Redis that stopped answering.
         let limit = self.timeout + timeout;
-        let acknowledged: u64 = match connection {
-            Conn::Cluster(mut c) => {
+        let _permit = match pingora::time::timeout(limit, waited.permits.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            _ => {
+                return Err(StoreError::Unavailable(
+                    "every connection for writes is waiting for replicas".into(),
+                ))
+            }
+        };
+        let idle = waited.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut connection = match idle {
+            Some(c) => c,
+            None => self
+                .open(&waited.backend)
+                .await
+                .inspect_err(|e| self.failed(e))?,
+        };
+        let value = self
+            .bounded(invocation.invoke_async(&mut connection))
+            .await
+            .inspect_err(|e| self.failed(e))?;
+        // The `WAIT` goes on the connection that made the write: Redis
+        // waits for that connection's own last write.
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        let acknowledged: Result<u64, StoreError> = match &mut connection {
+            Conn::Cluster(c) => {
                 let route = redis::cluster_routing::RoutingInfo::SingleNode(
                     redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
                         redis::cluster_routing::Route::with_key(
@@ -655,11 +740,22 @@ impl Store {
                         ),
                     ),
                 );
-                let reply = self.bounded_by(limit, c.route_command(wait, route)).await?;
-                redis::from_redis_value(reply).map_err(|e| StoreError::Failed(e.to_string()))?
+                self.bounded_by(limit, c.route_command(wait, route))
+                    .await
+                    .and_then(|reply| {
+                        redis::from_redis_value(reply)
+                            .map_err(|e| StoreError::Failed(e.to_string()))
+                    })
             }
-            mut c => self.bounded_by(limit, wait.query_async(&mut c)).await?,
+            c => self.bounded_by(limit, wait.query_async(c)).await,
         };
+        let acknowledged = acknowledged.inspect_err(|e| self.failed(e))?;
+        // Sound, whatever the replicas said: ready for the next write.
+        waited
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(connection);
         if acknowledged < replicas {
             return Err(StoreError::Unavailable(format!(
                 "the write reached {acknowledged} of {replicas} replicas in time"
