@@ -344,9 +344,23 @@ enum Backend {
 struct Waited {
     /// How to open one; its calls may take the command and wait timeouts.
     backend: Backend,
-    idle: std::sync::Mutex<Vec<Conn>>,
+    /// Each with when it was last used.
+    idle: std::sync::Mutex<Vec<(std::time::Instant, Conn)>>,
     permits: tokio::sync::Semaphore,
 }
+
+/// The counter a waited write increments before its `WAIT`, beside `key`
+/// (`queue:{q}:<name>` becomes `queue:{q}:waited`).
+fn waited_mark(key: &str) -> String {
+    match key.rfind(':') {
+        Some(at) => format!("{}:waited", &key[..at]),
+        None => format!("{key}:waited"),
+    }
+}
+
+/// A connection for waited writes idle longer than this is closed rather
+/// than used: a server `timeout`, a NAT or a balancer may have dropped it.
+const WAITED_IDLE: Duration = Duration::from_secs(30);
 
 /// How often a Cluster call is tried again, after `MOVED` or with its
 /// master gone.
@@ -714,54 +728,91 @@ impl Store {
                 ))
             }
         };
-        let idle = waited.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let idle = {
+            let mut idle = waited.idle.lock().unwrap_or_else(|p| p.into_inner());
+            idle.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
+            idle.pop()
+        };
         let mut connection = match idle {
-            Some(c) => c,
+            Some((_, c)) => c,
             None => self
                 .open(&waited.backend)
                 .await
                 .inspect_err(|e| self.failed(e))?,
         };
-        let value = self
-            .bounded(invocation.invoke_async(&mut connection))
-            .await
-            .inspect_err(|e| self.failed(e))?;
-        // The `WAIT` goes on the connection that made the write: Redis
-        // waits for that connection's own last write.
-        let mut wait = redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis() as u64);
-        let acknowledged: Result<u64, StoreError> = match &mut connection {
-            Conn::Cluster(c) => {
-                let route = redis::cluster_routing::RoutingInfo::SingleNode(
-                    redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
-                        redis::cluster_routing::Route::with_key(
-                            key,
-                            redis::cluster_routing::SlotAddr::Master,
-                        ),
-                    ),
-                );
-                self.bounded_by(limit, c.route_command(wait, route))
-                    .await
-                    .and_then(|reply| {
-                        redis::from_redis_value(reply)
-                            .map_err(|e| StoreError::Failed(e.to_string()))
-                    })
-            }
-            c => self.bounded_by(limit, wait.query_async(c)).await,
-        };
-        let acknowledged = acknowledged.inspect_err(|e| self.failed(e))?;
-        // Sound, whatever the replicas said: ready for the next write.
-        waited
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(connection);
+        let written = self.waited_write(&mut connection, invocation, key, replicas, limit);
+        let (value, acknowledged) = written.await.inspect_err(|e| {
+            // The connection goes with the error; the others may have met
+            // the same cause (a failover, a slot moved).
+            self.failed(e);
+            waited
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clear();
+        })?;
         if acknowledged < replicas {
+            // Not kept: the next write asks anew who serves.
             return Err(StoreError::Unavailable(format!(
                 "the write reached {acknowledged} of {replicas} replicas in time"
             )));
         }
+        waited
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((std::time::Instant::now(), connection));
         Ok(value)
+    }
+
+    /// The script, then how many replicas have it within `limit`. Redis
+    /// `WAIT`s for the last write made on the connection that asks, and a
+    /// script may write nothing (a retry finds its work done, on another
+    /// connection than the first try's): so a write to a key of the
+    /// queue's slot (`queue:{q}:waited`, a counter) comes first, whose
+    /// place in the replication stream is after every write before it,
+    /// this one's and anyone's.
+    async fn waited_write<T: FromRedisValue>(
+        &self,
+        connection: &mut Conn,
+        invocation: ScriptInvocation<'_>,
+        key: &str,
+        replicas: u64,
+        limit: Duration,
+    ) -> Result<(T, u64), StoreError> {
+        let value = self.bounded(invocation.invoke_async(connection)).await?;
+        let mut marked = redis::pipe();
+        marked
+            .cmd("INCR")
+            .arg(waited_mark(key))
+            .ignore()
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(limit.saturating_sub(self.timeout).as_millis() as u64);
+        let (acknowledged,): (u64,) =
+            match connection {
+                Conn::Cluster(c) => {
+                    let route = redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(
+                        redis::cluster_routing::Route::with_key(
+                            key,
+                            redis::cluster_routing::SlotAddr::Master,
+                        ),
+                    );
+                    let replies = self
+                        .bounded_by(limit, c.route_pipeline(marked, 0, 2, route))
+                        .await?;
+                    // (The last reply is the `WAIT`'s, whether or not the
+                    // counter's is left out.)
+                    let reply = replies
+                        .into_iter()
+                        .last()
+                        .ok_or_else(|| StoreError::Failed("WAIT: no reply".into()))?;
+                    (redis::from_redis_value(reply)
+                        .map_err(|e| StoreError::Failed(e.to_string()))?,)
+                }
+                c => self.bounded_by(limit, marked.query_async(c)).await?,
+            };
+        Ok((value, acknowledged))
     }
 
     /// Answers while Redis answers: for the probe and `/healthz/redis`.
