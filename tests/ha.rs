@@ -319,15 +319,12 @@ fn waitgate_config(ports: &Ports, redis_section: &str, queues: &str) -> String {
     )
 }
 
-/// A master, `replicas` replicas and three Sentinels; waitgate on top.
-/// Kills the master under load and reports, for `wait_replicas`.
-fn sentinel_failover(wait_replicas: u64, replicas: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut master = Node::start(dir.path(), &[]);
-    let replicas: Vec<Node> = (0..replicas)
+/// `count` replicas of `master`, once each has synced with it.
+fn replicas_of(dir: &Path, master: &Node, count: usize) -> Vec<Node> {
+    let replicas: Vec<Node> = (0..count)
         .map(|_| {
             Node::start(
-                dir.path(),
+                dir,
                 &[
                     "--replicaof".into(),
                     "127.0.0.1".into(),
@@ -342,6 +339,15 @@ fn sentinel_failover(wait_replicas: u64, replicas: usize) {
                 .is_some_and(|i| i.contains("master_link_status:up"))
         })
     });
+    replicas
+}
+
+/// A master, `replicas` replicas and three Sentinels; waitgate on top.
+/// Kills the master under load and reports, for `wait_replicas`.
+fn sentinel_failover(wait_replicas: u64, replicas: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut master = Node::start(dir.path(), &[]);
+    let replicas = replicas_of(dir.path(), &master, replicas);
     let sentinels: Vec<Node> = (0..3)
         .map(|_| Node::sentinel(dir.path(), master.port))
         .collect();
@@ -516,9 +522,12 @@ fn with_wait_a_sentinel_failover_loses_no_acknowledged_registration() {
 
 /// Stops (or lets go on) a process, as a replica that falls behind.
 fn signal(node: &Node, signal: &str) {
-    let pid = node.child.as_ref().unwrap().id().to_string();
+    signal_pid(node.child.as_ref().unwrap().id(), signal);
+}
+
+fn signal_pid(pid: u32, signal: &str) {
     assert!(Command::new("kill")
-        .args([signal, &pid])
+        .args([signal, &pid.to_string()])
         .status()
         .unwrap()
         .success());
@@ -533,19 +542,7 @@ fn signal(node: &Node, signal: &str) {
 fn a_wait_longer_than_the_command_timeout_is_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     let master = Node::start(dir.path(), &[]);
-    let replica = Node::start(
-        dir.path(),
-        &[
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ],
-    );
-    wait_for("replication", Duration::from_secs(10), || {
-        replica
-            .cmd(&["INFO", "replication"])
-            .is_some_and(|i| i.contains("master_link_status:up"))
-    });
+    let replica = replicas_of(dir.path(), &master, 1).remove(0);
     let ports = Ports::new();
     let config = waitgate_config(
         &ports,
@@ -570,10 +567,7 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         let pid = replica.child.as_ref().unwrap().id();
         move || {
             std::thread::sleep(Duration::from_millis(600));
-            Command::new("kill")
-                .args(["-CONT", &pid.to_string()])
-                .status()
-                .unwrap();
+            signal_pid(pid, "-CONT");
         }
     });
     // Several writes at once each wait for it (no write waits behind
@@ -834,19 +828,7 @@ fn with_wait_a_cluster_failover_loses_no_acknowledged_registration() {
 fn what_waiting_for_a_replica_costs_in_register_throughput() {
     let dir = tempfile::tempdir().unwrap();
     let master = Node::start(dir.path(), &[]);
-    let replica = Node::start(
-        dir.path(),
-        &[
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ],
-    );
-    wait_for("replication", Duration::from_secs(10), || {
-        replica
-            .cmd(&["INFO", "replication"])
-            .is_some_and(|i| i.contains("master_link_status:up"))
-    });
+    let _replica = replicas_of(dir.path(), &master, 1).remove(0);
     let mut rates = Vec::new();
     for wait in [0, 1] {
         let ports = Ports::new();

@@ -349,6 +349,26 @@ struct Waited {
     permits: tokio::sync::Semaphore,
 }
 
+impl Waited {
+    /// An idle connection not idle too long, if there is one.
+    fn take(&self) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
+        idle.pop().map(|(_, c)| c)
+    }
+
+    /// A connection that served a write soundly, for the next one.
+    fn keep(&self, connection: Conn) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.push((std::time::Instant::now(), connection));
+    }
+
+    /// Closes the idle connections.
+    fn forget(&self) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
 /// The counter a waited write increments before its `WAIT`, beside `key`
 /// (`queue:{q}:<name>` becomes `queue:{q}:waited`).
 fn waited_mark(key: &str) -> String {
@@ -534,6 +554,14 @@ impl Store {
         self.connect(&self.backend).await
     }
 
+    /// The settings of a multiplexed connection whose calls may take up to
+    /// `response`.
+    fn connection_config(&self, response: Duration) -> redis::AsyncConnectionConfig {
+        redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(response))
+    }
+
     /// A new connection of `backend`'s that nobody else uses and that does
     /// not reconnect by itself.
     async fn open(&self, backend: &Backend) -> Result<Conn, StoreError> {
@@ -541,9 +569,7 @@ impl Store {
             Backend::Standalone {
                 client, response, ..
             } => {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(*response));
+                let config = self.connection_config(*response);
                 self.bounded(client.get_multiplexed_async_connection_with_config(&config))
                     .await
                     .map(Conn::Multiplexed)
@@ -553,9 +579,7 @@ impl Store {
                 response,
                 ..
             } => {
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(*response));
+                let config = self.connection_config(*response);
                 self.bounded(async {
                     let mut sentinels = sentinels.lock().await;
                     sentinels.get_async_connection_with_config(&config).await
@@ -608,9 +632,7 @@ impl Store {
                         if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                             return Ok(c);
                         }
-                        let config = redis::AsyncConnectionConfig::new()
-                            .set_connection_timeout(Some(self.timeout))
-                            .set_response_timeout(Some(*response));
+                        let config = self.connection_config(*response);
                         sentinels.get_async_connection_with_config(&config).await
                     })
                     .await?;
@@ -658,11 +680,7 @@ impl Store {
             Backend::Standalone { .. } => {}
         }
         if let Some(waited) = &self.waited {
-            waited
-                .idle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
+            waited.forget();
         }
     }
 
@@ -728,28 +746,19 @@ impl Store {
                 ))
             }
         };
-        let idle = {
-            let mut idle = waited.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
-            idle.pop()
-        };
-        let mut connection = match idle {
-            Some((_, c)) => c,
+        let mut connection = match waited.take() {
+            Some(c) => c,
             None => self
                 .open(&waited.backend)
                 .await
                 .inspect_err(|e| self.failed(e))?,
         };
-        let written = self.waited_write(&mut connection, invocation, key, replicas, limit);
+        let written = self.waited_write(&mut connection, invocation, key, replicas, timeout);
         let (value, acknowledged) = written.await.inspect_err(|e| {
             // The connection goes with the error; the others may have met
-            // the same cause (a failover, a slot moved).
+            // the same cause (a failover, a slot moved), whatever it was.
             self.failed(e);
-            waited
-                .idle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clear();
+            waited.forget();
         })?;
         if acknowledged < replicas {
             // Not kept: the next write asks anew who serves.
@@ -757,15 +766,11 @@ impl Store {
                 "the write reached {acknowledged} of {replicas} replicas in time"
             )));
         }
-        waited
-            .idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((std::time::Instant::now(), connection));
+        waited.keep(connection);
         Ok(value)
     }
 
-    /// The script, then how many replicas have it within `limit`. Redis
+    /// The script, then how many replicas have it within `wait`. Redis
     /// `WAIT`s for the last write made on the connection that asks, and a
     /// script may write nothing (a retry finds its work done, on another
     /// connection than the first try's): so a write to a key of the
@@ -778,9 +783,10 @@ impl Store {
         invocation: ScriptInvocation<'_>,
         key: &str,
         replicas: u64,
-        limit: Duration,
+        wait: Duration,
     ) -> Result<(T, u64), StoreError> {
         let value = self.bounded(invocation.invoke_async(connection)).await?;
+        let limit = self.timeout + wait;
         let mut marked = redis::pipe();
         marked
             .cmd("INCR")
@@ -788,7 +794,7 @@ impl Store {
             .ignore()
             .cmd("WAIT")
             .arg(replicas)
-            .arg(limit.saturating_sub(self.timeout).as_millis() as u64);
+            .arg(wait.as_millis() as u64);
         let (acknowledged,): (u64,) =
             match connection {
                 Conn::Cluster(c) => {
