@@ -13,6 +13,7 @@ pub mod coalesce;
 mod keys;
 pub mod ranks;
 
+use std::sync::atomic::Ordering;
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
@@ -293,6 +294,10 @@ pub struct Store {
     /// falls behind would otherwise hold up every other call on the
     /// connection, polls and other writes alike.
     waited: Option<Waited>,
+    /// Counts the times `failed` forgot the Sentinel master or the Cluster
+    /// map. A lookup that began before one of them may have found the
+    /// master that just failed: it is used for its own call, never kept.
+    forgotten: std::sync::atomic::AtomicU64,
     timeout: Duration,
     /// `WAIT replicas timeout` after each write, when configured.
     wait: Option<(u64, Duration)>,
@@ -344,28 +349,63 @@ enum Backend {
 struct Waited {
     /// How to open one; its calls may take the command and wait timeouts.
     backend: Backend,
-    /// Each with when it was last used.
-    idle: std::sync::Mutex<Vec<(std::time::Instant, Conn)>>,
+    idle: Pool<Conn>,
     permits: tokio::sync::Semaphore,
 }
 
-impl Waited {
-    /// An idle connection not idle too long, if there is one.
-    fn take(&self) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
-        idle.pop().map(|(_, c)| c)
+/// Idle connections, each with when it was last used, and the times the
+/// pool was cleared: a connection taken or opened before a clear is not
+/// put back after it (it may be one to the master that failed).
+struct Pool<C> {
+    idle: std::sync::Mutex<(Vec<(std::time::Instant, C)>, u64)>,
+}
+
+impl<C> Pool<C> {
+    fn new() -> Pool<C> {
+        Pool {
+            idle: std::sync::Mutex::new((Vec::new(), 0)),
+        }
     }
 
-    /// A connection that served a write soundly, for the next one.
-    fn keep(&self, connection: Conn) {
+    /// An idle connection not idle too long, if there is one, and the
+    /// pool's clears so far, to hand back to `keep`.
+    fn take(&self) -> (u64, Option<C>) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.push((std::time::Instant::now(), connection));
+        let (connections, cleared) = &mut *idle;
+        connections.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
+        (*cleared, connections.pop().map(|(_, c)| c))
     }
 
-    /// Closes the idle connections.
+    /// A connection that served a write soundly, for the next one, unless
+    /// the pool was cleared since it was taken (`cleared` from `take`).
+    fn keep(&self, cleared: u64, connection: C) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.1 == cleared {
+            idle.0.push((std::time::Instant::now(), connection));
+        }
+    }
+
+    /// Closes the idle connections, and those in use once their write ends.
     fn forget(&self) {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.0.clear();
+        idle.1 += 1;
+    }
+}
+
+/// Keeps `found` in `slot` for the next calls, unless `Store::failed`
+/// forgot the connection since the lookup that found it began (`seen` is
+/// `forgotten` read before it): that lookup may have reached the master
+/// that failed. `failed` counts under the same lock.
+fn keep_unless_forgotten<C: Clone>(
+    forgotten: &std::sync::atomic::AtomicU64,
+    seen: u64,
+    slot: &std::sync::Mutex<Option<C>>,
+    found: &C,
+) {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if forgotten.load(Ordering::Acquire) == seen {
+        *slot = Some(found.clone());
     }
 }
 
@@ -458,11 +498,12 @@ impl Store {
                     // `WAIT` that failed with its master to the next one,
                     // which answers at once for a write it never had.
                     backend: Store::backend(config, config.command_timeout + wait, 0)?,
-                    idle: std::sync::Mutex::new(Vec::new()),
+                    idle: Pool::new(),
                     permits: tokio::sync::Semaphore::new(WAITED_CONNECTIONS),
                 }),
                 None => None,
             },
+            forgotten: std::sync::atomic::AtomicU64::new(0),
             timeout: config.command_timeout,
             wait,
         })
@@ -625,6 +666,7 @@ impl Store {
                 if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                     return Ok(Conn::Multiplexed(c));
                 }
+                let forgotten = self.forgotten.load(Ordering::Acquire);
                 let found = self
                     .bounded(async {
                         let mut sentinels = sentinels.lock().await;
@@ -636,7 +678,7 @@ impl Store {
                         sentinels.get_async_connection_with_config(&config).await
                     })
                     .await?;
-                *master.lock().unwrap_or_else(|p| p.into_inner()) = Some(found.clone());
+                keep_unless_forgotten(&self.forgotten, forgotten, master, &found);
                 Ok(Conn::Multiplexed(found))
             }
             Backend::Cluster {
@@ -648,6 +690,7 @@ impl Store {
                 if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
                     return Ok(Conn::Cluster(c));
                 }
+                let forgotten = self.forgotten.load(Ordering::Acquire);
                 let made = self
                     .bounded(async {
                         let _one_at_a_time = connecting.lock().await;
@@ -657,7 +700,7 @@ impl Store {
                         client.get_async_connection().await
                     })
                     .await?;
-                *current.lock().unwrap_or_else(|p| p.into_inner()) = Some(made.clone());
+                keep_unless_forgotten(&self.forgotten, forgotten, current, &made);
                 Ok(Conn::Cluster(made))
             }
         }
@@ -672,15 +715,19 @@ impl Store {
         }
         match &self.backend {
             Backend::Sentinel { master, .. } => {
-                master.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let mut master = master.lock().unwrap_or_else(|p| p.into_inner());
+                self.forgotten.fetch_add(1, Ordering::AcqRel);
+                master.take();
             }
             Backend::Cluster { current, .. } => {
-                current.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let mut current = current.lock().unwrap_or_else(|p| p.into_inner());
+                self.forgotten.fetch_add(1, Ordering::AcqRel);
+                current.take();
             }
             Backend::Standalone { .. } => {}
         }
         if let Some(waited) = &self.waited {
-            waited.forget();
+            waited.idle.forget();
         }
     }
 
@@ -746,7 +793,8 @@ impl Store {
                 ))
             }
         };
-        let mut connection = match waited.take() {
+        let (cleared, idle) = waited.idle.take();
+        let mut connection = match idle {
             Some(c) => c,
             None => self
                 .open(&waited.backend)
@@ -758,7 +806,7 @@ impl Store {
             // The connection goes with the error; the others may have met
             // the same cause (a failover, a slot moved), whatever it was.
             self.failed(e);
-            waited.forget();
+            waited.idle.forget();
         })?;
         if acknowledged < replicas {
             // Not kept: the next write asks anew who serves.
@@ -766,7 +814,7 @@ impl Store {
                 "the write reached {acknowledged} of {replicas} replicas in time"
             )));
         }
-        waited.keep(connection);
+        waited.idle.keep(cleared, connection);
         Ok(value)
     }
 
@@ -1514,4 +1562,54 @@ fn count(value: i64) -> Result<u64, StoreError> {
 
 fn unexpected(script: &str, code: i64) -> StoreError {
     StoreError::Failed(format!("{script} script returned unknown code {code}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Mutex;
+
+    #[test]
+    fn a_connection_in_use_when_the_pool_is_cleared_is_not_put_back() {
+        let pool = Pool::new();
+        let (cleared, none) = pool.take();
+        assert_eq!(none, None);
+        pool.keep(cleared, 1);
+        let (cleared, one) = pool.take();
+        assert_eq!(one, Some(1));
+        // Cleared while connection 1 serves a write: it is dropped after.
+        pool.forget();
+        pool.keep(cleared, 1);
+        assert_eq!(pool.take().1, None);
+        // One taken after the clear is kept as before.
+        let (cleared, _) = pool.take();
+        pool.keep(cleared, 2);
+        assert_eq!(pool.take().1, Some(2));
+    }
+
+    #[test]
+    fn a_clear_drops_the_idle_connections() {
+        let pool = Pool::new();
+        let (cleared, _) = pool.take();
+        pool.keep(cleared, 1);
+        pool.keep(cleared, 2);
+        pool.forget();
+        assert_eq!(pool.take().1, None);
+    }
+
+    #[test]
+    fn a_master_found_by_a_lookup_older_than_a_failure_is_not_kept() {
+        let forgotten = AtomicU64::new(0);
+        let slot = Mutex::new(None);
+        let seen = forgotten.load(Ordering::Acquire);
+        // `failed` runs while the lookup is under way.
+        forgotten.fetch_add(1, Ordering::AcqRel);
+        keep_unless_forgotten(&forgotten, seen, &slot, &"old master");
+        assert_eq!(*slot.lock().unwrap(), None);
+        // The next lookup, begun after the failure, is kept.
+        let seen = forgotten.load(Ordering::Acquire);
+        keep_unless_forgotten(&forgotten, seen, &slot, &"new master");
+        assert_eq!(*slot.lock().unwrap(), Some("new master"));
+    }
 }
