@@ -4,7 +4,10 @@
 //! same answer (status, headers but `Date`, decoded body, and whether the
 //! connection was left open, cut short or closed) and the upstream must
 //! receive the same requests, byte for byte but for header order and the
-//! random `X-Request-Id`.
+//! random `X-Request-Id`. Registrations, which the lane answers too, are
+//! compared the same way (with the random credential and the clock-bound
+//! wait estimate hidden), and each side's Redis must then hold the same
+//! waiting users.
 //!
 //! Each case carries its number in its path, so that what each upstream saw
 //! can be matched to it. Cases run in parallel, as real clients would.
@@ -441,6 +444,68 @@ fn corpus(token: &str) -> Vec<Case> {
             (text, methods.clone())
         });
     }
+    // Registrations, which the lane answers too when the whole JSON body
+    // came with the head. `{U}` is a user of the case's own; each side has
+    // a Redis of its own, so both register it anew. Those that register
+    // run alone, in the same order on both sides, so that their places
+    // agree.
+    let register = |headers: &str, body: &str| {
+        format!(
+            "POST /api/v1/queue/register HTTP/1.1\r\nHost: t\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let json = "Content-Type: application/json\r\n";
+    let new_user = r#"{"userId":"r{U}","queue":"baseball"}"#;
+    let registrations: Vec<(String, bool)> = vec![
+        (register(json, new_user), true),
+        (register("Content-Type: application/json; charset=utf-8\r\n", new_user), true),
+        (register(json, r#"{"userId":"r{U}"}"#), true),
+        (register(&format!("{json}Expect: 100-continue\r\n"), new_user), true),
+        (register(&format!("{json}Connection: close\r\n"), new_user), true),
+        (format!("POST /api/v1/queue/register HTTP/1.1\r\nHost: t\r\n{json}Transfer-Encoding: chunked\r\n\r\n24\r\n{new_user}\r\n0\r\n\r\n"), true),
+        (format!("{}{}", register(json, new_user), register(json, new_user)), true),
+        (register(json, r#"{"userId":"fan","queue":"baseball"}"#), false),
+        (register(json, r#"{"userId":"r{U}","#), false),
+        (register(json, r#"{"userId":"r{U}","extra":1}"#), false),
+        (register(json, r#"["r{U}"]"#), false),
+        (register(json, r#"{"queue":"baseball"}"#), false),
+        (register(json, r#"{"userId":"r{U}","queue":"nope"}"#), false),
+        (register(json, r#"{"userId":"","queue":"baseball"}"#), false),
+        (register(json, &format!(r#"{{"userId":"{}"}}"#, "u".repeat(300))), false),
+        (register(json, r#"{"userId":"a b<c>"}"#), false),
+        (register(json, &format!(r#"{{"userId":"r{{U}}","pad":"{}"}}"#, "x".repeat(5000))), false),
+        (register("Content-Type: text/plain\r\n", new_user), false),
+        (register("", new_user), false),
+        (register(&format!("{json}{json}"), new_user), true),
+        (register(&format!("{json}Content-Length: 1\r\n"), new_user), false),
+        (format!("POST /api/v1/queue/register HTTP/1.1\r\nHost: t\r\n{json}Content-Length: +36\r\n\r\n{new_user}"), false),
+        (format!("POST /api/v1/queue/register HTTP/1.1\r\nHost: t\r\n{json}Content-Length: 36\r\n\r\n{{\"userId\""), false),
+        (format!("POST /api/v1/queue/register HTTP/1.1\r\n{json}Content-Length: 36\r\n\r\n{new_user}"), false),
+        (format!("POST /api/v1/queue/register HTTP/1.0\r\nHost: t\r\n{json}Content-Length: 36\r\n\r\n{new_user}"), true),
+        ("GET /api/v1/queue/register HTTP/1.1\r\nHost: t\r\n\r\n".to_string(), false),
+        (register(&format!("{json}Upgrade: websocket\r\nConnection: Upgrade\r\n"), new_user), false),
+    ];
+    let first_registration = cases.len();
+    for (template, _) in &registrations {
+        let method = if template.starts_with("GET") {
+            "GET"
+        } else {
+            "POST"
+        };
+        let requests = template.matches(" HTTP/1.").count();
+        add(&mut cases, &|id| {
+            // As long as `{U}`, so that the lengths above stay right.
+            assert!(id < 1000);
+            (
+                template.replace("{U}", &format!("{id:03}")),
+                vec![method; requests],
+            )
+        });
+    }
+    for (case, (_, registers)) in cases[first_registration..].iter_mut().zip(&registrations) {
+        case.alone = *registers;
+    }
     cases
 }
 
@@ -495,13 +560,32 @@ fn run(addr: SocketAddr, case: &Case) -> Seen {
         }
     };
     // A reset after a complete reply reads the same as a close to a client.
-    let messages = parse(&raw, &case.methods);
+    let mut messages = parse(&raw, &case.methods);
+    for message in &mut messages {
+        if let Message::Whole { body, .. } = message {
+            hide_unsteady(body);
+        }
+    }
     let end = if end == "reset" && !messages.is_empty() {
         "closed"
     } else {
         end
     };
     Seen { messages, end }
+}
+
+/// A registration's `queueCredential` is random, and its
+/// `estimatedWaitSeconds` counts from the moment it was asked: their
+/// values are hidden, their lengths kept.
+fn hide_unsteady(body: &mut [u8]) {
+    for key in [&b"\"queueCredential\":\""[..], b"\"estimatedWaitSeconds\":"] {
+        if let Some(at) = body.windows(key.len()).position(|w| w == key) {
+            let value = body[at + key.len()..].iter_mut();
+            for b in value.take_while(|b| !matches!(**b, b'"' | b',' | b'}')) {
+                *b = b'*';
+            }
+        }
+    }
 }
 
 /// Splits what a client read into responses.
@@ -528,6 +612,9 @@ fn parse(mut raw: &[u8], methods: &[String]) -> Vec<Message> {
                 let name = h.name.to_ascii_lowercase();
                 let value = if name == "x-request-id" {
                     "<id>".to_string()
+                } else if name == "set-cookie" && h.value.starts_with(b"waitgate-queue-") {
+                    // The queue cookie carries the random credential.
+                    "<queue cookie>".to_string()
                 } else {
                     String::from_utf8_lossy(h.value).into_owned()
                 };
@@ -738,10 +825,12 @@ fn run_together(
 
 #[test]
 fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same_bytes() {
-    let redis = Redis::start();
+    // A Redis each, so that a registration is new on both sides.
+    let (redis, proxy_redis) = (Redis::start(), Redis::start());
     let lane = side(&redis, true);
-    let proxy = side(&redis, false);
+    let proxy = side(&proxy_redis, false);
     let token = admitted_token(&lane.wg, &redis, "fan");
+    admitted_token(&proxy.wg, &proxy_redis, "fan");
     let cases = Arc::new(corpus(&token));
     assert!(cases.len() >= 200, "{} cases", cases.len());
     assert!(BEHAVIOURS.len() >= 30);
@@ -801,4 +890,17 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
         cases.len(),
         differences.join("\n")
     );
+    // The same users wait on both sides, in the same order: the
+    // registrations refused changed nothing on either.
+    let waiting = |redis: &Redis| -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(WAITING_KEY)
+            .arg(0)
+            .arg(-1)
+            .query(&mut redis.conn())
+            .unwrap()
+    };
+    let (lane_waiting, proxy_waiting) = (waiting(&redis), waiting(&proxy_redis));
+    assert_eq!(lane_waiting, proxy_waiting);
+    assert_eq!(lane_waiting.len(), 9, "{lane_waiting:?}");
 }
