@@ -20,6 +20,10 @@
 #                    heartbeat written when due)
 #   cleanup look     cleanup.lua over 100,000 candidates whose users polled
 #                    since (nobody is removed), per candidate
+#   cleanup removals cleanup.lua calls that each remove 500 users made
+#                    silent at random places, as scripts/scale.sh times
+#                    them: each call's time (SLOWLOG) and the ZREM, HDEL
+#                    and HMGET inside it (INFO commandstats)
 #
 # scripts/scale.sh measures the same scripts under load, with waitgate and
 # the load driver sharing the machine's cores with Redis.
@@ -169,6 +173,12 @@ def rank_args(sha):
                       + [3000, 100, 30000, 1000, 30000, BASE + 10000, BASE + users, 1000] + b)
 
 
+# Cleanup's heartbeat timeout: an hour, so that the heartbeats the fill
+# wrote stay live however long a round takes (a user made silent has one
+# long past any timeout).
+TIMEOUT = 3_600_000
+
+
 def cleanup_look():
     rng = random.Random(3)
     picked = [f"u{rng.randrange(users)}" for _ in range(CANDIDATES)]
@@ -177,12 +187,61 @@ def cleanup_look():
     r("ZADD", K + "dues", 1000, 1000)
     r("CONFIG", "RESETSTAT")
     while r("EXISTS", K + "dues:1000"):
-        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, 30000)[0]
+        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
         assert removed == 0, "cleanup removed a user who polled"
     return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
 
 
+def commandstats():
+    out = {}
+    for line in r("INFO", "commandstats").splitlines():
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            fields = dict(f.split("=") for f in rest.split(","))
+            out[name] = int(fields["usec"])
+    return out
+
+
+SILENCE = """
+math.randomseed(tonumber(ARGV[2]))
+local n = 0
+while n < 500 do
+  local u = 'u' .. math.random(0, tonumber(ARGV[1]) - 1)
+  local due = redis.call('HGET', KEYS[1], u)
+  if due and due ~= '1' then
+    redis.call('HSET', KEYS[1], u, 1)
+    redis.call('RPUSH', KEYS[2] .. ':1000', u)
+    n = n + 1
+  end
+end
+redis.call('ZADD', KEYS[2], 1000, 1000)
+"""
+
+
+def cleanup_removals(calls=10):
+    """cleanup.lua calls that each remove 500 users made silent at random
+    places (as scripts/scale.sh times them): each call's own time
+    (SLOWLOG), and the mean per call of the commands inside it."""
+    rng = random.Random(11)
+    times, inside = [], {}
+    r("CONFIG", "SET", "slowlog-log-slower-than", 0)
+    for _ in range(calls):
+        r("EVAL", SILENCE, 2, K + "due", K + "dues", users, rng.randrange(1 << 30))
+        r("SLOWLOG", "RESET")
+        before = commandstats()
+        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
+        after = commandstats()
+        assert removed == 500, f"a cleanup call removed {removed}, not 500"
+        times.append(next(e[2] for e in r("SLOWLOG", "GET", 100)
+                          if e[3][0].lower() == "evalsha") / 1000)
+        for name in ("zrem", "hdel", "hmget"):
+            inside[name] = inside.get(name, 0) + (after.get(name, 0) - before.get(name, 0))
+    r("CONFIG", "SET", "slowlog-log-slower-than", 10000)
+    return times, {name: usec / calls / 1000 for name, usec in inside.items()}
+
+
 measures = {name: [] for name in ("cmd", "lua", "parse", "rank", "look", "look_hmget")}
+removals = []
 for _ in range(rounds):
     fill()
     measures["cmd"].append(per_poll("hmget", lambda b: ["HMGET", K + "due"] + b))
@@ -195,6 +254,8 @@ for _ in range(rounds):
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)
+    times, inside = cleanup_removals()
+    removals.append((statistics.median(times), max(times), inside))
 
 m = {k: statistics.median(v) for k, v in measures.items()}
 print(f"\npoll profile: {users:,} waiting, batches of {BATCH}, median of {rounds} rounds "
@@ -211,4 +272,10 @@ row("+ each value parsed as due and arrival", "parse", "per user", "")
 row("rank.lua far back (half the heartbeats written)", "rank", "per poll", "the shipped script")
 row("cleanup.lua's look at one candidate", "look", "per candidate", "")
 row("of which its HMGET", "look_hmget", "per candidate", "the hash lookup")
+medians = [t[0] for t in removals]
+inside = {k: statistics.median(t[2][k] for t in removals) for k in ("zrem", "hdel", "hmget")}
+print(f"| cleanup.lua removing 500 silent users, one call | median {statistics.median(medians):.2f} ms "
+      f"(round medians {min(medians):.2f}-{max(medians):.2f}), max {max(t[1] for t in removals):.2f} ms | "
+      f"inside: ZREM {inside['zrem']:.2f} ms, HDEL {inside['hdel']:.2f}, HMGET {inside['hmget']:.2f}, "
+      f"the rest Lua |")
 EOF
