@@ -517,7 +517,23 @@ struct Seen {
     /// How the connection ended: "closed", "open" (idle when the client
     /// stopped reading) or "reset".
     end: &'static str,
+    /// The `(userId, queueCredential)` of each registration answered, read
+    /// before the credential is hidden; not compared (it is random), but
+    /// used once the cases are done to check that each one works.
+    credentials: Unequal<Vec<(String, String)>>,
 }
+
+/// A value two `Seen`s may differ by.
+#[derive(Debug)]
+struct Unequal<T>(T);
+
+impl<T> PartialEq for Unequal<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> Eq for Unequal<T> {}
 
 #[derive(Debug, PartialEq, Eq)]
 enum Message {
@@ -561,8 +577,17 @@ fn run(addr: SocketAddr, case: &Case) -> Seen {
     };
     // A reset after a complete reply reads the same as a close to a client.
     let mut messages = parse(&raw, &case.methods);
+    let mut credentials = Vec::new();
     for message in &mut messages {
         if let Message::Whole { body, .. } = message {
+            if let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) {
+                if let (Some(user), Some(credential)) = (
+                    answer["userId"].as_str(),
+                    answer["queueCredential"].as_str(),
+                ) {
+                    credentials.push((user.to_string(), credential.to_string()));
+                }
+            }
             hide_unsteady(body);
         }
     }
@@ -571,7 +596,11 @@ fn run(addr: SocketAddr, case: &Case) -> Seen {
     } else {
         end
     };
-    Seen { messages, end }
+    Seen {
+        messages,
+        end,
+        credentials: Unequal(credentials),
+    }
 }
 
 /// A registration's `queueCredential` is random, and its
@@ -613,8 +642,12 @@ fn parse(mut raw: &[u8], methods: &[String]) -> Vec<Message> {
                 let value = if name == "x-request-id" {
                     "<id>".to_string()
                 } else if name == "set-cookie" && h.value.starts_with(b"waitgate-queue-") {
-                    // The queue cookie carries the random credential.
-                    "<queue cookie>".to_string()
+                    // The queue cookie's value is the random credential;
+                    // its name and attributes are compared.
+                    let value = String::from_utf8_lossy(h.value);
+                    let (pair, attributes) = value.split_once(';').unwrap_or((&value, ""));
+                    let name = pair.split_once('=').map_or(pair, |(n, _)| n);
+                    format!("{name}=<credential>;{attributes}")
                 } else {
                     String::from_utf8_lossy(h.value).into_owned()
                 };
@@ -763,18 +796,25 @@ struct Side {
 fn side(redis: &Redis, lane: bool) -> Side {
     let ports = Ports::new();
     let upstream = Scripted::start(script);
-    let config = config(&redis.url(), &ports, upstream.port)
-        .replace(
-            &format!("direct-lane: {}", direct_lane()),
-            &format!("direct-lane: {lane}"),
-        )
-        .replace(
-            &format!("    address: 127.0.0.1:{}\n", upstream.port),
-            &format!(
-                "    address: 127.0.0.1:{}\n    read-timeout-ms: 800\n",
-                upstream.port
-            ),
-        );
+    // Nobody registered by a case is removed before the end: their
+    // heartbeats outlast the run.
+    let config = config_with(
+        &redis.url(),
+        &ports,
+        upstream.port,
+        "baseball: {admission: {max-active: 1}, heartbeat: {timeout-ms: 600000}}",
+    )
+    .replace(
+        &format!("direct-lane: {}", direct_lane()),
+        &format!("direct-lane: {lane}"),
+    )
+    .replace(
+        &format!("    address: 127.0.0.1:{}\n", upstream.port),
+        &format!(
+            "    address: 127.0.0.1:{}\n    read-timeout-ms: 800\n",
+            upstream.port
+        ),
+    );
     assert!(config.contains(&format!("direct-lane: {lane}")));
     let wg = Waitgate::start(&config, &ports);
     Side { wg, upstream }
@@ -831,6 +871,18 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
     let proxy = side(&proxy_redis, false);
     let token = admitted_token(&lane.wg, &redis, "fan");
     admitted_token(&proxy.wg, &proxy_redis, "fan");
+    // With `fan` active the gate has no room, and each side's admitter
+    // records that (a rate of 0) once someone waits. It is recorded here
+    // first, so that every registration's estimate and advice follow from
+    // its place alone, the same on both sides.
+    for redis in [&redis, &proxy_redis] {
+        let _: () = redis::cmd("HSET")
+            .arg("queue:{baseball}:admission")
+            .arg("rate")
+            .arg("0.0000")
+            .query(&mut redis.conn())
+            .unwrap();
+    }
     let cases = Arc::new(corpus(&token));
     assert!(cases.len() >= 200, "{} cases", cases.len());
     assert!(BEHAVIOURS.len() >= 30);
@@ -903,4 +955,18 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
     let (lane_waiting, proxy_waiting) = (waiting(&redis), waiting(&proxy_redis));
     assert_eq!(lane_waiting, proxy_waiting);
     assert_eq!(lane_waiting.len(), 9, "{lane_waiting:?}");
+    // Each credential a registration was given works: its dropout is
+    // accepted, and then nobody is left waiting on either side.
+    for (side, seen, redis) in [(&lane, &on, &redis), (&proxy, &off, &proxy_redis)] {
+        let credentials: Vec<_> = seen
+            .values()
+            .flat_map(|s| s.credentials.0.clone())
+            .collect();
+        assert_eq!(credentials.len(), 9, "{credentials:?}");
+        for (user, credential) in credentials {
+            let r = dropout(side.wg.addr, &user, &credential);
+            assert_eq!(r.status, 204, "{user}: {r:?}");
+        }
+        assert!(waiting(redis).is_empty());
+    }
 }

@@ -1598,6 +1598,44 @@ mod tests {
         assert_eq!(pool.take().1, None);
     }
 
+    /// How many times `failed` has forgotten the master and cleared the
+    /// waited pool.
+    fn forgettings(store: &Store) -> (u64, u64) {
+        let waited = store.waited.as_ref().expect("wait-replicas is set");
+        (
+            store.forgotten.load(Ordering::Acquire),
+            waited.idle.take().0,
+        )
+    }
+
+    #[test]
+    fn only_a_failure_that_may_be_a_failover_forgets_the_master_and_the_waited_pool() {
+        let modes = [
+            RedisMode::Sentinel {
+                sentinels: vec!["redis://127.0.0.1:1".into()],
+                master_name: "m".into(),
+            },
+            RedisMode::Cluster {
+                nodes: vec!["redis://127.0.0.1:1".into()],
+            },
+        ];
+        for mode in modes {
+            let store = Store::new(&RedisConfig {
+                mode: mode.clone(),
+                tls: None,
+                command_timeout: Duration::from_millis(100),
+                wait_replicas: 1,
+                wait_timeout: Duration::from_millis(100),
+                coalesce: false,
+            })
+            .unwrap();
+            store.failed(&StoreError::Failed("ERR a script's own error".into()));
+            assert_eq!(forgettings(&store), (0, 0), "{mode:?}");
+            store.failed(&StoreError::Unavailable("connection reset".into()));
+            assert_eq!(forgettings(&store), (1, 1), "{mode:?}");
+        }
+    }
+
     #[test]
     fn a_master_found_by_a_lookup_older_than_a_failure_is_not_kept() {
         let forgotten = AtomicU64::new(0);

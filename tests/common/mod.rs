@@ -1031,11 +1031,20 @@ pub fn assert_one_batch_per_window(counts: &[u64], batch: u64) {
 
 /// Moves a waiting user of queue `baseball` to active until `until_ms`, by
 /// hand and in one step, as `lua/admit.lua` does: out of waiting and
-/// heartbeat, into active, with its arrival kept for the token exchange.
+/// heartbeat, into active, with its arrival kept for the token exchange. A
+/// user the admitter took first stays active, until `until_ms`.
 pub fn admit_by_hand(c: &mut redis::Connection, user: &str, until_ms: u64) {
     let moved: i64 = redis::Script::new(
         "local arrival = redis.call('ZSCORE', KEYS[1], ARGV[1])
-         if not arrival then return 0 end
+         if not arrival then
+           -- The admitter may have been first (a queue with room admits
+           -- within a tick): the user is active all the same.
+           if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+             redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+             return 1
+           end
+           return 0
+         end
          redis.call('ZREM', KEYS[1], ARGV[1])
          redis.call('ZREM', KEYS[2], ARGV[1])
          redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
