@@ -469,6 +469,14 @@ fn judge(
 /// the test), so an admission lost in the failover and made again would
 /// show as a count above the set. Returns (admissions counted, active).
 fn admission_survives(wg: &Waitgate, zcard: impl Fn(&str) -> u64) -> (u64, u64) {
+    // Enough waiting for the 2 s below (5 a window of 200 ms), however few
+    // registrations a slow machine made during the failover: the admitter
+    // may have taken them all already.
+    for i in 0..60 {
+        let body = serde_json::json!({ "userId": format!("later-{i}"), "queue": "baseball" });
+        let r = post_json(wg.addr, "/api/v1/queue/register", &body.to_string()).unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+    }
     let before = zcard("queue:{baseball}:active");
     std::thread::sleep(Duration::from_secs(2));
     let after = zcard("queue:{baseball}:active");

@@ -320,7 +320,7 @@ enum Backend {
     /// the Sentinels are asked again on the next call.
     Sentinel {
         sentinels: tokio::sync::Mutex<SentinelClient>,
-        master: std::sync::Mutex<Option<MultiplexedConnection>>,
+        master: Slot<MultiplexedConnection>,
         response: Duration,
     },
     /// A Redis Cluster: the crate follows `MOVED`/`ASK`. Every key of a
@@ -332,7 +332,7 @@ enum Backend {
     /// cluster again from the configured nodes.
     Cluster {
         client: ClusterClient,
-        current: std::sync::Mutex<Option<ClusterConnection>>,
+        current: Slot<ClusterConnection>,
         connecting: tokio::sync::Mutex<()>,
         /// Each configured node on its own, for the pub/sub subscription:
         /// a Cluster delivers every PUBLISH to every node, so any one
@@ -393,20 +393,38 @@ impl<C> Pool<C> {
     }
 }
 
-/// Keeps `found` in `slot` for the next calls, unless `Store::failed`
-/// forgot the connection since the lookup that found it began (`seen` is
-/// `forgotten` read before it): that lookup may have reached the master
-/// that failed. `failed` counts under the same lock.
+/// The connection that the calls share, with the count of
+/// `Store::forgotten` it was found at: a failure on it forgets it only if
+/// nothing was forgotten since. (Once a master fails, the calls in flight
+/// on it fail one after another for up to a command timeout; each would
+/// otherwise forget the new master found after the first.)
+type Slot<C> = std::sync::Mutex<Option<(u64, C)>>;
+
+/// Keeps `found` (with the count it was looked up at) in `slot` for the
+/// next calls, unless `Store::failed` forgot a connection since the lookup
+/// began: that lookup may have reached the master that failed. A slot that
+/// already holds one keeps it. `failed` counts under the same lock.
 fn keep_unless_forgotten<C: Clone>(
     forgotten: &std::sync::atomic::AtomicU64,
-    seen: u64,
-    slot: &std::sync::Mutex<Option<C>>,
-    found: &C,
+    slot: &Slot<C>,
+    found: &(u64, C),
 ) {
     let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    if forgotten.load(Ordering::Acquire) == seen {
+    if slot.is_none() && forgotten.load(Ordering::Acquire) == found.0 {
         *slot = Some(found.clone());
     }
+}
+
+/// Forgets what `slot` holds, and counts it, if nothing was forgotten since
+/// the failed call's connection was found (`seen`). Whether it counted.
+fn forget_once<C>(forgotten: &std::sync::atomic::AtomicU64, seen: u64, slot: &Slot<C>) -> bool {
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if forgotten.load(Ordering::Acquire) != seen {
+        return false;
+    }
+    forgotten.fetch_add(1, Ordering::AcqRel);
+    *slot = None;
+    true
 }
 
 /// The counter a waited write increments before its `WAIT`, beside `key`
@@ -591,7 +609,9 @@ impl Store {
         })
     }
 
-    async fn connection(&self) -> Result<Conn, StoreError> {
+    /// A connection for a call, and the count of forgettings it was found
+    /// at, for `failed`.
+    async fn connection(&self) -> Result<(u64, Conn), StoreError> {
         self.connect(&self.backend).await
     }
 
@@ -635,15 +655,16 @@ impl Store {
         }
     }
 
-    async fn connect(&self, backend: &Backend) -> Result<Conn, StoreError> {
+    async fn connect(&self, backend: &Backend) -> Result<(u64, Conn), StoreError> {
         match backend {
             Backend::Standalone {
                 client,
                 manager,
                 response,
             } => {
+                let seen = self.forgotten.load(Ordering::Acquire);
                 if let Some(c) = manager.get() {
-                    return Ok(Conn::Manager(c.clone()));
+                    return Ok((seen, Conn::Manager(c.clone())));
                 }
                 // Retries are few and short: a caller never waits past
                 // `timeout` anyway, and the next call starts a new
@@ -656,30 +677,32 @@ impl Store {
                     .set_max_delay(Duration::from_millis(500));
                 let made = ConnectionManager::new_lazy_with_config(client.clone(), config)
                     .map_err(|e| StoreError::Failed(e.to_string()))?;
-                Ok(Conn::Manager(manager.get_or_init(|| made).clone()))
+                Ok((seen, Conn::Manager(manager.get_or_init(|| made).clone())))
             }
             Backend::Sentinel {
                 sentinels,
                 master,
                 response,
             } => {
-                if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                    return Ok(Conn::Multiplexed(c));
+                if let Some((seen, c)) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok((seen, Conn::Multiplexed(c)));
                 }
-                let forgotten = self.forgotten.load(Ordering::Acquire);
+                let seen = self.forgotten.load(Ordering::Acquire);
                 let found = self
                     .bounded(async {
                         let mut sentinels = sentinels.lock().await;
                         // Another call may have found the master meanwhile.
-                        if let Some(c) = master.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                            return Ok(c);
+                        if let Some(kept) = master.lock().unwrap_or_else(|p| p.into_inner()).clone()
+                        {
+                            return Ok(kept);
                         }
                         let config = self.connection_config(*response);
-                        sentinels.get_async_connection_with_config(&config).await
+                        let found = sentinels.get_async_connection_with_config(&config).await?;
+                        Ok((seen, found))
                     })
                     .await?;
-                keep_unless_forgotten(&self.forgotten, forgotten, master, &found);
-                Ok(Conn::Multiplexed(found))
+                keep_unless_forgotten(&self.forgotten, master, &found);
+                Ok((found.0, Conn::Multiplexed(found.1)))
             }
             Backend::Cluster {
                 client,
@@ -687,46 +710,46 @@ impl Store {
                 connecting,
                 ..
             } => {
-                if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                    return Ok(Conn::Cluster(c));
+                if let Some((seen, c)) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok((seen, Conn::Cluster(c)));
                 }
-                let forgotten = self.forgotten.load(Ordering::Acquire);
+                let seen = self.forgotten.load(Ordering::Acquire);
                 let made = self
                     .bounded(async {
                         let _one_at_a_time = connecting.lock().await;
-                        if let Some(c) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                            return Ok(c);
+                        if let Some(kept) =
+                            current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+                        {
+                            return Ok(kept);
                         }
-                        client.get_async_connection().await
+                        Ok((seen, client.get_async_connection().await?))
                     })
                     .await?;
-                keep_unless_forgotten(&self.forgotten, forgotten, current, &made);
-                Ok(Conn::Cluster(made))
+                keep_unless_forgotten(&self.forgotten, current, &made);
+                Ok((made.0, Conn::Cluster(made.1)))
             }
         }
     }
 
     /// After a failure that may mean a failover, forgets the connection to
     /// the Sentinel master or the Cluster, so that the next call asks who
-    /// serves now.
-    fn failed(&self, error: &StoreError) {
+    /// serves now, and the idle connections of the writes that wait. `seen`
+    /// is the count of forgettings the failed call's connection was found
+    /// at: a call on a connection already forgotten forgets nothing more.
+    fn failed(&self, error: &StoreError, seen: u64) {
         if !matches!(error, StoreError::Unavailable(_)) {
             return;
         }
-        match &self.backend {
-            Backend::Sentinel { master, .. } => {
-                let mut master = master.lock().unwrap_or_else(|p| p.into_inner());
-                self.forgotten.fetch_add(1, Ordering::AcqRel);
-                master.take();
-            }
-            Backend::Cluster { current, .. } => {
-                let mut current = current.lock().unwrap_or_else(|p| p.into_inner());
-                self.forgotten.fetch_add(1, Ordering::AcqRel);
-                current.take();
-            }
-            Backend::Standalone { .. } => {}
-        }
-        if let Some(waited) = &self.waited {
+        let counted = match &self.backend {
+            Backend::Sentinel { master, .. } => forget_once(&self.forgotten, seen, master),
+            Backend::Cluster { current, .. } => forget_once(&self.forgotten, seen, current),
+            // (The crate's manager reconnects by itself.)
+            Backend::Standalone { .. } => self
+                .forgotten
+                .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok(),
+        };
+        if let (true, Some(waited)) = (counted, &self.waited) {
             waited.idle.forget();
         }
     }
@@ -760,10 +783,10 @@ impl Store {
         &self,
         invocation: ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
-        let mut connection = self.connection().await?;
+        let (seen, mut connection) = self.connection().await?;
         let result = self.bounded(invocation.invoke_async(&mut connection)).await;
         if let Err(e) = &result {
-            self.failed(e);
+            self.failed(e, seen);
         }
         result
     }
@@ -793,19 +816,20 @@ impl Store {
                 ))
             }
         };
+        let seen = self.forgotten.load(Ordering::Acquire);
         let (cleared, idle) = waited.idle.take();
         let mut connection = match idle {
             Some(c) => c,
             None => self
                 .open(&waited.backend)
                 .await
-                .inspect_err(|e| self.failed(e))?,
+                .inspect_err(|e| self.failed(e, seen))?,
         };
         let written = self.waited_write(&mut connection, invocation, key, replicas, timeout);
         let (value, acknowledged) = written.await.inspect_err(|e| {
             // The connection goes with the error; the others may have met
             // the same cause (a failover, a slot moved), whatever it was.
-            self.failed(e);
+            self.failed(e, seen);
             waited.idle.forget();
         })?;
         if acknowledged < replicas {
@@ -871,14 +895,14 @@ impl Store {
 
     /// Answers while Redis answers: for the probe and `/healthz/redis`.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let mut connection = self.connection().await?;
+        let (seen, mut connection) = self.connection().await?;
         let ping = redis::cmd("PING");
         let result = self
             .bounded(ping.query_async::<String>(&mut connection))
             .await
             .map(drop);
         if let Err(e) = &result {
-            self.failed(e);
+            self.failed(e, seen);
         }
         result
     }
@@ -1336,7 +1360,7 @@ impl Store {
         keys: &QueueKeys,
         since_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let mut connection = self.connection().await?;
+        let (seen, mut connection) = self.connection().await?;
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(&keys.revoked)
             .arg(since_ms)
@@ -1347,7 +1371,7 @@ impl Store {
             .bounded(cmd.query_async::<Vec<(String, f64)>>(&mut connection))
             .await;
         if let Err(e) = &result {
-            self.failed(e);
+            self.failed(e, seen);
         }
         Ok(result?
             .into_iter()
@@ -1365,7 +1389,7 @@ impl Store {
             .hget(&keys.admission, "rate")
             .hget(&keys.admission, "total")
             .cmd("TIME");
-        let mut connection = self.connection().await?;
+        let (seen, mut connection) = self.connection().await?;
         type Raw = (
             std::collections::HashMap<String, String>,
             u64,
@@ -1377,7 +1401,7 @@ impl Store {
         );
         let result = self.bounded(pipe.query_async::<Raw>(&mut connection)).await;
         if let Err(e) = &result {
-            self.failed(e);
+            self.failed(e, seen);
         }
         let (control, waiting, active, prequeued, rate, total, (secs, micros)) = result?;
         Ok(Status {
@@ -1609,7 +1633,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_failure_that_may_be_a_failover_forgets_the_master_and_the_waited_pool() {
+    fn only_a_current_failure_that_may_be_a_failover_forgets_the_master_and_the_waited_pool() {
         let modes = [
             RedisMode::Sentinel {
                 sentinels: vec!["redis://127.0.0.1:1".into()],
@@ -1629,10 +1653,17 @@ mod tests {
                 coalesce: false,
             })
             .unwrap();
-            store.failed(&StoreError::Failed("ERR a script's own error".into()));
+            let reset = StoreError::Unavailable("connection reset".into());
+            store.failed(&StoreError::Failed("ERR a script's own error".into()), 0);
             assert_eq!(forgettings(&store), (0, 0), "{mode:?}");
-            store.failed(&StoreError::Unavailable("connection reset".into()));
+            store.failed(&reset, 0);
             assert_eq!(forgettings(&store), (1, 1), "{mode:?}");
+            // A call in flight on the master just forgotten fails late: it
+            // forgets nothing more (the next master may be found already).
+            store.failed(&reset, 0);
+            assert_eq!(forgettings(&store), (1, 1), "{mode:?}");
+            store.failed(&reset, 1);
+            assert_eq!(forgettings(&store), (2, 2), "{mode:?}");
         }
     }
 
@@ -1641,13 +1672,18 @@ mod tests {
         let forgotten = AtomicU64::new(0);
         let slot = Mutex::new(None);
         let seen = forgotten.load(Ordering::Acquire);
-        // `failed` runs while the lookup is under way.
-        forgotten.fetch_add(1, Ordering::AcqRel);
-        keep_unless_forgotten(&forgotten, seen, &slot, &"old master");
+        // A call fails, and forgets, while the lookup is under way.
+        assert!(forget_once(&forgotten, seen, &slot));
+        keep_unless_forgotten(&forgotten, &slot, &(seen, "old master"));
         assert_eq!(*slot.lock().unwrap(), None);
-        // The next lookup, begun after the failure, is kept.
+        // The next lookup, begun after the failure, is kept, and a late
+        // failure of a call on the old master leaves it.
         let seen = forgotten.load(Ordering::Acquire);
-        keep_unless_forgotten(&forgotten, seen, &slot, &"new master");
-        assert_eq!(*slot.lock().unwrap(), Some("new master"));
+        keep_unless_forgotten(&forgotten, &slot, &(seen, "new master"));
+        assert!(!forget_once(&forgotten, 0, &slot));
+        assert_eq!(*slot.lock().unwrap(), Some((1, "new master")));
+        // A failure on it forgets it.
+        assert!(forget_once(&forgotten, 1, &slot));
+        assert_eq!(*slot.lock().unwrap(), None);
     }
 }
