@@ -295,8 +295,10 @@ pub struct Store {
     /// connection, polls and other writes alike.
     waited: Option<Waited>,
     /// Counts the times `failed` forgot the Sentinel master or the Cluster
-    /// map. A lookup that began before one of them may have found the
-    /// master that just failed: it is used for its own call, never kept.
+    /// map (see `Slot`): a lookup that began before one of them may have
+    /// found the master that just failed, so it is used for its own call
+    /// and not kept; a call whose connection was found before one fails
+    /// without forgetting the connection found since.
     forgotten: std::sync::atomic::AtomicU64,
     timeout: Duration,
     /// `WAIT replicas timeout` after each write, when configured.
@@ -357,39 +359,52 @@ struct Waited {
 /// pool was cleared: a connection taken or opened before a clear is not
 /// put back after it (it may be one to the master that failed).
 struct Pool<C> {
-    idle: std::sync::Mutex<(Vec<(std::time::Instant, C)>, u64)>,
+    idle: std::sync::Mutex<Idle<C>>,
+}
+
+struct Idle<C> {
+    connections: Vec<(std::time::Instant, C)>,
+    cleared: u64,
 }
 
 impl<C> Pool<C> {
     fn new() -> Pool<C> {
         Pool {
-            idle: std::sync::Mutex::new((Vec::new(), 0)),
+            idle: std::sync::Mutex::new(Idle {
+                connections: Vec::new(),
+                cleared: 0,
+            }),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle<C>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An idle connection not idle too long, if there is one, and the
     /// pool's clears so far, to hand back to `keep`.
     fn take(&self) -> (u64, Option<C>) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let (connections, cleared) = &mut *idle;
-        connections.retain(|(since, _)| since.elapsed() < WAITED_IDLE);
-        (*cleared, connections.pop().map(|(_, c)| c))
+        let mut idle = self.lock();
+        idle.connections
+            .retain(|(since, _)| since.elapsed() < WAITED_IDLE);
+        (idle.cleared, idle.connections.pop().map(|(_, c)| c))
     }
 
     /// A connection that served a write soundly, for the next one, unless
     /// the pool was cleared since it was taken (`cleared` from `take`).
     fn keep(&self, cleared: u64, connection: C) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.1 == cleared {
-            idle.0.push((std::time::Instant::now(), connection));
+        let mut idle = self.lock();
+        if idle.cleared == cleared {
+            idle.connections
+                .push((std::time::Instant::now(), connection));
         }
     }
 
     /// Closes the idle connections, and those in use once their write ends.
     fn forget(&self) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.0.clear();
-        idle.1 += 1;
+        let mut idle = self.lock();
+        idle.connections.clear();
+        idle.cleared += 1;
     }
 }
 
