@@ -92,12 +92,18 @@ class Redis:
             for _ in part:
                 self.read()
 
-    def usec(self, command):
+    def commandstats(self):
+        """usec per command, from INFO commandstats."""
+        out = {}
         for line in self("INFO", "commandstats").splitlines():
-            if line.startswith(f"cmdstat_{command}:"):
-                fields = dict(f.split("=") for f in line.split(":", 1)[1].split(","))
-                return int(fields["usec"])
-        return 0
+            if line.startswith("cmdstat_"):
+                name, rest = line[len("cmdstat_"):].split(":", 1)
+                fields = dict(f.split("=") for f in rest.split(","))
+                out[name] = int(fields["usec"])
+        return out
+
+    def usec(self, command):
+        return self.commandstats().get(command, 0)
 
 
 r = Redis()
@@ -192,16 +198,6 @@ def cleanup_look():
     return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
 
 
-def commandstats():
-    out = {}
-    for line in r("INFO", "commandstats").splitlines():
-        if line.startswith("cmdstat_"):
-            name, rest = line[len("cmdstat_"):].split(":", 1)
-            fields = dict(f.split("=") for f in rest.split(","))
-            out[name] = int(fields["usec"])
-    return out
-
-
 SILENCE = """
 math.randomseed(tonumber(ARGV[2]))
 local n = 0
@@ -228,9 +224,9 @@ def cleanup_removals(calls=10):
     for _ in range(calls):
         r("EVAL", SILENCE, 2, K + "due", K + "dues", users, rng.randrange(1 << 30))
         r("SLOWLOG", "RESET")
-        before = commandstats()
+        before = r.commandstats()
         removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
-        after = commandstats()
+        after = r.commandstats()
         assert removed == 500, f"a cleanup call removed {removed}, not 500"
         times.append(next(e[2] for e in r("SLOWLOG", "GET", 100)
                           if e[3][0].lower() == "evalsha") / 1000)
