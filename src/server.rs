@@ -218,7 +218,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
 /// TLS records; waitgate's clients send small plaintext requests (a request
 /// header with a JWT is under 1 KiB, queue API bodies at most 4 KiB), and at
 /// 10,000 idle keep-alive connections 64 KiB each is 640 MiB.
-const CLIENT_READ_BUFFER: usize = 8 * 1024;
+const CLIENT_READ_BUFFER: usize = 4 * 1024;
 
 /// Runs until SIGINT (at once) or SIGTERM or SIGQUIT (after draining).
 pub fn run(server: Server) {

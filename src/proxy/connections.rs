@@ -193,7 +193,9 @@ where
         self.open.inc();
         let _open = Open(self.open.clone());
         if self.open.get() as usize > self.limits.max_connections {
-            refuse(&mut stream).await;
+            // Boxed: its 4 KB drain buffer would otherwise be part of every
+            // connection's future.
+            Box::pin(refuse(&mut stream)).await;
             return None;
         }
 
@@ -241,7 +243,9 @@ where
             }
             if let (Some(lane), Some(peer)) = (&self.direct, peer) {
                 let closing = *shutdown.borrow();
-                match lane.serve(&mut stream, &mut pending, closing, peer).await {
+                // Boxed, as Pingora's below: a request's future lives only
+                // while the request does, not in the connection's.
+                match Box::pin(lane.serve(&mut stream, &mut pending, closing, peer)).await {
                     Lane::Served => continue,
                     Lane::Closed => return None,
                     Lane::Pass => {}
@@ -261,7 +265,9 @@ where
                 // head is already read.
                 session.set_keepalive(Some(self.limits.header_timeout.as_secs().max(1)));
             }
-            let reused = self.inner.process_new_http(session, shutdown).await;
+            // Boxed: inlined, a request's future (tens of KB for Pingora's)
+            // would be part of the connection's for as long as it is open.
+            let reused = Box::pin(self.inner.process_new_http(session, shutdown)).await;
             (stream, settings) = reused?.consume();
         }
     }
