@@ -453,15 +453,15 @@ fn a_folded_header_reaches_the_client_on_one_line() {
     }
 }
 
-/// Both `Content-Length` and `Transfer-Encoding`. The lane, reading the
-/// raw head, refuses it with a 502 as the rules say. Pingora's HTTP client
-/// drops the length before any filter of waitgate's sees the head (what RFC
-/// 9112 §6.3 tells an intermediary to do), so the Pingora path can only
-/// relay the chunked body, re-framed. This is the one known difference
-/// between the paths (README, "Reliability"); either way the client gets a
-/// message with one framing, and never the bytes past the last chunk.
+/// Both `Content-Length` and `Transfer-Encoding`: a 502 on both paths. The
+/// lane reads the raw head itself; Pingora's HTTP client would drop the
+/// length before any filter of waitgate's sees the head, so the Pingora
+/// path's upstream connections are watched as their bytes go by
+/// (`src/proxy/watched.rs`) and the read of such a head fails. Nothing of
+/// the response, and never the bytes past the last chunk, reaches the
+/// client; the upstream connection is not kept.
 #[test]
-fn both_length_and_chunked_is_a_502_from_the_lane_and_one_framing_from_pingora() {
+fn both_length_and_chunked_is_a_502_on_both_paths() {
     let env = setup(echo_or(|p| {
         p.ends_with("/both").then(|| {
             vec![
@@ -477,21 +477,97 @@ fn both_length_and_chunked_is_a_502_from_the_lane_and_one_framing_from_pingora()
         let mut c = Client::connect(env.wg.addr);
         c.send(&env.request(via, &path("/both"), ""));
         let (head, body) = c.response();
-        let by_lane = matches!(via, Via::Get) && direct_lane();
-        if by_lane {
-            assert_eq!(head.status, 502, "{via:?}: {head:?}");
-        } else {
-            assert_eq!(head.status, 200, "{via:?}: {head:?}");
-            assert_eq!(head.header("transfer-encoding"), Some("chunked"));
-            assert_eq!(head.header("content-length"), None);
-            assert_eq!(body, b"hello");
-        }
+        assert_eq!(head.status, 502, "{via:?}: {head:?}");
+        assert_eq!(head.header("transfer-encoding"), None, "{via:?}");
+        assert!(
+            !String::from_utf8_lossy(&body).contains("hello"),
+            "{via:?}: {body:?}"
+        );
         let rest = c.rest();
         assert!(
             !String::from_utf8_lossy(&rest).contains("SMUGGLED"),
             "{via:?}"
         );
     }
+}
+
+/// The Pingora path's upstream connections are waitgate's own (watched, see
+/// `src/proxy/watched.rs`), and still kept alive: requests one after
+/// another, each from a new client connection, share one upstream
+/// connection.
+#[test]
+fn the_pingora_path_keeps_its_upstream_connections_alive() {
+    let env = setup(echo_or(|_| None));
+    for i in 0..5 {
+        let (head, body) = env.call(Via::Post, &path(&format!("/kept-{i}")), "");
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_eq!(body, path(&format!("/kept-{i}")).into_bytes());
+        // Pingora hands the connection back once the reply is out.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(env.upstream.connections(), 1, "{:?}", env.upstream.seen());
+}
+
+/// An upstream that closes a kept-alive connection as the next request
+/// arrives on it: an idempotent request is sent again on a new connection
+/// (as Pingora retries on a connection it reused), one that is not gets a
+/// 502 and is not sent twice.
+#[test]
+fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let served: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
+    // The first request on each connection is answered; the second finds
+    // the connection closed without an answer.
+    let upstream = Scripted::start(move |r| {
+        let mut served = served.lock().unwrap();
+        let n = served.entry(r.conn).or_default();
+        *n += 1;
+        if *n == 1 {
+            vec![Step::Send(ok(r.path()))]
+        } else {
+            vec![Step::Close]
+        }
+    });
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let token = admitted_token(&wg, &redis, "fan");
+    let call = |method: &str, target: &str| {
+        let mut c = Client::connect(wg.addr);
+        c.send(&format!(
+            "{method} {target} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {token}\r\n\
+             Content-Length: 2\r\n\r\nhi"
+        ));
+        let (head, body) = c.response();
+        std::thread::sleep(Duration::from_millis(50));
+        (head.status, body)
+    };
+    assert_eq!(
+        call("PUT", &path("/first")),
+        (200, path("/first").into_bytes())
+    );
+    // Kept, then closed as `/again` arrives: sent again, on connection 2.
+    assert_eq!(
+        call("PUT", &path("/again")),
+        (200, path("/again").into_bytes())
+    );
+    let again: Vec<usize> = upstream
+        .seen_at(&path("/again"))
+        .iter()
+        .map(|r| r.conn)
+        .collect();
+    assert_eq!(again, vec![1, 2], "{:?}", upstream.seen());
+    // Connection 2 is kept in turn, and closes as `/once` arrives: a POST
+    // is not sent twice.
+    let (status, _) = call("POST", &path("/once"));
+    assert_eq!(status, 502);
+    assert_eq!(
+        upstream.seen_at(&path("/once")).len(),
+        1,
+        "{:?}",
+        upstream.seen()
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use waitgate::proxy::lane::chunked::ChunkedEnd;
+use waitgate::proxy::rules::chunked::ChunkedEnd;
 use waitgate::proxy::lane::response::parse;
 
 /// Scans `body` cut at `cut`: where it ends (if it does) and the re-framed

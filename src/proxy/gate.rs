@@ -25,6 +25,7 @@ use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
 use super::rules::Field;
 use super::upstream::{Chosen, NO_HEALTHY_ADDRESS};
+use super::watched;
 use crate::browser::{Caller, PagePath};
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::error::ApiError;
@@ -384,6 +385,31 @@ impl ProxyHttp for Gate {
         // A proxy speaks its own version (RFC 9110 §6.2).
         response.set_version(Version::HTTP_11);
         Ok(())
+    }
+
+    /// Pingora retries an idempotent request (its body, if any, still
+    /// buffered) when a reused upstream connection fails before answering.
+    /// Watched connections (`super::watched`) are kept by waitgate rather
+    /// than Pingora, which therefore takes each for a new one: a kept one
+    /// that failed so says [`watched::Stale`], and is retried the same way.
+    fn error_while_proxy(
+        &self,
+        peer: &HttpPeer,
+        session: &mut Session,
+        e: Box<Error>,
+        _ctx: &mut RequestCtx,
+        client_reused: bool,
+    ) -> Box<Error> {
+        let mut e = e.more_context(format!("Peer: {peer}"));
+        if !session.req_header().method.is_idempotent() || session.as_ref().retry_buffer_truncated()
+        {
+            e.set_retry(false);
+        } else if watched::is_stale(&e) {
+            e.set_retry(true);
+        } else {
+            e.retry.decide_reuse(client_reused);
+        }
+        e
     }
 
     /// Upstream failures get the same JSON error shape as everything else,

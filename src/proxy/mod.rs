@@ -7,7 +7,9 @@
 //! proxy ([`gate`]) and for the direct lane ([`lane`]) alike; every HTTP
 //! rule both apply comes from [`rules`]. [`connections`] runs each client
 //! connection: the connection cap, the whole-head deadline, and the hand-off
-//! to the lane or to Pingora.
+//! to the lane or to Pingora. [`watched`] makes the Pingora proxy's
+//! plain-TCP upstream connections, so that they are judged by the same
+//! framing rules as the lane's.
 
 pub mod connections;
 pub mod decision;
@@ -16,6 +18,7 @@ pub mod lane;
 pub mod routes;
 pub mod rules;
 pub mod upstream;
+pub mod watched;
 
 pub use decision::{decide, Decision, RequestHead};
 pub use gate::Gate;

@@ -29,13 +29,12 @@ use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 
+pub use super::rules::pool::UPSTREAM_IDLE;
+use super::watched::Connectors;
 use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
 
 /// The failure of a request whose upstream has no healthy address.
 pub const NO_HEALTHY_ADDRESS: &str = "no healthy upstream address";
-
-/// How long an idle upstream connection stays in the pool.
-pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
 /// Why an upstream could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +71,9 @@ pub struct Upstream {
     last_resolve: Mutex<Instant>,
     last_check: Mutex<Option<Instant>>,
     busy: AtomicBool,
+    /// The Pingora path's plain-TCP connections, per address, with their
+    /// idle ones (see `super::watched`).
+    watched: Connectors,
 }
 
 /// The address a request goes to; counts as a request under way there
@@ -135,6 +137,7 @@ impl Upstream {
             last_resolve: Mutex::new(Instant::now()),
             last_check: Mutex::new(None),
             busy: AtomicBool::new(false),
+            watched: Connectors::default(),
         })
     }
 
@@ -184,6 +187,13 @@ impl Upstream {
         // Kept-alive connections idle this long are closed rather than
         // reused: upstreams commonly close idle connections after 60 s+.
         peer.options.idle_timeout = Some(UPSTREAM_IDLE);
+        if !self.tls {
+            peer.options.custom_l4 = Some(self.watched.get(
+                addr,
+                self.connect_timeout,
+                self.read_timeout,
+            ));
+        }
         Box::new(peer)
     }
 

@@ -23,16 +23,14 @@
 //!   handler once the body is read (`crate::queue::QueueApi::register`).
 //!
 //! What it holds: nothing the proxy path also decides. The decision, the
-//! request and response header rules, the framing rules, the 502/504
-//! mapping and the request record come from `crate::proxy::rules`; the lane
-//! owns only its parser loop ([`request`]), its connection pool ([`pool`]),
-//! its reading of a response head ([`response`]) and body ([`chunked`]),
-//! and its relay ([`relay`]). `direct-lane: false` switches it off; the
+//! request and response header rules, the framing rules (with the chunked
+//! scanner), the upstream connection pool and its check before reuse, the
+//! 502/504 mapping and the request record come from `crate::proxy::rules`;
+//! the lane owns only its parser loop ([`request`]), its reading of a
+//! response head ([`response`]), and its relay ([`relay`]). `direct-lane: false` switches it off; the
 //! suites run both ways and `tests/differential.rs` compares them.
 
-pub mod chunked;
 mod io;
-pub mod pool;
 mod relay;
 pub mod request;
 pub mod response;
@@ -51,6 +49,7 @@ use pingora::protocols::Stream;
 use super::routes::RouteTable;
 use super::rules::failure::Failure;
 use super::rules::forward::{Peer, TrustedProxies, REQUEST_ID};
+use super::rules::pool::Pool;
 use super::rules::record::Record;
 use super::upstream::{Upstream, NO_HEALTHY_ADDRESS};
 use crate::edge::jwt::Tokens;
@@ -58,7 +57,6 @@ use crate::metrics::Metrics;
 use crate::queue::{Endpoint, QueueApi};
 use crate::shutdown::InFlight;
 use io::send;
-use pool::Pool;
 use request::{Take, Taken};
 
 /// The largest request head the lane takes; a longer one is handed to the

@@ -20,14 +20,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::io::{send, Lane, READ_SIZE};
-use super::pool::Pool;
 use super::request::Plan;
 use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
 use crate::proxy::rules::failure::Failure;
 use crate::proxy::rules::forward::REQUEST_ID;
+use crate::proxy::rules::pool::Pool;
 use crate::proxy::rules::response::Body;
 
-use super::chunked::ChunkedEnd;
+use crate::proxy::rules::chunked::ChunkedEnd;
 
 /// How a forwarded request ended.
 pub struct Outcome {

@@ -13,13 +13,18 @@
 //!   `X-Request-Id`), with the trusted-proxy rule;
 //! - [`response`]: how an upstream response's body is framed, which of its
 //!   headers reach the client, and which responses are refused with a 502;
+//! - [`chunked`]: where a chunked body ends, as Pingora's client reads it;
+//! - [`pool`]: kept-alive upstream connections, reused only when nothing
+//!   is waiting on them;
 //! - [`failure`]: what the client gets when the upstream fails: a 502 or
 //!   504 before the reply has started, a closed connection after;
 //! - [`record`]: the metrics and the access-log line of every request.
 
+pub mod chunked;
 pub mod failure;
 pub mod forward;
 pub mod name;
+pub mod pool;
 pub mod record;
 pub mod request;
 pub mod response;

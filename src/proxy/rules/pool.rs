@@ -11,7 +11,9 @@
 //! in the README's performance section.
 //!
 //! Connections go back only after a response that ended exactly where its
-//! framing said, with nothing read past it (see `super::relay`).
+//! framing said, with nothing read past it: the lane's relay
+//! (`crate::proxy::lane`) and the Pingora path's watched connections
+//! (`crate::proxy::watched`) both keep that rule.
 
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
@@ -20,13 +22,17 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::proxy::routes::UPSTREAM_IDLE;
 use crate::proxy::rules::failure::Failure;
+
+/// How long an idle upstream connection stays in the pool: upstreams
+/// commonly close idle connections after 60 s or more.
+pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
 /// Idle connections kept per upstream.
 const POOL_SIZE: usize = 128;
 
 /// One upstream's kept-alive connections.
+#[derive(Debug)]
 pub struct Pool {
     pub addr: SocketAddr,
     pub connect_timeout: Duration,
@@ -71,6 +77,19 @@ impl Pool {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < POOL_SIZE {
             idle.push((conn, Instant::now()));
+        }
+    }
+
+    /// Keeps a connection whose last response ended exactly at `since`.
+    pub fn put_idle_since(&self, conn: TcpStream, since: Instant) {
+        if since.elapsed() >= UPSTREAM_IDLE {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < POOL_SIZE {
+            // Oldest first, as `take` expects.
+            let at = idle.partition_point(|(_, t)| *t <= since);
+            idle.insert(at, (conn, since));
         }
     }
 

@@ -65,6 +65,20 @@ impl ChunkedEnd {
     /// re-framed, to `out`. `Ok(Some(n))`: the body ended after `n` bytes of
     /// `input` (and `out` has the last chunk); `Ok(None)`: it goes on.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<Option<usize>, Malformed> {
+        self.run(input, Some(out))
+    }
+
+    /// Scans the next bytes of the body only, as [`ChunkedEnd::feed`] but
+    /// writing nothing: where the body ends, or that it is not chunked.
+    pub fn scan(&mut self, input: &[u8]) -> Result<Option<usize>, Malformed> {
+        self.run(input, None)
+    }
+
+    fn run(
+        &mut self,
+        input: &[u8],
+        mut out: Option<&mut Vec<u8>>,
+    ) -> Result<Option<usize>, Malformed> {
         let mut i = 0;
         while i < input.len() {
             let byte = input[i];
@@ -102,9 +116,11 @@ impl ChunkedEnd {
                 Chunk::Data => {
                     let take =
                         (input.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
-                    out.extend_from_slice(format!("{take:X}\r\n").as_bytes());
-                    out.extend_from_slice(&input[i..i + take]);
-                    out.extend_from_slice(b"\r\n");
+                    if let Some(out) = out.as_deref_mut() {
+                        out.extend_from_slice(format!("{take:X}\r\n").as_bytes());
+                        out.extend_from_slice(&input[i..i + take]);
+                        out.extend_from_slice(b"\r\n");
+                    }
                     self.size -= take as u64;
                     i += take;
                     if self.size == 0 {
@@ -139,7 +155,9 @@ impl ChunkedEnd {
                 },
                 Chunk::EndLf => match byte {
                     b'\n' => {
-                        out.extend_from_slice(b"0\r\n\r\n");
+                        if let Some(out) = out {
+                            out.extend_from_slice(b"0\r\n\r\n");
+                        }
                         return Ok(Some(i + 1));
                     }
                     _ => self.state = Chunk::Trailer,
