@@ -491,6 +491,38 @@ fn both_length_and_chunked_is_a_502_on_both_paths() {
     }
 }
 
+/// A chunked body whose trailer lines end with a bare LF: Pingora's client
+/// refuses it mid-body, and so does the lane, so the client's reply is cut
+/// short on both paths (it never looks whole), and the upstream connection
+/// it came on is not used again.
+#[test]
+fn a_body_pingoras_client_refuses_is_cut_on_both_paths_and_its_connection_closed() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/bad-trailer").then(|| {
+            vec![Step::Send(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n"
+                    .to_vec(),
+            )]
+        })
+    }));
+    let last_conn = |p: &str| env.upstream.seen_at(&path(p)).last().map(|r| r.conn);
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/bad-trailer"), ""));
+        assert_eq!(c.head().status, 200, "{via:?}");
+        let rest = String::from_utf8_lossy(&c.rest()).into_owned();
+        assert!(
+            !rest.ends_with("0\r\n\r\n"),
+            "{via:?}: a body that looks whole: {rest:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        // The next request does not get the connection the body came on.
+        let (head, body) = env.call(via, &path("/after"), "");
+        assert_eq!((head.status, body), (200, path("/after").into_bytes()));
+        assert_ne!(last_conn("/after"), last_conn("/bad-trailer"), "{via:?}");
+    }
+}
+
 /// The Pingora path's upstream connections are waitgate's own (watched, see
 /// `src/proxy/watched.rs`), and still kept alive: requests one after
 /// another, each from a new client connection, share one upstream

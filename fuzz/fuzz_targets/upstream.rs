@@ -1,14 +1,40 @@
-//! Upstream bytes, as the direct lane reads them: a response head, then a
-//! chunked body. Upstreams are input too: whatever they send, the lane must
-//! not panic, must never hand on a head with a line break inside a field or
-//! a connection-scoped header, must find a chunked body's end in the same
-//! place however the bytes are split across reads, and must write the body
-//! on in well-formed chunks of its own.
+//! Upstream bytes, as the direct lane reads them (a response head, then a
+//! chunked body) and as the Pingora path's watched connections follow them
+//! (`waitgate::proxy::watched::Exchange`). Upstreams are input too: whatever
+//! they send, the lane must not panic, must never hand on a head with a
+//! line break inside a field or a connection-scoped header, must find a
+//! chunked body's end in the same place however the bytes are split across
+//! reads, and must write the body on in well-formed chunks of its own. A
+//! watched exchange must not panic, must reach the same verdict however
+//! the response is split, and may refuse only a head the lane refuses too.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use waitgate::proxy::rules::chunked::ChunkedEnd;
 use waitgate::proxy::lane::response::parse;
+use waitgate::proxy::watched::Exchange;
+
+/// Follows a GET or HEAD and then `response`, cut at `cut`: whether the
+/// head was refused, and whether the socket could be kept.
+fn watch(head_request: bool, response: &[u8], cut: usize) -> (bool, bool) {
+    let mut exchange = Exchange::default();
+    let method = if head_request { "HEAD" } else { "GET" };
+    exchange.wrote(format!("{method} / HTTP/1.1\r\nHost: u\r\n\r\n").as_bytes());
+    let refused = exchange.read(&response[..cut]).is_err() || exchange.read(&response[cut..]).is_err();
+    (refused, !refused && exchange.ended_exactly())
+}
+
+/// Whether the lane refuses a head of `bytes`, reading heads as its relay
+/// does: interim (1xx) ones, then the final one.
+fn lane_refuses(mut bytes: &[u8], head_request: bool) -> bool {
+    loop {
+        match parse(bytes, head_request) {
+            Err(_) => return true,
+            Ok(Some(response)) if response.interim => bytes = &bytes[response.consumed..],
+            Ok(_) => return false,
+        }
+    }
+}
 
 /// Scans `body` cut at `cut`: where it ends (if it does) and the re-framed
 /// bytes written on; `None` if it is refused.
@@ -79,6 +105,14 @@ fuzz_target!(|data: &[u8]| {
                 "{line:?}"
             );
         }
+    }
+    // The watched exchange: one verdict whatever the split, and a refusal
+    // only where the lane refuses the head too.
+    let cut = usize::from(control >> 1) % (bytes.len() + 1);
+    let whole = watch(head_request, bytes, bytes.len());
+    assert_eq!(whole, watch(head_request, bytes, cut), "cut at {cut}");
+    if whole.0 {
+        assert!(lane_refuses(bytes, head_request), "the lane accepts a head the watcher refuses");
     }
     // The chunked scanner: the same verdict and the same data whatever the
     // split, and what it writes on is well-formed chunked encoding with no

@@ -105,10 +105,15 @@ impl pingora::services::background::BackgroundService for Maintenance {
     async fn start(&self, mut shutdown: pingora::server::ShutdownWatch) {
         let mut tick = tokio::time::interval(MAINTENANCE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut swept = std::time::Instant::now();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = shutdown.changed() => return,
+            }
+            if swept.elapsed() >= super::rules::pool::SWEEP_EVERY {
+                swept = std::time::Instant::now();
+                tokio::task::spawn_blocking(super::rules::pool::sweep);
             }
             let routes = self.routes.load_full();
             for upstream in routes.upstreams() {

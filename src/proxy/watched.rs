@@ -112,15 +112,21 @@ pub fn is_stale(error: &Error) -> bool {
 
 /// Makes the watched connections of one upstream address, keeping its
 /// idle ones.
-#[derive(Debug)]
 pub struct Connector {
     pool: Arc<Pool>,
+}
+
+impl fmt::Debug for Connector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the pool's sockets: a peer is printed with its options.
+        write!(f, "Connector({})", self.pool.addr)
+    }
 }
 
 impl Connector {
     pub fn new(addr: SocketAddr, connect_timeout: Duration, read_timeout: Duration) -> Connector {
         Connector {
-            pool: Arc::new(Pool::new(addr, connect_timeout, read_timeout)),
+            pool: Pool::shared(addr, connect_timeout, read_timeout),
         }
     }
 }
@@ -136,12 +142,8 @@ impl L4Connect for Connector {
             conn: Some(conn),
             pool: self.pool.clone(),
             pooled,
-            request: Side::Head(Vec::new()),
-            response: Side::Head(Vec::new()),
-            head_request: false,
             answered: false,
-            spoiled: false,
-            ended: None,
+            exchange: Exchange::default(),
         };
         Ok(Stream::from(VirtualSocketStream::new(Box::new(watched))))
     }
@@ -199,14 +201,59 @@ impl Connectors {
 /// Where one direction of the exchange stands.
 #[derive(Debug)]
 enum Side {
-    /// Reading a head: the bytes of it seen so far.
-    Head(Vec<u8>),
+    /// Reading a head: the bytes of it seen so far, and how far they were
+    /// searched for its end.
+    Head(Vec<u8>, usize),
     /// Inside a body of this many bytes more.
     Length(u64),
     /// Inside a chunked body.
     Chunked(ChunkedEnd),
     /// Ended exactly.
     Done,
+    /// No longer followed: a tunnel, a body read until close, a head too
+    /// large or not HTTP, a body Pingora's client refuses too.
+    Lost,
+}
+
+impl Side {
+    fn head() -> Side {
+        Side::Head(Vec::new(), 0)
+    }
+}
+
+/// What a watched socket has seen of its one exchange: the request written
+/// and the response read, followed with the shared rules.
+#[derive(Debug)]
+pub struct Exchange {
+    request: Side,
+    response: Side,
+    /// The request was `HEAD`: its response has no body.
+    head_request: bool,
+    /// The socket may not be kept: a `Connection: close`, bytes past the
+    /// response, a request not understood, a side no longer followed, or a
+    /// failure. Response heads are still judged.
+    spoiled: bool,
+    /// When the exchange ended exactly: the socket has been idle since
+    /// (Pingora may hold the stream a while before dropping it).
+    ended: Option<Instant>,
+    /// Pingora's client found it reusable too: it read the socket once more
+    /// after the exchange ended and found nothing (its check before it keeps
+    /// a connection). A socket Pingora drops on an error it saw, and this
+    /// watcher did not, is not kept.
+    released: bool,
+}
+
+impl Default for Exchange {
+    fn default() -> Exchange {
+        Exchange {
+            request: Side::head(),
+            response: Side::head(),
+            head_request: false,
+            spoiled: false,
+            ended: None,
+            released: false,
+        }
+    }
 }
 
 /// One upstream exchange through a socket, watched. See the module doc.
@@ -217,46 +264,52 @@ struct Watched {
     pool: Arc<Pool>,
     /// Taken from the pool, rather than connected for this exchange.
     pooled: bool,
-    request: Side,
-    response: Side,
-    /// The request was `HEAD`: its response has no body.
-    head_request: bool,
     /// A byte of a response has come.
     answered: bool,
-    /// The socket may not be kept: a tunnel, a body read until close, a
-    /// `Connection: close`, bytes past the response, something not
-    /// understood, or a failure.
-    spoiled: bool,
-    /// When the exchange ended exactly: the socket has been idle since
-    /// (Pingora may hold the stream a while before dropping it).
-    ended: Option<Instant>,
+    exchange: Exchange,
 }
 
-impl Watched {
-    fn conn(&mut self) -> Pin<&mut TcpStream> {
-        // `conn` is taken only in `drop`.
-        Pin::new(
-            self.conn
-                .as_mut()
-                .expect("a watched socket until it is dropped"),
-        )
-    }
+/// Where a head that starts `head` ends, searching from `from` (what was
+/// searched before, less the three bytes an end can straddle).
+fn head_end(head: &[u8], from: usize) -> Option<usize> {
+    let from = from.saturating_sub(3);
+    memchr::memchr_iter(b'\n', &head[from..])
+        .map(|i| from + i)
+        .find(|&i| head[..i].ends_with(b"\n") || head[..i].ends_with(b"\n\r"))
+        .map(|i| i + 1)
+}
 
+impl Exchange {
     /// Follows the request bytes written.
-    fn wrote(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() && !self.spoiled {
+    pub fn wrote(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
             match &mut self.request {
-                Side::Head(head) => {
+                Side::Head(head, searched) => {
+                    if head.is_empty() {
+                        // The method alone says whether the response has a
+                        // body, even for a head this watcher cannot parse.
+                        self.head_request = bytes.starts_with(b"HEAD ");
+                    }
                     let before = head.len();
                     head.extend_from_slice(bytes);
+                    if head_end(head, *searched).is_none() {
+                        *searched = head.len();
+                        if head.len() > MAX_HEAD {
+                            self.spoiled = true;
+                            self.request = Side::Lost;
+                        }
+                        return;
+                    }
                     match request_head(head) {
-                        Ok(Some((consumed, head_request, body))) => {
-                            self.head_request = head_request;
-                            bytes = &bytes[consumed - before..];
+                        Ok(Some((consumed, body))) => {
+                            bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
                             self.request = body;
                         }
-                        Ok(None) if head.len() <= MAX_HEAD => return,
-                        _ => self.spoiled = true,
+                        Ok(None) => *searched = head.len(),
+                        Err(()) => {
+                            self.spoiled = true;
+                            self.request = Side::Lost;
+                        }
                     }
                 }
                 Side::Length(left) => {
@@ -275,32 +328,47 @@ impl Watched {
                         self.request = Side::Done;
                     }
                     Ok(None) => return,
-                    Err(_) => self.spoiled = true,
+                    Err(_) => {
+                        self.spoiled = true;
+                        self.request = Side::Lost;
+                    }
                 },
                 // A second request on one exchange: never written by
                 // Pingora's client, and not kept if it were.
-                Side::Done => self.spoiled = true,
+                Side::Done | Side::Lost => {
+                    self.spoiled = true;
+                    self.request = Side::Lost;
+                    return;
+                }
             }
         }
     }
 
     /// Follows the response bytes read; a head the rules refuse is an
     /// error (the bytes are then not passed on).
-    fn read(&mut self, mut bytes: &[u8]) -> Result<(), Refused> {
-        while !bytes.is_empty() && !self.spoiled {
+    pub fn read(&mut self, mut bytes: &[u8]) -> Result<(), Refused> {
+        while !bytes.is_empty() {
             match &mut self.response {
-                Side::Head(head) => {
+                Side::Head(head, searched) => {
                     let before = head.len();
                     head.extend_from_slice(bytes);
-                    match response_head(head, self.head_request)? {
-                        Some((consumed, next, close)) => {
-                            self.spoiled |= close;
-                            bytes = &bytes[consumed - before..];
-                            self.response = next;
+                    if head_end(head, *searched).is_none() {
+                        *searched = head.len();
+                        if head.len() > MAX_HEAD {
+                            self.spoiled = true;
+                            self.response = Side::Lost;
                         }
-                        None if head.len() <= MAX_HEAD => return Ok(()),
-                        None => self.spoiled = true,
+                        return Ok(());
                     }
+                    let Some((consumed, next, close)) = response_head(head, self.head_request)?
+                    else {
+                        // An end of line or two before the head itself.
+                        *searched = head.len();
+                        return Ok(());
+                    };
+                    self.spoiled |= close;
+                    bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
+                    self.response = next;
                 }
                 Side::Length(left) => {
                     let take = bytes
@@ -319,10 +387,17 @@ impl Watched {
                     }
                     Ok(None) => return Ok(()),
                     // Pingora's client refuses it too, as it reads the body.
-                    Err(_) => self.spoiled = true,
+                    Err(_) => {
+                        self.spoiled = true;
+                        self.response = Side::Lost;
+                    }
                 },
                 // Bytes past the end of the response: never asked for.
-                Side::Done => self.spoiled = true,
+                Side::Done => {
+                    self.spoiled = true;
+                    self.response = Side::Lost;
+                }
+                Side::Lost => return Ok(()),
             }
         }
         Ok(())
@@ -330,20 +405,38 @@ impl Watched {
 
     /// Notes when both sides have ended.
     fn settle(&mut self) {
-        if self.ended.is_none() && self.reusable() {
+        if self.ended.is_none() && self.ended_exactly() {
             self.ended = Some(Instant::now());
         }
     }
 
-    /// Whether the socket can serve another exchange.
-    fn reusable(&self) -> bool {
+    /// Whether both the request and the response ended exactly where their
+    /// framing said, with nothing after them.
+    pub fn ended_exactly(&self) -> bool {
         !self.spoiled && matches!(self.request, Side::Done) && matches!(self.response, Side::Done)
+    }
+
+    /// Whether the socket can serve another exchange: it ended exactly,
+    /// and Pingora's client kept it too.
+    fn reusable(&self) -> bool {
+        self.ended_exactly() && self.released
+    }
+}
+
+impl Watched {
+    fn conn(&mut self) -> Pin<&mut TcpStream> {
+        // `conn` is taken only in `drop`.
+        Pin::new(
+            self.conn
+                .as_mut()
+                .expect("a watched socket until it is dropped"),
+        )
     }
 
     /// The error to give for a failed read or write: [`Stale`] if the
     /// socket came from the pool and nothing of a response came yet.
     fn failed(&mut self, e: io::Error) -> io::Error {
-        self.spoiled = true;
+        self.exchange.spoiled = true;
         if self.pooled && !self.answered {
             io::Error::new(e.kind(), Stale)
         } else {
@@ -352,10 +445,14 @@ impl Watched {
     }
 }
 
-/// A whole request head at the start of `head`: its length, whether it is
-/// `HEAD`, and where its body ends. `Err` for one the watcher cannot follow.
-fn request_head(head: &[u8]) -> Result<Option<(usize, bool, Side)>, ()> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+/// Header slots for a request head Pingora writes: its client's limit, and
+/// the headers waitgate adds.
+const REQUEST_HEADERS: usize = 512;
+
+/// A whole request head at the start of `head`: its length, and where its
+/// body ends. `Err` for one the watcher cannot follow.
+fn request_head(head: &[u8]) -> Result<Option<(usize, Side)>, ()> {
+    let mut slots = vec![httparse::EMPTY_HEADER; REQUEST_HEADERS];
     let mut parsed = httparse::Request::new(&mut slots);
     let consumed = match parsed.parse(head) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -383,12 +480,13 @@ fn request_head(head: &[u8]) -> Result<Option<(usize, bool, Side)>, ()> {
         (false, Some(n)) if n > 0 => Side::Length(n),
         _ => Side::Done,
     };
-    Ok(Some((consumed, parsed.method == Some("HEAD"), body)))
+    Ok(Some((consumed, body)))
 }
 
-/// A whole response head at the start of `head`, judged by the rules: its
-/// length, what follows it (the next head after a 1xx), and whether the
-/// socket may not be kept after it. `Err` for a head the rules refuse.
+/// A whole response head at the start of `head` (its end was found),
+/// judged by the rules: its length, what follows it (the next head after a
+/// 1xx), and whether the socket may not be kept after it. `Err` for a head
+/// the rules refuse.
 fn response_head(head: &[u8], head_request: bool) -> Result<Option<(usize, Side, bool)>, Refused> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut slots);
@@ -399,11 +497,12 @@ fn response_head(head: &[u8], head_request: bool) -> Result<Option<(usize, Side,
     let consumed = match config.parse_response(&mut parsed, head) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
-        // Not HTTP: Pingora's client refuses it itself, with the same 502.
-        Err(_) => return Ok(Some((head.len(), Side::Done, true))),
+        // Not HTTP, or more headers than Pingora's client takes: it refuses
+        // the head itself, with the same 502.
+        Err(_) => return Ok(Some((head.len(), Side::Lost, true))),
     };
     let Some(status) = parsed.code else {
-        return Ok(Some((head.len(), Side::Done, true)));
+        return Ok(Some((head.len(), Side::Lost, true)));
     };
     // Whether a 101 was asked for is the proxy's to judge (it refuses one
     // that was not); here a 101 only means a tunnel, never kept.
@@ -415,17 +514,13 @@ fn response_head(head: &[u8], head_request: bool) -> Result<Option<(usize, Side,
         parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value)),
     )
     .map_err(|refusal| Refused(refusal.message()))?;
+    let close = judged.upstream_close;
     Ok(Some(match judged.body {
-        _ if judged.interim => (consumed, Side::Head(Vec::new()), false),
-        Body::Empty => (consumed, Side::Done, judged.upstream_close),
-        Body::Length(0) => (consumed, Side::Done, judged.upstream_close),
-        Body::Length(n) => (consumed, Side::Length(n), judged.upstream_close),
-        Body::Chunked => (
-            consumed,
-            Side::Chunked(ChunkedEnd::default()),
-            judged.upstream_close,
-        ),
-        Body::UntilClose | Body::Tunnel => (consumed, Side::Done, true),
+        _ if judged.interim => (consumed, Side::head(), false),
+        Body::Empty | Body::Length(0) => (consumed, Side::Done, close),
+        Body::Length(n) => (consumed, Side::Length(n), close),
+        Body::Chunked => (consumed, Side::Chunked(ChunkedEnd::default()), close),
+        Body::UntilClose | Body::Tunnel => (consumed, Side::Lost, true),
     }))
 }
 
@@ -436,29 +531,37 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match this.conn().poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(e)) => return Poll::Ready(Err(this.failed(e))),
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                // Nothing more after the exchange ended: Pingora's check
+                // before it keeps a connection.
+                this.exchange.released |= this.exchange.ended_exactly();
+                return Poll::Pending;
+            }
         }
         let read = &buf.filled()[before..];
         if read.is_empty() {
             // EOF. Before any answer on a socket from the pool: stale.
-            if this.pooled && !this.answered && !matches!(this.response, Side::Done) {
+            if this.pooled && !this.answered && !matches!(this.exchange.response, Side::Done) {
                 let stale = io::Error::new(io::ErrorKind::UnexpectedEof, Stale);
                 return Poll::Ready(Err(this.failed(stale)));
             }
-            this.spoiled = true;
+            this.exchange.spoiled = true;
             return Poll::Ready(Ok(()));
         }
         this.answered = true;
-        if let Err(refused) = this.read(read) {
-            this.spoiled = true;
+        if let Err(refused) = this.exchange.read(read) {
+            this.exchange.spoiled = true;
             buf.set_filled(before);
             return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
         }
-        this.settle();
+        this.exchange.settle();
         Poll::Ready(Ok(()))
     }
 }
@@ -472,8 +575,8 @@ impl AsyncWrite for Watched {
         let this = self.get_mut();
         match this.conn().poll_write(cx, buf) {
             Poll::Ready(Ok(n)) => {
-                this.wrote(&buf[..n]);
-                this.settle();
+                this.exchange.wrote(&buf[..n]);
+                this.exchange.settle();
                 Poll::Ready(Ok(n))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(this.failed(e))),
@@ -486,7 +589,7 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.spoiled = true;
+        self.exchange.spoiled = true;
         self.conn().poll_shutdown(cx)
     }
 }
@@ -512,8 +615,8 @@ impl VirtualSocket for Watched {
 
 impl Drop for Watched {
     fn drop(&mut self) {
-        if self.reusable() {
-            if let (Some(conn), Some(ended)) = (self.conn.take(), self.ended) {
+        if self.exchange.reusable() {
+            if let (Some(conn), Some(ended)) = (self.conn.take(), self.exchange.ended) {
                 self.pool.put_idle_since(conn, ended);
             }
         }
@@ -524,22 +627,8 @@ impl Drop for Watched {
 mod tests {
     use super::*;
 
-    fn watched() -> Watched {
-        Watched {
-            conn: None,
-            pool: Arc::new(Pool::new(
-                "127.0.0.1:1".parse().unwrap(),
-                Duration::from_secs(1),
-                Duration::from_secs(1),
-            )),
-            pooled: false,
-            request: Side::Head(Vec::new()),
-            response: Side::Head(Vec::new()),
-            head_request: false,
-            answered: false,
-            spoiled: false,
-            ended: None,
-        }
+    fn watched() -> Exchange {
+        Exchange::default()
     }
 
     #[test]
@@ -552,9 +641,9 @@ mod tests {
             w.wrote(&request[..7]);
             w.wrote(&request[7..]);
             w.read(&response[..cut]).unwrap();
-            assert!(!w.reusable(), "cut {cut}");
+            assert!(!w.ended_exactly(), "cut {cut}");
             w.read(&response[cut..]).unwrap();
-            assert!(w.reusable(), "cut {cut}");
+            assert!(w.ended_exactly(), "cut {cut}");
         }
     }
 
@@ -574,15 +663,15 @@ mod tests {
         w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         w.read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiX")
             .unwrap();
-        assert!(!w.reusable());
+        assert!(!w.ended_exactly());
 
         let mut w = watched();
         w.wrote(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n");
         w.read(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
             .unwrap();
-        assert!(w.reusable());
+        assert!(w.ended_exactly());
         w.read(b"hi").unwrap();
-        assert!(!w.reusable());
+        assert!(!w.ended_exactly());
     }
 
     #[test]
@@ -591,9 +680,9 @@ mod tests {
         w.wrote(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
         w.read(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
             .unwrap();
-        assert!(!w.reusable());
+        assert!(!w.ended_exactly());
         w.wrote(b"lo\r\n0\r\n\r\n");
-        assert!(w.reusable());
+        assert!(w.ended_exactly());
     }
 
     #[test]
@@ -607,8 +696,66 @@ mod tests {
             let mut w = watched();
             w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
             w.read(response).unwrap();
-            assert!(!w.reusable(), "{:?}", String::from_utf8_lossy(response));
+            assert!(
+                !w.ended_exactly(),
+                "{:?}",
+                String::from_utf8_lossy(response)
+            );
         }
+    }
+
+    #[test]
+    fn only_a_socket_pingora_kept_too_is_reusable() {
+        let mut w = watched();
+        w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        w.read(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            .unwrap();
+        w.settle();
+        assert!(w.ended_exactly() && !w.reusable());
+        w.released = true;
+        assert!(w.reusable());
+    }
+
+    #[test]
+    fn responses_are_judged_whatever_the_request_looked_like() {
+        // More request headers than the watcher parses, or a head it cannot
+        // parse: the socket is not kept, and the response still judged.
+        let many: String = (0..600).map(|i| format!("X-{i}: v\r\n")).collect();
+        for request in [
+            format!("GET / HTTP/1.1\r\nHost: x\r\n{many}\r\n"),
+            "GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n".to_string(),
+        ] {
+            let mut w = watched();
+            w.wrote(request.as_bytes());
+            let refused = w.read(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            );
+            assert!(refused.is_err());
+        }
+        // And a HEAD is known from its method alone.
+        let mut w = watched();
+        w.wrote(format!("HEAD / HTTP/1.1\r\n{many}\r\n").as_bytes());
+        assert!(w.head_request);
+    }
+
+    #[test]
+    fn empty_lines_before_a_head_do_not_hide_it() {
+        let mut w = watched();
+        w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        w.read(b"\r\n").unwrap();
+        let refused = w.read(
+            b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        assert!(refused.is_err());
+    }
+
+    #[test]
+    fn an_http_1_0_response_with_transfer_encoding_is_never_kept() {
+        let mut w = watched();
+        w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        w.read(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+            .unwrap();
+        assert!(!w.ended_exactly());
     }
 
     #[test]

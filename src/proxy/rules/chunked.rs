@@ -139,19 +139,22 @@ impl ChunkedEnd {
                     }
                     _ => return Err(Malformed),
                 },
+                // In the trailer section every line ends with CRLF: a bare LF,
+                // or a CR before anything but LF, is refused, as Pingora's
+                // client refuses it (its trailer-end check).
                 Chunk::TrailerStart => match byte {
                     b'\r' => self.state = Chunk::EndLf,
+                    b'\n' => return Err(Malformed),
                     _ => self.state = Chunk::Trailer,
                 },
-                Chunk::Trailer => {
-                    if byte == b'\r' {
-                        self.state = Chunk::TrailerLf;
-                    }
-                }
+                Chunk::Trailer => match byte {
+                    b'\r' => self.state = Chunk::TrailerLf,
+                    b'\n' => return Err(Malformed),
+                    _ => {}
+                },
                 Chunk::TrailerLf => match byte {
                     b'\n' => self.state = Chunk::TrailerStart,
-                    b'\r' => {}
-                    _ => self.state = Chunk::Trailer,
+                    _ => return Err(Malformed),
                 },
                 Chunk::EndLf => match byte {
                     b'\n' => {
@@ -160,7 +163,7 @@ impl ChunkedEnd {
                         }
                         return Ok(Some(i + 1));
                     }
-                    _ => self.state = Chunk::Trailer,
+                    _ => return Err(Malformed),
                 },
             }
             if matches!(
@@ -297,6 +300,11 @@ mod tests {
             b"3\r\nabc\n0\r\n\r\n",
             b"5 6\r\n",
             b"10000000000000000\r\n",
+            // Trailer lines end with CRLF, nothing else.
+            b"0\r\nX: a\nY: b\r\n\r\n",
+            b"0\r\n\n",
+            b"0\r\nX: a\rY\r\n\r\n",
+            b"0\r\n\rX",
         ] {
             assert_eq!(
                 split_feed(bad, bad.len()),

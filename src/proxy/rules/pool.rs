@@ -13,11 +13,17 @@
 //! Connections go back only after a response that ended exactly where its
 //! framing said, with nothing read past it: the lane's relay
 //! (`crate::proxy::lane`) and the Pingora path's watched connections
-//! (`crate::proxy::watched`) both keep that rule.
+//! (`crate::proxy::watched`) both keep that rule, and share the pools
+//! ([`Pool::shared`]), one per upstream address and timeouts for the whole
+//! process: a connection one path kept, the other may reuse, and a config
+//! reload keeps them. [`sweep`] closes, once a second, the idle ones that
+//! are too old or that the upstream closed, so that an address that no
+//! longer gets requests does not hold sockets the upstream has let go.
 
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
@@ -41,7 +47,43 @@ pub struct Pool {
     idle: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
+/// Pools are shared by upstream address and timeouts.
+type Key = (SocketAddr, Duration, Duration);
+
+fn pools() -> &'static Mutex<HashMap<Key, Arc<Pool>>> {
+    static POOLS: OnceLock<Mutex<HashMap<Key, Arc<Pool>>>> = OnceLock::new();
+    POOLS.get_or_init(Default::default)
+}
+
+/// How often [`sweep`] runs.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Closes the idle connections that are too old or have something to say,
+/// in every pool, and forgets the pools nobody uses that hold none. Run
+/// every [`SWEEP_EVERY`] (`crate::proxy::routes::Maintenance`).
+pub fn sweep() {
+    let mut pools = pools().lock().unwrap_or_else(|e| e.into_inner());
+    pools.retain(|_, pool| {
+        let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(conn, since)| since.elapsed() < UPSTREAM_IDLE && is_quiet(conn));
+        !idle.is_empty() || Arc::strong_count(pool) > 1
+    });
+}
+
 impl Pool {
+    /// The process's pool for `addr` with these timeouts.
+    pub fn shared(
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        read_timeout: Duration,
+    ) -> Arc<Pool> {
+        let mut pools = pools().lock().unwrap_or_else(|e| e.into_inner());
+        pools
+            .entry((addr, connect_timeout, read_timeout))
+            .or_insert_with(|| Arc::new(Pool::new(addr, connect_timeout, read_timeout)))
+            .clone()
+    }
+
     pub fn new(addr: SocketAddr, connect_timeout: Duration, read_timeout: Duration) -> Pool {
         Pool {
             addr,
@@ -180,5 +222,30 @@ mod tests {
         drop(server);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(pool.take().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_sweep_closes_the_idle_connections_the_upstream_closed() {
+        let (good, _keep) = pair().await;
+        let (bad, server) = pair().await;
+        // A pool of its own: the key is this test's upstream address.
+        let pool = Pool::shared(
+            server.local_addr().unwrap(),
+            Duration::from_millis(1234),
+            Duration::from_secs(1),
+        );
+        pool.put(good);
+        pool.put(bad);
+        drop(server);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sweep();
+        assert_eq!(pool.idle.lock().unwrap().len(), 1);
+        // Kept while someone holds it; forgotten once nobody does and it
+        // holds nothing.
+        let key = (pool.addr, pool.connect_timeout, pool.read_timeout);
+        assert!(pool.take().is_some());
+        drop(pool);
+        sweep();
+        assert!(!pools().lock().unwrap().contains_key(&key));
     }
 }

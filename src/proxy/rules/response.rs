@@ -113,6 +113,11 @@ pub fn shape<'a>(
             "both Content-Length and Transfer-Encoding",
         ));
     }
+    // An HTTP/1.0 message with Transfer-Encoding: the connection closes
+    // after it, whatever it says (RFC 9112 §6.1).
+    if encodings > 0 && !http11 {
+        upstream_close = true;
+    }
     if status == 101 {
         return match switch_asked {
             true => Ok(Shape {
