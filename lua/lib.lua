@@ -121,7 +121,9 @@ end
 -- A heartbeat is written as `<due>:<arrival>`, the user's score in the
 -- waiting set with it, so that a poll far back finds both in one lookup
 -- (see rank.lua); `<due>` alone (as by hand) is read too. Returns due
--- (false if none), arrival.
+-- (false if none), arrival, and the arrival as written: a heartbeat written
+-- again reuses that text (formatting a number of 16 digits costs more than
+-- the rest of the write).
 local function parse_heartbeat(value)
   if not value then
     return false, nil
@@ -133,8 +135,8 @@ local function parse_heartbeat(value)
     -- Present but not a number is a heartbeat long past.
     return tonumber(value) or 0, nil
   end
-  return tonumber(string.sub(value, 1, colon - 1)) or 0,
-    tonumber(string.sub(value, colon + 1))
+  local text = string.sub(value, colon + 1)
+  return tonumber(string.sub(value, 1, colon - 1)) or 0, tonumber(text), text
 end
 
 -- Files `user` as a candidate in the bucket ending at `ends`: into lists
@@ -167,6 +169,9 @@ end
 --   poll_after(wait_ms)     the advice: a quarter of the expected wait, from
 --                           pmin to pmax (pmax when the wait is unknown, -1)
 --   read(first, last)       reads the heartbeats of ARGV[first..last] at once
+--   remember(user, value)   takes a heartbeat the caller read itself
+--   put(user, at, value)    writes a heartbeat due `at` as the caller wrote
+--                           its value
 --   arrival(user)           the arrival read with a user's heartbeat (nil if
 --                           none was read)
 --   arrive(user, arrival)   the arrival to write from now on
@@ -197,9 +202,10 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     end
     return hashed
   end
+  local texts = {}
   local function remember(user, value, old)
-    local d, arrival = parse_heartbeat(value)
-    due[user], arrivals[user] = later(d, old), arrival
+    local d, arrival, text = parse_heartbeat(value)
+    due[user], arrivals[user], texts[user] = later(d, old), arrival, text
   end
   function h.read(first, last)
     local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))
@@ -211,24 +217,41 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
       remember(ARGV[i], hashed[i - first + 1], old[i - first + 1])
     end
   end
+  -- A heartbeat value the caller read (rank.lua reads a batch's with one
+  -- HMGET of its own).
+  function h.remember(user, value)
+    remember(user, value, nil)
+  end
+  -- Writes a heartbeat due `at` whose value the caller made,
+  -- `<at>:<arrival>`.
+  function h.put(user, at, value)
+    due[user] = at
+    file(lists, (math.floor(at / span) + 1) * span, user)
+    writes[#writes + 1] = user
+    writes[#writes + 1] = value
+  end
   function h.arrival(user)
     return arrivals[user]
   end
   -- The arrival to write with a user's heartbeat from now on (a score read
   -- from the waiting set outranks the one the heartbeat had).
   function h.arrive(user, arrival)
-    arrivals[user] = arrival
+    arrivals[user], texts[user] = arrival, nil
   end
   function h.due(user)
     return due[user]
   end
   function h.set(user, advice, arrival)
+    local text = not arrival and texts[user]
     arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
     local at = now_ms + advice
     due[user], arrivals[user] = at, arrival
     file(lists, (math.floor(at / span) + 1) * span, user)
     writes[#writes + 1] = user
-    if arrival then
+    if text then
+      writes[#writes + 1] = at .. ':' .. text
+    elseif arrival then
+      texts[user] = nil
       writes[#writes + 1] = string.format('%.0f:%.0f', at, arrival)
     else
       writes[#writes + 1] = int(at)

@@ -53,7 +53,10 @@ interval = control.interval or interval
 local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
-beats.read(9, #ARGV)
+local values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
+if beats.legacy then
+  beats.read(9, #ARGV)
+end
 if beats.legacy and phase == 'open' then
   -- Instances of an earlier version may be running: they change the
   -- waiting set without this HASH (a dropout leaves its heartbeat behind,
@@ -122,12 +125,43 @@ local function rank_of(user)
 end
 
 local out = {}
+local n = 0
+-- Far back, where the advice is pmax whatever the rank: decided here from
+-- the heartbeat alone. The heartbeat is kept when the time left is a fair
+-- advice (see `keep` in lib.lua), else written as `<due>:<arrival>` with
+-- the arrival's text as read.
+local fast = phase == 'open' and far_to > far_from and not beats.legacy
+local keep_low, keep_high = math.max(pmin, math.floor(pmax / 2)), math.min(pmax, pmax + math.floor(pmax / 4))
+local oldest = now_ms - timeout
 for i = 9, #ARGV do
-  local code, value, wait, advice = rank_of(ARGV[i])
-  out[#out + 1] = code
-  out[#out + 1] = value
-  out[#out + 1] = wait
-  out[#out + 1] = advice
+  local user, value = ARGV[i], values[i - 8]
+  local code, rank, wait, advice
+  local colon = value and string.find(value, ':', 1, true)
+  if fast and colon then
+    -- (A user twice in one batch: the heartbeat this batch wrote.)
+    local due = beats.due(user) or tonumber(string.sub(value, 1, colon - 1))
+    local text = string.sub(value, colon + 1)
+    local arrival = tonumber(text)
+    if due and arrival and due >= oldest and arrival >= far_from and arrival < far_to then
+      local left = due - now_ms
+      if left >= keep_low and left <= keep_high then
+        advice = left
+      else
+        local at = now_ms + pmax
+        beats.put(user, at, at .. ':' .. text)
+        advice = pmax
+      end
+      code, rank, wait = 5, arrival, 0
+    end
+  end
+  if not code then
+    if not beats.legacy and beats.due(user) == nil then
+      beats.remember(user, value)
+    end
+    code, rank, wait, advice = rank_of(user)
+  end
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = code, rank, wait, advice
+  n = n + 4
 end
 beats.flush()
 local rate_millionths = math.floor(rate * 1000000 + 0.5)
