@@ -205,7 +205,9 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   local texts = {}
   local function remember(user, value, old)
     local d, arrival, text = parse_heartbeat(value)
-    due[user], arrivals[user], texts[user] = later(d, old), arrival, text
+    -- The text is reused only if it is a number (a malformed one is
+    -- written anew from the waiting set's score).
+    due[user], arrivals[user], texts[user] = later(d, old), arrival, arrival and text
   end
   function h.read(first, last)
     local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))

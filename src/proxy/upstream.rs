@@ -30,6 +30,10 @@ use pingora::protocols::tls::CaType;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 
 pub use super::rules::pool::UPSTREAM_IDLE;
+
+/// How long Pingora keeps a watched connection it released before dropping
+/// it (which hands the socket to the shared pool).
+const WATCHED_IDLE: Duration = Duration::from_millis(1);
 use super::watched::Connectors;
 use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
 
@@ -193,6 +197,10 @@ impl Upstream {
                 self.connect_timeout,
                 self.read_timeout,
             ));
+            // Pingora cannot reuse a watched connection (see
+            // `super::watched`): it lets go of one it keeps at once, which
+            // puts the socket back in the shared pool.
+            peer.options.idle_timeout = Some(WATCHED_IDLE);
         }
         Box::new(peer)
     }

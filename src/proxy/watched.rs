@@ -305,7 +305,11 @@ impl Exchange {
                             bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
                             self.request = body;
                         }
-                        Ok(None) => *searched = head.len(),
+                        Ok(None) => {
+                            // An end of line or two before the head itself.
+                            *searched = head.len();
+                            return;
+                        }
                         Err(()) => {
                             self.spoiled = true;
                             self.request = Side::Lost;
@@ -397,8 +401,14 @@ impl Exchange {
                     self.spoiled = true;
                     self.response = Side::Lost;
                 }
-                Side::Lost => return Ok(()),
+                Side::Lost => break,
             }
+        }
+        // A response that ended while the request was still being written
+        // was an early answer: the upstream may not read the rest as a body
+        // (it could read a request hidden in it), so the socket is not kept.
+        if matches!(self.response, Side::Done) && !matches!(self.request, Side::Done) {
+            self.spoiled = true;
         }
         Ok(())
     }
@@ -445,6 +455,11 @@ impl Watched {
     }
 }
 
+/// Header slots tried first for a head; one with more is parsed again with
+/// [`REQUEST_HEADERS`] or [`MAX_HEADERS`] (a few dozen slots on the stack
+/// cost less than zeroing hundreds on every head).
+const FEW_HEADERS: usize = 48;
+
 /// Header slots for a request head Pingora writes: its client's limit, and
 /// the headers waitgate adds.
 const REQUEST_HEADERS: usize = 512;
@@ -452,13 +467,32 @@ const REQUEST_HEADERS: usize = 512;
 /// A whole request head at the start of `head`: its length, and where its
 /// body ends. `Err` for one the watcher cannot follow.
 fn request_head(head: &[u8]) -> Result<Option<(usize, Side)>, ()> {
-    let mut slots = vec![httparse::EMPTY_HEADER; REQUEST_HEADERS];
-    let mut parsed = httparse::Request::new(&mut slots);
-    let consumed = match parsed.parse(head) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err(()),
+    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
+    match request_head_with(&mut few, head) {
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut many = vec![httparse::EMPTY_HEADER; REQUEST_HEADERS];
+            request_head_with(&mut many, head).map_err(|_| ())?
+        }
+        parsed => parsed.map_err(|_| ())?,
+    }
+}
+
+fn request_head_with<'b>(
+    slots: &mut [httparse::Header<'b>],
+    head: &'b [u8],
+) -> Result<Result<Option<(usize, Side)>, ()>, httparse::Error> {
+    let mut parsed = httparse::Request::new(slots);
+    let consumed = match parsed.parse(head)? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Ok(Ok(None)),
     };
+    Ok(request_framing(&parsed, consumed))
+}
+
+fn request_framing(
+    parsed: &httparse::Request<'_, '_>,
+    consumed: usize,
+) -> Result<Option<(usize, Side)>, ()> {
     let mut length = None;
     let mut chunked = false;
     for h in parsed.headers.iter() {
@@ -488,21 +522,49 @@ fn request_head(head: &[u8]) -> Result<Option<(usize, Side)>, ()> {
 /// 1xx), and whether the socket may not be kept after it. `Err` for a head
 /// the rules refuse.
 fn response_head(head: &[u8], head_request: bool) -> Result<Option<(usize, Side, bool)>, Refused> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Response::new(&mut slots);
+    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
+    match response_head_with(&mut few, head, head_request) {
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+            response_head_with(&mut many, head, head_request).unwrap_or(Ok(Some((
+                head.len(),
+                Side::Lost,
+                true,
+            ))))
+        }
+        // Not HTTP, or more headers than Pingora's client takes: it refuses
+        // the head itself, with the same 502.
+        Err(_) => Ok(Some((head.len(), Side::Lost, true))),
+        Ok(judged) => judged,
+    }
+}
+
+/// The outer `Result` is httparse's, the inner one the rules'.
+#[allow(clippy::type_complexity)]
+fn response_head_with<'b>(
+    slots: &mut [httparse::Header<'b>],
+    head: &'b [u8],
+    head_request: bool,
+) -> Result<Result<Option<(usize, Side, bool)>, Refused>, httparse::Error> {
+    let mut parsed = httparse::Response::new(slots);
     // The same leniency as Pingora's client, so both read a head alike.
     let mut config = httparse::ParserConfig::default();
     config.allow_spaces_after_header_name_in_responses(true);
     config.allow_obsolete_multiline_headers_in_responses(true);
-    let consumed = match config.parse_response(&mut parsed, head) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        // Not HTTP, or more headers than Pingora's client takes: it refuses
-        // the head itself, with the same 502.
-        Err(_) => return Ok(Some((head.len(), Side::Lost, true))),
+    let consumed = match config.parse_response(&mut parsed, head)? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => return Ok(Ok(None)),
     };
+    Ok(judge(&parsed, consumed, head_request))
+}
+
+fn judge(
+    parsed: &httparse::Response<'_, '_>,
+    consumed: usize,
+    head_request: bool,
+) -> Result<Option<(usize, Side, bool)>, Refused> {
     let Some(status) = parsed.code else {
-        return Ok(Some((head.len(), Side::Lost, true)));
+        return Ok(Some((consumed, Side::Lost, true)));
     };
     // Whether a 101 was asked for is the proxy's to judge (it refuses one
     // that was not); here a 101 only means a tunnel, never kept.
@@ -534,14 +596,15 @@ impl AsyncRead for Watched {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
+        // Pingora's check before it keeps a connection reads one byte.
+        let probe = buf.remaining() == 1;
         let before = buf.filled().len();
         match this.conn().poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(e)) => return Poll::Ready(Err(this.failed(e))),
             Poll::Pending => {
-                // Nothing more after the exchange ended: Pingora's check
-                // before it keeps a connection.
-                this.exchange.released |= this.exchange.ended_exactly();
+                // Nothing more after the exchange ended.
+                this.exchange.released |= probe && this.exchange.ended_exactly();
                 return Poll::Pending;
             }
         }
@@ -675,13 +738,23 @@ mod tests {
     }
 
     #[test]
-    fn a_request_body_not_yet_written_keeps_the_socket_from_the_pool() {
+    fn a_response_before_the_whole_request_keeps_the_socket_from_the_pool() {
         let mut w = watched();
         w.wrote(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel");
         w.read(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
             .unwrap();
         assert!(!w.ended_exactly());
+        // The rest of the body may be read as a request of its own.
         w.wrote(b"lo\r\n0\r\n\r\n");
+        assert!(!w.ended_exactly());
+    }
+
+    #[test]
+    fn leading_empty_lines_of_a_request_end_nothing() {
+        let mut w = watched();
+        w.wrote(b"\r\n\r\n");
+        w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        w.read(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
         assert!(w.ended_exactly());
     }
 

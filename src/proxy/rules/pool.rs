@@ -62,11 +62,33 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// in every pool, and forgets the pools nobody uses that hold none. Run
 /// every [`SWEEP_EVERY`] (`crate::proxy::routes::Maintenance`).
 pub fn sweep() {
+    // Each pool's idle connections are looked at outside every lock, so
+    // that requests taking and keeping connections meanwhile never wait on
+    // the sweep's system calls.
+    let all: Vec<Arc<Pool>> = {
+        let pools = pools().lock().unwrap_or_else(|e| e.into_inner());
+        pools.values().cloned().collect()
+    };
+    for pool in &all {
+        let mut idle = std::mem::take(&mut *pool.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        idle.retain(|(conn, since)| since.elapsed() < UPSTREAM_IDLE && is_quiet(conn));
+        if !idle.is_empty() {
+            let mut now = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+            // Those kept meanwhile are newer: they stay at the end.
+            idle.append(&mut now);
+            idle.truncate(POOL_SIZE);
+            *now = idle;
+        }
+    }
+    drop(all);
     let mut pools = pools().lock().unwrap_or_else(|e| e.into_inner());
     pools.retain(|_, pool| {
-        let mut idle = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|(conn, since)| since.elapsed() < UPSTREAM_IDLE && is_quiet(conn));
-        !idle.is_empty() || Arc::strong_count(pool) > 1
+        Arc::strong_count(pool) > 1
+            || !pool
+                .idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
     });
 }
 
