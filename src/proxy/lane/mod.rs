@@ -277,13 +277,17 @@ impl DirectLane {
                 outcome.lane
             }
             Take::Rank { .. } | Take::Register { .. } => {
+                // The queue API's futures are boxed: they wait on Redis, and
+                // inlined they would make every connection's future (kept
+                // for as long as it idles) larger by their size.
                 let (endpoint, reply) = match &take {
-                    Take::Register { caller, .. } => {
-                        (Endpoint::Register, self.api.register(&body, caller).await)
-                    }
+                    Take::Register { caller, .. } => (
+                        Endpoint::Register,
+                        Box::pin(self.api.register(&body, caller)).await,
+                    ),
                     Take::Rank { query, caller } => (
                         Endpoint::Rank,
-                        self.api.rank(query.as_deref(), caller).await,
+                        Box::pin(self.api.rank(query.as_deref(), caller)).await,
                     ),
                     Take::Forward(_) => return Lane::Closed,
                 };
