@@ -70,18 +70,33 @@ local stale, seen = {}, {}
 for i = 1, #candidates, 500 do
   local last = math.min(i + 499, #candidates)
   local hashed = redis.call('HMGET', KEYS[7], unpack(candidates, i, last))
-  local old = {}
   if legacy then
-    old = redis.call('ZMSCORE', KEYS[2], unpack(candidates, i, last))
-  end
-  for j = 1, last - i + 1 do
-    local user = candidates[i + j - 1]
-    local due = parse_heartbeat(hashed[j])
-    local was = tonumber(old[j]) or was_due[user]
-    if not seen[user] and (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
-      stale[#stale + 1] = user
+    local old = redis.call('ZMSCORE', KEYS[2], unpack(candidates, i, last))
+    for j = 1, last - i + 1 do
+      local user = candidates[i + j - 1]
+      local due = parse_heartbeat(hashed[j])
+      local was = tonumber(old[j]) or was_due[user]
+      if not seen[user] and (due or was) and (due or 0) < cutoff and (was or 0) < cutoff then
+        stale[#stale + 1] = user
+      end
+      seen[user] = true
     end
-    seen[user] = true
+  else
+    -- The look at each candidate of every batch: only the due part of the
+    -- heartbeat is read (as parse_heartbeat reads it), and only the stale
+    -- are remembered (a user filed twice is stale twice or not at all).
+    for j = 1, last - i + 1 do
+      local value = hashed[j]
+      if value then
+        local colon = string.find(value, ':', 1, true)
+        local due = tonumber(colon and string.sub(value, 1, colon - 1) or value) or 0
+        local user = candidates[i + j - 1]
+        if due < cutoff and not seen[user] then
+          stale[#stale + 1] = user
+          seen[user] = true
+        end
+      end
+    end
   end
 end
 

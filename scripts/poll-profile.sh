@@ -4,6 +4,9 @@
 #
 #   scripts/poll-profile.sh             # 1,000,000 users, 3 rounds
 #   scripts/poll-profile.sh 200000 5    # fewer users, more rounds
+#   POLL_PROFILE_BASELINE=a13ab1b^ scripts/poll-profile.sh
+#                                       # and rank.lua as it was at a git
+#                                       # revision, on the same fills
 #
 # Users and their heartbeats are written straight into Redis, in the form
 # the scripts write them (waiting score, `<due>:<arrival>`); half have a
@@ -34,6 +37,11 @@ ensure_packages redis-server python3
 
 users=${1:-1000000}
 rounds=${2:-3}
+baseline=${POLL_PROFILE_BASELINE:-}
+if [ -n "$baseline" ]; then
+  git cat-file -e "$baseline:lua/rank.lua" 2>/dev/null ||
+    { echo "POLL_PROFILE_BASELINE: no lua/rank.lua at $baseline" >&2; exit 1; }
+fi
 port=19311
 work=$(mktemp -d)
 cleanup() {
@@ -45,10 +53,11 @@ redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no --dir "$wor
   --logfile "$work/redis.log"
 for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 
-python3 - "$port" "$users" "$rounds" <<'EOF'
-import random, socket, statistics, sys, time
+python3 - "$port" "$users" "$rounds" "$baseline" <<'EOF'
+import random, socket, statistics, subprocess, sys, time
 
 port, users, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+baseline = sys.argv[4]
 BATCH, CALLS, CANDIDATES = 200, 1000, 100000
 K = "queue:{big}:"
 
@@ -154,6 +163,13 @@ end
 return out
 """)
 RANK = load(open("lua/rank.lua").read())
+RANK_BASE = None
+if baseline:
+    def at(path):
+        return subprocess.run(["git", "show", f"{baseline}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+    RANK_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + at("lua/rank.lua"))
+    CLEANUP_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + at("lua/cleanup.lua"))
 CLEANUP = load(open("lua/cleanup.lua").read())
 RANK_KEYS = [K + k for k in ("waiting", "heartbeat", "active", "admission", "control",
                              "prequeue", "due", "dues")]
@@ -185,7 +201,8 @@ def rank_args(sha):
 TIMEOUT = 3_600_000
 
 
-def cleanup_look():
+def cleanup_look(script=None):
+    script = script or CLEANUP
     rng = random.Random(3)
     picked = [f"u{rng.randrange(users)}" for _ in range(CANDIDATES)]
     for i in range(0, CANDIDATES, 1000):
@@ -193,7 +210,7 @@ def cleanup_look():
     r("ZADD", K + "dues", 1000, 1000)
     r("CONFIG", "RESETSTAT")
     while r("EXISTS", K + "dues:1000"):
-        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
+        removed = r("EVALSHA", script, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
         assert removed == 0, "cleanup removed a user who polled"
     return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
 
@@ -239,7 +256,8 @@ def cleanup_removals(calls=10):
 # Each round removes 10 calls of 500 from its fill; room is left for the
 # random picks to find users still there.
 assert users >= 20 * 500, "poll-profile.sh needs at least 10,000 users"
-measures = {name: [] for name in ("cmd", "lua", "parse", "rank", "look", "look_hmget")}
+measures = {name: [] for name in ("cmd", "lua", "parse", "rank", "rank_base", "look", "look_base",
+                                   "look_hmget")}
 removals = []
 for _ in range(rounds):
     fill()
@@ -248,15 +266,24 @@ for _ in range(rounds):
                                     + [0] * 8 + b))
     measures["parse"].append(per_poll("evalsha", lambda b: ["EVALSHA", PARSE_LUA, 8] + RANK_KEYS
                                       + [0] * 8 + b))
+    if RANK_BASE:
+        # The earlier script on a fill of its own, first in odd rounds.
+        order = [("rank_base", RANK_BASE), ("rank", RANK)]
+        for name, sha in (order if len(measures["rank"]) % 2 == 0 else order[::-1]):
+            fill()
+            measures[name].append(per_poll("evalsha", rank_args(sha)))
     fill()
-    measures["rank"].append(per_poll("evalsha", rank_args(RANK)))
+    if not RANK_BASE:
+        measures["rank"].append(per_poll("evalsha", rank_args(RANK)))
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)
+    if RANK_BASE:
+        measures["look_base"].append(cleanup_look(CLEANUP_BASE)[0])
     times, inside = cleanup_removals()
     removals.append((statistics.median(times), max(times), inside))
 
-m = {k: statistics.median(v) for k, v in measures.items()}
+m = {k: statistics.median(v) for k, v in measures.items() if v}
 print(f"\npoll profile: {users:,} waiting, batches of {BATCH}, median of {rounds} rounds "
       f"(min-max), Redis alone on the machine")
 print("| Measure | Redis time | |")
@@ -269,7 +296,11 @@ row("the same HMGET from a script that returns it", "lua", "per user",
     "+ the script call, the users and values through Lua")
 row("+ each value parsed as due and arrival", "parse", "per user", "")
 row("rank.lua far back (half the heartbeats written)", "rank", "per poll", "the shipped script")
+if RANK_BASE:
+    row(f"rank.lua as at {baseline}, same fills", "rank_base", "per poll", "the earlier script")
 row("cleanup.lua's look at one candidate", "look", "per candidate", "")
+if RANK_BASE:
+    row(f"cleanup.lua's look as at {baseline}", "look_base", "per candidate", "the earlier script")
 row("of which its HMGET", "look_hmget", "per candidate", "the hash lookup")
 medians = [t[0] for t in removals]
 inside = {k: statistics.median(t[2][k] for t in removals) for k in ("zrem", "hdel", "hmget")}
