@@ -44,6 +44,14 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// Room made for each read of a request head.
 const READ_SIZE: usize = 4096;
 
+/// The least room a head read is given before the buffer grows. The first
+/// read of a head returns only the byte the idle wait peeked (Pingora's
+/// stream hands a peeked byte back on its own); growing the buffer after
+/// it, as a fixed reserve per read did, moved every head to a second
+/// allocation: 13% of the protected GET's instructions (callgrind, 30,721
+/// against 26,581 a request).
+const MIN_SPARE: usize = 1024;
+
 /// Where a request head ends: the empty line after its last field, with
 /// CRLF or bare LF line ends, after any empty lines before the request line
 /// (which parsers skip). The length of the head, if it is all there.
@@ -92,7 +100,9 @@ async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instan
             return Head::TooLarge;
         }
         scanned = pending.len();
-        pending.reserve(READ_SIZE);
+        if pending.capacity() - pending.len() < MIN_SPARE {
+            pending.reserve(READ_SIZE);
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         // Pingora's coarse timer wheel: far cheaper per request than a
         // tokio timer, and 10 ms of precision is plenty here.
