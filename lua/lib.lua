@@ -168,7 +168,9 @@ end
 -- gives:
 --   poll_after(wait_ms)     the advice: a quarter of the expected wait, from
 --                           pmin to pmax (pmax when the wait is unknown, -1)
---   read(first, last)       reads the heartbeats of ARGV[first..last] at once
+--   read(first, last, hashed)  reads the heartbeats of ARGV[first..last] at
+--                           once (hashed: the caller's HMGET of them, if it
+--                           made one)
 --   remember(user, value)   takes a heartbeat the caller read itself
 --   put(user, at, value)    writes a heartbeat due `at` as the caller wrote
 --                           its value
@@ -209,8 +211,8 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     -- written anew from the waiting set's score).
     due[user], arrivals[user], texts[user] = later(d, old), arrival, arrival and text
   end
-  function h.read(first, last)
-    local hashed = redis.call('HMGET', due_key, unpack(ARGV, first, last))
+  function h.read(first, last, hashed)
+    hashed = hashed or redis.call('HMGET', due_key, unpack(ARGV, first, last))
     local old = {}
     if legacy then
       old = redis.call('ZMSCORE', legacy_key, unpack(ARGV, first, last))

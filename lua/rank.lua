@@ -55,7 +55,7 @@ local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
 local values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
 if beats.legacy then
-  beats.read(9, #ARGV)
+  beats.read(9, #ARGV, values)
 end
 if beats.legacy and phase == 'open' then
   -- Instances of an earlier version may be running: they change the

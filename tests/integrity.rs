@@ -523,6 +523,60 @@ fn a_body_pingoras_client_refuses_is_cut_on_both_paths_and_its_connection_closed
     }
 }
 
+/// The limits of a chunked body's framing are Pingora's, and one verdict
+/// whatever the read splits: a size line (size, extension, CR) of 8,192
+/// bytes and a trailer section that Pingora's client counts as 65,536 bytes
+/// come through whole on both paths; one byte more of either is cut on
+/// both. (Pingora alone would take a longer size line that arrived in one
+/// read; the watcher under its client refuses it, as the lane does.)
+#[test]
+fn chunked_framing_limits_are_the_same_on_both_paths() {
+    let body = |ext: usize, trailer: usize| {
+        let mut b = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;".to_vec();
+        b.resize(b.len() + ext, b'e');
+        b.extend_from_slice(b"\r\nhello\r\n0\r\n");
+        if trailer > 0 {
+            b.extend_from_slice(b"X-T: ");
+            b.resize(b.len() + trailer - 5, b't');
+            b.extend_from_slice(b"\r\n");
+        }
+        b.extend_from_slice(b"\r\n");
+        b
+    };
+    // 8,192 bytes of size line: `5`, `;`, the extension and CR.
+    let cases = [
+        ("/line-fits", body(8192 - 3, 0), true),
+        ("/line-over", body(8192 - 2, 0), false),
+        // Counted: two for the end of the `0` line, then the line itself.
+        ("/trailer-fits", body(0, 65536 - 2), true),
+        ("/trailer-over", body(0, 65536 - 1), false),
+    ];
+    let replies: Vec<(String, Vec<u8>)> =
+        cases.iter().map(|(p, b, _)| (path(p), b.clone())).collect();
+    let env = setup(echo_or(move |p| {
+        replies
+            .iter()
+            .find(|(at, _)| p.ends_with(at.as_str()))
+            .map(|(_, b)| vec![Step::Send(b.clone())])
+    }));
+    for via in BOTH {
+        for (p, _, whole) in &cases {
+            let mut c = Client::connect(env.wg.addr);
+            c.send(&env.request(via, &path(p), "Connection: close\r\n"));
+            assert_eq!(c.head().status, 200, "{via:?} {p}");
+            let rest = c.rest();
+            let ended =
+                rest.ends_with(b"0\r\n\r\n") && String::from_utf8_lossy(&rest).contains("hello");
+            assert_eq!(
+                ended,
+                *whole,
+                "{via:?} {p}: {:?}",
+                String::from_utf8_lossy(&rest[rest.len().saturating_sub(40)..])
+            );
+        }
+    }
+}
+
 /// The Pingora path's upstream connections are waitgate's own (watched, see
 /// `src/proxy/watched.rs`), and still kept alive: requests one after
 /// another, each from a new client connection, share one upstream

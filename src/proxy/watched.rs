@@ -76,14 +76,14 @@ impl fmt::Display for Stale {
 
 impl std::error::Error for Stale {}
 
-/// A response head the rules refuse: the read fails with it, and the
-/// client gets a 502.
+/// A response head the rules refuse (the read fails with it, and the
+/// client gets a 502), or a body's framing (the client's reply is cut).
 #[derive(Debug)]
 pub struct Refused(pub &'static str);
 
 impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the response head was refused: {}", self.0)
+        write!(f, "the response was refused: {}", self.0)
     }
 }
 
@@ -241,6 +241,8 @@ pub struct Exchange {
     /// a connection). A socket Pingora drops on an error it saw, and this
     /// watcher did not, is not kept.
     released: bool,
+    /// The response's body was refused: nothing more of it is passed on.
+    cut: bool,
 }
 
 impl Default for Exchange {
@@ -252,6 +254,7 @@ impl Default for Exchange {
             spoiled: false,
             ended: None,
             released: false,
+            cut: false,
         }
     }
 }
@@ -349,8 +352,13 @@ impl Exchange {
     }
 
     /// Follows the response bytes read; a head the rules refuse is an
-    /// error (the bytes are then not passed on).
-    pub fn read(&mut self, mut bytes: &[u8]) -> Result<(), Refused> {
+    /// error (the bytes are then not passed on). How many of the bytes to
+    /// pass on: all of them, unless a chunked body's framing is refused
+    /// (one the shared scanner refuses, where Pingora's reader might have
+    /// taken it, depending on how the bytes were split): then those before
+    /// the refused byte, and the next read fails.
+    pub fn read(&mut self, mut bytes: &[u8]) -> Result<usize, Refused> {
+        let all = bytes.len();
         while !bytes.is_empty() {
             match &mut self.response {
                 Side::Head(head, searched) => {
@@ -362,13 +370,13 @@ impl Exchange {
                             self.spoiled = true;
                             self.response = Side::Lost;
                         }
-                        return Ok(());
+                        return Ok(all);
                     }
                     let Some((consumed, next, close)) = response_head(head, self.head_request)?
                     else {
                         // An end of line or two before the head itself.
                         *searched = head.len();
-                        return Ok(());
+                        return Ok(all);
                     };
                     self.spoiled |= close;
                     bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
@@ -389,11 +397,12 @@ impl Exchange {
                         bytes = &bytes[end..];
                         self.response = Side::Done;
                     }
-                    Ok(None) => return Ok(()),
-                    // Pingora's client refuses it too, as it reads the body.
-                    Err(_) => {
+                    Ok(None) => return Ok(all),
+                    Err(malformed) => {
                         self.spoiled = true;
+                        self.cut = true;
                         self.response = Side::Lost;
+                        return Ok(all - bytes.len() + malformed.at);
                     }
                 },
                 // Bytes past the end of the response: never asked for.
@@ -410,7 +419,7 @@ impl Exchange {
         if matches!(self.response, Side::Done) && !matches!(self.request, Side::Done) {
             self.spoiled = true;
         }
-        Ok(())
+        Ok(all)
     }
 
     /// Notes when both sides have ended.
@@ -596,6 +605,10 @@ impl AsyncRead for Watched {
         if buf.remaining() == 0 {
             return Poll::Ready(Ok(()));
         }
+        if this.exchange.cut {
+            let refused = Refused("the chunked body's framing");
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+        }
         // Pingora's check before it keeps a connection reads one byte.
         let probe = buf.remaining() == 1;
         let before = buf.filled().len();
@@ -619,10 +632,23 @@ impl AsyncRead for Watched {
             return Poll::Ready(Ok(()));
         }
         this.answered = true;
-        if let Err(refused) = this.exchange.read(read) {
-            this.exchange.spoiled = true;
-            buf.set_filled(before);
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+        match this.exchange.read(read) {
+            Err(refused) => {
+                this.exchange.spoiled = true;
+                buf.set_filled(before);
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+            }
+            // A body refused inside this read: what came before goes on,
+            // and the next read fails (above). Pingora's reader may have
+            // refused it at the same byte or taken it whole.
+            Ok(pass) if pass < read.len() => {
+                buf.set_filled(before + pass);
+                if pass == 0 {
+                    let refused = Refused("the chunked body's framing");
+                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+                }
+            }
+            Ok(_) => {}
         }
         this.exchange.settle();
         Poll::Ready(Ok(()))
@@ -707,6 +733,24 @@ mod tests {
             assert!(!w.ended_exactly(), "cut {cut}");
             w.read(&response[cut..]).unwrap();
             assert!(w.ended_exactly(), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn a_refused_chunked_body_is_passed_on_up_to_the_refused_byte() {
+        let response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nX\r\n";
+        let bad = response.len() - 3;
+        for cut in 1..response.len() {
+            let mut w = watched();
+            w.wrote(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+            let first = w.read(&response[..cut]).unwrap();
+            if cut <= bad {
+                assert_eq!(first, cut, "cut {cut}");
+                assert_eq!(w.read(&response[cut..]).unwrap(), bad - cut, "cut {cut}");
+            } else {
+                assert_eq!(first, bad, "cut {cut}");
+            }
+            assert!(w.cut && !w.reusable(), "cut {cut}");
         }
     }
 

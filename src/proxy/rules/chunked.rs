@@ -13,9 +13,12 @@
 //! size rules and a CRLF after each chunk's data), so both paths end a
 //! body in the same place, or both refuse it.
 
-/// Not a chunked body: the relay stops and closes both connections.
+/// Not a chunked body: the relay stops and closes both connections. `at`:
+/// the bytes of the input fed last that came before the refused one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Malformed;
+pub struct Malformed {
+    pub at: usize,
+}
 
 /// The scanner's state between feeds.
 #[derive(Debug, Default)]
@@ -24,7 +27,10 @@ pub struct ChunkedEnd {
     /// The chunk size read so far, then the data left in the chunk.
     size: u64,
     digits: u8,
-    /// Bytes of the trailer section seen so far.
+    /// Bytes of the current size line seen so far, before its LF.
+    line: usize,
+    /// Bytes of the trailer section seen so far, counted as Pingora's
+    /// client counts them (see [`MAX_TRAILER`]).
     trailer: usize,
 }
 
@@ -57,7 +63,17 @@ enum Chunk {
 /// Hex digits of a chunk size at most (as `httparse`): 16 fill a u64.
 const MAX_DIGITS: u8 = 16;
 
-/// The trailer section at most (as Pingora's client).
+/// A size line (size, extensions and CR) at most. Pingora's reader refuses
+/// an unfinished size line once it holds more than this, and takes a longer
+/// one that arrived whole; refusing every longer line gives one verdict
+/// however the bytes are split, and since the watcher under Pingora's
+/// client refuses it too, the same on both paths.
+const MAX_SIZE_LINE: usize = 8 * 1024;
+
+/// The trailer section at most, as Pingora's client counts it: each
+/// trailer line's bytes before its CR, and two for the line end before it
+/// (the first line's is the end of the `0` line), but not the final empty
+/// line. Only a line's own bytes are checked against it.
 const MAX_TRAILER: usize = 64 * 1024;
 
 impl ChunkedEnd {
@@ -82,11 +98,20 @@ impl ChunkedEnd {
         let mut i = 0;
         while i < input.len() {
             let byte = input[i];
+            if matches!(
+                self.state,
+                Chunk::Size | Chunk::AfterSize | Chunk::Extension
+            ) {
+                self.line += 1;
+                if self.line > MAX_SIZE_LINE {
+                    return Err(Malformed { at: i });
+                }
+            }
             match self.state {
                 Chunk::Size => match byte {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                         if self.digits >= MAX_DIGITS {
-                            return Err(Malformed);
+                            return Err(Malformed { at: i });
                         }
                         self.digits += 1;
                         let digit = (byte as char).to_digit(16).unwrap_or(0) as u64;
@@ -95,13 +120,13 @@ impl ChunkedEnd {
                     b' ' | b'\t' => self.state = Chunk::AfterSize,
                     b';' => self.state = Chunk::Extension,
                     b'\r' => self.state = Chunk::SizeLf,
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 Chunk::AfterSize => match byte {
                     b' ' | b'\t' => {}
                     b';' => self.state = Chunk::Extension,
                     b'\r' => self.state = Chunk::SizeLf,
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 Chunk::Extension => {
                     if byte == b'\r' {
@@ -111,7 +136,7 @@ impl ChunkedEnd {
                 Chunk::SizeLf => match byte {
                     b'\n' if self.size == 0 => self.state = Chunk::TrailerStart,
                     b'\n' => self.state = Chunk::Data,
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 Chunk::Data => {
                     let take =
@@ -130,31 +155,36 @@ impl ChunkedEnd {
                 }
                 Chunk::DataCr => match byte {
                     b'\r' => self.state = Chunk::DataLf,
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 Chunk::DataLf => match byte {
                     b'\n' => {
                         self.state = Chunk::Size;
                         self.digits = 0;
+                        self.line = 0;
                     }
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 // In the trailer section every line ends with CRLF: a bare LF,
                 // or a CR before anything but LF, is refused, as Pingora's
                 // client refuses it (its trailer-end check).
                 Chunk::TrailerStart => match byte {
                     b'\r' => self.state = Chunk::EndLf,
-                    b'\n' => return Err(Malformed),
-                    _ => self.state = Chunk::Trailer,
+                    b'\n' => return Err(Malformed { at: i }),
+                    _ => {
+                        self.state = Chunk::Trailer;
+                        self.trailer += 2;
+                        self.count_trailer(i)?;
+                    }
                 },
                 Chunk::Trailer => match byte {
                     b'\r' => self.state = Chunk::TrailerLf,
-                    b'\n' => return Err(Malformed),
-                    _ => {}
+                    b'\n' => return Err(Malformed { at: i }),
+                    _ => self.count_trailer(i)?,
                 },
                 Chunk::TrailerLf => match byte {
                     b'\n' => self.state = Chunk::TrailerStart,
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
                 Chunk::EndLf => match byte {
                     b'\n' => {
@@ -163,21 +193,21 @@ impl ChunkedEnd {
                         }
                         return Ok(Some(i + 1));
                     }
-                    _ => return Err(Malformed),
+                    _ => return Err(Malformed { at: i }),
                 },
-            }
-            if matches!(
-                self.state,
-                Chunk::TrailerStart | Chunk::Trailer | Chunk::TrailerLf | Chunk::EndLf
-            ) {
-                self.trailer += 1;
-                if self.trailer > MAX_TRAILER {
-                    return Err(Malformed);
-                }
             }
             i += 1;
         }
         Ok(None)
+    }
+
+    /// One more byte of a trailer line.
+    fn count_trailer(&mut self, at: usize) -> Result<(), Malformed> {
+        self.trailer += 1;
+        if self.trailer > MAX_TRAILER {
+            return Err(Malformed { at });
+        }
+        Ok(())
     }
 }
 
@@ -306,14 +336,63 @@ mod tests {
             b"0\r\nX: a\rY\r\n\r\n",
             b"0\r\n\rX",
         ] {
-            assert_eq!(
-                split_feed(bad, bad.len()),
-                Err(Malformed),
+            assert!(
+                split_feed(bad, bad.len()).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
         assert_eq!(split_feed(b"5\r\nhel", 6).unwrap().0, None);
+        // A size line longer than Pingora ever takes whatever the split.
+        let long = |ext: usize| {
+            let mut body = b"2;".to_vec();
+            body.resize(2 + ext, b'e');
+            body.extend_from_slice(b"\r\nhi\r\n0\r\n\r\n");
+            body
+        };
+        // size, `;`, extension and CR: 8,192 bytes at most.
+        let fits = long(MAX_SIZE_LINE - 3);
+        for cut in [1, 100, MAX_SIZE_LINE - 1, MAX_SIZE_LINE, fits.len()] {
+            assert_eq!(
+                split_feed(&fits, cut).unwrap().0,
+                Some(fits.len()),
+                "cut {cut}"
+            );
+        }
+        let over = long(MAX_SIZE_LINE - 2);
+        for cut in [1, 100, MAX_SIZE_LINE, over.len()] {
+            assert!(split_feed(&over, cut).is_err(), "cut {cut}");
+        }
+        // Where: the byte after the 8,192 the line may have.
+        let mut scanner = ChunkedEnd::default();
+        assert_eq!(scanner.scan(&over), Err(Malformed { at: MAX_SIZE_LINE }));
+        // The trailer section, counted as Pingora counts it: two for the end
+        // of the `0` line, then each line's bytes before its CR, and two for
+        // each line end before another line.
+        let trailer = |lines: &[usize]| {
+            let mut body = b"0\r\n".to_vec();
+            for &n in lines {
+                body.resize(body.len() + n, b't');
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(b"\r\n");
+            body
+        };
+        for lines in [vec![MAX_TRAILER - 2], vec![100, MAX_TRAILER - 104]] {
+            let body = trailer(&lines);
+            assert_eq!(
+                split_feed(&body, 7).unwrap().0,
+                Some(body.len()),
+                "{lines:?}"
+            );
+            let mut over = lines.clone();
+            *over.last_mut().unwrap() += 1;
+            assert!(split_feed(&trailer(&over), 7).is_err(), "{over:?}");
+        }
+        // The second chunk's size line is counted afresh.
+        let mut two = b"1\r\na\r\n".to_vec();
+        two.extend_from_slice(&fits);
+        assert!(split_feed(&two, two.len()).unwrap().0.is_some());
         // A bare LF inside an extension is extension text, as in httparse,
         // and never reaches the client.
         let body = b"2;e\nx\r\nhi\r\n0\r\n\r\n";
