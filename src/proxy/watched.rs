@@ -50,7 +50,7 @@ use tokio::net::TcpStream;
 
 use super::rules::chunked::ChunkedEnd;
 use super::rules::pool::Pool;
-use super::rules::response::{shape, Body};
+use super::rules::response::{self, shape, Body};
 
 /// The largest request or response head watched; a longer one is passed
 /// through unwatched and its connection is not kept (Pingora's client
@@ -556,13 +556,8 @@ fn response_head_with<'b>(
     head_request: bool,
 ) -> Result<Result<Option<(usize, Side, bool)>, Refused>, httparse::Error> {
     let mut parsed = httparse::Response::new(slots);
-    // The same leniency as Pingora's client, so both read a head alike.
-    let mut config = httparse::ParserConfig::default();
-    config.allow_spaces_after_header_name_in_responses(true);
-    config.allow_obsolete_multiline_headers_in_responses(true);
-    let consumed = match config.parse_response(&mut parsed, head)? {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => return Ok(Ok(None)),
+    let Some(consumed) = response::parse_head(&mut parsed, head)? else {
+        return Ok(Ok(None));
     };
     Ok(judge(&parsed, consumed, head_request))
 }
@@ -606,8 +601,7 @@ impl AsyncRead for Watched {
             return Poll::Ready(Ok(()));
         }
         if this.exchange.cut {
-            let refused = Refused("the chunked body's framing");
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+            return Poll::Ready(Err(body_refused()));
         }
         // Pingora's check before it keeps a connection reads one byte.
         let probe = buf.remaining() == 1;
@@ -644,8 +638,7 @@ impl AsyncRead for Watched {
             Ok(pass) if pass < read.len() => {
                 buf.set_filled(before + pass);
                 if pass == 0 {
-                    let refused = Refused("the chunked body's framing");
-                    return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, refused)));
+                    return Poll::Ready(Err(body_refused()));
                 }
             }
             Ok(_) => {}
@@ -700,6 +693,14 @@ impl VirtualSocket for Watched {
             _ => Ok(()),
         }
     }
+}
+
+/// The read error once a chunked body's framing was refused.
+fn body_refused() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        Refused("the chunked body's framing"),
+    )
 }
 
 impl Drop for Watched {

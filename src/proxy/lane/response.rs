@@ -54,13 +54,8 @@ fn parse_with<'b>(
     head_request: bool,
 ) -> Result<Result<Option<Response>, Refused>, httparse::Error> {
     let mut parsed = httparse::Response::new(slots);
-    // The same leniency as Pingora's client, so both read a head alike.
-    let mut config = httparse::ParserConfig::default();
-    config.allow_spaces_after_header_name_in_responses(true);
-    config.allow_obsolete_multiline_headers_in_responses(true);
-    let consumed = match config.parse_response(&mut parsed, buf)? {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => return Ok(Ok(None)),
+    let Some(consumed) = response::parse_head(&mut parsed, buf)? else {
+        return Ok(Ok(None));
     };
     Ok(judge(&parsed, consumed, head_request))
 }

@@ -147,6 +147,23 @@ pub fn shape<'a>(
     })
 }
 
+/// Parses a response head into `parsed` with the same leniency as
+/// Pingora's client (spaces after a field name, obsolete line folds), so
+/// that every reader of upstream heads reads one alike. `Some(consumed)`:
+/// the head is whole.
+pub fn parse_head<'h, 'b>(
+    parsed: &mut httparse::Response<'h, 'b>,
+    head: &'b [u8],
+) -> Result<Option<usize>, httparse::Error> {
+    let mut config = httparse::ParserConfig::default();
+    config.allow_spaces_after_header_name_in_responses(true);
+    config.allow_obsolete_multiline_headers_in_responses(true);
+    Ok(match config.parse_response(parsed, head)? {
+        httparse::Status::Complete(n) => Some(n),
+        httparse::Status::Partial => None,
+    })
+}
+
 /// A header value as relayed to the client. An obsolete line fold (RFC
 /// 9112 §5.2) becomes one space, and a stray CR or NUL a space, before the
 /// value goes on: clients would read a folded line in different ways. This
