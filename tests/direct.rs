@@ -311,6 +311,25 @@ fn pipelined_requests_get_the_first_answer_then_a_close_for_the_client_to_retry(
     }
 }
 
+/// A request head longer than 64 KiB gets 431 and a close on both paths,
+/// also when one read takes it past the limit together with its end.
+#[test]
+fn a_head_over_64_kib_is_431_even_when_its_end_comes_in_the_same_read() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/a",
+        length_answer(b"first"),
+    )]));
+    for size in [66_000, 100_000, 127_000] {
+        let pad = format!("X-Pad: {}\r\n", "p".repeat(size));
+        let mut c = env.connect();
+        c.send(&env.get("/a", &pad));
+        let (head, _) = c.response();
+        assert_eq!(head.status, 431, "{size}");
+        assert!(c.closed(), "{size}");
+    }
+    assert_eq!(env.upstream.heads().len(), 0);
+}
+
 #[test]
 fn requests_the_lane_declines_are_served_by_the_proxy_on_the_same_connection() {
     let env = setup(BTreeMap::from([(

@@ -93,8 +93,14 @@ enum Head {
 async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instant) -> Head {
     let mut scanned = 0;
     loop {
-        if head_end_from(pending, scanned).is_some() {
-            return Head::Read;
+        if let Some(end) = head_end_from(pending, scanned) {
+            // One read may take the buffer past the limit and the head's end
+            // with it: still too large.
+            return if end > MAX_HEAD {
+                Head::TooLarge
+            } else {
+                Head::Read
+            };
         }
         if pending.len() > MAX_HEAD {
             return Head::TooLarge;
