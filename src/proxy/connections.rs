@@ -14,9 +14,11 @@
 //! The loop reads the whole request head itself, under that deadline,
 //! before either HTTP path sees it ([`read_head`]). The head is then offered
 //! to the direct lane (`super::lane`), which serves the protected routes'
-//! plain requests itself; what it does not take is put back in front of the
-//! stream, unconsumed, for the Pingora proxy, which then parses a head that
-//! is already there.
+//! plain requests itself; what it does not take is handed to the Pingora
+//! proxy, which parses the head already read, and is lent the connection up
+//! to the request's end (`super::fenced`). Bytes a client pipelines behind
+//! a request stay with this loop, which serves them next, whichever path
+//! answered the request before.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::fenced;
 use super::lane::{DirectLane, Lane};
 use crate::error::ApiError;
 use crate::reply::Reply;
@@ -151,18 +154,6 @@ impl<A> Guarded<A> {
     }
 }
 
-/// Puts bytes read by the direct lane back in front of the stream, for the
-/// proxy to read. `None` if the stream is not a plain TCP one (the lane is
-/// only used on those, so this does not happen).
-fn unread(stream: Stream, bytes: &[u8]) -> Option<Stream> {
-    if bytes.is_empty() {
-        return Some(stream);
-    }
-    let mut tcp = stream.into_any().downcast::<TcpStream>().ok()?;
-    tcp.rewind(bytes);
-    Some(tcp)
-}
-
 /// One open connection; dropping it takes it off the count.
 struct Open(IntGauge);
 
@@ -268,13 +259,15 @@ where
                     Lane::Pass => {}
                 }
             }
-            stream = unread(stream, &pending)?;
-            // Not kept for the life of the request (a long tunnel, say).
-            pending = BytesMut::new();
-            let mut session = ServerSession::new_http1(stream);
+            // The request, and no more: what the client pipelines behind
+            // it is held for this loop (`super::fenced`).
+            let (lent, first) = fenced::lend(stream, &mut pending);
+            let mut session = ServerSession::new_http1(lent);
             if let Some(settings) = settings.take() {
                 HttpPersistentSettings::apply_to_session(settings, &mut session);
             }
+            // Parsed from what was read, without a second read or copy.
+            session.set_pipelined_prefix(first);
             if *shutdown.borrow() {
                 session.set_keepalive(None);
             } else {
@@ -285,7 +278,9 @@ where
             // Boxed: inlined, a request's future (tens of KB for Pingora's)
             // would be part of the connection's for as long as it is open.
             let reused = Box::pin(self.inner.process_new_http(session, shutdown)).await;
-            (stream, settings) = reused?.consume();
+            let lent;
+            (lent, settings) = reused?.consume();
+            (stream, pending) = fenced::take_back(lent);
         }
     }
 

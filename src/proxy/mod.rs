@@ -13,6 +13,7 @@
 
 pub mod connections;
 pub mod decision;
+pub mod fenced;
 pub mod gate;
 pub mod lane;
 pub mod routes;

@@ -311,14 +311,6 @@ impl DirectLane {
         };
         record.elapsed = started.elapsed();
         record.finish(&self.metrics);
-        // Bytes that came with this request are a pipelined next one. The
-        // Pingora proxy answers the request it has and then closes (its
-        // default, RFC 9112 §9.3.2: the client retries the rest on a new
-        // connection); so does the lane, so that a client cannot tell which
-        // path served it.
-        if lane == Lane::Served && !pending.is_empty() {
-            return Lane::Closed;
-        }
         lane
     }
 }

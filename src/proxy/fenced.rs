@@ -1,0 +1,330 @@
+//! A client connection lent to the Pingora proxy for one request, fenced at
+//! that request's end, so that pipelined requests are served in turn on
+//! both HTTP paths.
+//!
+//! Pingora reads a client connection as it likes. A next request that came
+//! in the same read as a head is to it bytes past a body, and it closes the
+//! connection after the answer; one that arrives while the answer is on its
+//! way fails the request in flight ("sent data after end of body", a 400 to
+//! a request the upstream may already have acted on). Which of the two a
+//! client got depended on how its bytes were split. The direct lane reads a
+//! head and no further, and serves what follows once its answer is out, as
+//! nginx does (RFC 9112 §9.3.2).
+//!
+//! [`Fenced`] gives the proxy path the same behaviour: Pingora is handed the
+//! bytes of one request (its head, and its body when one `Content-Length`
+//! gives its length) and no more; what the client sends past them is held,
+//! unseen by Pingora, for the connection loop to serve next. A request
+//! whose end its head does not tell (a chunked body, an `Upgrade`,
+//! `CONNECT`) is not fenced: Pingora reads it as it would, and answers a
+//! request pipelined behind it by closing the connection after its answer.
+//! Written here because Pingora keeps what it reads past a request to itself
+//! (it has no getter for a session's pipelined bytes).
+
+use std::fmt;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::protocols::raw_connect::ProxyDigest;
+use pingora::protocols::tls::SslDigest;
+use pingora::protocols::{
+    GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl, Stream,
+    TimingDigest, UniqueID, UniqueIDType, ALPN,
+};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::connections::{head_end, MAX_HEAD};
+use super::rules::name::Name;
+
+/// How much a client may send past the fenced request before it is read no
+/// further until the answer is out: a next head of the longest size taken.
+const HOLD: usize = MAX_HEAD + 4096;
+
+/// Header slots for finding a request's length; a head with more is not
+/// fenced (Pingora takes up to 256).
+const SLOTS: usize = 128;
+
+/// Where the request at the start of `buf` ends, counted from the start of
+/// `buf`, if its head (which must be whole) tells: the head, plus the body
+/// of the one `Content-Length` in plain digits, if any. `None` for a
+/// request whose end is not known (chunked, `Upgrade`, `CONNECT`, an odd
+/// or repeated length, a head the parser refuses): Pingora reads it
+/// unfenced and answers or refuses it as it would.
+pub fn request_end(buf: &[u8]) -> Option<usize> {
+    let head = head_end(buf)?;
+    let mut slots = [httparse::EMPTY_HEADER; SLOTS];
+    let mut request = httparse::Request::new(&mut slots);
+    match request.parse(&buf[..head]) {
+        Ok(httparse::Status::Complete(n)) if n == head => {}
+        _ => return None,
+    }
+    if request.method == Some("CONNECT") {
+        return None;
+    }
+    let mut body = None;
+    for field in request.headers.iter() {
+        match Name::of(field.name.as_bytes()) {
+            Name::TransferEncoding | Name::Upgrade => return None,
+            Name::ContentLength => {
+                let digits = field.value;
+                if body.is_some()
+                    || digits.is_empty()
+                    || digits.len() > 18
+                    || !digits.iter().all(u8::is_ascii_digit)
+                {
+                    return None;
+                }
+                body = Some(std::str::from_utf8(digits).ok()?.parse::<usize>().ok()?);
+            }
+            _ => {}
+        }
+    }
+    head.checked_add(body.unwrap_or(0))
+}
+
+/// A client connection that yields the rest of one request and holds what
+/// comes after it.
+pub struct Fenced {
+    inner: Stream,
+    /// Bytes of the request still to be read from the connection.
+    allowed: usize,
+    /// What the client sent past the request, in order.
+    held: BytesMut,
+}
+
+impl Fenced {
+    /// `allowed`: how much of the request is still to come; `held`: what
+    /// was already read past it.
+    pub fn new(inner: Stream, allowed: usize, held: BytesMut) -> Fenced {
+        Fenced {
+            inner,
+            allowed,
+            held,
+        }
+    }
+
+    /// The connection, and what was read past the request.
+    pub fn into_parts(self) -> (Stream, BytesMut) {
+        (self.inner, self.held)
+    }
+
+    /// Reads past the fence into `held` until the connection has nothing
+    /// more, or `held` is full. Pingora sees none of it: its wait for the
+    /// client's next byte while a request is in flight stays pending, as it
+    /// does on a connection where the client sent nothing. The end of the
+    /// connection is passed on while nothing is held (the client went
+    /// away); after a pipelined request it is kept for the loop, which
+    /// serves what is held and then finds it.
+    fn hold(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut chunk = [0u8; 4096];
+        while self.held.len() < HOLD {
+            let room = (HOLD - self.held.len()).min(chunk.len());
+            let mut read = ReadBuf::new(&mut chunk[..room]);
+            ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read))?;
+            if read.filled().is_empty() {
+                return if self.held.is_empty() {
+                    Poll::Ready(Ok(()))
+                } else {
+                    Poll::Pending
+                };
+            }
+            self.held.extend_from_slice(read.filled());
+        }
+        Poll::Pending
+    }
+}
+
+impl AsyncRead for Fenced {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.allowed == 0 {
+            return this.hold(cx);
+        }
+        if this.allowed >= buf.remaining() {
+            let before = buf.filled().len();
+            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            this.allowed -= buf.filled().len() - before;
+            return Poll::Ready(Ok(()));
+        }
+        // The request's last bytes: read no further than its end.
+        let mut chunk = [0u8; 4096];
+        let want = this.allowed.min(chunk.len());
+        let mut read = ReadBuf::new(&mut chunk[..want]);
+        ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+        this.allowed -= read.filled().len();
+        buf.put_slice(read.filled());
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Fenced {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl Shutdown for Fenced {
+    async fn shutdown(&mut self) {
+        Shutdown::shutdown(&mut *self.inner).await
+    }
+}
+
+impl UniqueID for Fenced {
+    fn id(&self) -> UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl Ssl for Fenced {
+    fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl GetTimingDigest for Fenced {
+    fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl GetProxyDigest for Fenced {
+    fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: ProxyDigest) {
+        self.inner.set_proxy_digest(digest)
+    }
+}
+
+impl GetSocketDigest for Fenced {
+    fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: SocketDigest) {
+        self.inner.set_socket_digest(digest)
+    }
+}
+
+/// Peeking is not offered: what Pingora may see is only what it reads.
+impl Peek for Fenced {}
+
+impl fmt::Debug for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fenced")
+            .field("inner", &self.inner)
+            .field("allowed", &self.allowed)
+            .field("held", &self.held.len())
+            .finish()
+    }
+}
+
+/// Lends `stream` to the proxy for the request at the start of `pending`:
+/// the stream to give Pingora, and the bytes to give it first (the request
+/// as far as it was read). What follows the request stays with the stream,
+/// to be taken back with [`take_back`].
+pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
+    match request_end(pending) {
+        Some(end) => {
+            let first = pending.split_to(end.min(pending.len()));
+            let allowed = end - first.len();
+            let held = std::mem::take(pending);
+            (Box::new(Fenced::new(stream, allowed, held)), first)
+        }
+        None => (stream, std::mem::take(pending)),
+    }
+}
+
+/// The stream the proxy gave back, and what the client sent past the
+/// request it was lent for.
+pub fn take_back(stream: Stream) -> (Stream, BytesMut) {
+    if !stream.as_any().is::<Fenced>() {
+        return (stream, BytesMut::new());
+    }
+    match stream.into_any().downcast::<Fenced>() {
+        Ok(fenced) => fenced.into_parts(),
+        Err(_) => unreachable!("checked above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_ends_where_its_head_and_length_say() {
+        let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        assert_eq!(request_end(get), Some(get.len()));
+        let mut two = get.to_vec();
+        two.extend_from_slice(get);
+        assert_eq!(request_end(&two), Some(get.len()));
+        let post = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhel";
+        assert_eq!(request_end(post), Some(post.len() + 2));
+        let bare = b"GET / HTTP/1.1\nHost: a\n\nGET";
+        assert_eq!(request_end(bare), Some(bare.len() - 3));
+    }
+
+    #[test]
+    fn a_request_whose_end_is_not_known_is_not_fenced() {
+        for head in [
+            &b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 5,5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\n",
+            b"GET /\x01 HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(request_end(head), None, "{}", head.escape_ascii());
+        }
+    }
+}
