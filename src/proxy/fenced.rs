@@ -12,12 +12,13 @@
 //! nginx does (RFC 9112 §9.3.2).
 //!
 //! [`Fenced`] gives the proxy path the same behaviour: Pingora is handed the
-//! bytes of one request (its head, and its body when one `Content-Length`
-//! gives its length) and no more; what the client sends past them is held,
-//! unseen by Pingora, for the connection loop to serve next. A request
-//! whose end its head does not tell (a chunked body, an `Upgrade`,
-//! `CONNECT`) is not fenced: Pingora reads it as it would, and answers a
-//! request pipelined behind it by closing the connection after its answer.
+//! bytes of one request (its head, and its body: as long as its one
+//! `Content-Length` says, or up to the end of its chunked framing, found
+//! with the scanner both paths use for upstream bodies) and no more; what
+//! the client sends past them is held, unseen by Pingora, for the
+//! connection loop to serve next. A request whose end cannot be known
+//! (an `Upgrade`, whose connection may become a tunnel; `CONNECT`; framing
+//! Pingora refuses) is not fenced: Pingora reads it as it would.
 //! Written here because Pingora keeps what it reads past a request to itself
 //! (it has no getter for a session's pipelined bytes).
 
@@ -39,23 +40,33 @@ use pingora::protocols::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::connections::{head_end, MAX_HEAD};
+use super::rules::chunked::ChunkedEnd;
 use super::rules::name::Name;
 
 /// How much a client may send past the fenced request before it is read no
 /// further until the answer is out: a next head of the longest size taken.
 const HOLD: usize = MAX_HEAD + 4096;
 
-/// Header slots for finding a request's length; a head with more is not
-/// fenced (Pingora takes up to 256).
-const SLOTS: usize = 128;
+/// Header slots for finding a request's length: as many as Pingora parses.
+const SLOTS: usize = 256;
+
+/// Where a request ends, as its head tells.
+#[derive(Debug, PartialEq, Eq)]
+pub enum End {
+    /// After so many bytes (the head and a body of known length).
+    At(usize),
+    /// At the end of a chunked body that starts after so many bytes.
+    Chunked(usize),
+}
 
 /// Where the request at the start of `buf` ends, counted from the start of
-/// `buf`, if its head (which must be whole) tells: the head, plus the body
-/// of the one `Content-Length` in plain digits, if any. `None` for a
-/// request whose end is not known (chunked, `Upgrade`, `CONNECT`, an odd
-/// or repeated length, a head the parser refuses): Pingora reads it
-/// unfenced and answers or refuses it as it would.
-pub fn request_end(buf: &[u8]) -> Option<usize> {
+/// `buf`: the head (which must be whole), then the body of its one
+/// `Content-Length` in plain digits, or of its one `Transfer-Encoding:
+/// chunked`, or none. `None` for a request whose end is not known
+/// (`Upgrade`, `CONNECT`, an odd or repeated length or coding, both, a head
+/// the parser refuses): Pingora reads it unfenced and answers or refuses it
+/// as it would.
+pub fn request_end(buf: &[u8]) -> Option<End> {
     let head = head_end(buf)?;
     let mut slots = [httparse::EMPTY_HEADER; SLOTS];
     let mut request = httparse::Request::new(&mut slots);
@@ -67,16 +78,19 @@ pub fn request_end(buf: &[u8]) -> Option<usize> {
         return None;
     }
     let mut body = None;
+    let mut chunked = false;
     for field in request.headers.iter() {
         match Name::of(field.name.as_bytes()) {
-            Name::TransferEncoding | Name::Upgrade => return None,
+            Name::Upgrade => return None,
+            Name::TransferEncoding => {
+                if chunked || !field.value.eq_ignore_ascii_case(b"chunked") {
+                    return None;
+                }
+                chunked = true;
+            }
             Name::ContentLength => {
                 let digits = field.value;
-                if body.is_some()
-                    || digits.is_empty()
-                    || digits.len() > 18
-                    || !digits.iter().all(u8::is_ascii_digit)
-                {
+                if body.is_some() || digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                     return None;
                 }
                 body = Some(std::str::from_utf8(digits).ok()?.parse::<usize>().ok()?);
@@ -84,15 +98,31 @@ pub fn request_end(buf: &[u8]) -> Option<usize> {
             _ => {}
         }
     }
-    head.checked_add(body.unwrap_or(0))
+    match (body, chunked) {
+        (Some(_), true) => None,
+        (None, true) => Some(End::Chunked(head)),
+        (body, false) => head.checked_add(body.unwrap_or(0)).map(End::At),
+    }
+}
+
+/// How far the request still goes.
+#[derive(Debug)]
+enum Fence {
+    /// So many bytes; at 0, what comes is held.
+    Length(usize),
+    /// To the end of a chunked body.
+    Chunked(ChunkedEnd),
+    /// Nowhere: a chunked body the scanner refused, which Pingora refuses
+    /// too (the connection is not reused). Everything is passed on.
+    Open,
 }
 
 /// A client connection that yields the rest of one request and holds what
 /// comes after it.
 pub struct Fenced {
     inner: Stream,
-    /// Bytes of the request still to be read from the connection.
-    allowed: usize,
+    /// Where the request ends, from here.
+    fence: Fence,
     /// What the client sent past the request, in order.
     held: BytesMut,
 }
@@ -103,8 +133,18 @@ impl Fenced {
     pub fn new(inner: Stream, allowed: usize, held: BytesMut) -> Fenced {
         Fenced {
             inner,
-            allowed,
+            fence: Fence::Length(allowed),
             held,
+        }
+    }
+
+    /// The rest of a request is a chunked body that `scanner` has read
+    /// the start of.
+    fn chunked(inner: Stream, scanner: ChunkedEnd) -> Fenced {
+        Fenced {
+            inner,
+            fence: Fence::Chunked(scanner),
+            held: BytesMut::new(),
         }
     }
 
@@ -146,21 +186,40 @@ impl AsyncRead for Fenced {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.allowed == 0 {
-            return this.hold(cx);
-        }
-        if this.allowed >= buf.remaining() {
+        let allowed = match &mut this.fence {
+            Fence::Length(0) => return this.hold(cx),
+            Fence::Length(allowed) => allowed,
+            Fence::Open => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Fence::Chunked(scanner) => {
+                let before = buf.filled().len();
+                ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+                match scanner.scan(&buf.filled()[before..]) {
+                    Ok(None) => {}
+                    Ok(Some(n)) => {
+                        // The body ended inside this read: what follows it
+                        // is taken back from Pingora's buffer.
+                        let end = before + n;
+                        this.held.extend_from_slice(&buf.filled()[end..]);
+                        buf.set_filled(end);
+                        this.fence = Fence::Length(0);
+                    }
+                    Err(_) => this.fence = Fence::Open,
+                }
+                return Poll::Ready(Ok(()));
+            }
+        };
+        if *allowed >= buf.remaining() {
             let before = buf.filled().len();
             ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-            this.allowed -= buf.filled().len() - before;
+            *allowed -= buf.filled().len() - before;
             return Poll::Ready(Ok(()));
         }
         // The request's last bytes: read no further than its end.
         let mut chunk = [0u8; 4096];
-        let want = this.allowed.min(chunk.len());
+        let want = (*allowed).min(chunk.len());
         let mut read = ReadBuf::new(&mut chunk[..want]);
         ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-        this.allowed -= read.filled().len();
+        *allowed -= read.filled().len();
         buf.put_slice(read.filled());
         Poll::Ready(Ok(()))
     }
@@ -260,7 +319,7 @@ impl fmt::Debug for Fenced {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Fenced")
             .field("inner", &self.inner)
-            .field("allowed", &self.allowed)
+            .field("fence", &self.fence)
             .field("held", &self.held.len())
             .finish()
     }
@@ -271,15 +330,25 @@ impl fmt::Debug for Fenced {
 /// as far as it was read). What follows the request stays with the stream,
 /// to be taken back with [`take_back`].
 pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
-    match request_end(pending) {
-        Some(end) => {
-            let first = pending.split_to(end.min(pending.len()));
-            let allowed = end - first.len();
-            let held = std::mem::take(pending);
-            (Box::new(Fenced::new(stream, allowed, held)), first)
+    let end = match request_end(pending) {
+        Some(End::At(end)) => end,
+        Some(End::Chunked(head)) => {
+            let mut scanner = ChunkedEnd::default();
+            match scanner.scan(&pending[head..]) {
+                Ok(Some(n)) => head + n,
+                Ok(None) => {
+                    let first = std::mem::take(pending);
+                    return (Box::new(Fenced::chunked(stream, scanner)), first);
+                }
+                Err(_) => return (stream, std::mem::take(pending)),
+            }
         }
-        None => (stream, std::mem::take(pending)),
-    }
+        None => return (stream, std::mem::take(pending)),
+    };
+    let first = pending.split_to(end.min(pending.len()));
+    let allowed = end - first.len();
+    let held = std::mem::take(pending);
+    (Box::new(Fenced::new(stream, allowed, held)), first)
 }
 
 /// The stream the proxy gave back, and what the client sent past the
@@ -301,20 +370,32 @@ mod tests {
     #[test]
     fn a_request_ends_where_its_head_and_length_say() {
         let get = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
-        assert_eq!(request_end(get), Some(get.len()));
+        assert_eq!(request_end(get), Some(End::At(get.len())));
         let mut two = get.to_vec();
         two.extend_from_slice(get);
-        assert_eq!(request_end(&two), Some(get.len()));
+        assert_eq!(request_end(&two), Some(End::At(get.len())));
         let post = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhel";
-        assert_eq!(request_end(post), Some(post.len() + 2));
+        assert_eq!(request_end(post), Some(End::At(post.len() + 2)));
+        let zeros = b"POST / HTTP/1.1\r\nContent-Length: 0000000000000000000005\r\n\r\n";
+        assert_eq!(request_end(zeros), Some(End::At(zeros.len() + 5)));
         let bare = b"GET / HTTP/1.1\nHost: a\n\nGET";
-        assert_eq!(request_end(bare), Some(bare.len() - 3));
+        assert_eq!(request_end(bare), Some(End::At(bare.len() - 3)));
+        let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\n";
+        assert_eq!(request_end(chunked), Some(End::Chunked(chunked.len() - 3)));
+        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        for i in 0..200 {
+            many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
+        }
+        many.extend_from_slice(b"\r\n");
+        assert_eq!(request_end(&many), Some(End::At(many.len())));
     }
 
     #[test]
     fn a_request_whose_end_is_not_known_is_not_fenced() {
         for head in [
-            &b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            &b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
             b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
             b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
             b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
