@@ -39,7 +39,7 @@ use pingora::protocols::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::connections::{head_end, MAX_HEAD};
+use super::head::{head_end, MAX_HEAD};
 use super::rules::chunked::ChunkedEnd;
 use super::rules::name::Name;
 

@@ -15,6 +15,7 @@ pub mod connections;
 pub mod decision;
 pub mod fenced;
 pub mod gate;
+pub mod head;
 pub mod lane;
 pub mod routes;
 pub mod rules;
