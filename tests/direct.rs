@@ -435,6 +435,41 @@ fn a_request_sent_while_the_previous_one_is_in_flight_is_answered_after_it() {
     assert_eq!(env.upstream.heads().len(), 3 * cases.len());
 }
 
+/// A client that half-closes after its request, on its own or behind
+/// another, gets every answer, the same on both paths, and then the close.
+#[test]
+fn a_client_that_half_closes_after_its_requests_gets_every_answer_alike() {
+    let mut slow = length_answer(b"slow");
+    slow.delay = Duration::from_millis(300);
+    let env = setup(BTreeMap::from([
+        ("/api/v1/follow-up/a", length_answer(b"first")),
+        ("/api/v1/follow-up/slow", slow),
+    ]));
+    for requests in [
+        vec![env.get("/slow", "")],
+        vec![post(&env, "/slow", "body")],
+        vec![post(&env, "/slow", "body"), env.get("/a", "")],
+        vec![env.get("/slow", ""), post(&env, "/a", "x")],
+    ] {
+        let mut c = env.connect();
+        c.send(&requests.concat());
+        c.writer.shutdown(std::net::Shutdown::Write).unwrap();
+        for (i, _) in requests.iter().enumerate() {
+            let (head, body) = c.response();
+            assert_eq!(head.status, 200, "{requests:?} {i}");
+            let expected = if i == 0 { &b"slow"[..] } else { b"first" };
+            assert_eq!(body, expected, "{requests:?} {i}");
+            // Neither path reads the client while an answer is on its way.
+            assert_eq!(
+                head.header("connection"),
+                Some("keep-alive"),
+                "{requests:?} {i}"
+            );
+        }
+        assert!(c.closed(), "{requests:?}");
+    }
+}
+
 /// A chunked request body ends where its framing says, however it is
 /// split: what follows is the next request.
 #[test]

@@ -156,10 +156,15 @@ impl Fenced {
     /// Reads past the fence into `held` until the connection has nothing
     /// more, or `held` is full. Pingora sees none of it: its wait for the
     /// client's next byte while a request is in flight stays pending, as it
-    /// does on a connection where the client sent nothing. The end of the
-    /// connection is passed on while nothing is held (the client went
-    /// away); after a pipelined request it is kept for the loop, which
-    /// serves what is held and then finds it.
+    /// does on a connection where the client sent nothing.
+    ///
+    /// The end of the client's sending is not passed on either: the lane
+    /// does not read the client while its answer is on the way, and a
+    /// client that half-closes after its request gets the answer on both
+    /// paths (waitgate does not abort an exchange on it, RFC 9112 §9.6),
+    /// so Pingora seeing it changed only its answer's `Connection` header.
+    /// The loop finds the end once the answer is out, after serving what is
+    /// held.
     fn hold(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut chunk = [0u8; 4096];
         while self.held.len() < HOLD {
@@ -167,11 +172,7 @@ impl Fenced {
             let mut read = ReadBuf::new(&mut chunk[..room]);
             ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read))?;
             if read.filled().is_empty() {
-                return if self.held.is_empty() {
-                    Poll::Ready(Ok(()))
-                } else {
-                    Poll::Pending
-                };
+                return Poll::Pending;
             }
             self.held.extend_from_slice(read.filled());
         }
