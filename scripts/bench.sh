@@ -104,6 +104,9 @@ admin-listen: 127.0.0.1:$2
 threads: 1
 client-header-timeout-ms: 120000
 max-connections: 12000
+# The token outlives every run (the default 10 minutes did not outlive five
+# rounds: the last one's protected GETs were 401s).
+jwt: {ttl-ms: 3600000}
 redis:
   url: redis://127.0.0.1:$P_REDIS/0
 queues:
