@@ -39,9 +39,9 @@ use pingora::protocols::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::head::{head_end, MAX_HEAD};
+use super::head::MAX_HEAD;
 use super::rules::chunked::ChunkedEnd;
-use super::rules::name::Name;
+use super::rules::request::{self, Body};
 
 /// How much a client may send past the fenced request before it is read no
 /// further until the answer is out: a next head of the longest size taken.
@@ -60,48 +60,31 @@ pub enum End {
 }
 
 /// Where the request at the start of `buf` ends, counted from the start of
-/// `buf`: the head (which must be whole), then the body of its one
-/// `Content-Length` in plain digits, or of its one `Transfer-Encoding:
-/// chunked`, or none. `None` for a request whose end is not known
-/// (`Upgrade`, `CONNECT`, an odd or repeated length or coding, both, a head
-/// the parser refuses): Pingora reads it unfenced and answers or refuses it
-/// as it would.
+/// `buf`: its head, then its body as the shared request rules read its
+/// framing (`rules::request::check`, which the proxy path applies to the
+/// same head). `None` for a request whose end is not known: an `Upgrade`
+/// (its connection may become a tunnel), `CONNECT`, a head the parser or
+/// the rules refuse (answered 400 and closed). Pingora reads such a request
+/// unfenced.
 pub fn request_end(buf: &[u8]) -> Option<End> {
-    let head = head_end(buf)?;
     let mut slots = [httparse::EMPTY_HEADER; SLOTS];
     let mut request = httparse::Request::new(&mut slots);
-    match request.parse(&buf[..head]) {
-        Ok(httparse::Status::Complete(n)) if n == head => {}
+    let head = match request.parse(buf) {
+        Ok(httparse::Status::Complete(head)) => head,
         _ => return None,
-    }
+    };
     if request.method == Some("CONNECT") {
         return None;
     }
-    let mut body = None;
-    let mut chunked = false;
-    for field in request.headers.iter() {
-        match Name::of(field.name.as_bytes()) {
-            Name::Upgrade => return None,
-            Name::TransferEncoding => {
-                if chunked || !field.value.eq_ignore_ascii_case(b"chunked") {
-                    return None;
-                }
-                chunked = true;
-            }
-            Name::ContentLength => {
-                let digits = field.value;
-                if body.is_some() || digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                    return None;
-                }
-                body = Some(std::str::from_utf8(digits).ok()?.parse::<usize>().ok()?);
-            }
-            _ => {}
-        }
+    let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+    let shape = request::check(request.version == Some(1), fields).ok()?;
+    if shape.upgrade {
+        return None;
     }
-    match (body, chunked) {
-        (Some(_), true) => None,
-        (None, true) => Some(End::Chunked(head)),
-        (body, false) => head.checked_add(body.unwrap_or(0)).map(End::At),
+    match shape.body {
+        Body::None => Some(End::At(head)),
+        Body::Length(length) => head.checked_add(length).map(End::At),
+        Body::Chunked => Some(End::Chunked(head)),
     }
 }
 
@@ -377,13 +360,13 @@ mod tests {
         assert_eq!(request_end(&two), Some(End::At(get.len())));
         let post = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhel";
         assert_eq!(request_end(post), Some(End::At(post.len() + 2)));
-        let zeros = b"POST / HTTP/1.1\r\nContent-Length: 0000000000000000000005\r\n\r\n";
+        let zeros = b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0000000000000000000005\r\n\r\n";
         assert_eq!(request_end(zeros), Some(End::At(zeros.len() + 5)));
         let bare = b"GET / HTTP/1.1\nHost: a\n\nGET";
         assert_eq!(request_end(bare), Some(End::At(bare.len() - 3)));
-        let chunked = b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\n";
+        let chunked = b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\n";
         assert_eq!(request_end(chunked), Some(End::Chunked(chunked.len() - 3)));
-        let mut many = b"GET / HTTP/1.1\r\n".to_vec();
+        let mut many = b"GET / HTTP/1.1\r\nHost: a\r\n".to_vec();
         for i in 0..200 {
             many.extend_from_slice(format!("X-{i}: v\r\n").as_bytes());
         }
@@ -394,17 +377,19 @@ mod tests {
     #[test]
     fn a_request_whose_end_is_not_known_is_not_fenced() {
         for head in [
-            &b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..],
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-            b"GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            &b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
             b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
-            b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
-            b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
-            b"POST / HTTP/1.1\r\nContent-Length: 5,5\r\n\r\n",
-            b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,5\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\n",
             b"GET /\x01 HTTP/1.1\r\n\r\n",
+            // Refused by the request rules (no Host), answered 400 and closed.
+            b"GET / HTTP/1.1\r\n\r\n",
         ] {
             assert_eq!(request_end(head), None, "{}", head.escape_ascii());
         }

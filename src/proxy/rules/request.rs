@@ -26,6 +26,21 @@ pub struct Shape {
     /// It asks to switch protocols (an `Upgrade` header): only routes with
     /// `websocket: true` take such requests.
     pub upgrade: bool,
+    /// How its body is framed.
+    pub body: Body,
+}
+
+/// How a sound request's body is framed (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Body {
+    /// No body: the request ends with its head.
+    #[default]
+    None,
+    /// `Content-Length` bytes; a length too large to count is `usize::MAX`
+    /// (Pingora's parser refuses it before any rule sees it).
+    Length(usize),
+    /// A chunked body.
+    Chunked,
 }
 
 /// Checks a request head's framing and `Host`. `http11`: the request says
@@ -45,6 +60,10 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
                 if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                     return Err(bad("The Content-Length header is not a number."));
                 }
+                let length = std::str::from_utf8(digits)
+                    .ok()
+                    .and_then(|d| d.parse().ok());
+                shape.body = Body::Length(length.unwrap_or(usize::MAX));
             }
             Name::TransferEncoding => {
                 encodings += 1;
@@ -92,6 +111,7 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
         if !chunked || encodings > 1 {
             return Err(bad("Transfer-Encoding must be chunked, alone."));
         }
+        shape.body = Body::Chunked;
     }
     if hosts > 1 || (http11 && hosts == 0) {
         return Err(bad(
@@ -145,6 +165,22 @@ mod tests {
         assert!(check_pairs(true, &[HOST, ("content-length", "12")]).is_ok());
         assert!(check_pairs(true, &[HOST, ("transfer-encoding", "chunked")]).is_ok());
         assert!(check_pairs(true, &[HOST, ("Transfer-Encoding", "Chunked ")]).is_ok());
+    }
+
+    #[test]
+    fn the_body_is_framed_as_the_head_says() {
+        let body = |pairs: &[(&str, &str)]| {
+            let mut fields = vec![HOST];
+            fields.extend_from_slice(pairs);
+            check_pairs(true, &fields).unwrap().body
+        };
+        assert_eq!(body(&[]), Body::None);
+        assert_eq!(body(&[("Content-Length", "0012")]), Body::Length(12));
+        assert_eq!(
+            body(&[("Content-Length", "99999999999999999999")]),
+            Body::Length(usize::MAX)
+        );
+        assert_eq!(body(&[("Transfer-Encoding", "chunked")]), Body::Chunked);
     }
 
     #[test]
