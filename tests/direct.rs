@@ -307,6 +307,19 @@ fn an_upstream_that_dropped_its_idle_connection_is_retried_on_a_new_one() {
     assert_eq!(env.upstream.heads().len(), 5);
 }
 
+/// Sends `bytes` in one write, or in two split at `split` with a pause
+/// between them.
+fn send_split(c: &mut Client, bytes: &str, split: Option<usize>) {
+    match split {
+        None => c.send(bytes),
+        Some(at) => {
+            c.send(&bytes[..at]);
+            std::thread::sleep(Duration::from_millis(50));
+            c.send(&bytes[at..]);
+        }
+    }
+}
+
 /// A POST to a protected route: always the Pingora proxy's.
 fn post(env: &Env, path: &str, body: &str) -> String {
     format!(
@@ -364,14 +377,7 @@ fn more_than_4_kib_of_pipelined_requests_for_both_paths_are_answered_in_order() 
             env.get("/a", &pad),
         );
         let mut c = env.connect();
-        match split {
-            None => c.send(&requests),
-            Some(at) => {
-                c.send(&requests[..at]);
-                std::thread::sleep(Duration::from_millis(50));
-                c.send(&requests[at..]);
-            }
-        }
+        send_split(&mut c, &requests, split);
         for (i, expected) in [&b"first"[..], b"second", b"second", b"first", b"first"]
             .into_iter()
             .enumerate()
@@ -491,14 +497,7 @@ fn a_request_pipelined_behind_a_chunked_body_is_answered_after_it() {
         Some(chunked.len() + 5),
     ] {
         let mut c = env.connect();
-        match split {
-            None => c.send(&bytes),
-            Some(at) => {
-                c.send(&bytes[..at]);
-                std::thread::sleep(Duration::from_millis(50));
-                c.send(&bytes[at..]);
-            }
-        }
+        send_split(&mut c, &bytes, split);
         let (head, body) = c.response();
         assert_eq!((head.status, body), (200, b"second".to_vec()), "{split:?}");
         let (head, body) = c.response();
