@@ -441,6 +441,50 @@ fn a_request_sent_while_the_previous_one_is_in_flight_is_answered_after_it() {
     assert_eq!(env.upstream.heads().len(), 3 * cases.len());
 }
 
+/// A request the rules refuse (no `Host`, a repeated `Content-Length`, an
+/// upgrade on a route that takes none) is answered 400 with
+/// `Connection: close`, whether or not another request follows it in the
+/// same write, and nothing after it is read: where such a request ends is
+/// not something every reader of the connection agrees on. (A refused
+/// request without a body used to be answered with keep-alive: a request
+/// sent behind it later was served, one sent in the same write was
+/// dropped.)
+#[test]
+fn a_refused_request_is_answered_400_and_closed_however_its_bytes_come() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/a",
+        length_answer(b"first"),
+    )]));
+    let refused = [
+        format!(
+            "GET {PROTECTED}/a HTTP/1.1\r\nAuthorization: Bearer {}\r\n\r\n",
+            env.token
+        ),
+        env.get("/a", "Content-Length: 0\r\nContent-Length: 0\r\n"),
+        env.get("/a", "Content-Length: 0, 0\r\n"),
+        env.get("/a", "Upgrade: websocket\r\nConnection: upgrade\r\n"),
+    ];
+    for request in &refused {
+        for behind in [true, false] {
+            let mut c = env.connect();
+            if behind {
+                c.send(&format!("{request}{}", env.get("/a", "")));
+            } else {
+                c.send(request);
+            }
+            let (head, _) = c.response();
+            assert_eq!(head.status, 400, "{request:?} behind {behind}");
+            assert_eq!(
+                head.header("connection"),
+                Some("close"),
+                "{request:?} behind {behind}"
+            );
+            assert!(c.closed(), "{request:?} behind {behind}");
+        }
+    }
+    assert!(env.upstream.heads().is_empty());
+}
+
 /// A client that half-closes after its request, on its own or behind
 /// another, gets every answer, the same on both paths, and then the close.
 #[test]

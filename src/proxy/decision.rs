@@ -50,9 +50,18 @@ pub enum Decision {
     WaitingRoom { route: usize, location: String },
     /// The waiting-room page or one of its files.
     Page(PagePath),
-    /// Answered at once (bad framing or path, no such route, a refused
-    /// upgrade), on a route if one was found.
+    /// Answered at once (a bad path, no such route, a cross-site call), on
+    /// a route if one was found; the connection goes on.
     Respond {
+        route: Option<usize>,
+        error: ApiError,
+    },
+    /// Answered at once and the connection closed: a head the request rules
+    /// refuse (`rules::request::check`), or an upgrade where none is taken.
+    /// Where such a request ends is not something every reader of the
+    /// connection agrees on (`crate::proxy::fenced` does not fence it), so
+    /// nothing sent after it is read.
+    Refuse {
         route: Option<usize>,
         error: ApiError,
     },
@@ -71,9 +80,10 @@ where
     F: Iterator<Item = Field<'a>> + Clone,
 {
     let respond = |error| Decision::Respond { route: None, error };
+    let refuse = |error| Decision::Refuse { route: None, error };
     let shape = match rules::request::check(head.http11, head.fields.clone()) {
         Ok(shape) => shape,
-        Err(error) => return respond(error),
+        Err(error) => return refuse(error),
     };
     let Some(target) = path::origin_form(head.target) else {
         return respond(ApiError::BadPath(
@@ -89,14 +99,14 @@ where
 
     if is_queue_api_path(path) {
         return match Endpoint::from_path(path) {
-            Some(_) if shape.upgrade => respond(ApiError::UpgradeNotAllowed),
+            Some(_) if shape.upgrade => refuse(ApiError::UpgradeNotAllowed),
             Some(endpoint) => Decision::Queue(endpoint),
             None => respond(ApiError::NotFound),
         };
     }
     if let Some(page) = page_path(path) {
         return match page {
-            _ if shape.upgrade => respond(ApiError::UpgradeNotAllowed),
+            _ if shape.upgrade => refuse(ApiError::UpgradeNotAllowed),
             PagePath::Unknown => respond(ApiError::NotFound),
             page => Decision::Page(page),
         };
@@ -105,7 +115,7 @@ where
         return respond(ApiError::NotFound);
     };
     if shape.upgrade && !route.websocket {
-        return Decision::Respond {
+        return Decision::Refuse {
             route: Some(index),
             error: ApiError::UpgradeNotAllowed,
         };

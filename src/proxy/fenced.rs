@@ -95,8 +95,12 @@ enum Fence {
     Length(usize),
     /// To the end of a chunked body.
     Chunked(ChunkedEnd),
-    /// Nowhere: a chunked body the scanner refused, which Pingora refuses
-    /// too (the connection is not reused). Everything is passed on.
+    /// Nowhere: a chunked body the scanner refused. Everything is passed
+    /// on, and Pingora alone reads the rest. It refuses almost all of what
+    /// the scanner refuses; what it takes (a chunk-size line longer than
+    /// the scanner's 8 KiB, arriving whole) it reads to its end, and bytes
+    /// sent behind such a body end the connection instead of being served
+    /// as the next request. Never a second reading of the same bytes.
     Open,
 }
 

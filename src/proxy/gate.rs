@@ -242,6 +242,10 @@ impl ProxyHttp for Gate {
                 ctx.route = route;
                 Reply::from(error)
             }
+            Decision::Refuse { route, error } => {
+                ctx.route = route;
+                Reply::from(error).closing()
+            }
             Decision::WaitingRoom { route, location } => {
                 ctx.route = Some(route);
                 Reply::see_other(location)
@@ -579,7 +583,7 @@ routes:
 
     fn status(d: Decision) -> u16 {
         match d {
-            Decision::Respond { error, .. } => error.status(),
+            Decision::Respond { error, .. } | Decision::Refuse { error, .. } => error.status(),
             Decision::Deny { reject, .. } => ApiError::from(reject).status(),
             Decision::Queue(_) => 1,
             Decision::Forward { .. } => 2,
@@ -751,7 +755,7 @@ routes:
         let auth = bearer(&tokens, "baseball");
         let upgrade = [("authorization", auth.as_str()), ("upgrade", "websocket")];
         match g.decide_parsed(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
-            Decision::Respond { route, error } => {
+            Decision::Refuse { route, error } => {
                 assert_eq!(route, Some(0));
                 assert_eq!(error, ApiError::UpgradeNotAllowed);
             }
