@@ -86,7 +86,8 @@ wait_port $P_NGINX
 
 # --- the bare Pingora reference, one thread
 ./target/release/examples/bare_proxy 127.0.0.1:$P_BARE 127.0.0.1:$P_UPSTREAM 1 2>/dev/null &
-pids+=($!)
+BARE_PID=$!
+pids+=("$BARE_PID")
 wait_port $P_BARE
 
 # --- Redis, our own, nothing on disk
@@ -129,12 +130,14 @@ wait_port $P_WG
 # The same with the direct lane off: every request through Pingora's proxy.
 { echo "direct-lane: false"; waitgate_conf $P_WG_OFF $P_ADMIN_OFF; } > "$work/waitgate-off.yaml"
 RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate-off.yaml" &
-pids+=($!)
+WG_OFF_PID=$!
+pids+=("$WG_OFF_PID")
 wait_port $P_WG_OFF
 if [ -n "${BENCH_BASELINE:-}" ]; then
   waitgate_conf $P_WG_BASE $P_ADMIN_BASE > "$work/waitgate-base.yaml"
   RUST_LOG=warn "$BENCH_BASELINE" -c "$work/waitgate-base.yaml" &
-  pids+=($!)
+  WG_BASE_PID=$!
+  pids+=("$WG_BASE_PID")
   wait_port $P_WG_BASE
 fi
 
@@ -183,18 +186,46 @@ end
 EOF
 cat "$work/status.lua" >> "$work/register.lua"
 
+# CPU time (user + system, all threads) the processes have used, in clock ticks.
+cpu_ticks() { # pids...
+  local total=0 pid
+  for pid in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat"))); done
+  echo "$total"
+}
+# The processes that do a label's proxying, for its CPU per request; none
+# for the queue API rows.
+proxy_pids() { # label
+  case "$1" in
+    bare) echo "$BARE_PID" ;;
+    waitgate) echo "$WG_PID" ;;
+    lane-off) echo "$WG_OFF_PID" ;;
+    baseline) echo "${WG_BASE_PID:-}" ;;
+    nginx) cat "$work/proxy/nginx.pid"; pgrep -P "$(cat "$work/proxy/nginx.pid")" ;;
+  esac
+}
+
 # wrk one thread, 64 connections, like the targets were measured.
 run_wrk() { # label, extra args...
   local label=$1; shift
+  local watched cpu_before cpu_after
+  # shellcheck disable=SC2207
+  watched=($(proxy_pids "$label"))
+  cpu_before=$(cpu_ticks "${watched[@]}")
   wrk -t1 -c$connections -d"${seconds}"s --latency "$@" > "$work/wrk.out" 2>&1
-  local rps p99 bad
+  cpu_after=$(cpu_ticks "${watched[@]}")
+  local rps p99 bad requests cpu=-
+  requests=$(awk '/requests in/ {print $1}' "$work/wrk.out")
+  if [ "${#watched[@]}" -gt 0 ] && [ "${requests:-0}" -gt 0 ]; then
+    # Microseconds of the proxy's CPU per request.
+    cpu=$(python3 -c "print(f'{($cpu_after - $cpu_before) * 1e6 / $(getconf CLK_TCK) / $requests:.2f}')")
+  fi
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.out")
   p99=$(awk '$1=="99%" {print $2}' "$work/wrk.out")
   bad=$(awk '/^BAD/ {print $2}' "$work/wrk.out")
   non2xx=$(awk '/Non-2xx/ {print $NF}' "$work/wrk.out")
   cp "$work/wrk.out" "$work/wrk-$label.out"
-  echo "$label $rps $p99 ${bad:-0} ${non2xx:-0}" >> "$work/results"
-  printf '  %-10s %10s req/s  p99 %8s  errors %s non-2xx %s\n' "$label" "$rps" "$p99" "${bad:-0}" "${non2xx:-0}" >&2
+  echo "$label $rps $p99 ${bad:-0} ${non2xx:-0} $cpu" >> "$work/results"
+  printf '  %-10s %10s req/s  p99 %8s  errors %s non-2xx %s  proxy CPU %s us/request\n' "$label" "$rps" "$p99" "${bad:-0}" "${non2xx:-0}" "$cpu" >&2
   grep '^FIRST' "$work/wrk.out" | head -1 >&2 || true
 }
 
@@ -215,7 +246,7 @@ run_redis_bench() { # label, command...
   esac
   rps=$(redis-benchmark -p $P_REDIS -c 50 -n 400000 -r 100000000 -q "$@" 2>/dev/null \
     | tr '\r' '\n' | awk '/requests per second/ {print $(NF-5)}' | tail -1)
-  echo "$label $rps - 0 0" >> "$work/results"
+  echo "$label $rps - 0 0 -" >> "$work/results"
   printf '  %-10s %10s req/s\n' "$label" "$rps" >&2
 }
 
@@ -323,8 +354,8 @@ results, rss_file, rounds, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.
 calls_protected, calls_rank, calls_register = sys.argv[5:8]
 runs = {}
 for line in open(results):
-    label, rps, p99, bad, non2xx = line.split()
-    runs.setdefault(label, []).append((float(rps), p99, int(bad), int(non2xx)))
+    label, rps, p99, bad, non2xx, cpu = line.split()
+    runs.setdefault(label, []).append((float(rps), p99, int(bad), int(non2xx), cpu))
 def ms(text):
     for unit, f in (("us", 0.001), ("ms", 1.0), ("s", 1000.0)):
         if text.endswith(unit):
@@ -340,6 +371,10 @@ def ratio(a, b):
     # The median of the per-round ratios: each pair ran back to back, so
     # the machine's drift between rounds cancels out.
     return statistics.median(x[0] / y[0] for x, y in zip(runs[a], runs[b]))
+def med_cpu(label):
+    return statistics.median(float(r[4]) for r in runs[label])
+def cpu_ratio(a, b):
+    return statistics.median(float(x[4]) / float(y[4]) for x, y in zip(runs[a], runs[b]))
 def p99_delta(a, b):
     return statistics.median(ms(x[1]) - ms(y[1]) for x, y in zip(runs[a], runs[b]))
 rows = []
@@ -356,6 +391,13 @@ row("protected GET, lane off, req/s", f"{o:,.0f}", f"bare Pingora {b:,.0f}", f"{
 row("protected GET, lane off, req/s", f"{o:,.0f}", f"nginx {n:,.0f}", f"{ratio('lane-off', 'nginx'):.2f}x", "report", True)
 po, do = med_p99("lane-off"), p99_delta("lane-off", "bare")
 row("protected GET, lane off, p99", f"{po:.2f} ms", f"bare Pingora {pb:.2f} ms", f"{do:+.2f} ms", "report", True)
+# CPU per request of the proxy process alone (user + system, from
+# /proc/<pid>/stat): steadier than req/s on a shared machine, where the
+# load generator and the upstream compete for the same cores.
+cw, cb, cn, co = med_cpu("waitgate"), med_cpu("bare"), med_cpu("nginx"), med_cpu("lane-off")
+row("protected GET, proxy CPU per request, lane on", f"{cw:.1f} us", f"bare Pingora {cb:.1f} us", f"{cpu_ratio('waitgate', 'bare'):.2f}x", "report", True)
+row("protected GET, proxy CPU per request, lane on", f"{cw:.1f} us", f"nginx {cn:.1f} us", f"{cpu_ratio('waitgate', 'nginx'):.2f}x", "report", True)
+row("protected GET, proxy CPU per request, lane off", f"{co:.1f} us", f"bare Pingora {cb:.1f} us", f"{cpu_ratio('lane-off', 'bare'):.2f}x", "report", True)
 if "baseline" in runs:
     row("protected GET, lane on vs BENCH_BASELINE build", f"{w:,.0f}", f"baseline {med('baseline'):,.0f}", f"{ratio('waitgate', 'baseline'):.2f}x", "report", True)
 r, rr, q = med("register"), med("evalsha-reg"), ratio("register", "evalsha-reg")
