@@ -76,7 +76,58 @@ local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
 local joined = 0
 local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
 
-local function register(user)
+-- Once the queue is open, most of a batch are new users. For them the
+-- batch reads the waiting and active scores of all its users with one call
+-- each and adds them to the waiting set with one call at the end: a call
+-- from Lua costs about as much as the work it does, and a new user made four
+-- (ZRANK, ZSCORE, ZADD, ZCARD). Anyone else, and a user named twice in a
+-- batch, takes the path below, after the adds so far are written.
+local open = phase == 'open'
+local waiting_scores, active_scores
+if open then
+  waiting_scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 6, #ARGV))
+  active_scores = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, 6, #ARGV))
+end
+-- The adds not written yet (score, user, ...), every user this batch
+-- added, and the size of the waiting set with the batch's adds.
+local adds, added, size = {}, {}, nil
+local function write_adds()
+  in_chunks(adds, function(...) redis.call('ZADD', KEYS[1], ...) end)
+  adds = {}
+end
+
+local function join(user, i)
+  local expiry = active_scores[i - 5]
+  if expiry then
+    -- An active state that ran out but was not cleaned up yet, with the
+    -- credential entry of that earlier registration.
+    redis.call('ZREM', KEYS[4], user)
+    redis.call('HDEL', KEYS[3], user)
+  end
+  if not tails[KEYS[1]] then
+    before_adding(KEYS[5], KEYS[1], now)
+  end
+  size = (size or redis.call('ZCARD', KEYS[1])) + 1
+  local score = next_score(KEYS[1], control.floor)
+  adds[#adds + 1] = int(score)
+  adds[#adds + 1] = user
+  added[user] = true
+  joined = joined + 1
+  local rank = size - 1
+  local wait = estimate(rank)
+  local advice = beats.poll_after(wait)
+  beats.set(user, advice, score)
+  return 1, rank, wait, score, advice
+end
+
+local function register(user, i)
+  if open and not added[user] and not waiting_scores[i - 5] then
+    local expiry = active_scores[i - 5]
+    if not (expiry and tonumber(expiry) > now_ms) then
+      return join(user, i)
+    end
+  end
+  write_adds()
   local rank = redis.call('ZRANK', KEYS[1], user)
   if rank then
     -- Registering again is a sign of life too; its heartbeat names the
@@ -141,6 +192,7 @@ local function register(user)
     return 5, 0, 0, score, pmin
   end
   rank = redis.call('ZCARD', KEYS[1]) - 1
+  size = size and rank + 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
   beats.set(user, advice, score)
@@ -149,13 +201,14 @@ end
 
 local out = {}
 for i = 6, #ARGV do
-  local code, value, wait, arrival, advice = register(ARGV[i])
+  local code, value, wait, arrival, advice = register(ARGV[i], i)
   out[#out + 1] = code
   out[#out + 1] = value
   out[#out + 1] = wait
   out[#out + 1] = arrival
   out[#out + 1] = advice
 end
+write_adds()
 beats.flush()
 counted(KEYS[5], 'joined', joined)
 return out

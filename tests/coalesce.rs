@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use redis::Commands;
 
 /// Script calls Redis has run since the last `CONFIG RESETSTAT`.
 fn script_calls(redis: &Redis) -> u64 {
@@ -196,4 +197,116 @@ fn coalesced_registrations_keep_each_clients_order() {
             "client {t}'s registrations out of order"
         );
     }
+}
+
+/// `register.lua` as waitgate runs it, called on queue `q` with `users`.
+fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 5]> {
+    let script = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/register.lua")
+    );
+    let mut call = redis::cmd("EVAL");
+    call.arg(script).arg(9);
+    for key in [
+        "waiting",
+        "heartbeat",
+        "credential",
+        "active",
+        "admission",
+        "control",
+        "prequeue",
+        "due",
+        "dues",
+    ] {
+        call.arg(format!("queue:{{{q}}}:{key}"));
+    }
+    call.arg(3000).arg(100).arg(3_600_000).arg(1000).arg(30_000);
+    for user in users {
+        call.arg(*user);
+    }
+    let flat: Vec<i64> = call.query(c).unwrap();
+    assert_eq!(flat.len(), 5 * users.len());
+    flat.chunks(5)
+        .map(|a| [a[0], a[1], a[2], a[3], a[4]])
+        .collect()
+}
+
+/// One call with a batch of registrations answers each as the same
+/// registrations one call each would, in order: new users at the tail, a
+/// user named twice in the batch and one already waiting keep their place,
+/// an admitted user is told so, and one whose active state ran out joins
+/// anew. (New users of a batch are looked up and added with one call each
+/// for the whole batch; the others take the per-user path.)
+#[test]
+fn a_batch_of_registrations_answers_as_the_same_registrations_one_call_each() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let now = redis.now_ms();
+    for q in ["batch", "single"] {
+        let k = |key: &str| format!("queue:{{{q}}}:{key}");
+        let () = redis::pipe()
+            .zadd(k("waiting"), "w", 100)
+            .hset(k("due"), "w", format!("{}:100", now + 3_600_000))
+            .zadd(k("active"), "x", now + 600_000)
+            .hset(k("credential"), "x", 5)
+            .zadd(k("active"), "y", now - 1000)
+            .hset(k("credential"), "y", 6)
+            .query(&mut c)
+            .unwrap();
+    }
+    let users = ["a", "b", "a", "w", "x", "y", "c", "b"];
+    let batch = register_script(&mut c, "batch", &users);
+    let single: Vec<[i64; 5]> = users
+        .iter()
+        .map(|u| register_script(&mut c, "single", &[u])[0])
+        .collect();
+
+    // code and rank (or the active state's expiry) per user, in order.
+    let expected = [
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 0),
+        (3, now as i64 + 600_000),
+        (1, 3),
+        (1, 4),
+        (2, 2),
+    ];
+    for (answers, how) in [(&batch, "batch"), (&single, "single")] {
+        let got: Vec<(i64, i64)> = answers.iter().map(|a| (a[0], a[1])).collect();
+        assert_eq!(got, expected, "{how}: {answers:?}");
+        // The admitted user's arrival is the admitted registration's.
+        assert_eq!(answers[4][3], 5, "{how}");
+        // A user named again is given the arrival of their first answer.
+        assert_eq!(answers[2][3], answers[0][3], "{how}");
+        assert_eq!(answers[7][3], answers[1][3], "{how}");
+        let k = |key: &str| format!("queue:{{{how}}}:{key}");
+        let order: Vec<(String, f64)> = c.zrange_withscores(k("waiting"), 0, -1).unwrap();
+        let names: Vec<&str> = order.iter().map(|(u, _)| u.as_str()).collect();
+        assert_eq!(names, ["w", "a", "b", "y", "c"], "{how}");
+        assert!(order.windows(2).all(|p| p[0].1 < p[1].1), "{how}");
+        for (i, (user, score)) in order.iter().enumerate().skip(1) {
+            let answer = users.iter().position(|u| u == user).unwrap();
+            assert_eq!(answers[answer][3] as f64, *score, "{how} {user}");
+            assert_eq!(answers[answer][1], i as i64, "{how} {user}");
+            let due: String = c.hget(k("due"), user).unwrap();
+            assert!(due.ends_with(&format!(":{}", *score as i64)), "{how} {due}");
+        }
+        // The expired active state and its credential are gone; the live
+        // one stays.
+        let active: Vec<String> = c.zrange(k("active"), 0, -1).unwrap();
+        assert_eq!(active, ["x"], "{how}");
+        let credential: Option<String> = c.hget(k("credential"), "y").unwrap();
+        assert_eq!(credential, None, "{how}");
+        let joined: i64 = c.hget(k("admission"), "joined").unwrap();
+        assert_eq!(joined, 4, "{how}");
+    }
+    // Both give the same codes, ranks, waits and advice.
+    let strip = |a: &Vec<[i64; 5]>| {
+        a.iter()
+            .map(|x| (x[0], x[1], x[2], x[4]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&batch), strip(&single));
 }
