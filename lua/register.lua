@@ -89,7 +89,8 @@ if open then
   active_scores = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, 6, #ARGV))
 end
 -- The adds not written yet (score, user, ...), every user this batch
--- added, and the size of the waiting set with the batch's adds.
+-- added, and the size of the waiting set with the batch's adds (once open,
+-- the path below adds nobody: who takes it is waiting or active already).
 local adds, added, size = {}, {}, nil
 local function write_adds()
   in_chunks(adds, function(...) redis.call('ZADD', KEYS[1], ...) end)
@@ -192,7 +193,6 @@ local function register(user, i)
     return 5, 0, 0, score, pmin
   end
   rank = redis.call('ZCARD', KEYS[1]) - 1
-  size = size and rank + 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
   beats.set(user, advice, score)
