@@ -310,3 +310,161 @@ fn a_batch_of_registrations_answers_as_the_same_registrations_one_call_each() {
     };
     assert_eq!(strip(&batch), strip(&single));
 }
+
+/// Every key of queue `q`, by name without the queue's prefix, as text:
+/// sets with their scores in order, hashes sorted, lists in order.
+fn dump_queue(c: &mut redis::Connection, q: &str) -> Vec<(String, String)> {
+    let prefix = format!("queue:{{{q}}}:");
+    let mut keys: Vec<String> = c.keys(format!("{prefix}*")).unwrap();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(c).unwrap();
+            let value = match kind.as_str() {
+                "zset" => format!(
+                    "{:?}",
+                    c.zrange_withscores::<_, Vec<(String, f64)>>(&key, 0, -1)
+                        .unwrap()
+                ),
+                "hash" => {
+                    let mut all: Vec<(String, String)> = c.hgetall(&key).unwrap();
+                    all.sort();
+                    format!("{all:?}")
+                }
+                "list" => format!("{:?}", c.lrange::<_, Vec<String>>(&key, 0, -1).unwrap()),
+                other => format!("({other})"),
+            };
+            (key[prefix.len()..].to_string(), value)
+        })
+        .collect()
+}
+
+/// Random queues and batches, with Redis's clock frozen in the script: a
+/// batch of registrations answers and writes exactly what the same
+/// registrations one call each do. Users are new, waiting (with a heartbeat
+/// in either form, or one of the earlier versions' sorted set), admitted,
+/// admitted with the state run out, or waiting and run out, and may be
+/// named several times in a batch; the waiting set's tail may be past the
+/// clock, and the gate slow enough that each place gets its own advice.
+#[test]
+fn random_batches_of_registrations_answer_and_write_as_one_call_each() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    const CLOCK: &str =
+        "  local t = redis.call('TIME')\n  return tonumber(t[1]) * 1000000 + tonumber(t[2])";
+    let lib = include_str!("../lua/lib.lua");
+    assert!(
+        lib.contains(CLOCK),
+        "lib.lua reads the clock differently now"
+    );
+    let now_us: u64 = 1_800_000_000_000_000;
+    let now = now_us / 1000;
+    let script = format!(
+        "{}\n{}",
+        lib.replace(CLOCK, &format!("  return {now_us}")),
+        include_str!("../lua/register.lua")
+    );
+    let call = |c: &mut redis::Connection, q: &str, users: &[String]| -> Vec<i64> {
+        let mut call = redis::cmd("EVAL");
+        call.arg(&script).arg(9);
+        for key in [
+            "waiting",
+            "heartbeat",
+            "credential",
+            "active",
+            "admission",
+            "control",
+            "prequeue",
+            "due",
+            "dues",
+        ] {
+            call.arg(format!("queue:{{{q}}}:{key}"));
+        }
+        call.arg(3000).arg(100).arg(3_600_000).arg(1000).arg(30_000);
+        call.arg(users).query(c).unwrap()
+    };
+
+    let redis = Redis::start();
+    // The runner takes its test as `Fn`.
+    let conn = std::cell::RefCell::new(redis.conn());
+    // Per user of a pool of six: 0 new, 1 waiting (due:arrival), 2 waiting
+    // (due alone), 3 waiting (earlier versions' heartbeat), 4 admitted,
+    // 5 admitted and run out, 6 waiting and run out.
+    let cases = (
+        proptest::collection::vec(0u8..7, 6),
+        proptest::collection::vec(0usize..6, 1..24),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 200,
+        ..Config::default()
+    });
+    runner
+        .run(&cases, |(roles, picks, tail_ahead, slow_gate)| {
+            let mut c = conn.borrow_mut();
+            let c = &mut *c;
+            let _: () = redis::cmd("FLUSHDB").query(c).unwrap();
+            for q in ["batch", "single"] {
+                let k = |key: &str| format!("queue:{{{q}}}:{key}");
+                let mut setup = redis::pipe();
+                for (i, role) in roles.iter().enumerate() {
+                    let user = format!("p{i}");
+                    let arrival = 100 + i as u64;
+                    let due = now + 20_000 + i as u64;
+                    if matches!(role, 1..=3 | 6) {
+                        setup.zadd(k("waiting"), &user, arrival).ignore();
+                    }
+                    match role {
+                        1 | 6 => {
+                            setup
+                                .hset(k("due"), &user, format!("{due}:{arrival}"))
+                                .ignore();
+                        }
+                        2 => {
+                            setup.hset(k("due"), &user, due).ignore();
+                        }
+                        3 => {
+                            setup.zadd(k("heartbeat"), &user, due).ignore();
+                        }
+                        _ => {}
+                    }
+                    if matches!(role, 4..=6) {
+                        let expiry = if *role == 4 {
+                            now + 600_000
+                        } else {
+                            now - 1000
+                        };
+                        setup.zadd(k("active"), &user, expiry).ignore();
+                        setup.hset(k("credential"), &user, arrival).ignore();
+                    }
+                }
+                if tail_ahead {
+                    setup.zadd(k("waiting"), "tail", now_us + 5).ignore();
+                }
+                if slow_gate {
+                    // Half a user a window: each place further back is
+                    // advised a later poll.
+                    setup.hset(k("admission"), "rate", 0.5).ignore();
+                }
+                let () = setup.query(c).unwrap();
+            }
+            let users: Vec<String> = picks.iter().map(|i| format!("p{i}")).collect();
+            let batch = call(c, "batch", &users);
+            let single: Vec<i64> = users
+                .iter()
+                .flat_map(|u| call(c, "single", std::slice::from_ref(u)))
+                .collect();
+            prop_assert_eq!(&batch, &single, "roles {:?} batch {:?}", roles, users);
+            prop_assert_eq!(
+                dump_queue(c, "batch"),
+                dump_queue(c, "single"),
+                "roles {:?} batch {:?}",
+                roles,
+                users
+            );
+            Ok(())
+        })
+        .unwrap();
+}
