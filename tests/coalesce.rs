@@ -199,13 +199,9 @@ fn coalesced_registrations_keep_each_clients_order() {
     }
 }
 
-/// `register.lua` as waitgate runs it, called on queue `q` with `users`.
-fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 5]> {
-    let script = format!(
-        "{}\n{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/register.lua")
-    );
+/// `script` (a `register.lua` with the library before it) called on queue
+/// `q` with `users`, with the settings the tests use; its flat answer.
+fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str]) -> Vec<i64> {
     let mut call = redis::cmd("EVAL");
     call.arg(script).arg(9);
     for key in [
@@ -222,10 +218,17 @@ fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i
         call.arg(format!("queue:{{{q}}}:{key}"));
     }
     call.arg(3000).arg(100).arg(3_600_000).arg(1000).arg(30_000);
-    for user in users {
-        call.arg(*user);
-    }
-    let flat: Vec<i64> = call.query(c).unwrap();
+    call.arg(users).query(c).unwrap()
+}
+
+/// `register.lua` as waitgate runs it, called on queue `q` with `users`.
+fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 5]> {
+    let script = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/register.lua")
+    );
+    let flat = eval_register(c, &script, q, users);
     assert_eq!(flat.len(), 5 * users.len());
     flat.chunks(5)
         .map(|a| [a[0], a[1], a[2], a[3], a[4]])
@@ -365,26 +368,6 @@ fn random_batches_of_registrations_answer_and_write_as_one_call_each() {
         lib.replace(CLOCK, &format!("  return {now_us}")),
         include_str!("../lua/register.lua")
     );
-    let call = |c: &mut redis::Connection, q: &str, users: &[String]| -> Vec<i64> {
-        let mut call = redis::cmd("EVAL");
-        call.arg(&script).arg(9);
-        for key in [
-            "waiting",
-            "heartbeat",
-            "credential",
-            "active",
-            "admission",
-            "control",
-            "prequeue",
-            "due",
-            "dues",
-        ] {
-            call.arg(format!("queue:{{{q}}}:{key}"));
-        }
-        call.arg(3000).arg(100).arg(3_600_000).arg(1000).arg(30_000);
-        call.arg(users).query(c).unwrap()
-    };
-
     let redis = Redis::start();
     // The runner takes its test as `Fn`.
     let conn = std::cell::RefCell::new(redis.conn());
@@ -451,10 +434,11 @@ fn random_batches_of_registrations_answer_and_write_as_one_call_each() {
                 let () = setup.query(c).unwrap();
             }
             let users: Vec<String> = picks.iter().map(|i| format!("p{i}")).collect();
-            let batch = call(c, "batch", &users);
+            let users: Vec<&str> = users.iter().map(String::as_str).collect();
+            let batch = eval_register(c, &script, "batch", &users);
             let single: Vec<i64> = users
                 .iter()
-                .flat_map(|u| call(c, "single", std::slice::from_ref(u)))
+                .flat_map(|u| eval_register(c, &script, "single", &[u]))
                 .collect();
             prop_assert_eq!(&batch, &single, "roles {:?} batch {:?}", roles, users);
             prop_assert_eq!(
