@@ -180,8 +180,10 @@ end
 --   due(user)               the heartbeat read (false if none; nil if unread)
 --   keep(user, advice)      the advice to give a user who polls, writing the
 --                           heartbeat only if the time left is not a fair one
---   set(user, advice, arrival)  the heartbeat of a user, due after the advice
---                           (arrival: the waiting score, if the caller has it)
+--   set(user, advice, arrival, arrival_text)  the heartbeat of a user, due
+--                           after the advice (arrival: the waiting score, if
+--                           the caller has it, and its text if made already)
+--   at_text(at)             `<at>:`, the start of a heartbeat due at `at`
 --   forget(users)           drops the heartbeats of users who leave waiting
 --   flush()                 writes what keep and set decided: a script that
 --                           calls either calls this before it returns
@@ -245,7 +247,19 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   function h.due(user)
     return due[user]
   end
-  function h.set(user, advice, arrival)
+  -- The text `<at>:` that starts a heartbeat due at `at`, made once a call
+  -- for each due time: far back every poll of a batch has the same one,
+  -- and a number made text costs about as much as the rest of the write.
+  local at_texts = {}
+  function h.at_text(at)
+    local text = at_texts[at]
+    if not text then
+      text = int(at) .. ':'
+      at_texts[at] = text
+    end
+    return text
+  end
+  function h.set(user, advice, arrival, arrival_text)
     local text = not arrival and texts[user]
     arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
     local at = now_ms + advice
@@ -253,10 +267,10 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     file(lists, (math.floor(at / span) + 1) * span, user)
     writes[#writes + 1] = user
     if text then
-      writes[#writes + 1] = at .. ':' .. text
+      writes[#writes + 1] = h.at_text(at) .. text
     elseif arrival then
       texts[user] = nil
-      writes[#writes + 1] = string.format('%.0f:%.0f', at, arrival)
+      writes[#writes + 1] = h.at_text(at) .. (arrival_text or int(arrival))
     else
       writes[#writes + 1] = int(at)
     end

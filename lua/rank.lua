@@ -133,11 +133,8 @@ local n = 0
 local fast = phase == 'open' and far_to > far_from and not beats.legacy
 local keep_low, keep_high = math.max(pmin, math.floor(pmax / 2)), math.min(pmax, pmax + math.floor(pmax / 4))
 local oldest = now_ms - timeout
--- Every heartbeat this pass writes is due at the same time: its text is
--- made once (a number made text costs about as much as the rest of the
--- write).
+-- Every heartbeat this pass writes is due at the same time.
 local far_at = now_ms + pmax
-local far_at_text
 for i = 9, #ARGV do
   local user, value = ARGV[i], values[i - 8]
   local code, rank, wait, advice
@@ -152,8 +149,7 @@ for i = 9, #ARGV do
       if left >= keep_low and left <= keep_high then
         advice = left
       else
-        far_at_text = far_at_text or far_at .. ':'
-        beats.put(user, far_at, far_at_text .. text)
+        beats.put(user, far_at, beats.at_text(far_at) .. text)
         advice = pmax
       end
       code, rank, wait = 5, arrival, 0

@@ -92,20 +92,21 @@ end
 -- added, and the size of the waiting set with the batch's adds (once open,
 -- the path below adds nobody: who takes it is waiting or active already).
 local adds, added, size = {}, {}, nil
--- The text of each heartbeat due time written, with its colon.
-local due_texts = {}
 local function write_adds()
   in_chunks(adds, function(...) redis.call('ZADD', KEYS[1], ...) end)
   adds = {}
 end
 
+-- An active state that ran out but was not cleaned up yet, with the
+-- credential entry of that earlier registration.
+local function forget_active(user)
+  redis.call('ZREM', KEYS[4], user)
+  redis.call('HDEL', KEYS[3], user)
+end
+
 local function join(user, i)
-  local expiry = active_scores[i - 5]
-  if expiry then
-    -- An active state that ran out but was not cleaned up yet, with the
-    -- credential entry of that earlier registration.
-    redis.call('ZREM', KEYS[4], user)
-    redis.call('HDEL', KEYS[3], user)
+  if active_scores[i - 5] then
+    forget_active(user)
   end
   if not tails[KEYS[1]] then
     before_adding(KEYS[5], KEYS[1], now)
@@ -120,21 +121,7 @@ local function join(user, i)
   local rank = size - 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
-  if beats.legacy then
-    beats.set(user, advice, score)
-  else
-    -- The heartbeat as beats.set writes it, from texts already made: far
-    -- back every user of the batch has the same advice (a number made
-    -- text costs about as much as the rest of the write).
-    local at = now_ms + advice
-    local at_text = due_texts[at]
-    if not at_text then
-      at_text = int(at) .. ':'
-      due_texts[at] = at_text
-    end
-    beats.put(user, at, at_text .. score_text)
-    beats.arrive(user, score)
-  end
+  beats.set(user, advice, score, score_text)
   return 1, rank, wait, score, advice
 end
 
@@ -179,10 +166,7 @@ local function register(user, i)
     return 6, control.prequeue_from, 0, 0, 0
   end
   if expiry then
-    -- An active state that ran out but was not cleaned up yet, with the
-    -- credential entry of that earlier registration.
-    redis.call('ZREM', KEYS[4], user)
-    redis.call('HDEL', KEYS[3], user)
+    forget_active(user)
   end
 
   if phase == 'prequeue' then
