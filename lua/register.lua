@@ -92,21 +92,30 @@ end
 -- added, and the size of the waiting set with the batch's adds (once open,
 -- the path below adds nobody: who takes it is waiting or active already).
 local adds, added, size = {}, {}, nil
-local function write_adds()
-  in_chunks(adds, function(...) redis.call('ZADD', KEYS[1], ...) end)
-  adds = {}
-end
 
 -- An active state that ran out but was not cleaned up yet, with the
--- credential entry of that earlier registration.
+-- credential entry of that earlier registration. Forgotten only after the
+-- user is added: over `maxmemory` Redis refuses a script's first write that
+-- may grow memory, but a removal first would make every later write of the
+-- call allowed, so a full Redis would take the registration.
 local function forget_active(user)
   redis.call('ZREM', KEYS[4], user)
   redis.call('HDEL', KEYS[3], user)
 end
+-- The batch's users whose run-out active state goes with their adds.
+local ran_out = {}
+local function write_adds()
+  in_chunks(adds, function(...) redis.call('ZADD', KEYS[1], ...) end)
+  adds = {}
+  for _, user in ipairs(ran_out) do
+    forget_active(user)
+  end
+  ran_out = {}
+end
 
 local function join(user, i)
   if active_scores[i - 5] then
-    forget_active(user)
+    ran_out[#ran_out + 1] = user
   end
   if not tails[KEYS[1]] then
     before_adding(KEYS[5], KEYS[1], now)
@@ -165,13 +174,12 @@ local function register(user, i)
   if phase == 'scheduled' then
     return 6, control.prequeue_from, 0, 0, 0
   end
-  if expiry then
-    forget_active(user)
-  end
-
   if phase == 'prequeue' then
     local score = next_score(KEYS[7])
     redis.call('ZADD', KEYS[7], int(score), user)
+    if expiry then
+      forget_active(user)
+    end
     return 5, opens_in, 0, score, beats.poll_after(opens_in)
   end
 
@@ -188,6 +196,9 @@ local function register(user, i)
   end
   local score = next_score(KEYS[1], floor)
   redis.call('ZADD', KEYS[1], int(score), user)
+  if expiry then
+    forget_active(user)
+  end
   joined = joined + 1
   if phase == 'placing' then
     beats.set(user, pmin, score)

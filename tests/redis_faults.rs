@@ -157,3 +157,90 @@ fn waitgate_starts_without_redis_and_serves_once_it_comes() {
     redis.restart();
     recovers(wg.addr, "late");
 }
+
+/// A Redis over `maxmemory` (with the default `noeviction`) takes no
+/// registration: each is a fast 503 and nothing changes, even for a user
+/// whose earlier active state ran out and is forgotten on the way (a
+/// removal alone would not be refused, and would let the rest of the call
+/// through), alone or in a batch with others. The failures are logged at
+/// most about once a second, not once a request.
+#[test]
+fn a_full_redis_takes_no_registration_and_changes_nothing() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    hold_gate(&redis);
+    assert_eq!(register(wg.addr, "before").status, 200);
+    let mut c = redis.conn();
+    // Users whose active state ran out and was not cleaned up yet.
+    let ran_out: Vec<String> = (0..8).map(|i| format!("ran-out-{i}")).collect();
+    for user in &ran_out {
+        let _: () = redis::Commands::zadd(&mut c, ACTIVE_KEY, user, 1).unwrap();
+        let _: () = redis::Commands::hset(&mut c, "queue:{baseball}:credential", user, 1).unwrap();
+    }
+    let dump = |c: &mut redis::Connection| -> Vec<(String, String)> {
+        let mut keys: Vec<String> = redis::Commands::keys(c, "*").unwrap();
+        keys.sort();
+        // Cleanup may forget the run-out active states meanwhile: a removal
+        // is what a full Redis still allows.
+        keys.into_iter()
+            .filter(|k| k != ACTIVE_KEY && k != "queue:{baseball}:credential")
+            .map(|k| {
+                let dumped: Vec<u8> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
+                (k, format!("{dumped:?}"))
+            })
+            .collect()
+    };
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let before = dump(&mut c);
+
+    // One at a time.
+    for user in ["new", &ran_out[0]] {
+        let start = Instant::now();
+        let r = register(wg.addr, user);
+        assert_eq!(r.status, 503, "{user}: {r:?}");
+        assert_eq!(r.error_code(), "redis_unavailable", "{user}");
+        assert!(start.elapsed() < FAST, "{user} took {:?}", start.elapsed());
+    }
+    // Together, so that they share calls: each batch starts with a user
+    // whose active state ran out.
+    let threads: Vec<_> = (0..64)
+        .map(|i| {
+            let user = if i % 8 == 0 {
+                ran_out[i / 8].clone()
+            } else {
+                format!("crowd-{i}")
+            };
+            let addr = wg.addr;
+            std::thread::spawn(move || (register(addr, &user).status, user))
+        })
+        .collect();
+    for t in threads {
+        let (status, user) = t.join().unwrap();
+        assert_eq!(status, 503, "{user}");
+    }
+    assert_eq!(dump(&mut c), before, "a full Redis was changed");
+    let log = wg.log();
+    let logged = log.lines().filter(|l| l.contains("OOM")).count();
+    assert!(
+        logged <= 3,
+        "{logged} lines for 66 refused calls in about a second:\n{log}"
+    );
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let r = register(wg.addr, &ran_out[1]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["rank"], 1);
+    let active: Option<f64> = redis::Commands::zscore(&mut c, ACTIVE_KEY, &ran_out[1]).unwrap();
+    assert_eq!(active, None, "the run-out active state is forgotten");
+}

@@ -1574,7 +1574,13 @@ fn classify(e: redis::RedisError) -> StoreError {
                     | ServerErrorKind::ClusterDown
             )
     );
+    // So is one over `maxmemory`, which refuses writes until memory is freed
+    // (cleanup and admission go on: their first writes are removals), and
+    // one still running another client's script past its threshold (BUSY):
+    // logged as an outage is, once a second, not once a call.
+    let full = matches!(e.code(), Some("OOM" | "BUSY"));
     if transient
+        || full
         || e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
