@@ -159,11 +159,12 @@ fn waitgate_starts_without_redis_and_serves_once_it_comes() {
 }
 
 /// A Redis over `maxmemory` (with the default `noeviction`) takes no
-/// registration: each is a fast 503 and nothing changes, even for a user
-/// whose earlier active state ran out and is forgotten on the way (a
-/// removal alone would not be refused, and would let the rest of the call
-/// through), alone or in a batch with others. The failures are logged at
-/// most about once a second, not once a request.
+/// registration, nor a poll that must write its heartbeat: each is a fast
+/// 503 and nothing changes, even for a user whose earlier active state ran
+/// out and is forgotten on the way (a removal alone would not be refused,
+/// and would let the rest of the call through), alone or in a batch with
+/// others. The failures are logged at most about once a second, not once a
+/// request. A dropout, which frees memory, is taken.
 #[test]
 fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let redis = Redis::start();
@@ -171,7 +172,13 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
     hold_gate(&redis);
     assert_eq!(register(wg.addr, "before").status, 200);
+    let leaver = register(wg.addr, "leaver").json()["queueCredential"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let mut c = redis.conn();
+    // A heartbeat long due: the next poll must write one.
+    let _: () = redis::Commands::hset(&mut c, "queue:{baseball}:due", "before", 1).unwrap();
     // Users whose active state ran out and was not cleaned up yet.
     let ran_out: Vec<String> = (0..8).map(|i| format!("ran-out-{i}")).collect();
     for user in &ran_out {
@@ -199,10 +206,17 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
         .unwrap();
     let before = dump(&mut c);
 
-    // One at a time.
-    for user in ["new", &ran_out[0]] {
+    // One at a time, and a poll that must write its heartbeat.
+    for (user, call) in [
+        (
+            "new",
+            register as fn(std::net::SocketAddr, &str) -> Response,
+        ),
+        (&ran_out[0], register),
+        ("before", rank),
+    ] {
         let start = Instant::now();
-        let r = register(wg.addr, user);
+        let r = call(wg.addr, user);
         assert_eq!(r.status, 503, "{user}: {r:?}");
         assert_eq!(r.error_code(), "redis_unavailable", "{user}");
         assert!(start.elapsed() < FAST, "{user} took {:?}", start.elapsed());
@@ -225,6 +239,11 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
         assert_eq!(status, 503, "{user}");
     }
     assert_eq!(dump(&mut c), before, "a full Redis was changed");
+    // Leaving frees memory, and is taken.
+    let r = dropout(wg.addr, "leaver", &leaver);
+    assert_eq!(r.status, 204, "{r:?}");
+    let waits: Option<f64> = redis::Commands::zscore(&mut c, WAITING_KEY, "leaver").unwrap();
+    assert_eq!(waits, None);
     let log = wg.log();
     let logged = log.lines().filter(|l| l.contains("OOM")).count();
     assert!(
@@ -241,6 +260,7 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let r = register(wg.addr, &ran_out[1]);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["rank"], 1);
+    assert_eq!(rank(wg.addr, "before").status, 200);
     let active: Option<f64> = redis::Commands::zscore(&mut c, ACTIVE_KEY, &ran_out[1]).unwrap();
     assert_eq!(active, None, "the run-out active state is forgotten");
 }
