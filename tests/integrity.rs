@@ -698,3 +698,86 @@ fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
     }
     let _ = &env.redis;
 }
+
+/// A status code is three digits, but `099`, `000` or `001` read as a
+/// number below 100 is no status a client can take: a 502 on both paths,
+/// the connection closed, the request pipelined behind it never sent, and
+/// the upstream connection not used again.
+#[test]
+fn a_status_code_below_100_is_a_502_on_both_paths() {
+    let env = setup(echo_or(|p| {
+        let code = p.rsplit('/').next()?.strip_prefix("status-")?.to_string();
+        Some(vec![Step::Send(
+            format!("HTTP/1.1 {code} Odd\r\nContent-Length: 2\r\n\r\nok").into_bytes(),
+        )])
+    }));
+    for code in ["099", "000", "001"] {
+        for via in BOTH {
+            let odd = path(&format!("/status-{code}"));
+            let next = path(&format!("/behind-{code}-{via:?}"));
+            let mut c = Client::connect(env.wg.addr);
+            let mut both = env.request(via, &odd, "");
+            both.push_str(&env.request(Via::Get, &next, ""));
+            c.send(&both);
+            let (head, body) = c.response();
+            assert_eq!(head.status, 502, "{code} {via:?}: {head:?}");
+            assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
+            assert!(c.closed(), "{code} {via:?}: the connection stays open");
+            assert!(env.upstream.seen_at(&next).is_empty(), "{code} {via:?}");
+        }
+    }
+    env.assert_next_users_get_their_own(2);
+}
+
+/// An interim (1xx) answer reaches the client as soon as it comes when the
+/// final one is slow, on both paths (the lane used to hold it until the
+/// final head arrived).
+#[test]
+fn an_interim_answer_reaches_the_client_before_a_slow_final_one() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/slow").then(|| {
+            vec![
+                Step::Send(b"HTTP/1.1 102 Processing\r\n\r\n".to_vec()),
+                Step::Pause(Duration::from_millis(1500)),
+                Step::Send(ok(p)),
+            ]
+        })
+    }));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        let start = std::time::Instant::now();
+        c.send(&env.request(via, &path("/slow"), ""));
+        let interim = c.head();
+        let took = start.elapsed();
+        assert_eq!(interim.status, 102, "{via:?}");
+        assert!(
+            took < Duration::from_millis(1000),
+            "{via:?}: the 102 came after {took:?}"
+        );
+        let (head, body) = c.response();
+        assert_eq!((head.status, body), (200, path("/slow").into_bytes()));
+    }
+}
+
+/// An interim answer read in one piece with a final head that is refused
+/// goes with it: the client gets the 502 alone, on both paths (Pingora's
+/// proxy sends an interim answer when it waits for more of the upstream's
+/// bytes, and the lane does the same).
+#[test]
+fn an_interim_answer_read_with_a_refused_head_is_dropped_with_it() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/hints").then(|| {
+            vec![Step::Send(
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"
+                    .to_vec(),
+            )]
+        })
+    }));
+    for via in BOTH {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&env.request(via, &path("/hints"), ""));
+        let (head, body) = c.response();
+        assert_eq!(head.status, 502, "{via:?}: {head:?}");
+        assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
+    }
+}

@@ -142,44 +142,64 @@ async fn exchange(
             ),
         };
         buf.clear();
+        let mut relayed = false;
         let sent = pingora::time::timeout(pool.read_timeout, conn.write_all(&plan.head)).await;
         let answer = match sent {
-            Ok(Ok(())) => read_head(&mut conn, pool, buf, plan.head_request, client).await,
+            Ok(Ok(())) => {
+                read_head(
+                    &mut conn,
+                    pool,
+                    buf,
+                    plan.head_request,
+                    client,
+                    &mut relayed,
+                )
+                .await
+            }
             Ok(Err(_)) => Err((Failure::Unavailable, "cannot send the request")),
             Err(_) => Err((Failure::Timeout, "timed out sending the request")),
         };
         match answer {
             Ok(response) => return Ok((conn, response)),
-            Err((Failure::Unavailable, _)) if reused && buf.is_empty() => fresh_only = true,
+            Err((Failure::Unavailable, _)) if reused && buf.is_empty() && !relayed => {
+                fresh_only = true
+            }
             Err(failure) => return Err(failure),
         }
     }
 }
 
-/// Reads response heads until a final one; interim ones go to the client.
+/// Reads response heads until a final one. Interim (1xx) ones go to the
+/// client as Pingora's proxy sends them: held while more of the upstream's
+/// bytes are already read, and sent before waiting for more (`relayed`
+/// then says so). So an interim answer reaches the client at once when the
+/// final one is slow, and one read together with a head that is refused is
+/// dropped with it: the client then gets the 502 alone, on either path.
 async fn read_head(
     conn: &mut TcpStream,
     pool: &Pool,
     buf: &mut BytesMut,
     head_request: bool,
     client: &mut Stream,
+    relayed: &mut bool,
 ) -> Result<Response, (Failure, &'static str)> {
     let refused = (Failure::Unavailable, "the response head was refused");
+    let gone = (Failure::ClientGone, "the client went away");
+    let mut interim = Vec::new();
     loop {
         if !buf.is_empty() {
             match response::parse(buf, head_request).map_err(|_| refused)? {
                 Some(response) if response.interim => {
-                    let mut interim = response.head;
+                    interim.extend_from_slice(&response.head);
                     interim.extend_from_slice(b"\r\n");
-                    client
-                        .write_all(&interim)
-                        .await
-                        .map_err(|_| (Failure::ClientGone, "the client went away"))?;
                     buf.advance(response.consumed);
                     continue;
                 }
                 Some(response) => {
                     buf.advance(response.consumed);
+                    if !interim.is_empty() {
+                        client.write_all(&interim).await.map_err(|_| gone)?;
+                    }
                     return Ok(response);
                 }
                 None => {}
@@ -187,6 +207,12 @@ async fn read_head(
             if buf.len() >= MAX_RESPONSE_HEAD {
                 return Err((Failure::Unavailable, "the response head is too large"));
             }
+        }
+        if !interim.is_empty() {
+            client.write_all(&interim).await.map_err(|_| gone)?;
+            client.flush().await.map_err(|_| gone)?;
+            interim.clear();
+            *relayed = true;
         }
         buf.reserve(READ_SIZE);
         match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {

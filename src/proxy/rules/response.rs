@@ -49,6 +49,9 @@ pub enum Refusal {
     Ambiguous(&'static str),
     /// `101 Switching Protocols` to a request that did not ask to switch.
     UnaskedSwitch,
+    /// A status code below 100 (`099`, `000`): three digits, but not a
+    /// status any client can take.
+    BadStatus,
 }
 
 impl Refusal {
@@ -56,6 +59,7 @@ impl Refusal {
         match self {
             Refusal::Ambiguous(why) => why,
             Refusal::UnaskedSwitch => "the upstream switched protocols unasked",
+            Refusal::BadStatus => "the status code is below 100",
         }
     }
 }
@@ -71,6 +75,12 @@ pub fn shape<'a>(
     switch_asked: bool,
     fields: impl Iterator<Item = Field<'a>>,
 ) -> Result<Shape, Refusal> {
+    // The status line's code is three digits (RFC 9112 §4), which the
+    // parser reads as a number: `099` is 99, which Pingora's client refuses
+    // (a status is 100 to 999) and which no client could take relayed.
+    if !(100..=999).contains(&status) {
+        return Err(Refusal::BadStatus);
+    }
     let mut length: Option<u64> = None;
     let mut encodings = 0;
     let mut chunked = true;
@@ -271,6 +281,9 @@ mod tests {
     #[test]
     fn a_switch_is_relayed_only_when_asked_for() {
         assert_eq!(of(101, false, &[]), Err(Refusal::UnaskedSwitch));
+        for status in [0, 1, 99] {
+            assert_eq!(of(status, false, &[]), Err(Refusal::BadStatus), "{status}");
+        }
         let asked = shape(101, true, false, true, std::iter::empty()).unwrap();
         assert_eq!(asked.body, Body::Tunnel);
     }
