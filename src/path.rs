@@ -16,7 +16,8 @@ use std::borrow::Cow;
 pub enum PathReject {
     /// Not origin-form: does not start with `/`.
     NotAbsolute,
-    /// A NUL, control or non-ASCII byte, raw or percent-encoded.
+    /// A NUL, control or non-ASCII byte, raw or percent-encoded (bar the
+    /// escaped UTF-8 of letters).
     ControlByte,
     /// An empty segment (`//`).
     EmptySegment,
@@ -39,7 +40,9 @@ impl PathReject {
     pub fn message(self) -> &'static str {
         match self {
             PathReject::NotAbsolute => "The request path must start with /.",
-            PathReject::ControlByte => "The request path contains a control or non-ASCII byte.",
+            PathReject::ControlByte => {
+                "The request path contains a control or non-ASCII byte (escaped letters excepted)."
+            }
             PathReject::EmptySegment => "The request path contains an empty segment (//).",
             PathReject::DotSegment => "The request path contains a . or .. segment.",
             PathReject::Backslash => "The request path contains a backslash.",
@@ -92,13 +95,11 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
             b'\\' => return Err(PathReject::Backslash),
             b';' => return Err(PathReject::Semicolon),
             b'%' => {
-                let decoded = match (path.get(i + 1), path.get(i + 2)) {
-                    (Some(&h), Some(&l)) => match (hex(h), hex(l)) {
-                        (Some(h), Some(l)) => h << 4 | l,
-                        _ => return Err(PathReject::BadPercent),
-                    },
-                    _ => return Err(PathReject::BadPercent),
-                };
+                let decoded = escaped(path, i)?;
+                if decoded >= 0x80 {
+                    i = letters(path, i)?;
+                    continue;
+                }
                 match decoded {
                     b'/' | b'\\' | b'.' | b'%' => return Err(PathReject::EncodedSeparator),
                     b if is_control(b) => return Err(PathReject::ControlByte),
@@ -123,6 +124,58 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
         return Err(PathReject::EmptySegment);
     }
     Ok(())
+}
+
+/// The byte the escape at `path[at]` (a `%`) stands for.
+fn escaped(path: &[u8], at: usize) -> Result<u8, PathReject> {
+    match (
+        path.get(at + 1).copied().and_then(hex),
+        path.get(at + 2).copied().and_then(hex),
+    ) {
+        (Some(h), Some(l)) => Ok(h << 4 | l),
+        _ => Err(PathReject::BadPercent),
+    }
+}
+
+/// Reads the run of escaped bytes outside ASCII that starts at `path[at]`
+/// and returns where it ends. The run must be UTF-8 (which has no overlong
+/// forms: `%C0%AF` is not a `/`) of letters only, so that a site's paths in
+/// Korean (`/%EA%B3%B5%EC%97%B0`), Japanese, Chinese or accented Latin pass,
+/// while nothing a backend could fold into a separator does: Unicode's
+/// compatibility forms (NFKC) turn a fullwidth solidus (U+FF0F) into `/` and
+/// a one-dot leader (U+2024) into `.`, and are refused like other symbols.
+fn letters(path: &[u8], at: usize) -> Result<usize, PathReject> {
+    let mut run = Vec::new();
+    let mut end = at;
+    while path.get(end) == Some(&b'%') {
+        let byte = escaped(path, end)?;
+        if byte < 0x80 {
+            break;
+        }
+        run.push(byte);
+        end += 3;
+    }
+    let text = std::str::from_utf8(&run).map_err(|_| PathReject::ControlByte)?;
+    if text.chars().all(is_letter) {
+        Ok(end)
+    } else {
+        Err(PathReject::ControlByte)
+    }
+}
+
+/// Letters of the scripts a path may carry escaped: Hangul (syllables and
+/// jamo), CJK ideographs, kana, and the alphabetic characters of Latin-1,
+/// Latin Extended-A, Greek and Cyrillic. None of them folds into ASCII
+/// punctuation under Unicode normalisation.
+fn is_letter(c: char) -> bool {
+    matches!(c,
+        '\u{AC00}'..='\u{D7A3}'
+        | '\u{1100}'..='\u{11FF}'
+        | '\u{3131}'..='\u{318E}'
+        | '\u{4E00}'..='\u{9FFF}'
+        | '\u{3041}'..='\u{3096}'
+        | '\u{30A1}'..='\u{30FA}')
+        || (matches!(c, '\u{C0}'..='\u{17F}' | '\u{370}'..='\u{4FF}') && c.is_alphabetic())
 }
 
 /// Control bytes (C0 and DEL), plus raw bytes outside ASCII: RFC 3986 wants
@@ -262,6 +315,38 @@ mod tests {
             "/a?q={x}|`^",
         ] {
             assert_eq!(classify(p.as_bytes()), Ok(()), "{p}");
+        }
+    }
+
+    #[test]
+    fn escaped_letters_pass_and_other_escaped_text_does_not() {
+        for p in [
+            // 공연 (Korean), チケット, 票, café, Ωμέγα, билет
+            "/tickets/%EA%B3%B5%EC%97%B0/1",
+            "/t/%E3%83%81%E3%82%B1%E3%83%83%E3%83%88",
+            "/t/%E7%A5%A8?x=1",
+            "/t/caf%C3%A9",
+            "/t/%CE%A9%CE%BC%CE%AD%CE%B3%CE%B1",
+            "/t/%D0%B1%D0%B8%D0%BB%D0%B5%D1%82",
+            "/t/%ea%b0%80%41",
+        ] {
+            assert_eq!(classify(p.as_bytes()), Ok(()), "{p}");
+        }
+        for p in [
+            "/t/%C0%AF",             // an overlong `/`
+            "/t/%C0%AE%C0%AE",       // overlong `..`
+            "/t/%EF%BC%8F",          // fullwidth solidus: `/` under NFKC
+            "/t/%EF%BC%8E%EF%BC%8E", // fullwidth full stops
+            "/t/%E2%80%A4",          // one dot leader
+            "/t/%EF%BC%BC",          // fullwidth reverse solidus
+            "/t/%C2%A0",             // no-break space
+            "/t/%EA%B0",             // cut short
+            "/t/%EA%41%80",          // broken by ASCII
+            "/t/%ED%A0%80",          // a surrogate
+            "/t/%E2%80%AE",          // right-to-left override
+            "/t/%C3%97",             // multiplication sign, not a letter
+        ] {
+            assert_eq!(classify(p.as_bytes()), Err(PathReject::ControlByte), "{p}");
         }
     }
 

@@ -781,3 +781,107 @@ fn an_interim_answer_read_with_a_refused_head_is_dropped_with_it() {
         assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
     }
 }
+
+/// A request line that reads more than one way (two spaces before the
+/// version, a space, `"`, `<` or `>` in the target): Pingora's parser would
+/// percent-encode it and read it again, so `/a/..  ` (checked as a path
+/// ending in `.. `) reached the upstream as `/a/..%20`. Refused with 400
+/// `bad_path` before either path reads it, the connection closed, nothing
+/// forwarded.
+#[test]
+fn a_request_line_that_reads_more_than_one_way_is_400_on_both_paths() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        for target in [
+            format!("{PROTECTED}/.. "),
+            format!("{PROTECTED}/a/.  "),
+            format!("{PROTECTED}/a "),
+            format!("{PROTECTED}/a b"),
+            format!("{PROTECTED}/a\"b"),
+            format!("{PROTECTED}/x?q=1 "),
+            "/api/v1/queue/rank?userId=fan ".to_string(),
+        ] {
+            let mut c = Client::connect(env.wg.addr);
+            c.send(&env.request(via, &target, ""));
+            let (head, body) = c.response();
+            assert_eq!(head.status, 400, "{via:?} {target:?}");
+            let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(json["error"], "bad_path", "{via:?} {target:?}");
+            assert_eq!(head.header("connection"), Some("close"), "{head:?}");
+            assert!(head.header("x-request-id").is_some(), "{head:?}");
+            assert!(c.closed(), "{via:?} {target:?}");
+        }
+    }
+    assert!(env.upstream.seen().is_empty(), "{:?}", env.upstream.seen());
+}
+
+/// A `Connection` header naming `Authorization` or `Cookie` would have the
+/// proxy drop the token the edge just checked, so that the backend got the
+/// request without it: refused with 400 on both paths, nothing forwarded.
+#[test]
+fn a_request_cannot_have_its_token_dropped_on_the_way() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        for option in ["authorization", "Cookie", "keep-alive, Authorization"] {
+            let (head, body) = env.call(via, &path("/x"), &format!("Connection: {option}\r\n"));
+            assert_eq!(head.status, 400, "{via:?} {option}: {head:?}");
+            assert!(
+                String::from_utf8_lossy(&body).contains("bad_request"),
+                "{option}"
+            );
+        }
+        let (head, _) = env.call(via, &path("/x"), "Connection: keep-alive, x-other\r\n");
+        assert_eq!(head.status, 200, "{via:?}");
+    }
+    let seen = env.upstream.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.iter().all(|r| r.header("authorization").is_some()));
+}
+
+/// A `Host` that names no host and port (a space, a `/`, an unclosed IP
+/// literal) is refused with 400 `bad_request` on both paths, as RFC 9112
+/// §3.2 asks: a backend would read it its own way.
+#[test]
+fn a_host_that_is_not_a_host_is_400_on_both_paths() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        for host in ["a b", "t/x", "[::1", "t\\x", "a:b"] {
+            let request = env.request(via, &path("/h"), "").replacen(
+                "Host: tickets",
+                &format!("Host: {host}"),
+                1,
+            );
+            let r = raw(env.wg.addr, request.as_bytes()).unwrap();
+            assert_eq!(r.status, 400, "{via:?} {host:?}");
+            assert_eq!(r.error_code(), "bad_request", "{via:?} {host:?}");
+        }
+        let (head, _) = env.call(via, &path("/h"), "");
+        assert_eq!(head.status, 200, "{via:?}");
+    }
+    assert_eq!(env.upstream.seen().len(), 2, "{:?}", env.upstream.seen());
+}
+
+/// A path in Korean (or another script's letters), percent-encoded as
+/// browsers send it, is forwarded exactly as sent on both paths; escaped
+/// text that is not letters (an overlong `/`, a fullwidth solidus that
+/// Unicode normalisation turns into `/`) is still a 400.
+#[test]
+fn escaped_letters_pass_and_lookalike_separators_do_not() {
+    let env = setup(echo_or(|_| None));
+    for via in BOTH {
+        let korean = path("/%EA%B3%B5%EC%97%B0/%EC%A2%8C%EC%84%9D");
+        let (head, body) = env.call(via, &korean, "");
+        assert_eq!(head.status, 200, "{via:?}");
+        assert_eq!(body, korean.clone().into_bytes(), "{via:?}");
+        for refused in ["/%C0%AF", "/%EF%BC%8F..", "/%E2%80%A4%E2%80%A4"] {
+            let (head, body) = env.call(via, &path(refused), "");
+            assert_eq!(head.status, 400, "{via:?} {refused}");
+            assert!(String::from_utf8_lossy(&body).contains("bad_path"));
+        }
+    }
+    let seen = env.upstream.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen
+        .iter()
+        .all(|r| r.path().ends_with("/%EC%A2%8C%EC%84%9D")));
+}

@@ -36,6 +36,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::fenced;
 use super::head::{head_end_from, MAX_HEAD};
 use super::lane::{DirectLane, Lane};
+use super::rules::forward::{self, REQUEST_ID};
+use super::rules::request;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
@@ -216,6 +218,18 @@ where
                     let _ = stream.shutdown().await;
                     return None;
                 }
+            }
+            // A request line that reads more than one way is answered here,
+            // before either path reads it (`request::check_line`).
+            if let Err(why) = request::check_line(&pending) {
+                let reply = Reply::from(ApiError::BadPath(why.message()))
+                    .header(REQUEST_ID, forward::generated_id())
+                    .closing();
+                let _ = stream
+                    .write_all(&reply.to_http1(pending.starts_with(b"HEAD ")))
+                    .await;
+                let _ = stream.shutdown().await;
+                return None;
             }
             if let (Some(lane), Some(peer)) = (&self.direct, peer) {
                 let closing = *shutdown.borrow();

@@ -105,6 +105,12 @@ pub fn request_id<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> St
     random_id()
 }
 
+/// A request id of waitgate's own, for a request answered before its
+/// headers are read.
+pub fn generated_id() -> String {
+    random_id()
+}
+
 /// 128 random bits as 32 lower-case hex digits.
 fn random_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -10,7 +10,8 @@
 //! (which some upstreams would read differently), an HTTP/1.1 request
 //! without exactly one `Host` (RFC 9112 §3.2) or with userinfo in it, and a
 //! `Connection` header that names ten or more options, a malformed one, or
-//! one of the headers a proxy chain relies on (`Host`, `X-Forwarded-*`).
+//! one of the headers a proxy chain relies on (`Host`, `X-Forwarded-*`) or
+//! that carries the token (`Authorization`, `Cookie`).
 //! The last two are Pingora's own upstream-request rules; checking them here
 //! gives both HTTP paths the same answer. A refused request is answered with
 //! 400 and its connection closed, so nothing after it on that connection is
@@ -19,6 +20,42 @@
 use super::name::Name;
 use super::Field;
 use crate::error::ApiError;
+use crate::path::PathReject;
+
+/// Checks the request line of a raw head: `method SP target SP version`,
+/// single spaces, and a target of visible ASCII without `"`, `<` or `>`
+/// (RFC 9112 §3). Pingora's parser does not refuse a line that is not: it
+/// percent-encodes what lies between the method and the version and parses
+/// again, so `GET /a/..  HTTP/1.1` (two spaces) was checked and forwarded
+/// as `/a/..%20`, a `..` segment to a backend that trims what it decodes.
+/// The connection loop applies this to every head before either HTTP path
+/// reads it.
+pub fn check_line(head: &[u8]) -> Result<(), PathReject> {
+    // A parser skips empty lines before the request line (RFC 9112 §2.2).
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    let line = head[start..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut parts = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(PathReject::Unencoded);
+    };
+    if method.is_empty() || target.is_empty() || !version.starts_with(b"HTTP/") {
+        return Err(PathReject::Unencoded);
+    }
+    match target
+        .iter()
+        .find(|&&b| !(0x21..0x7f).contains(&b) || b"\"<>".contains(&b))
+    {
+        None => Ok(()),
+        Some(&b) if !(0x21..0x7f).contains(&b) => Err(PathReject::ControlByte),
+        Some(_) => Err(PathReject::Unencoded),
+    }
+}
 
 /// What the checks learned of a sound request head.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,6 +111,9 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
                 if value.contains(&b'@') {
                     return Err(bad("The Host header must not carry userinfo."));
                 }
+                if !host_is_sound(value.trim_ascii()) {
+                    return Err(bad("The Host header is not a host and port."));
+                }
             }
             Name::Connection => {
                 for option in super::elements(value) {
@@ -121,16 +161,64 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
     Ok(shape)
 }
 
+/// Whether a `Host` value is `host [":" port]` (RFC 9110 §7.2, RFC 3986
+/// §3.2.2): an IP literal in brackets, or a name of unreserved characters,
+/// percent escapes and sub-delimiters; a port of digits. Empty is allowed
+/// (RFC 9112 §3.2). Anything else (a space, a `/`, an open bracket) names
+/// no host, and a backend would read it its own way.
+fn host_is_sound(value: &[u8]) -> bool {
+    let (host, rest) = match value.strip_prefix(b"[") {
+        Some(literal) => {
+            let Some(end) = literal.iter().position(|&b| b == b']') else {
+                return false;
+            };
+            let address = &literal[..end];
+            if address.is_empty()
+                || !address
+                    .iter()
+                    .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+            {
+                return false;
+            }
+            (&[][..], &literal[end + 1..])
+        }
+        None => match value.iter().position(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &[][..]),
+        },
+    };
+    let name_ok = host.iter().enumerate().all(|(i, &b)| {
+        b.is_ascii_alphanumeric()
+            || b"-._~!$&'()*+,;=".contains(&b)
+            || (b == b'%'
+                && host
+                    .get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)))
+            || (i >= 1 && host[i - 1] == b'%' && b.is_ascii_hexdigit())
+            || (i >= 2 && host[i - 2] == b'%' && b.is_ascii_hexdigit())
+    });
+    let port_ok = match rest.strip_prefix(b":") {
+        Some(port) => port.iter().all(u8::is_ascii_digit),
+        None => rest.is_empty(),
+    };
+    name_ok && port_ok
+}
+
 /// Options a `Connection` header may name, at most (less one), as Pingora.
 const MAX_CONNECTION_OPTIONS: usize = 10;
 
 /// Headers a client may not make a proxy drop by naming them in
-/// `Connection`.
-const PROTECTED: [&str; 4] = [
+/// `Connection`: those a proxy chain relies on (Pingora's own list), and
+/// those that carry the token the edge checked, which the backend may
+/// check again (a request that passed with its token must not reach the
+/// backend without it).
+const PROTECTED: [&str; 6] = [
     "host",
     "x-forwarded-for",
     "x-forwarded-host",
     "x-forwarded-proto",
+    "authorization",
+    "cookie",
 ];
 
 /// A `tchar` of RFC 9110 §5.6.2: what a header name (a token) is made of.
@@ -148,6 +236,34 @@ fn bad(message: &'static str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_line_reads_one_way_only() {
+        for sound in [
+            "GET /a HTTP/1.1\r\n",
+            "\r\nGET /a?b=c%20d HTTP/1.0\r\nHost: x\r\n\r\n",
+            "GET /a HTTP/1.1\nHost: x\n\n",
+            "OPTIONS * HTTP/1.1\r\n",
+        ] {
+            assert_eq!(check_line(sound.as_bytes()), Ok(()), "{sound:?}");
+        }
+        for (line, why) in [
+            ("GET /a/..  HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET /a b HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET  /a HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET /a HTTP/1.1 \r\n", PathReject::Unencoded),
+            ("GET /a\r\n", PathReject::Unencoded),
+            ("GET /a x/1.1\r\n", PathReject::Unencoded),
+            ("GET /a\"b HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET /a<b HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET /a>b HTTP/1.1\r\n", PathReject::Unencoded),
+            ("GET /a\tb HTTP/1.1\r\n", PathReject::ControlByte),
+            ("GET /a\x7fb HTTP/1.1\r\n", PathReject::ControlByte),
+            ("GET /\u{ac00} HTTP/1.1\r\n", PathReject::ControlByte),
+        ] {
+            assert_eq!(check_line(line.as_bytes()), Err(why), "{line:?}");
+        }
+    }
 
     fn check_pairs(http11: bool, pairs: &[(&str, &str)]) -> Result<Shape, u16> {
         check(
@@ -216,6 +332,27 @@ mod tests {
     }
 
     #[test]
+    fn a_host_is_a_host_and_a_port() {
+        for sound in [
+            "tickets",
+            "tickets.example:8080",
+            "127.0.0.1",
+            "[::1]",
+            "[::1]:443",
+            "xn--9n2bp8q.example",
+            "a%2Db",
+            "",
+        ] {
+            assert!(check_pairs(true, &[("Host", sound)]).is_ok(), "{sound:?}");
+        }
+        for bad in [
+            "a b", "t/x", "[::1", "[]", "[::1]x", "a:b:c", "a:8o", "a%zz", "t\\x",
+        ] {
+            assert_eq!(check_pairs(true, &[("Host", bad)]), Err(400), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn host_with_userinfo_is_refused() {
         assert_eq!(
             check_pairs(true, &[("Host", "victim@evil.example")]),
@@ -235,6 +372,8 @@ mod tests {
             "Host",
             "X-Forwarded-For",
             "x-forwarded-host",
+            "Authorization",
+            "close, cookie",
         ] {
             assert_eq!(
                 check_pairs(true, &[HOST, ("Connection", bad)]),
