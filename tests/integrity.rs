@@ -885,3 +885,33 @@ fn escaped_letters_pass_and_lookalike_separators_do_not() {
         .iter()
         .all(|r| r.path().ends_with("/%EC%A2%8C%EC%84%9D")));
 }
+
+/// Heads that Pingora's reader refuses on its own (two `Host`s, a folded
+/// line, a space before a colon, `HTTP/1.2`, differing lengths) get
+/// waitgate's JSON 400 with a request id on both paths, and the connection
+/// is closed; they used to get Pingora's bare 400 on the proxy path.
+#[test]
+fn heads_no_parser_reads_one_way_get_waitgates_400_on_both_paths() {
+    let env = setup(echo_or(|_| None));
+    let auth = format!("Authorization: Bearer {}\r\n", env.token);
+    for request in [
+        format!("GET {PROTECTED}/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n{auth}\r\n"),
+        format!("GET {PROTECTED}/a HTTP/1.1\r\nHost: a\r\n{auth}X-A: b\r\n c\r\n\r\n"),
+        format!("GET {PROTECTED}/a HTTP/1.1\r\nHost : a\r\n{auth}\r\n"),
+        format!("GET {PROTECTED}/a HTTP/1.2\r\nHost: a\r\n{auth}\r\n"),
+        format!(
+            "POST {PROTECTED}/a HTTP/1.1\r\nHost: a\r\n{auth}Content-Length: 2\r\nContent-Length: 3\r\n\r\nhi"
+        ),
+    ] {
+        let mut c = Client::connect(env.wg.addr);
+        c.send(&request);
+        let (head, body) = c.response();
+        assert_eq!(head.status, 400, "{request:?}");
+        let json: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| panic!("{request:?}: {}", String::from_utf8_lossy(&body)));
+        assert_eq!(json["error"], "bad_request", "{request:?}");
+        assert!(head.header("x-request-id").is_some(), "{request:?}");
+        assert!(c.closed(), "{request:?}");
+    }
+    assert!(env.upstream.seen().is_empty(), "{:?}", env.upstream.seen());
+}

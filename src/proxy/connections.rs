@@ -155,6 +155,19 @@ async fn refuse(stream: &mut Stream) {
     let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
+/// Answers a request head refused before either HTTP path reads it (a
+/// 400 with a request id of waitgate's own), and ends the connection:
+/// where such a request ends is not something every reader agrees on.
+async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError) {
+    let reply = Reply::from(error)
+        .header(REQUEST_ID, forward::generated_id())
+        .closing();
+    let _ = stream
+        .write_all(&reply.to_http1(head.starts_with(b"HEAD ")))
+        .await;
+    let _ = stream.shutdown().await;
+}
+
 /// How long a refused connection is drained before it is closed.
 const LINGER: Duration = Duration::from_millis(200);
 
@@ -222,13 +235,7 @@ where
             // A request line that reads more than one way is answered here,
             // before either path reads it (`request::check_line`).
             if let Err(why) = request::check_line(&pending) {
-                let reply = Reply::from(ApiError::BadPath(why.message()))
-                    .header(REQUEST_ID, forward::generated_id())
-                    .closing();
-                let _ = stream
-                    .write_all(&reply.to_http1(pending.starts_with(b"HEAD ")))
-                    .await;
-                let _ = stream.shutdown().await;
+                refuse_head(&mut stream, &pending, ApiError::BadPath(why.message())).await;
                 return None;
             }
             if let (Some(lane), Some(peer)) = (&self.direct, peer) {
@@ -241,6 +248,12 @@ where
                     Lane::Closed => return None,
                     Lane::Pass => {}
                 }
+            }
+            // What Pingora's reader would refuse with a bare 400, refused
+            // here with waitgate's own (`request::check_readable`).
+            if let Err(error) = request::check_readable(&pending) {
+                refuse_head(&mut stream, &pending, error).await;
+                return None;
             }
             // The request, and no more: what the client pipelines behind
             // it is held for this loop (`super::fenced`).

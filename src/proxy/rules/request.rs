@@ -80,6 +80,38 @@ pub enum Body {
     Chunked,
 }
 
+/// Checks the heads Pingora's HTTP/1 reader refuses on its own, with a bare
+/// 400 and before waitgate's code sees the request: a head the parser
+/// cannot read (a space before a colon, a folded line, a NUL, `HTTP/1.2`),
+/// more than one `Host`, `Content-Length`s that differ, and a
+/// `Transfer-Encoding` on HTTP/1.0 or not exactly `chunked`. The connection
+/// loop checks a request here before it lends it to Pingora, so that these
+/// get waitgate's JSON 400 with a request id, as on the direct lane. The
+/// parse is Pingora's (httparse's defaults, as many header slots).
+pub fn check_readable(head: &[u8]) -> Result<(), ApiError> {
+    let mut slots = vec![httparse::EMPTY_HEADER; 256];
+    let mut request = httparse::Request::new(&mut slots);
+    match request.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Ok(()),
+        Err(_) => return Err(bad("The request head is malformed.")),
+    }
+    let http11 = request.version == Some(1);
+    let fields = || request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+    let named = |wanted: Name| fields().filter(move |(name, _)| Name::of(name) == wanted);
+    let mut lengths = named(Name::ContentLength).map(|(_, v)| v.trim_ascii());
+    let first = lengths.next();
+    let differ = lengths.any(|l| Some(l) != first);
+    let encoded = named(Name::TransferEncoding).next().is_some();
+    if named(Name::Host).count() > 1 || differ || encoded {
+        check(http11, fields())?;
+    }
+    if encoded && !http11 {
+        return Err(bad("An HTTP/1.0 request may not carry Transfer-Encoding."));
+    }
+    Ok(())
+}
+
 /// Checks a request head's framing and `Host`. `http11`: the request says
 /// HTTP/1.1 (an HTTP/1.0 request may omit `Host`).
 pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Result<Shape, ApiError> {
@@ -329,6 +361,29 @@ mod tests {
         assert_eq!(check_pairs(false, &[HOST, HOST]), Err(400));
         assert!(check_pairs(false, &[]).is_ok());
         assert!(check_pairs(false, &[HOST]).is_ok());
+    }
+
+    #[test]
+    fn heads_pingora_refuses_alone_are_refused_here() {
+        for head in [
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n",
+            "GET / HTTP/1.2\r\nHost: a\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+        ] {
+            let refused = check_readable(head.as_bytes()).map_err(|e| e.status());
+            assert_eq!(refused, Err(400), "{head:?}");
+        }
+        for head in [
+            "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.0\r\n\r\n",
+        ] {
+            assert!(check_readable(head.as_bytes()).is_ok(), "{head:?}");
+        }
     }
 
     #[test]
