@@ -187,6 +187,18 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\nok",
             b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\n",
         )],
+        "status-below-100" => vec![body_unless_head(
+            b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\n",
+        )],
+        "interim-slow" => vec![
+            send(b"HTTP/1.1 102 Processing\r\n\r\n"),
+            Step::Pause(Duration::from_millis(400)),
+            body_unless_head(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
+            ),
+        ],
         "server-error" => vec![body_unless_head(
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nbroken",
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\n",
@@ -259,6 +271,8 @@ const BEHAVIOURS: &[&str] = &[
     "folded",
     "own-headers",
     "odd-status",
+    "status-below-100",
+    "interim-slow",
     "server-error",
     "redirect",
     "large",
@@ -532,7 +546,8 @@ impl<T> Eq for Unequal<T> {}
 enum Message {
     Whole {
         status: u16,
-        /// Lower-cased names; `Date` left out, `X-Request-Id` values hidden.
+        /// The status line as sent, then the headers (sorted): lower-cased
+        /// names, the values of `Date` and `X-Request-Id` hidden.
         headers: Vec<(String, String)>,
         body: Vec<u8>,
     },
@@ -635,11 +650,10 @@ fn parse(mut raw: &[u8], methods: &[String]) -> Vec<Message> {
         let mut headers: Vec<(String, String)> = response
             .headers
             .iter()
-            .filter(|h| !h.name.eq_ignore_ascii_case("date"))
             .map(|h| {
                 let name = h.name.to_ascii_lowercase();
-                let value = if name == "x-request-id" {
-                    "<id>".to_string()
+                let value = if name == "x-request-id" || name == "date" {
+                    "<varies>".to_string()
                 } else if name == "set-cookie" && h.value.starts_with(b"waitgate-queue-") {
                     // The queue cookie's value is the random credential;
                     // its name and attributes are compared.
@@ -654,6 +668,16 @@ fn parse(mut raw: &[u8], methods: &[String]) -> Vec<Message> {
             })
             .collect();
         headers.sort();
+        // The status line as sent, first: `HTTP/1.1 099` and `HTTP/1.1 99`
+        // are both status 99 to a parser.
+        let line_end = raw.iter().position(|&b| b == b'\n').unwrap_or(0);
+        headers.insert(
+            0,
+            (
+                "<status line>".to_string(),
+                String::from_utf8_lossy(&raw[..line_end]).into_owned(),
+            ),
+        );
         let find = |name: &str| {
             headers
                 .iter()

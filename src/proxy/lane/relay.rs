@@ -58,15 +58,17 @@ pub async fn forward(
     if response.release {
         release();
     }
+    // waitgate's own headers in the order Pingora's proxy writes them, so
+    // that the two paths' replies are the same bytes.
     let mut out = response.head;
-    let date = pingora::protocols::http::date::get_cached_date();
-    push_field(&mut out, (b"Date", date.as_bytes()));
     push_field(&mut out, (REQUEST_ID.as_bytes(), request_id.as_bytes()));
-    let connection: &[u8] = if close { b"close" } else { b"keep-alive" };
-    push_field(&mut out, (b"Connection", connection));
     if response.body == Body::UntilClose {
         push_field(&mut out, (b"Transfer-Encoding", b"chunked"));
     }
+    let date = pingora::protocols::http::date::get_cached_date();
+    push_field(&mut out, (b"Date", date.as_bytes()));
+    let connection: &[u8] = if close { b"close" } else { b"keep-alive" };
+    push_field(&mut out, (b"Connection", connection));
     out.extend_from_slice(b"\r\n");
 
     let relayed = relay(
