@@ -100,7 +100,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
-        store,
+        store.clone(),
         tokens.clone(),
         credentials,
         metrics.clone(),
@@ -169,7 +169,13 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
     server.add_service(background_service("sampler", Sampler(shared.clone())));
-    server.add_service(background_service("probe", Probe(shared.clone())));
+    server.add_service(background_service(
+        "probe",
+        Probe {
+            shared: shared.clone(),
+            api: store,
+        },
+    ));
     server.add_service(background_service(
         "revocations",
         Revocations {

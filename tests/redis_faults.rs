@@ -264,3 +264,48 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let active: Option<f64> = redis::Commands::zscore(&mut c, ACTIVE_KEY, &ran_out[1]).unwrap();
     assert_eq!(active, None, "the run-out active state is forgotten");
 }
+
+/// Waits until the probe reports Redis `up` (or down), as an operator or a
+/// load balancer would read it.
+fn wait_for_redis_up(wg: &Waitgate, up: bool) {
+    let line = format!("waitgate_redis_up {}", u8::from(up));
+    let start = Instant::now();
+    while !get(wg.admin, "/metrics")
+        .map(|r| r.text().lines().any(|l| l == line))
+        .unwrap_or(false)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not `{line}` within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Once Redis is back and the instance reports it up, the very first calls
+/// are answered: no 503 from a connection that died with the old Redis, nor
+/// from a reconnection that failed while it was down. Both kinds of outage:
+/// one nobody called through, and one the calls kept meeting.
+#[test]
+fn the_first_calls_after_redis_comes_back_are_answered() {
+    let mut redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    assert_eq!(register(wg.addr, "before").status, 200);
+    assert_eq!(rank(wg.addr, "before").status, 200);
+    for (round, called_while_down) in [(1, false), (2, true)] {
+        redis.kill();
+        wait_for_redis_up(&wg, false);
+        if called_while_down {
+            assert_fast_503(wg.addr);
+        }
+        redis.restart();
+        wait_for_redis_up(&wg, true);
+        let user = format!("after-{round}");
+        let r = register(wg.addr, &user);
+        assert_eq!(r.status, 200, "round {round}, the first register: {r:?}");
+        let r = rank(wg.addr, &user);
+        assert_eq!(r.status, 200, "round {round}, the first rank: {r:?}");
+        assert_eq!(r.json()["rank"], 0, "round {round}");
+    }
+}

@@ -1,9 +1,16 @@
-//! The Redis probe: a `PING` every second, kept in `waitgate_redis_up`.
+//! The Redis probe: a `PING` every second, kept in `waitgate_redis_up`,
+//! and a check of the queue API's own connection.
 //!
 //! Redis health is its own signal, not readiness: while Redis is down the
 //! queue API answers 503, but admitted users' tokens are checked with no
 //! Redis call, so the instance still does its main job and stays ready.
+//!
+//! The probe pings over the background tasks' connection. The queue API's
+//! connection may sit idle while Redis restarts; the check finds it dead
+//! then and drops it, so that the API's next call opens a new one instead
+//! of failing on it (see `Store::check`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,16 +19,22 @@ use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
 use super::shared::{FailureLog, Shared};
+use crate::store::Store;
 
 /// How often Redis is probed.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
-pub struct Probe(pub Shared);
+pub struct Probe {
+    pub shared: Shared,
+    /// The queue API's store, whose connection is checked but never opened
+    /// here: its calls open it on the proxy's own threads.
+    pub api: Arc<Store>,
+}
 
 #[async_trait]
 impl BackgroundService for Probe {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let shared = &self.0;
+        let shared = &self.shared;
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut log = FailureLog::new("probe");
@@ -30,6 +43,7 @@ impl BackgroundService for Probe {
                 _ = ticker.tick() => {}
                 _ = shutdown.changed() => return,
             }
+            self.api.check().await;
             match shared.store.ping().await {
                 Ok(()) => {
                     shared.metrics.redis_up.set(1);

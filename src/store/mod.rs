@@ -14,10 +14,10 @@ mod keys;
 pub mod ranks;
 
 use std::sync::atomic::Ordering;
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
@@ -310,10 +310,18 @@ pub struct Store {
 /// there first (a Redis connection must be made inside a runtime, and
 /// Pingora's runtimes only exist once the server runs).
 enum Backend {
-    /// One server: a self-reconnecting multiplexed connection.
+    /// One server: a multiplexed connection that the calls share, dropped
+    /// once a call or the probe finds it gone (see `Store::failed`) and
+    /// opened again by the next call. Not the crate's `ConnectionManager`:
+    /// while the server is down, its reconnection fails and it keeps that
+    /// failure, and hands it ("connection refused") to the next call
+    /// however long after the server came back (it reconnects only then).
     Standalone {
         client: redis::Client,
-        manager: OnceLock<ConnectionManager>,
+        current: Slot<MultiplexedConnection>,
+        /// One connection attempt at a time: the calls that find none wait
+        /// for it rather than each opening their own.
+        connecting: tokio::sync::Mutex<()>,
         /// The longest a call on it may take (the crate's own bound).
         response: Duration,
     },
@@ -466,7 +474,6 @@ const WAITED_CONNECTIONS: usize = 8;
 /// A connection of any backend, for the scripts and commands.
 #[derive(Clone)]
 enum Conn {
-    Manager(ConnectionManager),
     Multiplexed(MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -477,7 +484,6 @@ impl redis::aio::ConnectionLike for Conn {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         match self {
-            Conn::Manager(c) => c.req_packed_command(cmd),
             Conn::Multiplexed(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
         }
@@ -490,7 +496,6 @@ impl redis::aio::ConnectionLike for Conn {
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
         match self {
-            Conn::Manager(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Multiplexed(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
         }
@@ -498,7 +503,6 @@ impl redis::aio::ConnectionLike for Conn {
 
     fn get_db(&self) -> i64 {
         match self {
-            Conn::Manager(c) => c.get_db(),
             Conn::Multiplexed(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
         }
@@ -561,7 +565,8 @@ impl Store {
                 .map_err(failed)?;
                 Backend::Standalone {
                     client,
-                    manager: OnceLock::new(),
+                    current: std::sync::Mutex::new(None),
+                    connecting: tokio::sync::Mutex::new(()),
                     response,
                 }
             }
@@ -674,25 +679,31 @@ impl Store {
         match backend {
             Backend::Standalone {
                 client,
-                manager,
+                current,
+                connecting,
                 response,
             } => {
-                let seen = self.forgotten.load(Ordering::Acquire);
-                if let Some(c) = manager.get() {
-                    return Ok((seen, Conn::Manager(c.clone())));
+                if let Some((seen, c)) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok((seen, Conn::Multiplexed(c)));
                 }
-                // Retries are few and short: a caller never waits past
-                // `timeout` anyway, and the next call starts a new
-                // reconnect if this one fails.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(Some(*response))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500));
-                let made = ConnectionManager::new_lazy_with_config(client.clone(), config)
-                    .map_err(|e| StoreError::Failed(e.to_string()))?;
-                Ok((seen, Conn::Manager(manager.get_or_init(|| made).clone())))
+                let seen = self.forgotten.load(Ordering::Acquire);
+                let config = self.connection_config(*response);
+                let made = self
+                    .bounded(async {
+                        let _one_at_a_time = connecting.lock().await;
+                        if let Some(kept) =
+                            current.lock().unwrap_or_else(|p| p.into_inner()).clone()
+                        {
+                            return Ok(kept);
+                        }
+                        let made = client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await?;
+                        Ok((seen, made))
+                    })
+                    .await?;
+                keep_unless_forgotten(&self.forgotten, current, &made);
+                Ok((made.0, Conn::Multiplexed(made.1)))
             }
             Backend::Sentinel {
                 sentinels,
@@ -748,24 +759,114 @@ impl Store {
 
     /// After a failure that may mean a failover, forgets the connection to
     /// the Sentinel master or the Cluster, so that the next call asks who
-    /// serves now, and the idle connections of the writes that wait. `seen`
-    /// is the count of forgettings the failed call's connection was found
-    /// at: a call on a connection already forgotten forgets nothing more.
-    fn failed(&self, error: &StoreError, seen: u64) {
+    /// serves now, and the idle connections of the writes that wait. One
+    /// server has no failover: its connection is forgotten (with the idle
+    /// ones, which went with the same server) only when the failure says it
+    /// is `gone` (see [`gone`]); a hung or slow server keeps it, and answers
+    /// on it once it resumes. `seen` is the count of forgettings the failed
+    /// call's connection was found at: a call on a connection already
+    /// forgotten forgets nothing more.
+    fn failed(&self, error: &StoreError, seen: u64, gone: bool) {
         if !matches!(error, StoreError::Unavailable(_)) {
             return;
         }
         let counted = match &self.backend {
             Backend::Sentinel { master, .. } => forget_once(&self.forgotten, seen, master),
             Backend::Cluster { current, .. } => forget_once(&self.forgotten, seen, current),
-            // (The crate's manager reconnects by itself.)
-            Backend::Standalone { .. } => self
-                .forgotten
-                .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok(),
+            Backend::Standalone { current, .. } => {
+                gone && forget_once(&self.forgotten, seen, current)
+            }
         };
         if let (true, Some(waited)) = (counted, &self.waited) {
             waited.idle.forget();
+        }
+    }
+
+    /// Sends one request on the connection the calls share, within the
+    /// command timeout. A connection that the failure shows gone is
+    /// forgotten, and the next call opens one. A request that may be sent
+    /// twice (`Resend::Safe`) then goes once more on a new connection,
+    /// within what is left of the same timeout: after Redis restarted, the
+    /// connection of before is found dead only by the first request sent on
+    /// it, and that request should not be the one to pay for it.
+    async fn call<T, F, Fut>(&self, resend: Resend, mut send: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let (seen, connection) = self.connection().await?;
+        let sent = std::time::Instant::now();
+        match pingora::time::timeout(self.timeout, send(connection)).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => {
+                let gone = gone(&e);
+                let error = classify(e);
+                self.failed(&error, seen, gone);
+                if !gone || resend == Resend::Never {
+                    return Err(error);
+                }
+            }
+            Err(_) => {
+                let error = no_answer(self.timeout);
+                self.failed(&error, seen, false);
+                return Err(error);
+            }
+        }
+        let left = self.timeout.saturating_sub(sent.elapsed());
+        let mut found = None;
+        let again = pingora::time::timeout(left, async {
+            let (seen, connection) = self.connection().await.map_err(|e| (e, false))?;
+            found = Some(seen);
+            send(connection).await.map_err(|e| {
+                let gone = gone(&e);
+                (classify(e), gone)
+            })
+        })
+        .await;
+        match again {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err((error, gone))) => {
+                if let Some(seen) = found {
+                    self.failed(&error, seen, gone);
+                }
+                Err(error)
+            }
+            Err(_) => {
+                let error = no_answer(self.timeout);
+                if let Some(seen) = found {
+                    self.failed(&error, seen, false);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// For the probe: pings the connection the calls share, if there is
+    /// one, and forgets it if it is gone, so that a connection that died
+    /// while nobody called (Redis restarted in a quiet moment) is not the
+    /// one the next write is sent on: a write found its connection gone is
+    /// not sent again (see [`Resend`]). Opens no connection: the calls open
+    /// theirs in the runtime that serves them. A Cluster connection is left
+    /// to the crate, which reconnects to each node by itself.
+    pub async fn check(&self) {
+        let held = match &self.backend {
+            Backend::Standalone { current, .. }
+            | Backend::Sentinel {
+                master: current, ..
+            } => current.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            Backend::Cluster { .. } => None,
+        };
+        let Some((seen, mut connection)) = held else {
+            return;
+        };
+        let ping = redis::cmd("PING");
+        let answer =
+            pingora::time::timeout(self.timeout, ping.query_async::<String>(&mut connection)).await;
+        // A timeout says nothing about the connection (the calls time out
+        // by themselves); an error answer is Redis's, on a live connection.
+        if let Ok(Err(e)) = answer {
+            let gone = gone(&e);
+            self.failed(&classify(e), seen, gone);
         }
     }
 
@@ -784,26 +885,24 @@ impl Store {
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
         match pingora::time::timeout(limit, call).await {
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {} ms",
-                limit.as_millis()
-            ))),
+            Err(_) => Err(no_answer(limit)),
             Ok(Err(e)) => Err(classify(e)),
             Ok(Ok(value)) => Ok(value),
         }
     }
 
-    /// Runs one script invocation within the command timeout.
+    /// Runs one script invocation within the command timeout; `resend`
+    /// says whether the script may run twice.
     async fn run<T: FromRedisValue>(
         &self,
         invocation: ScriptInvocation<'_>,
+        resend: Resend,
     ) -> Result<T, StoreError> {
-        let (seen, mut connection) = self.connection().await?;
-        let result = self.bounded(invocation.invoke_async(&mut connection)).await;
-        if let Err(e) = &result {
-            self.failed(e, seen);
-        }
-        result
+        let invocation = &invocation;
+        self.call(resend, |mut connection| async move {
+            invocation.invoke_async(&mut connection).await
+        })
+        .await
     }
 
     /// Runs a script that writes, then, with `redis.wait-replicas`, waits
@@ -817,7 +916,7 @@ impl Store {
         key: &str,
     ) -> Result<T, StoreError> {
         let (Some((replicas, timeout)), Some(waited)) = (self.wait, &self.waited) else {
-            return self.run(invocation).await;
+            return self.run(invocation, Resend::Never).await;
         };
         // Redis answers a `WAIT` once its own timeout is over: the command
         // timeout counts from then, or a wait longer than it would be taken
@@ -838,13 +937,13 @@ impl Store {
             None => self
                 .open(&waited.backend)
                 .await
-                .inspect_err(|e| self.failed(e, seen))?,
+                .inspect_err(|e| self.failed(e, seen, false))?,
         };
         let written = self.waited_write(&mut connection, invocation, key, replicas, timeout);
         let (value, acknowledged) = written.await.inspect_err(|e| {
             // The connection goes with the error; the others may have met
             // the same cause (a failover, a slot moved), whatever it was.
-            self.failed(e, seen);
+            self.failed(e, seen, false);
             waited.idle.forget();
         })?;
         if acknowledged < replicas {
@@ -910,16 +1009,13 @@ impl Store {
 
     /// Answers while Redis answers: for the probe and `/healthz/redis`.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let (seen, mut connection) = self.connection().await?;
-        let ping = redis::cmd("PING");
-        let result = self
-            .bounded(ping.query_async::<String>(&mut connection))
-            .await
-            .map(drop);
-        if let Err(e) = &result {
-            self.failed(e, seen);
-        }
-        result
+        self.call(Resend::Safe, |mut connection| async move {
+            redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+        })
+        .await
+        .map(drop)
     }
 
     pub async fn register(
@@ -1074,7 +1170,7 @@ impl Store {
         for user in users {
             invocation.arg(*user);
         }
-        let flat: Vec<i64> = self.run(invocation).await?;
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         let Some(split) = flat.len().checked_sub(9) else {
             return Err(StoreError::Failed("rank: no batch numbers".into()));
         };
@@ -1133,7 +1229,7 @@ impl Store {
                 None => {
                     // The first step reads the counters alone.
                     invocation.arg(u64::MAX);
-                    let flat: Vec<i64> = self.run(invocation).await?;
+                    let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
                     next =
                         Some(first.saturating_add(counters(flat.get(..6).unwrap_or(&[]))?.total));
                     continue;
@@ -1151,7 +1247,7 @@ impl Store {
             for place in &step {
                 invocation.arg(*place);
             }
-            let flat: Vec<i64> = self.run(invocation).await?;
+            let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
             let read = counters(flat.get(..6).unwrap_or(&[]))?;
             steps.push(read);
             let scores = &flat[6..];
@@ -1375,19 +1471,18 @@ impl Store {
         keys: &QueueKeys,
         since_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError> {
-        let (seen, mut connection) = self.connection().await?;
         let mut cmd = redis::cmd("ZRANGE");
         cmd.arg(&keys.revoked)
             .arg(since_ms)
             .arg("+inf")
             .arg("BYSCORE")
             .arg("WITHSCORES");
+        let cmd = &cmd;
         let result = self
-            .bounded(cmd.query_async::<Vec<(String, f64)>>(&mut connection))
+            .call(Resend::Safe, |mut connection| async move {
+                cmd.query_async::<Vec<(String, f64)>>(&mut connection).await
+            })
             .await;
-        if let Err(e) = &result {
-            self.failed(e, seen);
-        }
         Ok(result?
             .into_iter()
             .map(|(user, at)| (user, at as u64))
@@ -1404,7 +1499,6 @@ impl Store {
             .hget(&keys.admission, "rate")
             .hget(&keys.admission, "total")
             .cmd("TIME");
-        let (seen, mut connection) = self.connection().await?;
         type Raw = (
             std::collections::HashMap<String, String>,
             u64,
@@ -1414,10 +1508,12 @@ impl Store {
             Option<u64>,
             (u64, u64),
         );
-        let result = self.bounded(pipe.query_async::<Raw>(&mut connection)).await;
-        if let Err(e) = &result {
-            self.failed(e, seen);
-        }
+        let pipe = &pipe;
+        let result = self
+            .call(Resend::Safe, |mut connection| async move {
+                pipe.query_async::<Raw>(&mut connection).await
+            })
+            .await;
         let (control, waiting, active, prequeued, rate, total, (secs, micros)) = result?;
         Ok(Status {
             control,
@@ -1479,7 +1575,7 @@ impl Store {
         for (user, arrival) in users {
             invocation.arg(*user).arg(*arrival);
         }
-        let flat: Vec<i64> = self.run(invocation).await?;
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         Ok(answers("token", &flat, 1, users.len())?
             .map(|a| u64::try_from(a[0]).ok().filter(|&ms| ms > 0))
             .collect())
@@ -1592,6 +1688,34 @@ fn classify(e: redis::RedisError) -> StoreError {
     }
 }
 
+/// Whether a request may be sent again on a new connection after its
+/// connection turned out gone under it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Reads (`PING`, the read-only scripts, the admin reads), and the rank
+    /// poll, whose only writes are the heartbeats of the users it reads:
+    /// sent twice, it does what a client polling twice does.
+    Safe,
+    /// Writes. A request handed to a connection that then turns out gone
+    /// may have been written, and run, before the connection went: the
+    /// crate answers `BrokenPipe` alike for a request it never wrote (its
+    /// connection had already closed) and for one whose answer was lost.
+    /// So a write is not sent twice: it answers 503, and the client's retry
+    /// goes on the new connection.
+    Never,
+}
+
+/// Whether `e` shows the connection gone (closed, reset, refused, or out of
+/// step with Redis): a new one is needed. Not a timeout, nor an error
+/// answer of Redis, both of which come on a connection that still works.
+fn gone(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
+}
+
+fn no_answer(limit: Duration) -> StoreError {
+    StoreError::Unavailable(format!("no answer within {} ms", limit.as_millis()))
+}
+
 fn place(rank: i64, wait_ms: i64, poll_after_ms: i64) -> Result<Place, StoreError> {
     Ok(Place {
         rank: count(rank)?,
@@ -1675,17 +1799,67 @@ mod tests {
             })
             .unwrap();
             let reset = StoreError::Unavailable("connection reset".into());
-            store.failed(&StoreError::Failed("ERR a script's own error".into()), 0);
+            store.failed(
+                &StoreError::Failed("ERR a script's own error".into()),
+                0,
+                false,
+            );
             assert_eq!(forgettings(&store), (0, 0), "{mode:?}");
-            store.failed(&reset, 0);
+            store.failed(&reset, 0, false);
             assert_eq!(forgettings(&store), (1, 1), "{mode:?}");
             // A call in flight on the master just forgotten fails late: it
             // forgets nothing more (the next master may be found already).
-            store.failed(&reset, 0);
+            store.failed(&reset, 0, false);
             assert_eq!(forgettings(&store), (1, 1), "{mode:?}");
-            store.failed(&reset, 1);
+            store.failed(&reset, 1, false);
             assert_eq!(forgettings(&store), (2, 2), "{mode:?}");
         }
+    }
+
+    #[test]
+    fn one_server_forgets_its_connection_and_the_waited_pool_only_when_it_is_gone() {
+        let store = Store::new(&RedisConfig {
+            mode: RedisMode::Standalone {
+                url: "redis://127.0.0.1:1/0".into(),
+            },
+            tls: None,
+            command_timeout: Duration::from_millis(100),
+            wait_replicas: 1,
+            wait_timeout: Duration::from_millis(100),
+            coalesce: false,
+        })
+        .unwrap();
+        // A hung or full Redis keeps its connection: it answers on it later.
+        store.failed(&no_answer(Duration::from_millis(100)), 0, false);
+        store.failed(&StoreError::Unavailable("OOM".into()), 0, false);
+        assert_eq!(forgettings(&store), (0, 0));
+        let reset = StoreError::Unavailable("broken pipe".into());
+        store.failed(&reset, 0, true);
+        assert_eq!(forgettings(&store), (1, 1));
+        // Another call that was on the same dead connection.
+        store.failed(&reset, 0, true);
+        assert_eq!(forgettings(&store), (1, 1));
+    }
+
+    #[test]
+    fn a_connection_is_gone_when_closed_reset_or_refused_not_when_slow() {
+        use std::io::{Error, ErrorKind};
+        for kind in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::ConnectionRefused,
+            ErrorKind::UnexpectedEof,
+        ] {
+            assert!(
+                gone(&redis::RedisError::from(Error::from(kind))),
+                "{kind:?}"
+            );
+        }
+        assert!(!gone(&redis::RedisError::from(Error::from(
+            ErrorKind::TimedOut
+        ))));
+        let answered: redis::RedisError = (redis::ErrorKind::Client, "an answer").into();
+        assert!(!gone(&answered));
     }
 
     #[test]
