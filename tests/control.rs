@@ -1194,3 +1194,74 @@ fn owns_socket(pid: u32, addr: &str) -> bool {
             inodes.iter().any(|i| target == format!("socket:[{i}]"))
         })
 }
+
+/// The `redis call failed` lines of `cause` in a log, and the failures they
+/// stand for.
+fn limited_lines(log: &str, cause: &str) -> (usize, u64) {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("redis call failed") && l.contains(&format!("cause=\"{cause}\"")))
+        .collect();
+    let counted = lines
+        .iter()
+        .filter_map(|l| l.split("count=").nth(1))
+        .filter_map(|c| c.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    (lines.len(), counted)
+}
+
+#[test]
+fn releases_and_admin_changes_during_a_redis_outage_are_one_warning_a_second() {
+    let mut redis = Redis::start_free();
+    let port = releasing_upstream();
+    let wg = start(&redis, "baseball: {}", port);
+    let tokens: Vec<String> = (0..15)
+        .map(|i| admitted_token(&wg, &redis, &format!("leaver_{i}")))
+        .collect();
+    redis.kill();
+    // Every release is retried for about 3 s, then given up on: all of
+    // them within a moment of each other.
+    for token in &tokens {
+        let done = request(
+            wg.addr,
+            "POST",
+            "/api/v1/follow-up/done",
+            &[("Authorization", &format!("Bearer {token}"))],
+            Some(b"{}"),
+        )
+        .unwrap();
+        assert_eq!(done.status, 200);
+    }
+    let mut refused = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        let r = admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None);
+        assert_eq!(r.status, 503, "{r:?}");
+        refused += 1;
+    }
+    std::thread::sleep(Duration::from_millis(4000));
+    let log = wg.log();
+    assert!(!log.contains("release failed"), "{log}");
+    assert!(!log.contains("admin change failed"), "{log}");
+    let (lines, counted) = limited_lines(&log, "release");
+    assert!(
+        (1..=3).contains(&lines),
+        "15 releases, {lines} lines:\n{log}"
+    );
+    assert!((1..=15).contains(&counted), "{counted}");
+    assert!(
+        log.contains("only this instance refuses the released users' tokens"),
+        "{log}"
+    );
+    let (lines, counted) = limited_lines(&log, "admin");
+    assert!(refused >= 10, "{refused}");
+    assert!(
+        (1..=3).contains(&lines),
+        "{refused} admin changes, {lines} lines:\n{log}"
+    );
+    assert!(counted >= 1 && counted <= refused, "{counted} of {refused}");
+    // Each release is still refused here, Redis or not.
+    for token in &tokens {
+        assert_eq!(protected(wg.addr, token).status, 401);
+    }
+}

@@ -206,7 +206,16 @@ impl ControlApi {
 
     fn unavailable(&self, error: StoreError) -> Reply {
         self.metrics.redis_error("control");
-        tracing::warn!(%error, "admin change failed: redis");
+        match &error {
+            // Automation retrying a change in a loop during an outage
+            // would otherwise write a line per try.
+            StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
+                "admin",
+                "the admin change was not made",
+                &error,
+            ),
+            StoreError::Failed(_) => tracing::error!(%error, "admin change failed: redis"),
+        }
         Reply::from(ApiError::RedisUnavailable)
     }
 }

@@ -229,7 +229,18 @@ impl QueueApi {
                     Err(e) => {
                         metrics.redis_error("revoke");
                         if attempt == RELEASE_ATTEMPTS {
-                            tracing::warn!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens");
+                            match &e {
+                                // A backend releasing users during an
+                                // outage would otherwise write a line each.
+                                StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
+                                    "release",
+                                    "only this instance refuses the released users' tokens",
+                                    &e,
+                                ),
+                                StoreError::Failed(_) => {
+                                    tracing::error!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens")
+                                }
+                            }
                             return;
                         }
                     }
