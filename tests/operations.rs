@@ -300,6 +300,78 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     assert!(access_lines(&wg.log()).is_empty(), "{}", wg.log());
 }
 
+/// The user a page load's queue cookie names (`credential.rank.user`), and
+/// the cookie as a browser sends it back.
+fn page_visitor(r: &Response) -> (String, String) {
+    let set = r
+        .headers
+        .iter()
+        .find(|(n, v)| n.eq_ignore_ascii_case("set-cookie") && v.starts_with("waitgate-queue-"))
+        .map(|(_, v)| v.split(';').next().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no queue cookie: {r:?}"));
+    let user = set
+        .split_once('=')
+        .unwrap()
+        .1
+        .splitn(3, '.')
+        .nth(2)
+        .unwrap();
+    (user.to_string(), set)
+}
+
+#[test]
+fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    for format in ["json", "text"] {
+        let ports = Ports::new();
+        let config = format!(
+            "{}cookies: {{secure: false}}\nlog:\n  format: {format}\n",
+            config(&redis.url(), &ports, upstream.port)
+        );
+        let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+        let page = "/waiting-room/baseball";
+        let html = ("Accept", "text/html");
+        // The first load mints the visitor; the second is a poll with its
+        // cookie.
+        let first = request(wg.addr, "GET", page, &[html], None).unwrap();
+        assert_eq!(first.status, 200, "{first:?}");
+        let (user, cookie) = page_visitor(&first);
+        let again = request(wg.addr, "GET", page, &[html, ("Cookie", &cookie)], None).unwrap();
+        assert_eq!(again.status, 200, "{again:?}");
+        // A load another site's image tag makes names no user.
+        let image = request(wg.addr, "GET", page, &[("Sec-Fetch-Dest", "image")], None).unwrap();
+        assert_eq!(image.status, 403);
+        std::thread::sleep(Duration::from_millis(300));
+        let log = wg.log();
+        if format == "json" {
+            let lines: Vec<_> = access_lines(&log)
+                .into_iter()
+                .filter(|l| l["route"] == "waiting_room")
+                .collect();
+            assert_eq!(lines.len(), 3, "{log}");
+            for line in &lines[..2] {
+                assert_eq!(line["path"], page);
+                assert_eq!(line["status"], 200);
+                assert_eq!(line["queue"], "baseball", "{line}");
+                assert_eq!(line["user"], user.as_str(), "{line}");
+            }
+            assert_eq!(lines[2]["queue"], "baseball", "{}", lines[2]);
+            assert!(lines[2].get("user").is_none(), "{}", lines[2]);
+        } else {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("waitgate::access") && l.contains("route=\"waiting_room\""))
+                .collect();
+            assert_eq!(lines.len(), 3, "{log}");
+            for line in &lines[..2] {
+                assert!(line.contains("queue=\"baseball\""), "{line}");
+                assert!(line.contains(&format!("user=\"{user}\"")), "{line}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_redis_outage_is_one_warning_a_second_not_one_per_request() {
     let mut redis = Redis::start();
