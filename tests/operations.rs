@@ -200,6 +200,60 @@ fn the_redis_build_and_process_metrics_are_exported() {
     }
 }
 
+/// User plus system CPU seconds of `pid`, from `/proc` (ticks of 1/100 s,
+/// `getconf CLK_TCK` on every common Linux build).
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    (fields[0] + fields[1]) as f64 / 100.0
+}
+
+#[test]
+fn process_cpu_seconds_keep_their_fraction() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let scrape = || {
+        let text = get(wg.admin, "/metrics").unwrap().text();
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    // A scrape between two readings of /proc within one whole second, the
+    // first not on a whole second: a value cut to whole seconds falls
+    // below the first reading.
+    for _ in 0..50 {
+        let before = cpu_seconds_of(wg.pid());
+        let reported = scrape();
+        let after = cpu_seconds_of(wg.pid());
+        if before.fract() > 0.0 && before.floor() == after.floor() {
+            assert!(
+                before - 0.001 <= reported && reported <= after + 0.001,
+                "{before} <= {reported} <= {after}"
+            );
+            return;
+        }
+        // Spend some CPU in waitgate and try again.
+        for _ in 0..20 {
+            get(wg.addr, "/api/v1/queue/rank?userId=nobody").unwrap();
+        }
+    }
+    panic!("no reading of /proc fell inside a second");
+}
+
 /// The JSON access lines of a log.
 fn access_lines(log: &str) -> Vec<serde_json::Value> {
     log.lines()
