@@ -1265,3 +1265,88 @@ fn releases_and_admin_changes_during_a_redis_outage_are_one_warning_a_second() {
         assert_eq!(protected(wg.addr, token).status, 401);
     }
 }
+
+#[test]
+fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let send = |method: &str, path: &str, content_type: Option<&str>, body: &str| {
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if let Some(content_type) = content_type {
+            headers.push(("Content-Type", content_type));
+        }
+        request(wg.admin, method, path, &headers, Some(body.as_bytes())).unwrap()
+    };
+    let admission = "/admin/v1/queues/baseball/admission";
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let r = send("PATCH", admission, content_type, r#"{"batchSize":3}"#);
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (415, "unsupported_media_type"),
+            "{content_type:?}: {r:?}"
+        );
+        let r = send(
+            "POST",
+            "/admin/v1/queues/baseball/pause",
+            content_type,
+            "{}",
+        );
+        assert_eq!(r.status, 415, "{content_type:?}: {r:?}");
+    }
+    let json = Some("application/json");
+    let r = send("PATCH", admission, json, r#"{"batchSize":3,"batchSize":4}"#);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (400, "invalid_request"),
+        "{r:?}"
+    );
+    assert!(
+        r.json()["message"].as_str().unwrap().contains("Duplicate field"),
+        "{r:?}"
+    );
+    let r = send(
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        json,
+        r#"{"openAt":"2099-01-01T00:00:00Z","openAt":"2099-01-02T00:00:00Z"}"#,
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    let r = send(
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        json,
+        r#"{"userId":"a","userId":"b"}"#,
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
+    assert!(
+        control.is_empty(),
+        "refused input changes nothing: {control:?}"
+    );
+    // Declared JSON (any parameters), each field once: taken.
+    let r = send(
+        "PATCH",
+        admission,
+        Some("application/json; charset=utf-8"),
+        r#"{"batchSize":4}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["rate"]["batchSize"], 4, "{r:?}");
+    // A revoke answers the revocation, not the queue's state.
+    let r = send(
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        json,
+        r#"{"userId":"u1"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["queue", "revokedAt", "userId", "wasActive"], "{v}");
+}
