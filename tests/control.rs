@@ -1306,7 +1306,10 @@ fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
         "{r:?}"
     );
     assert!(
-        r.json()["message"].as_str().unwrap().contains("Duplicate field"),
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("Duplicate field"),
         "{r:?}"
     );
     let r = send(
@@ -1349,4 +1352,30 @@ fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort();
     assert_eq!(keys, ["queue", "revokedAt", "userId", "wasActive"], "{v}");
+}
+
+#[test]
+fn a_head_of_a_queues_state_is_its_get_without_the_body() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    let auth = format!("Authorization: Bearer {ADMIN_TOKEN}");
+    for path in ["/admin/v1/queues/baseball", "/admin/v1/queues"] {
+        let get = admin(&wg, "GET", path, None);
+        assert_eq!(get.status, 200);
+        let mut c = Client::connect(wg.admin);
+        c.send(&format!(
+            "HEAD {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n"
+        ));
+        let head = c.head();
+        assert_eq!(head.status, 200, "{path}");
+        assert_eq!(head.header("content-type"), get.header("Content-Type"));
+        assert!(head.length() > 0, "the length a GET gets");
+        // No body: the next request on the connection is answered.
+        c.send(&format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n"
+        ));
+        assert_eq!(c.response().0.status, 200, "{path}");
+    }
+    let r = admin(&wg, "DELETE", "/admin/v1/queues/baseball", None);
+    assert_eq!((r.status, r.header("Allow")), (405, Some("GET, HEAD")));
 }

@@ -101,7 +101,7 @@ impl ControlApi {
         let method = request.method;
         match parts[..] {
             ["queues"] => {
-                allow(method, "GET")?;
+                allow_read(method)?;
                 let mut all = Vec::new();
                 for queue in self.queues.load().iter() {
                     all.push(status::read(&self.store, queue).await);
@@ -109,7 +109,7 @@ impl ControlApi {
                 Ok(Reply::json(200, &Listing { queues: all }))
             }
             ["queues", name] => {
-                allow(method, "GET")?;
+                allow_read(method)?;
                 let queue = self.queue(name)?;
                 Ok(Reply::json(200, &status::read(&self.store, &queue).await))
             }
@@ -268,6 +268,18 @@ fn allow(method: &str, allowed: &'static str) -> Result<(), Reply> {
     Err(Reply::from(ApiError::MethodNotAllowed {
         path: "This admin endpoint",
         allow: allowed,
+    }))
+}
+
+/// A read: `GET`, or `HEAD`, answered as `GET` (the listener sends no body
+/// for it), as the rest of the admin listener is.
+fn allow_read(method: &str) -> Result<(), Reply> {
+    if matches!(method, "GET" | "HEAD") {
+        return Ok(());
+    }
+    Err(Reply::from(ApiError::MethodNotAllowed {
+        path: "This admin endpoint",
+        allow: "GET, HEAD",
     }))
 }
 
