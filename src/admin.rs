@@ -108,9 +108,16 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
         }
     };
     let header = session.req_header();
+    let content_type: Vec<&[u8]> = header
+        .headers
+        .get_all(http::header::CONTENT_TYPE)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
     let request = control::Request {
         method: header.method.as_str(),
         path: header.uri.path(),
+        content_type: &content_type,
         body: &body,
     };
     control.serve(request).await

@@ -12,7 +12,8 @@
 //!   target `waitgate::access`, written by the request record
 //!   (`proxy::rules::record`) for both HTTP paths.
 //! - [`warn_limited`] writes a repeated warning (a Redis outage fails every
-//!   request) at most once a second per cause, with the count it stood for.
+//!   request, every early release and every admin change) at most once a
+//!   second per cause, with the count it stood for.
 //!
 //! Pingora logs through the `log` crate; the subscriber's `log` bridge turns
 //! those records into events too, so one filter governs both.
@@ -118,6 +119,14 @@ const LIMIT_INTERVAL: Duration = Duration::from_secs(1);
 pub fn warn_limited(cause: &'static str, error: &dyn std::fmt::Display) {
     if let Some(count) = due(cause, Instant::now()) {
         tracing::warn!(cause, count, %error, "redis call failed");
+    }
+}
+
+/// [`warn_limited`] for a failure that leaves something undone, which
+/// `note` says (the line stands for many users, so it names none).
+pub fn warn_limited_noting(cause: &'static str, note: &'static str, error: &dyn std::fmt::Display) {
+    if let Some(count) = due(cause, Instant::now()) {
+        tracing::warn!(cause, count, note, %error, "redis call failed");
     }
 }
 

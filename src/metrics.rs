@@ -9,6 +9,9 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+#[cfg(target_os = "linux")]
+mod process;
+
 use crate::config::Config;
 use crate::edge::jwt::Reject;
 
@@ -172,10 +175,9 @@ impl Metrics {
         // start time: `process_*`, as every Prometheus exporter names them.
         // Registering it twice (tests build several servers in one process)
         // is refused harmlessly by the private registry.
+        // CPU seconds are ours, with their fraction (see `process`).
         #[cfg(target_os = "linux")]
-        let _ = registry.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ));
+        let _ = registry.register(Box::new(process::ProcessMetrics::for_self()));
 
         let m = Metrics {
             admitted: counter(

@@ -4,9 +4,12 @@
 //! What changes at once: the routes and upstreams (both HTTP paths; the
 //! direct lane keeps the pools of upstreams that did not change), the
 //! queues and their parameters (the background loops restart with them),
-//! and the log filter and access-log switch. What needs a restart is named
+//! the cookie and origin settings (`cookies`, `cors`, `public-origin`:
+//! the queue API's and the same-site rule of the routes), and the log
+//! filter and access-log switch. What needs a restart is named
 //! in the log: the listeners, threads, the Redis connection, the JWT policy,
-//! the client limits, `direct-lane`, `trusted-proxies` and `log.format`.
+//! identity binding, the client limits, `direct-lane`, `trusted-proxies`
+//! and `log.format`.
 //!
 //! A file that does not validate, or whose upstreams do not resolve, is
 //! refused with one log line, and the running config stays. Requests under
@@ -23,7 +26,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{BrowserConfig, Config};
 use crate::metrics::Metrics;
 use crate::proxy::lane::DirectLane;
 use crate::proxy::routes::RouteTable;
@@ -52,6 +55,9 @@ pub struct Reloader {
     pub routes: Arc<ArcSwap<RouteTable>>,
     pub lane: Option<Arc<DirectLane>>,
     pub queues: Arc<ArcSwap<Queues>>,
+    /// The queue API's cookie and origin settings (the routes' same-site
+    /// rule reads the route table's copy).
+    pub browsers: Arc<ArcSwap<BrowserConfig>>,
     /// Bumped after the queues are replaced: the background loops restart.
     pub reloaded: watch::Sender<u64>,
     pub metrics: Arc<Metrics>,
@@ -125,6 +131,7 @@ impl Reloader {
             lane.update(routes);
         }
         self.queues.store(Arc::new(Queues::new(&config)));
+        self.browsers.store(Arc::new(config.browsers.clone()));
         let gone = current
             .queues
             .keys()
@@ -150,8 +157,9 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
     let differs =
         |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
     let mut keys = Vec::new();
-    let checks: [(&'static str, bool); 10] = [
+    let checks: [(&'static str, bool); 12] = [
         ("listen", old.listen != new.listen),
+        ("listen-tls", old.listen_tls != new.listen_tls),
         ("admin-listen", old.admin_listen != new.admin_listen),
         ("threads", old.threads != new.threads),
         ("grace-period-s", old.grace_period != new.grace_period),
@@ -166,6 +174,8 @@ fn needs_restart(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("redis", differs(&old.redis, &new.redis)),
         ("jwt", differs(&old.jwt, &new.jwt)),
+        // The login keys (a JWKS file, a secret's variable) are read once.
+        ("identity", differs(&old.identity, &new.identity)),
         ("log.format", old.log.format != new.log.format),
     ];
     for (key, changed) in checks {
@@ -186,7 +196,12 @@ mod tests {
     #[test]
     fn only_start_time_keys_are_reported() {
         let old = Config::from_yaml(BASE).unwrap();
-        let same = Config::from_yaml(&format!("{BASE}log: {{filter: debug}}\n")).unwrap();
+        let same = Config::from_yaml(&format!(
+            "{BASE}log: {{filter: debug}}\ncookies: {{secure: false}}\n\
+             cors: {{allowed-origins: ['https://shop.example']}}\n\
+             public-origin: https://tickets.example\n"
+        ))
+        .unwrap();
         assert!(needs_restart(&old, &same).is_empty());
         let moved = Config::from_yaml(&format!(
             "listen: 127.0.0.1:8081\nthreads: 3\n{BASE}jwt: {{issuer: other}}\n"

@@ -43,7 +43,9 @@ pub struct Reply {
 #[derive(Debug, Clone)]
 pub struct Subject {
     pub queue: String,
-    pub user: String,
+    /// Unknown when the request was refused before it named one (a page
+    /// load from another site's image tag, say).
+    pub user: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -120,7 +122,16 @@ impl Reply {
     pub fn about(mut self, queue: &str, user: &str) -> Reply {
         self.subject = Some(Box::new(Subject {
             queue: queue.to_string(),
-            user: user.to_string(),
+            user: Some(user.to_string()),
+        }));
+        self
+    }
+
+    /// Records the queue the reply was for, when no user is known.
+    pub fn about_queue(mut self, queue: &str) -> Reply {
+        self.subject = Some(Box::new(Subject {
+            queue: queue.to_string(),
+            user: None,
         }));
         self
     }

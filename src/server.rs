@@ -106,6 +106,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         metrics.clone(),
         logins,
     ));
+    let browsers = api.browser_settings();
     let control_api = ControlApi::new(
         AdminToken::from_env()?,
         control.clone(),
@@ -199,6 +200,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             routes,
             lane: direct,
             queues,
+            browsers,
             reloaded,
             metrics: metrics.clone(),
         },

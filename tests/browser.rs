@@ -261,6 +261,27 @@ fn arrival_of(credential: &str) -> u64 {
 }
 
 #[test]
+fn an_accept_that_refuses_html_is_an_api_client() {
+    let room = Room::start("cookies: {secure: false}\n");
+    for accept in [
+        "text/html;q=0",
+        "application/json, text/html; q=0.0",
+        "TEXT/HTML;Q=0.000",
+    ] {
+        let r = room.get("/tickets/seat", &[("Accept", accept)]);
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (401, "invalid_token"),
+            "{accept}: {r:?}"
+        );
+        assert!(r.header("Location").is_none());
+    }
+    // Any weight above zero is still a browser.
+    let r = room.get("/tickets/seat", &[("Accept", "text/html;q=0.001")]);
+    assert_eq!(r.status, 303);
+}
+
+#[test]
 fn the_page_joins_once_and_a_reload_or_a_second_tab_keeps_the_place() {
     let room = Room::start("cookies: {secure: false}\n");
     room.join("early_1");

@@ -1194,3 +1194,188 @@ fn owns_socket(pid: u32, addr: &str) -> bool {
             inodes.iter().any(|i| target == format!("socket:[{i}]"))
         })
 }
+
+/// The `redis call failed` lines of `cause` in a log, and the failures they
+/// stand for.
+fn limited_lines(log: &str, cause: &str) -> (usize, u64) {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("redis call failed") && l.contains(&format!("cause=\"{cause}\"")))
+        .collect();
+    let counted = lines
+        .iter()
+        .filter_map(|l| l.split("count=").nth(1))
+        .filter_map(|c| c.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    (lines.len(), counted)
+}
+
+#[test]
+fn releases_and_admin_changes_during_a_redis_outage_are_one_warning_a_second() {
+    let mut redis = Redis::start_free();
+    let port = releasing_upstream();
+    let wg = start(&redis, "baseball: {}", port);
+    let tokens: Vec<String> = (0..15)
+        .map(|i| admitted_token(&wg, &redis, &format!("leaver_{i}")))
+        .collect();
+    redis.kill();
+    // Every release is retried for about 3 s, then given up on: all of
+    // them within a moment of each other.
+    for token in &tokens {
+        let done = request(
+            wg.addr,
+            "POST",
+            "/api/v1/follow-up/done",
+            &[("Authorization", &format!("Bearer {token}"))],
+            Some(b"{}"),
+        )
+        .unwrap();
+        assert_eq!(done.status, 200);
+    }
+    let mut refused = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        let r = admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None);
+        assert_eq!(r.status, 503, "{r:?}");
+        refused += 1;
+    }
+    std::thread::sleep(Duration::from_millis(4000));
+    let log = wg.log();
+    assert!(!log.contains("release failed"), "{log}");
+    assert!(!log.contains("admin change failed"), "{log}");
+    let (lines, counted) = limited_lines(&log, "release");
+    assert!(
+        (1..=3).contains(&lines),
+        "15 releases, {lines} lines:\n{log}"
+    );
+    assert!((1..=15).contains(&counted), "{counted}");
+    assert!(
+        log.contains("only this instance refuses the released users' tokens"),
+        "{log}"
+    );
+    let (lines, counted) = limited_lines(&log, "admin");
+    assert!(refused >= 10, "{refused}");
+    assert!(
+        (1..=3).contains(&lines),
+        "{refused} admin changes, {lines} lines:\n{log}"
+    );
+    assert!(counted >= 1 && counted <= refused, "{counted} of {refused}");
+    // Each release is still refused here, Redis or not.
+    for token in &tokens {
+        assert_eq!(protected(wg.addr, token).status, 401);
+    }
+}
+
+#[test]
+fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let send = |method: &str, path: &str, content_type: Option<&str>, body: &str| {
+        let mut headers = vec![("Authorization", auth.as_str())];
+        if let Some(content_type) = content_type {
+            headers.push(("Content-Type", content_type));
+        }
+        request(wg.admin, method, path, &headers, Some(body.as_bytes())).unwrap()
+    };
+    let admission = "/admin/v1/queues/baseball/admission";
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let r = send("PATCH", admission, content_type, r#"{"batchSize":3}"#);
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (415, "unsupported_media_type"),
+            "{content_type:?}: {r:?}"
+        );
+        let r = send(
+            "POST",
+            "/admin/v1/queues/baseball/pause",
+            content_type,
+            "{}",
+        );
+        assert_eq!(r.status, 415, "{content_type:?}: {r:?}");
+    }
+    let json = Some("application/json");
+    let r = send("PATCH", admission, json, r#"{"batchSize":3,"batchSize":4}"#);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (400, "invalid_request"),
+        "{r:?}"
+    );
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("Duplicate field"),
+        "{r:?}"
+    );
+    let r = send(
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        json,
+        r#"{"openAt":"2099-01-01T00:00:00Z","openAt":"2099-01-02T00:00:00Z"}"#,
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    let r = send(
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        json,
+        r#"{"userId":"a","userId":"b"}"#,
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
+    assert!(
+        control.is_empty(),
+        "refused input changes nothing: {control:?}"
+    );
+    // Declared JSON (any parameters), each field once: taken.
+    let r = send(
+        "PATCH",
+        admission,
+        Some("application/json; charset=utf-8"),
+        r#"{"batchSize":4}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["rate"]["batchSize"], 4, "{r:?}");
+    // A revoke answers the revocation, not the queue's state.
+    let r = send(
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        json,
+        r#"{"userId":"u1"}"#,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["queue", "revokedAt", "userId", "wasActive"], "{v}");
+}
+
+#[test]
+fn a_head_of_a_queues_state_is_its_get_without_the_body() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    let auth = format!("Authorization: Bearer {ADMIN_TOKEN}");
+    for path in ["/admin/v1/queues/baseball", "/admin/v1/queues"] {
+        let get = admin(&wg, "GET", path, None);
+        assert_eq!(get.status, 200);
+        let mut c = Client::connect(wg.admin);
+        c.send(&format!(
+            "HEAD {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n"
+        ));
+        let head = c.head();
+        assert_eq!(head.status, 200, "{path}");
+        assert_eq!(head.header("content-type"), get.header("Content-Type"));
+        assert!(head.length() > 0, "the length a GET gets");
+        // No body: the next request on the connection is answered.
+        c.send(&format!(
+            "GET /healthz HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n"
+        ));
+        assert_eq!(c.response().0.status, 200, "{path}");
+    }
+    let r = admin(&wg, "DELETE", "/admin/v1/queues/baseball", None);
+    assert_eq!((r.status, r.header("Allow")), (405, Some("GET, HEAD")));
+}

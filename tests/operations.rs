@@ -200,6 +200,60 @@ fn the_redis_build_and_process_metrics_are_exported() {
     }
 }
 
+/// User plus system CPU seconds of `pid`, from `/proc` (ticks of 1/100 s,
+/// `getconf CLK_TCK` on every common Linux build).
+fn cpu_seconds_of(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    (fields[0] + fields[1]) as f64 / 100.0
+}
+
+#[test]
+fn process_cpu_seconds_keep_their_fraction() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let scrape = || {
+        let text = get(wg.admin, "/metrics").unwrap().text();
+        assert!(
+            text.contains("# TYPE process_cpu_seconds_total counter"),
+            "{text}"
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    // A scrape between two readings of /proc within one whole second, the
+    // first not on a whole second: a value cut to whole seconds falls
+    // below the first reading.
+    for _ in 0..50 {
+        let before = cpu_seconds_of(wg.pid());
+        let reported = scrape();
+        let after = cpu_seconds_of(wg.pid());
+        if before.fract() > 0.0 && before.floor() == after.floor() {
+            assert!(
+                before - 0.001 <= reported && reported <= after + 0.001,
+                "{before} <= {reported} <= {after}"
+            );
+            return;
+        }
+        // Spend some CPU in waitgate and try again.
+        for _ in 0..20 {
+            get(wg.addr, "/api/v1/queue/rank?userId=nobody").unwrap();
+        }
+    }
+    panic!("no reading of /proc fell inside a second");
+}
+
 /// The JSON access lines of a log.
 fn access_lines(log: &str) -> Vec<serde_json::Value> {
     log.lines()
@@ -298,6 +352,78 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     );
     std::thread::sleep(Duration::from_millis(300));
     assert!(access_lines(&wg.log()).is_empty(), "{}", wg.log());
+}
+
+/// The user a page load's queue cookie names (`credential.rank.user`), and
+/// the cookie as a browser sends it back.
+fn page_visitor(r: &Response) -> (String, String) {
+    let set = r
+        .headers
+        .iter()
+        .find(|(n, v)| n.eq_ignore_ascii_case("set-cookie") && v.starts_with("waitgate-queue-"))
+        .map(|(_, v)| v.split(';').next().unwrap().to_string())
+        .unwrap_or_else(|| panic!("no queue cookie: {r:?}"));
+    let user = set
+        .split_once('=')
+        .unwrap()
+        .1
+        .splitn(3, '.')
+        .nth(2)
+        .unwrap();
+    (user.to_string(), set)
+}
+
+#[test]
+fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    for format in ["json", "text"] {
+        let ports = Ports::new();
+        let config = format!(
+            "{}cookies: {{secure: false}}\nlog:\n  format: {format}\n",
+            config(&redis.url(), &ports, upstream.port)
+        );
+        let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+        let page = "/waiting-room/baseball";
+        let html = ("Accept", "text/html");
+        // The first load mints the visitor; the second is a poll with its
+        // cookie.
+        let first = request(wg.addr, "GET", page, &[html], None).unwrap();
+        assert_eq!(first.status, 200, "{first:?}");
+        let (user, cookie) = page_visitor(&first);
+        let again = request(wg.addr, "GET", page, &[html, ("Cookie", &cookie)], None).unwrap();
+        assert_eq!(again.status, 200, "{again:?}");
+        // A load another site's image tag makes names no user.
+        let image = request(wg.addr, "GET", page, &[("Sec-Fetch-Dest", "image")], None).unwrap();
+        assert_eq!(image.status, 403);
+        std::thread::sleep(Duration::from_millis(300));
+        let log = wg.log();
+        if format == "json" {
+            let lines: Vec<_> = access_lines(&log)
+                .into_iter()
+                .filter(|l| l["route"] == "waiting_room")
+                .collect();
+            assert_eq!(lines.len(), 3, "{log}");
+            for line in &lines[..2] {
+                assert_eq!(line["path"], page);
+                assert_eq!(line["status"], 200);
+                assert_eq!(line["queue"], "baseball", "{line}");
+                assert_eq!(line["user"], user.as_str(), "{line}");
+            }
+            assert_eq!(lines[2]["queue"], "baseball", "{}", lines[2]);
+            assert!(lines[2].get("user").is_none(), "{}", lines[2]);
+        } else {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("waitgate::access") && l.contains("route=\"waiting_room\""))
+                .collect();
+            assert_eq!(lines.len(), 3, "{log}");
+            for line in &lines[..2] {
+                assert!(line.contains("queue=\"baseball\""), "{line}");
+                assert!(line.contains(&format!("user=\"{user}\"")), "{line}");
+            }
+        }
+    }
 }
 
 #[test]

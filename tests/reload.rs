@@ -214,3 +214,117 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
         "{metrics}"
     );
 }
+
+/// The `Set-Cookie` of a response that sets `name`, whole.
+fn set_cookie<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    r.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.as_str())
+        .find(|c| c.starts_with(&format!("{name}=")))
+}
+
+#[test]
+fn a_reload_applies_cookies_cors_and_the_public_origin() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    let ports = Ports::new();
+    let queues = "baseball: {admission: {max-active: 1}}";
+    let before = "cookies: {secure: true}\ncors: {allowed-origins: ['https://shop.example']}\n";
+    let wg = Waitgate::start(
+        &config_text(&redis, &ports, upstream.port, queues, before),
+        &ports,
+    );
+    let token = admitted_token(&wg, &redis, "fan_1");
+    let token_cookie = format!("waitgate-token-baseball={token}");
+
+    let page_cookie = || {
+        let r = request(
+            wg.addr,
+            "GET",
+            "/waiting-room/baseball",
+            &[("Accept", "text/html")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        set_cookie(&r, "waitgate-queue-baseball")
+            .unwrap()
+            .to_string()
+    };
+    let preflight = |origin: &str| {
+        request(
+            wg.addr,
+            "OPTIONS",
+            "/api/v1/queue/register",
+            &[
+                ("Origin", origin),
+                ("Access-Control-Request-Method", "POST"),
+            ],
+            None,
+        )
+        .unwrap()
+        .status
+    };
+    // A register with no userId is the page's own call: the same-site rule.
+    let register_from = |origin: &str| {
+        request(
+            wg.addr,
+            "POST",
+            "/api/v1/queue/register",
+            &[("Origin", origin), ("Content-Type", "application/json")],
+            Some(br#"{"queue":"baseball"}"#),
+        )
+        .unwrap()
+        .status
+    };
+    // A change on a protected route that the token cookie authenticates.
+    let protected_post_from = |origin: &str| {
+        request(
+            wg.addr,
+            "POST",
+            "/api/v1/follow-up/seat",
+            &[("Origin", origin), ("Cookie", &token_cookie)],
+            Some(b"{}"),
+        )
+        .unwrap()
+        .status
+    };
+
+    assert!(page_cookie().contains("Secure"));
+    assert_eq!(preflight("https://shop.example"), 204);
+    assert_eq!(preflight("https://shop2.example"), 403);
+    assert_eq!(register_from("https://shop.example"), 200);
+    assert_eq!(register_from("https://tickets.example"), 403);
+    assert_eq!(protected_post_from("https://shop.example"), 200);
+
+    // The operator drops shop.example, adds shop2.example, names the
+    // site's public origin and turns Secure off.
+    let after = "cookies: {secure: false}\ncors: {allowed-origins: ['https://shop2.example']}\n\
+                 public-origin: https://tickets.example\n";
+    std::fs::write(
+        wg.config_path(),
+        config_text(&redis, &ports, upstream.port, queues, after),
+    )
+    .unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "config reloaded", 1);
+    assert!(
+        !wg.log().contains("takes effect after a restart"),
+        "{}",
+        wg.log()
+    );
+
+    assert!(!page_cookie().contains("Secure"));
+    assert_eq!(preflight("https://shop.example"), 403, "a removed origin");
+    assert_eq!(preflight("https://shop2.example"), 204);
+    assert_eq!(
+        register_from("https://shop.example"),
+        403,
+        "a removed origin"
+    );
+    assert_eq!(register_from("https://shop2.example"), 200);
+    assert_eq!(register_from("https://tickets.example"), 200);
+    assert_eq!(protected_post_from("https://shop.example"), 403);
+    assert_eq!(protected_post_from("https://tickets.example"), 200);
+}

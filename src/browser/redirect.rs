@@ -27,12 +27,33 @@ const RETURN_KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 /// Whether a request for `target` asks for a page, from its `Accept`
-/// headers: a browser navigating says `text/html`; an API client does not.
+/// headers: a browser navigating says `text/html`; an API client does not,
+/// and `text/html;q=0` says it is not acceptable (RFC 9110 §12.4.2).
 pub fn wants_html<'a>(accept: impl Iterator<Item = &'a [u8]>) -> bool {
     accept.flat_map(|v| v.split(|&b| b == b',')).any(|item| {
-        let media = item.split(|&b| b == b';').next().unwrap_or(item);
-        media.trim_ascii().eq_ignore_ascii_case(b"text/html")
+        let mut parts = item.split(|&b| b == b';');
+        let media = parts.next().unwrap_or(item);
+        media.trim_ascii().eq_ignore_ascii_case(b"text/html") && !parts.any(is_q_zero)
     })
+}
+
+/// Whether a media range's parameter is a weight of zero (`q=0`, `q=0.000`).
+fn is_q_zero(parameter: &[u8]) -> bool {
+    let Some((name, value)) = parameter
+        .iter()
+        .position(|&b| b == b'=')
+        .map(|at| (&parameter[..at], &parameter[at + 1..]))
+    else {
+        return false;
+    };
+    let value = value.trim_ascii();
+    name.trim_ascii().eq_ignore_ascii_case(b"q")
+        && value.first() == Some(&b'0')
+        && value[1..]
+            .strip_prefix(b".")
+            .unwrap_or(&value[1..])
+            .iter()
+            .all(|&b| b == b'0')
 }
 
 /// The waiting room's URL for `queue`, coming back to `target` (the
@@ -79,6 +100,23 @@ mod tests {
         assert!(!accept(b"application/json"));
         assert!(!accept(b"*/*"));
         assert!(!wants_html(std::iter::empty()));
+        // A weight of zero: not acceptable.
+        for refused in [
+            &b"text/html;q=0"[..],
+            b"text/html; Q=0.0",
+            b"text/html;q=0.000, application/json",
+            b"application/json, text/html ; q = 0",
+        ] {
+            assert!(!accept(refused), "{}", String::from_utf8_lossy(refused));
+        }
+        for taken in [
+            &b"text/html;q=0.001"[..],
+            b"text/html;q=0.1",
+            b"text/html;level=1;q=1",
+            b"text/html;q=0, text/html;level=1",
+        ] {
+            assert!(accept(taken), "{}", String::from_utf8_lossy(taken));
+        }
     }
 
     #[test]

@@ -19,12 +19,13 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{MAX_BATCH, MAX_DURATION_MS, MIN_INTERVAL_MS};
 use crate::edge::jwt::Tokens;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_ADMIN};
+use crate::queue::input;
 use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
 use crate::store::{Change, Refused, Setting, Store, StoreError};
@@ -51,6 +52,8 @@ pub struct ControlApi {
 pub struct Request<'a> {
     pub method: &'a str,
     pub path: &'a str,
+    /// The `Content-Type` values sent: a body must be declared JSON.
+    pub content_type: &'a [&'a [u8]],
     pub body: &'a [u8],
 }
 
@@ -92,12 +95,13 @@ impl ControlApi {
     }
 
     async fn route(&self, request: &Request<'_>) -> Result<Reply, Reply> {
+        media_type(request)?;
         let rest = request.path.strip_prefix(PREFIX).unwrap_or("");
         let parts: Vec<&str> = rest.split('/').collect();
         let method = request.method;
         match parts[..] {
             ["queues"] => {
-                allow(method, "GET")?;
+                allow_read(method)?;
                 let mut all = Vec::new();
                 for queue in self.queues.load().iter() {
                     all.push(status::read(&self.store, queue).await);
@@ -105,7 +109,7 @@ impl ControlApi {
                 Ok(Reply::json(200, &Listing { queues: all }))
             }
             ["queues", name] => {
-                allow(method, "GET")?;
+                allow_read(method)?;
                 let queue = self.queue(name)?;
                 Ok(Reply::json(200, &status::read(&self.store, &queue).await))
             }
@@ -206,7 +210,16 @@ impl ControlApi {
 
     fn unavailable(&self, error: StoreError) -> Reply {
         self.metrics.redis_error("control");
-        tracing::warn!(%error, "admin change failed: redis");
+        match &error {
+            // Automation retrying a change in a loop during an outage
+            // would otherwise write a line per try.
+            StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
+                "admin",
+                "the admin change was not made",
+                &error,
+            ),
+            StoreError::Failed(_) => tracing::error!(%error, "admin change failed: redis"),
+        }
         Reply::from(ApiError::RedisUnavailable)
     }
 }
@@ -258,65 +271,119 @@ fn allow(method: &str, allowed: &'static str) -> Result<(), Reply> {
     }))
 }
 
+/// A read: `GET`, or `HEAD`, answered as `GET` (the listener sends no body
+/// for it), as the rest of the admin listener is.
+fn allow_read(method: &str) -> Result<(), Reply> {
+    if matches!(method, "GET" | "HEAD") {
+        return Ok(());
+    }
+    Err(Reply::from(ApiError::MethodNotAllowed {
+        path: "This admin endpoint",
+        allow: "GET, HEAD",
+    }))
+}
+
 fn invalid(message: impl Into<Cow<'static, str>>) -> Reply {
     Reply::from(ApiError::InvalidRequest(message.into()))
 }
 
+/// A body is JSON and says so, as on the queue API: 415 for a body sent
+/// under another type, or none (curl's `-d` alone sends a form type).
+fn media_type(request: &Request<'_>) -> Result<(), Reply> {
+    if request.body.is_empty() {
+        return Ok(());
+    }
+    match request.content_type {
+        [one] if input::is_json_value(one) => Ok(()),
+        _ => Err(Reply::from(ApiError::UnsupportedMediaType)),
+    }
+}
+
 /// No body, or an empty JSON object (what many HTTP clients send).
 fn no_body(body: &[u8]) -> Result<(), Reply> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct NoFields {}
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
-    if object(body, &[])?.is_empty() {
-        return Ok(());
+    match input::parse_json::<NoFields>(body) {
+        Ok(NoFields {}) => Ok(()),
+        Err(ApiError::InvalidRequest(_)) => Err(invalid("This endpoint takes no fields.")),
+        Err(error) => Err(Reply::from(error)),
     }
-    Err(invalid("This endpoint takes no fields."))
 }
 
-/// The body as a JSON object whose keys are all among `known`.
-fn object(
-    body: &[u8],
-    known: &[&str],
-) -> Result<serde_json::Map<String, serde_json::Value>, Reply> {
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| Reply::from(ApiError::InvalidJson(format!("The body is not JSON: {e}."))))?;
-    let serde_json::Value::Object(map) = value else {
-        return Err(invalid("The body must be a JSON object."));
-    };
-    if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(invalid(format!(
-            "Unknown field {unknown:?}; expected {}.",
-            known.join(", ")
-        )));
-    }
-    Ok(map)
+/// A field that may be left out, given, or `null`: `None` when left out,
+/// else the value as sent, `null` included (serde reads a `null` into an
+/// `Option` as `None`, which would mean "left out").
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(deserializer).map(Some)
+}
+
+/// PATCH `.../admission`. Parsed by the queue API's reader, so that unknown
+/// and repeated fields are refused alike.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AdmissionBody {
+    #[serde(default, deserialize_with = "present")]
+    batch_size: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    interval_ms: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    max_active: Option<serde_json::Value>,
+}
+
+/// PUT `.../event`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EventBody {
+    #[serde(default, deserialize_with = "present")]
+    prequeue_from: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    open_at: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "present")]
+    shuffle: Option<serde_json::Value>,
+}
+
+/// POST `.../revoke`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RevokeBody {
+    #[serde(default, deserialize_with = "present")]
+    user_id: Option<serde_json::Value>,
 }
 
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
 /// the configured value; a field left out stays as it is.
 fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, Reply> {
-    let map = object(body, &["batchSize", "intervalMs", "maxActive"])?;
-    if map.is_empty() {
+    let fields: AdmissionBody = input::parse_json(body)?;
+    let setting = |key: &str, value: &Option<serde_json::Value>, min: u64, max: u64| match value {
+        None => Ok(None),
+        Some(serde_json::Value::Null) => Ok(Some(Setting::Configured)),
+        Some(v) => match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(Some(Setting::Value(n))),
+            _ => Err(invalid(format!(
+                "{key} must be an integer from {min} to {max}, or null for the configured value."
+            ))),
+        },
+    };
+    if fields.batch_size.is_none() && fields.interval_ms.is_none() && fields.max_active.is_none() {
         return Err(invalid(
             "Give at least one of batchSize, intervalMs, maxActive.",
         ));
     }
-    let setting = |key: &str, min: u64, max: u64| -> Result<Option<Setting>, Reply> {
-        match map.get(key) {
-            None => Ok(None),
-            Some(serde_json::Value::Null) => Ok(Some(Setting::Configured)),
-            Some(v) => match v.as_u64() {
-                Some(n) if (min..=max).contains(&n) => Ok(Some(Setting::Value(n))),
-                _ => Err(invalid(format!(
-                    "{key} must be an integer from {min} to {max}, or null for the configured value."
-                ))),
-            },
-        }
-    };
     Ok(Change::Admission {
-        batch_size: setting("batchSize", 1, MAX_BATCH)?,
-        interval_ms: setting("intervalMs", MIN_INTERVAL_MS, MAX_DURATION_MS)?,
-        max_active: setting("maxActive", 0, 1_000_000_000)?,
+        batch_size: setting("batchSize", &fields.batch_size, 1, MAX_BATCH)?,
+        interval_ms: setting(
+            "intervalMs",
+            &fields.interval_ms,
+            MIN_INTERVAL_MS,
+            MAX_DURATION_MS,
+        )?,
+        max_active: setting("maxActive", &fields.max_active, 0, 1_000_000_000)?,
         configured_interval_ms,
     })
 }
@@ -325,9 +392,9 @@ fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, 
 /// pre-queue opens now when `prequeueFrom` is left out; `shuffle` defaults
 /// to true.
 fn event_change(body: &[u8]) -> Result<Change, Reply> {
-    let map = object(body, &["prequeueFrom", "openAt", "shuffle"])?;
-    let time = |key: &str| -> Result<Option<u64>, Reply> {
-        match map.get(key) {
+    let fields: EventBody = input::parse_json(body)?;
+    let time = |key: &str, value: &Option<serde_json::Value>| -> Result<Option<u64>, Reply> {
+        match value {
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(text)) => crate::time::parse_rfc3339(text)
                 .map(Some)
@@ -335,12 +402,13 @@ fn event_change(body: &[u8]) -> Result<Change, Reply> {
             Some(_) => Err(invalid(format!("{key} must be an RFC 3339 time."))),
         }
     };
-    let open_at_ms = time("openAt")?.ok_or_else(|| invalid("openAt is required."))?;
-    let prequeue_from_ms = time("prequeueFrom")?;
+    let open_at_ms =
+        time("openAt", &fields.open_at)?.ok_or_else(|| invalid("openAt is required."))?;
+    let prequeue_from_ms = time("prequeueFrom", &fields.prequeue_from)?;
     if prequeue_from_ms.is_some_and(|from| from > open_at_ms) {
         return Err(Reply::from(refusal(Refused::PrequeueAfterOpen)));
     }
-    let shuffle = match map.get("shuffle") {
+    let shuffle = match &fields.shuffle {
         None => true,
         Some(serde_json::Value::Bool(b)) => *b,
         Some(_) => return Err(invalid("shuffle must be true or false.")),
@@ -353,10 +421,10 @@ fn event_change(body: &[u8]) -> Result<Change, Reply> {
 }
 
 fn revoke_body(body: &[u8]) -> Result<UserId, Reply> {
-    let map = object(body, &["userId"])?;
-    match map.get("userId") {
+    let fields: RevokeBody = input::parse_json(body)?;
+    match fields.user_id {
         Some(serde_json::Value::String(user)) => {
-            Ok(UserId::parse(user.clone()).ok_or(ApiError::InvalidUserId)?)
+            Ok(UserId::parse(user).ok_or(ApiError::InvalidUserId)?)
         }
         _ => Err(invalid("userId is required.")),
     }
@@ -401,6 +469,8 @@ mod tests {
             br#"{"rate":5}"#,
             br#"[1]"#,
             br#"{"#,
+            br#"{"batchSize":3,"batchSize":4}"#,
+            br#"{"batchSize":null,"batchSize":4}"#,
         ] {
             assert!(admission_change(bad, 3000).is_err(), "{bad:?}");
         }
@@ -423,15 +493,47 @@ mod tests {
             br#"{"openAt":"2026-12-01T10:00:00Z","shuffle":"yes"}"#,
             br#"{"openAt":"2026-12-01T10:00:00Z","prequeueFrom":"2026-12-01T11:00:00Z"}"#,
             br#"{"openAt":"2026-12-01T10:00:00Z","extra":1}"#,
+            br#"{"openAt":"2026-12-01T10:00:00Z","openAt":"2026-12-02T10:00:00Z"}"#,
+            br#"{"openAt":"2026-12-01T10:00:00Z","shuffle":null}"#,
         ] {
             assert!(event_change(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
+    fn a_body_must_be_declared_json() {
+        let checked = |content_type: &[&[u8]], body: &[u8]| {
+            media_type(&Request {
+                method: "POST",
+                path: "/admin/v1/queues/q/pause",
+                content_type,
+                body,
+            })
+            .map_err(|refused| refused.status)
+        };
+        assert_eq!(checked(&[], b""), Ok(()));
+        assert_eq!(
+            checked(&[b"application/json; charset=utf-8"], b"{}"),
+            Ok(())
+        );
+        let (json, text): (&[u8], &[u8]) = (b"application/json", b"text/plain");
+        for types in [&[][..], &[text], &[json, json]] {
+            assert_eq!(checked(types, b"{}"), Err(415));
+        }
+        assert!(no_body(b" {} ").is_ok());
+        assert_eq!(no_body(br#"{"a":1}"#).unwrap_err().status, 400);
+        assert_eq!(no_body(b"{").unwrap_err().status, 400);
+    }
+
+    #[test]
     fn revoke_bodies_name_a_valid_user() {
         assert_eq!(revoke_body(br#"{"userId":"u1"}"#).unwrap().as_str(), "u1");
-        for bad in [&br#"{}"#[..], br#"{"userId":"a b"}"#, br#"{"userId":1}"#] {
+        for bad in [
+            &br#"{}"#[..],
+            br#"{"userId":"a b"}"#,
+            br#"{"userId":1}"#,
+            br#"{"userId":"u1","userId":"u2"}"#,
+        ] {
             assert!(revoke_body(bad).is_err(), "{bad:?}");
         }
     }

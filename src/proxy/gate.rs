@@ -489,7 +489,7 @@ impl ProxyHttp for Gate {
                 .identity
                 .as_ref()
                 .map(|i| &*i.user)
-                .or(ctx.subject.as_ref().map(|s| s.user.as_str())),
+                .or(ctx.subject.as_ref().and_then(|s| s.user.as_deref())),
             elapsed: ctx.started.elapsed(),
             error: error.as_deref(),
         }

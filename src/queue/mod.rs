@@ -23,9 +23,9 @@ use arc_swap::ArcSwap;
 use pingora::proxy::Session;
 
 use crate::browser::cookie::CookieJar;
-use crate::browser::origin::{self, Origins};
+use crate::browser::origin;
 use crate::browser::Caller;
-use crate::config::Config;
+use crate::config::{BrowserConfig, Config};
 use crate::control::revoke;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
@@ -54,8 +54,10 @@ pub struct QueueApi {
     body_timeout: std::time::Duration,
     /// The site's login, when register and rank take the user from it.
     logins: Option<Logins>,
-    origins: Origins,
-    jar: CookieJar,
+    /// How cookies are written and which origins count: replaced whole by
+    /// a reload, like the queues, so that a reload that drops an origin or
+    /// turns `Secure` on holds from the next request.
+    browsers: Arc<ArcSwap<BrowserConfig>>,
     /// The store's register, rank and token calls, coalesced.
     calls: calls::Calls,
 }
@@ -79,10 +81,7 @@ impl QueueApi {
             metrics,
             body_timeout: config.clients.body_timeout,
             logins,
-            origins: config.browsers.origins.clone(),
-            jar: CookieJar {
-                secure: config.browsers.secure_cookies,
-            },
+            browsers: Arc::new(ArcSwap::from_pointee(config.browsers.clone())),
         }
     }
 
@@ -134,7 +133,7 @@ impl QueueApi {
 
     /// Every queue API reply to an allowed origin carries CORS headers.
     fn finish(&self, mut reply: Reply, caller: &Caller) -> Reply {
-        if let Some(headers) = self.origins.cors(caller.sent()) {
+        if let Some(headers) = self.browsers().origins.cors(caller.sent()) {
             reply.headers.extend(headers);
         }
         reply
@@ -143,7 +142,7 @@ impl QueueApi {
     /// A CORS preflight: allowed origins get the methods and headers the
     /// queue API takes; others 403.
     fn preflight(&self, caller: &Caller) -> Reply {
-        match origin::preflight(&self.origins, caller.sent()) {
+        match origin::preflight(&self.browsers().origins, caller.sent()) {
             Some(headers) => {
                 let mut reply = Reply::no_content();
                 reply.headers.extend(headers);
@@ -153,12 +152,20 @@ impl QueueApi {
         }
     }
 
-    pub fn origins(&self) -> &Origins {
-        &self.origins
+    /// Where a reload puts new cookie and origin settings.
+    pub fn browser_settings(&self) -> Arc<ArcSwap<BrowserConfig>> {
+        self.browsers.clone()
+    }
+
+    /// The cookie and origin settings in force now.
+    pub fn browsers(&self) -> arc_swap::Guard<Arc<BrowserConfig>> {
+        self.browsers.load()
     }
 
     pub fn jar(&self) -> CookieJar {
-        self.jar
+        CookieJar {
+            secure: self.browsers().secure_cookies,
+        }
     }
 
     pub fn logins(&self) -> Option<&Logins> {
@@ -222,7 +229,18 @@ impl QueueApi {
                     Err(e) => {
                         metrics.redis_error("revoke");
                         if attempt == RELEASE_ATTEMPTS {
-                            tracing::warn!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens");
+                            match &e {
+                                // A backend releasing users during an
+                                // outage would otherwise write a line each.
+                                StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
+                                    "release",
+                                    "only this instance refuses the released users' tokens",
+                                    &e,
+                                ),
+                                StoreError::Failed(_) => {
+                                    tracing::error!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens")
+                                }
+                            }
                             return;
                         }
                     }

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::{register, QueueApi};
 use crate::browser::assets::{self, Asset};
+use crate::browser::cookie::QueueCookie;
 use crate::browser::redirect;
 use crate::browser::template::Template;
 use crate::browser::text::Lang;
@@ -106,9 +107,20 @@ impl QueueApi {
         // Loading the page joins the queue: only a visitor's own page load
         // may, not an image or a frame another site's page puts it in.
         if !caller.is_navigation() {
-            return Reply::from(ApiError::CrossSite);
+            return Reply::from(ApiError::CrossSite).about_queue(&queue.name);
         }
-        let visit = match self.visit(&queue, caller).await {
+        let (user, visit) = self.visit(&queue, caller).await;
+        let reply = self.show(&queue, lang, &back, visit);
+        // The access log names whom the load was for, as the API's do.
+        match &user {
+            Some(user) => reply.about(&queue.name, user.as_str()),
+            None => reply.about_queue(&queue.name),
+        }
+    }
+
+    /// The reply for what a visit came to.
+    fn show(&self, queue: &Queue, lang: Lang, back: &str, visit: Result<Visit, ApiError>) -> Reply {
+        let visit = match visit {
             Ok(visit) => visit,
             Err(ApiError::RedisUnavailable) => Visit::Show(View::Unavailable, None),
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => {
@@ -117,11 +129,10 @@ impl QueueApi {
             Err(error) => return Reply::from(error),
         };
         match visit {
-            Visit::Admitted(issued) => {
-                Reply::see_other(back).header("Set-Cookie", self.token_cookie(&queue.name, &issued))
-            }
+            Visit::Admitted(issued) => Reply::see_other(back.to_string())
+                .header("Set-Cookie", self.token_cookie(&queue.name, &issued)),
             Visit::Show(view, cookie) => {
-                let reply = render(&queue, lang, &view, &back);
+                let reply = render(queue, lang, &view, back);
                 match cookie {
                     Some(cookie) => reply.header("Set-Cookie", cookie),
                     None => reply,
@@ -130,11 +141,38 @@ impl QueueApi {
         }
     }
 
-    /// Polls for a visitor with the queue cookie, or registers one.
-    async fn visit(&self, queue: &Arc<Queue>, caller: &Caller) -> Result<Visit, ApiError> {
-        let signed_in = self.signed_in(caller)?;
+    /// Polls for a visitor with the queue cookie, or registers one: whom
+    /// the visit was for (once the login and the cookie are read), and
+    /// what it came to.
+    async fn visit(
+        &self,
+        queue: &Arc<Queue>,
+        caller: &Caller,
+    ) -> (Option<UserId>, Result<Visit, ApiError>) {
+        let signed_in = match self.signed_in(caller) {
+            Ok(signed_in) => signed_in,
+            Err(error) => return (None, Err(error)),
+        };
         // A cookie of ours, for the signed-in user when there is one.
         let cookie = self.visitor_cookie(queue, caller, signed_in.as_ref());
+        // The cookie's user is the signed-in one, when there is one.
+        let user = match (signed_in, &cookie) {
+            (Some(user), _) => user,
+            (None, Some(c)) => c.user.clone(),
+            (None, None) => register::mint(),
+        };
+        let visit = self.poll_or_join(queue, cookie, &user).await;
+        (Some(user), visit)
+    }
+
+    /// A visit of `user`: a poll with the cookie, or a join without one
+    /// (or when the cookie's place is gone).
+    async fn poll_or_join(
+        &self,
+        queue: &Arc<Queue>,
+        cookie: Option<QueueCookie>,
+        user: &UserId,
+    ) -> Result<Visit, ApiError> {
         if let Some(c) = &cookie {
             let position = self
                 .calls
@@ -176,10 +214,7 @@ impl QueueApi {
                 Position::NotQueued => {}
             }
         }
-        let user = signed_in
-            .or_else(|| cookie.map(|c| c.user))
-            .unwrap_or_else(register::mint);
-        self.join(queue, &user).await
+        self.join(queue, user).await
     }
 
     /// Registers `user` for the page.

@@ -129,7 +129,7 @@ impl QueueApi {
     /// The same-site rule for a cookie-authenticated change: 403 unless
     /// the browser shows it came from this site (or an allowed origin).
     pub(super) fn same_site(&self, caller: &Caller) -> Result<(), ApiError> {
-        if self.origins().same_site(caller.sent()) {
+        if self.browsers().origins.same_site(caller.sent()) {
             Ok(())
         } else {
             Err(ApiError::CrossSite)

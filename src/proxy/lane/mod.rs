@@ -300,7 +300,7 @@ impl DirectLane {
                 subject = reply.subject.take();
                 if let Some(s) = &subject {
                     record.queue = Some(&s.queue);
-                    record.user = Some(&s.user);
+                    record.user = s.user.as_deref();
                 }
                 if send(client, &reply, false).await && !reply.close {
                     Lane::Served
