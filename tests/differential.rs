@@ -404,17 +404,27 @@ fn corpus(token: &str) -> Vec<Case> {
     let hostile: Vec<(String, Vec<&str>)> = vec![
         ("GET {P} HTTP/1.1\r\nHost: t\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer nope\r\n\r\n".into(), vec!["GET"]),
-        ("GET {P} HTTP/1.1\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P} HTTP/1.1\r\nHost: a\r\nHost: b\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P} HTTP/1.0\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}/a<b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}/a`b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}?x# HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}/../admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}/%2e%2e/admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}//x HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET {P}/a;b HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
-        ("GET http://evil.example{P}/abs HTTP/1.1\r\nHost: t\r\nAUTH\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: a\r\nHost: b\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/..  HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/a b HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/a\"b HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/%EA%B3%B5%EC%97%B0 HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/%EF%BC%8F HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: a b\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost : t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nX-A: b\r\n c\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.2\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nConnection: authorization\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P} HTTP/1.0\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/a<b HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/a`b HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}?x# HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/../admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/%2e%2e/admin HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}//x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/a;b HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET http://evil.example{P}/abs HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: X-Secret\r\nX-Secret: s\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nTE: trailers\r\nKeep-Alive: 5\r\n\r\n".into(), vec!["GET"]),
@@ -783,6 +793,13 @@ fn upstream_view(r: &Recorded) -> String {
         .filter(|l| !l.is_empty())
         .map(|l| match l.split_once(':') {
             Some((n, _)) if n.eq_ignore_ascii_case("x-request-id") => format!("{n}: <id>"),
+            // A request that named no host gets the upstream's address,
+            // which is each side's own.
+            Some((n, v))
+                if n.eq_ignore_ascii_case("host") && v.trim().starts_with("127.0.0.1:") =>
+            {
+                format!("{n}: <the upstream's address>")
+            }
             _ => l.to_string(),
         })
         .collect();
