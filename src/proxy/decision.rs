@@ -248,10 +248,7 @@ where
 /// on the raw bytes, so both refuse what one parser would cut and another
 /// forward.
 pub fn request_target(raw_head: &[u8]) -> Option<&[u8]> {
-    // A parser skips empty lines before the request line (RFC 9112 §2.2).
-    let start = raw_head.iter().position(|&b| b != b'\r' && b != b'\n')?;
-    let line = raw_head[start..].split(|&b| b == b'\n').next()?;
-    let mut parts = line
+    let mut parts = rules::request::request_line(raw_head)
         .trim_ascii_end()
         .split(|&b| b == b' ')
         .filter(|p| !p.is_empty());

@@ -31,12 +31,7 @@ use crate::path::PathReject;
 /// The connection loop applies this to every head before either HTTP path
 /// reads it.
 pub fn check_line(head: &[u8]) -> Result<(), PathReject> {
-    // A parser skips empty lines before the request line (RFC 9112 §2.2).
-    let start = head
-        .iter()
-        .position(|&b| b != b'\r' && b != b'\n')
-        .unwrap_or(head.len());
-    let line = head[start..].split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = request_line(head);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     let mut parts = line.split(|&b| b == b' ');
     let (Some(method), Some(target), Some(version), None) =
@@ -78,6 +73,16 @@ pub enum Body {
     Length(usize),
     /// A chunked body.
     Chunked,
+}
+
+/// The request line of a raw head, without its LF (a CR before it stays).
+/// A parser skips empty lines before it (RFC 9112 §2.2).
+pub fn request_line(head: &[u8]) -> &[u8] {
+    let start = head
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(head.len());
+    head[start..].split(|&b| b == b'\n').next().unwrap_or(&[])
 }
 
 /// Checks the heads Pingora's HTTP/1 reader refuses on its own, with a bare
