@@ -86,15 +86,15 @@ async fn read_body(session: &mut ServerSession, limit: usize) -> Result<Vec<u8>,
         .unwrap_or(Err(ApiError::RequestTimeout))
 }
 
+/// Every value of one header, as sent.
+fn values(headers: &http::HeaderMap, name: http::header::HeaderName) -> Vec<&[u8]> {
+    headers.get_all(name).iter().map(|v| v.as_bytes()).collect()
+}
+
 /// The admin API: authorised first, then its body read, then answered.
 async fn control_request(control: &ControlApi, session: &mut ServerSession) -> Reply {
     let header = session.req_header();
-    let authorization: Vec<&[u8]> = header
-        .headers
-        .get_all(http::header::AUTHORIZATION)
-        .iter()
-        .map(|v| v.as_bytes())
-        .collect();
+    let authorization = values(&header.headers, http::header::AUTHORIZATION);
     if let Err(reply) = control.authorize(&authorization) {
         return reply;
     }
@@ -108,12 +108,7 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
         }
     };
     let header = session.req_header();
-    let content_type: Vec<&[u8]> = header
-        .headers
-        .get_all(http::header::CONTENT_TYPE)
-        .iter()
-        .map(|v| v.as_bytes())
-        .collect();
+    let content_type = values(&header.headers, http::header::CONTENT_TYPE);
     let request = control::Request {
         method: header.method.as_str(),
         path: header.uri.path(),
