@@ -683,27 +683,15 @@ impl Store {
                 connecting,
                 response,
             } => {
-                if let Some((seen, c)) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                    return Ok((seen, Conn::Multiplexed(c)));
-                }
-                let seen = self.forgotten.load(Ordering::Acquire);
-                let config = self.connection_config(*response);
-                let made = self
-                    .bounded(async {
-                        let _one_at_a_time = connecting.lock().await;
-                        if let Some(kept) =
-                            current.lock().unwrap_or_else(|p| p.into_inner()).clone()
-                        {
-                            return Ok(kept);
-                        }
-                        let made = client
+                let (seen, c) = self
+                    .shared(current, connecting, || async move {
+                        let config = self.connection_config(*response);
+                        client
                             .get_multiplexed_async_connection_with_config(&config)
-                            .await?;
-                        Ok((seen, made))
+                            .await
                     })
                     .await?;
-                keep_unless_forgotten(&self.forgotten, current, &made);
-                Ok((made.0, Conn::Multiplexed(made.1)))
+                Ok((seen, Conn::Multiplexed(c)))
             }
             Backend::Sentinel {
                 sentinels,
@@ -736,25 +724,43 @@ impl Store {
                 connecting,
                 ..
             } => {
-                if let Some((seen, c)) = current.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-                    return Ok((seen, Conn::Cluster(c)));
-                }
-                let seen = self.forgotten.load(Ordering::Acquire);
-                let made = self
-                    .bounded(async {
-                        let _one_at_a_time = connecting.lock().await;
-                        if let Some(kept) =
-                            current.lock().unwrap_or_else(|p| p.into_inner()).clone()
-                        {
-                            return Ok(kept);
-                        }
-                        Ok((seen, client.get_async_connection().await?))
-                    })
+                let (seen, c) = self
+                    .shared(current, connecting, || client.get_async_connection())
                     .await?;
-                keep_unless_forgotten(&self.forgotten, current, &made);
-                Ok((made.0, Conn::Cluster(made.1)))
+                Ok((seen, Conn::Cluster(c)))
             }
         }
+    }
+
+    /// The connection `slot` holds for the calls to share, or one `open`
+    /// makes, one attempt at a time (the calls that find none wait for it
+    /// rather than each opening their own), kept for the next calls unless
+    /// a connection was forgotten meanwhile (`keep_unless_forgotten`).
+    async fn shared<C, Fut>(
+        &self,
+        slot: &Slot<C>,
+        connecting: &tokio::sync::Mutex<()>,
+        open: impl FnOnce() -> Fut,
+    ) -> Result<(u64, C), StoreError>
+    where
+        C: Clone,
+        Fut: std::future::Future<Output = redis::RedisResult<C>>,
+    {
+        if let Some(kept) = slot.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Ok(kept);
+        }
+        let seen = self.forgotten.load(Ordering::Acquire);
+        let made = self
+            .bounded(async {
+                let _one_at_a_time = connecting.lock().await;
+                if let Some(kept) = slot.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                    return Ok(kept);
+                }
+                Ok((seen, open().await?))
+            })
+            .await?;
+        keep_unless_forgotten(&self.forgotten, slot, &made);
+        Ok(made)
     }
 
     /// After a failure that may mean a failover, forgets the connection to
