@@ -37,6 +37,10 @@ pub struct Reply {
     /// knew them: for the access log, not sent. (Boxed: a reply is often
     /// an `Err`, and most have none.)
     pub subject: Option<Box<Subject>>,
+    /// Whether `Content-Length` is sent: always, but for the answer to a
+    /// `HEAD` whose length only a `GET` would learn (see
+    /// [`Reply::without_length`]).
+    pub sized: bool,
 }
 
 /// Whom a queue API reply was for.
@@ -80,6 +84,7 @@ impl Reply {
             cache_control: "no-store",
             close: false,
             subject: None,
+            sized: true,
         }
     }
 
@@ -141,6 +146,15 @@ impl Reply {
         self
     }
 
+    /// No `Content-Length`: for the bodiless answer to a `HEAD` whose `GET`
+    /// would make content of a length not known without making it. Only
+    /// for a `HEAD`: any other reply without a length would have to be
+    /// read to the end of the connection.
+    pub fn without_length(mut self) -> Reply {
+        self.sized = false;
+        self
+    }
+
     /// The header fields every reply carries, in order: JSON type, length,
     /// no caching, the extra headers, and `Connection: close` when closing.
     /// Both writers below send exactly these.
@@ -148,7 +162,9 @@ impl Reply {
         let mut fields = Vec::with_capacity(4 + self.headers.len());
         if self.status != 204 {
             fields.push(("Content-Type", Cow::Borrowed(self.content_type)));
-            fields.push(("Content-Length", Cow::Owned(self.body.len().to_string())));
+            if self.sized {
+                fields.push(("Content-Length", Cow::Owned(self.body.len().to_string())));
+            }
         }
         fields.push(("Cache-Control", Cow::Borrowed(self.cache_control)));
         for (name, value) in &self.headers {

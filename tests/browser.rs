@@ -365,14 +365,36 @@ fn the_page_joins_once_and_a_reload_or_a_second_tab_keeps_the_place() {
     }
     assert_eq!(room.get("/waiting-room/assets/nope.js", &[]).status, 404);
     assert_eq!(room.get("/waiting-room/nosuchqueue", &[HTML]).status, 404);
-    // Loading the page joins the queue: only a GET may.
+    // Loading the page joins the queue: only a GET may. A HEAD gets the
+    // page's headers, without a cookie or a length (only a load learns
+    // them), and joins nobody.
     let post = room.send("POST", PAGE, &[HTML], Some(Q));
     assert_eq!(post.status, 405);
+    assert_eq!(post.header("Allow"), Some("GET, HEAD"));
     let mut client = Client::connect(room.wg.addr);
     client.send(&format!(
-        "HEAD {PAGE} HTTP/1.1\r\nHost: t\r\nAccept: text/html\r\n\r\n"
+        "HEAD {PAGE} HTTP/1.1\r\nHost: t\r\nAccept: text/html\r\nAccept-Language: ko\r\n\r\n"
     ));
-    assert_eq!(client.head().status, 405);
+    let head = client.head();
+    assert_eq!(head.status, 200, "{:?}", head.headers);
+    assert_eq!(
+        head.header("Content-Type"),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(head.header("Content-Language"), Some("ko"));
+    assert!(head
+        .header("Content-Security-Policy")
+        .is_some_and(|csp| csp.contains("frame-ancestors 'none'")));
+    assert_eq!(head.header("Cache-Control"), Some("no-store"));
+    assert_eq!(head.header("Set-Cookie"), None);
+    assert_eq!(head.header("Content-Length"), None);
+    assert_eq!(head.header("Transfer-Encoding"), None);
+    // Nothing follows the head: the same connection answers the next
+    // request, a HEAD of a queue that does not exist.
+    client.send("HEAD /waiting-room/nosuchqueue HTTP/1.1\r\nHost: t\r\nAccept: text/html\r\n\r\n");
+    let missing = client.head();
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.header("Set-Cookie"), None);
     assert_eq!(room.waiting().len(), 3);
 }
 

@@ -123,8 +123,8 @@ impl Gate {
 }
 
 impl Gate {
-    /// The waiting-room page (a `GET` only: loading it registers and
-    /// polls) or one of its files.
+    /// The waiting-room page (loading it with a `GET` registers and polls;
+    /// a `HEAD` does neither) or one of its files.
     async fn page(
         &self,
         session: &Session,
@@ -142,13 +142,18 @@ impl Gate {
                     .page(&queue, header.uri.query(), &caller, is_route)
                     .await
             }
+            PagePath::Page(queue) if method == "HEAD" => {
+                let caller = Caller::from_fields(fields(&header.headers).into_iter())
+                    .with_authority(header.uri.authority().map(|a| a.as_str()));
+                self.api.page_head(&queue, &caller)
+            }
             PagePath::Asset(_) => Reply::from(ApiError::MethodNotAllowed {
                 path: "/waiting-room/assets/",
                 allow: "GET, HEAD",
             }),
             _ => Reply::from(ApiError::MethodNotAllowed {
                 path: "/waiting-room/",
-                allow: "GET",
+                allow: "GET, HEAD",
             }),
         }
     }

@@ -118,6 +118,30 @@ impl QueueApi {
         }
     }
 
+    /// Answers a `HEAD` of the waiting-room page of `queue`: the status and
+    /// headers a load of it would get, as far as they are known without
+    /// one. A `HEAD` changes nothing, so it neither registers nor polls:
+    /// no `Set-Cookie`, no Redis call, and no `Content-Length`, which only
+    /// the load learns (the place is in the page; RFC 9110 §9.3.2 lets a
+    /// `HEAD` leave out what is known only once the content is made).
+    pub fn page_head(&self, queue: &str, caller: &Caller) -> Reply {
+        let lang = Lang::negotiate(caller.accept_language.as_deref());
+        let queue = match self.queue(Some(queue)) {
+            Ok(queue) => queue,
+            Err(error) => return Reply::from(error),
+        };
+        if !caller.is_navigation() {
+            return Reply::from(ApiError::CrossSite).about_queue(&queue.name);
+        }
+        let status = match self.signed_in(caller) {
+            Ok(_) => 200,
+            Err(ApiError::LoginRequired | ApiError::InvalidLogin) => 401,
+            Err(error) => return Reply::from(error).about_queue(&queue.name),
+        };
+        page_headers(Reply::html(status, String::new()).without_length(), lang)
+            .about_queue(&queue.name)
+    }
+
     /// The reply for what a visit came to.
     fn show(&self, queue: &Queue, lang: Lang, back: &str, visit: Result<Visit, ApiError>) -> Reply {
         let visit = match visit {
@@ -496,16 +520,21 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         View::LoginRequired => 401,
         _ => 200,
     };
-    let reply = Reply::html(code, page)
-        .header("Content-Security-Policy", assets::CONTENT_SECURITY_POLICY)
-        .header("X-Content-Type-Options", "nosniff")
-        .header("Referrer-Policy", "same-origin")
-        .header("Content-Language", lang.code());
+    let reply = page_headers(Reply::html(code, page), lang);
     if code == 503 {
         reply.header("Retry-After", refresh.to_string())
     } else {
         reply
     }
+}
+
+/// The headers every answer about the page carries, whatever it shows.
+fn page_headers(reply: Reply, lang: Lang) -> Reply {
+    reply
+        .header("Content-Security-Policy", assets::CONTENT_SECURITY_POLICY)
+        .header("X-Content-Type-Options", "nosniff")
+        .header("Referrer-Policy", "same-origin")
+        .header("Content-Language", lang.code())
 }
 
 #[cfg(test)]
