@@ -28,7 +28,7 @@ use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as TcpStream;
-use pingora::protocols::Stream;
+use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use prometheus::IntGauge;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -193,36 +193,57 @@ where
         let mut stream = stream;
         let mut settings = None;
         let mut shutdown_rx = shutdown.clone();
-        // The TLS listener: Pingora's own loop, which speaks HTTP/2 or
-        // HTTP/1.1 as ALPN chose, with no direct lane (it puts a read head
-        // back in front of a plain TCP stream only). Pingora's per-read
-        // timeouts bound its heads; the whole-head deadline is the plain
-        // listener's.
-        if !stream.as_any().is::<TcpStream>() {
+        // The TLS listener: HTTP/2 (as ALPN chose) is Pingora's own loop,
+        // which frames every message itself. HTTP/1.1 over TLS is read by
+        // this loop, as on the plain listener (the whole-head deadline, the
+        // checks of a head before either path reads it, pipelining), and
+        // served by the Pingora proxy: the direct lane speaks for the plain
+        // listener (the scheme it forwards is `http`).
+        let plain = stream.as_any().is::<TcpStream>();
+        if !plain
+            && matches!(
+                stream.selected_alpn_proto(),
+                Some(ALPN::H2 | ALPN::Custom(_))
+            )
+        {
             return self.inner.process_new(stream, shutdown).await;
         }
-        let peer = self.direct.as_ref().map(|lane| lane.peer(&stream));
+        let lane = self.direct.as_ref().filter(|_| plain);
+        let peer = lane.map(|lane| lane.peer(&stream));
         // Bytes read but not yet answered: a head, or a pipelined next one.
         let mut pending = BytesMut::new();
         loop {
             // Wait for the next request's first byte holding nothing but the
             // socket: buffers are only allocated once there is something to
             // read, so idle keep-alive connections stay cheap.
+            // A TLS stream cannot be peeked: its next head is waited for by
+            // reading it, under the same deadline and shutdown watch.
+            let mut unpeeked = false;
             if pending.is_empty() {
                 pending = BytesMut::new();
                 let mut first = [0u8; 1];
                 tokio::select! {
                     ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
-                        if !matches!(ready, Ok(Ok(_))) {
-                            return None;
+                        match ready {
+                            Ok(Ok(peeked)) => unpeeked = !peeked,
+                            _ => return None,
                         }
                     }
                     _ = shutdown_rx.changed() => return None,
                 }
             }
-            // The whole head within the header timeout of its first byte.
+            // The whole head within the header timeout of its first byte
+            // (of the wait for it, where the stream cannot be peeked).
             let deadline = Instant::now() + self.limits.header_timeout;
-            match read_head(&mut stream, &mut pending, deadline).await {
+            let head = if unpeeked {
+                tokio::select! {
+                    head = read_head(&mut stream, &mut pending, deadline) => head,
+                    _ = shutdown_rx.changed() => return None,
+                }
+            } else {
+                read_head(&mut stream, &mut pending, deadline).await
+            };
+            match head {
                 Head::Read => {}
                 Head::Closed => return None,
                 Head::TooLarge => {
@@ -238,7 +259,7 @@ where
                 refuse_head(&mut stream, &pending, ApiError::BadPath(why.message())).await;
                 return None;
             }
-            if let (Some(lane), Some(peer)) = (&self.direct, peer) {
+            if let (Some(lane), Some(peer)) = (lane, peer) {
                 let closing = *shutdown.borrow();
                 // Not boxed: allocating the lane's future per request cost
                 // the protected GET 13% of its throughput (measured); its
