@@ -8,6 +8,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::listeners::ListenerConfig;
 use pingora::protocols::l4::stream::L4BufferSettings;
@@ -138,12 +139,14 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         max_connections: config.clients.max_connections,
         header_timeout: config.clients.header_timeout,
     };
-    let guarded = Guarded::new(
-        pingora::proxy::http_proxy(&server.configuration, gate),
-        limits,
-        metrics.connections.clone(),
-        direct.clone(),
-    );
+    let mut http = pingora::proxy::http_proxy(&server.configuration, gate);
+    // An idle HTTP/2 connection (no stream open) is closed after the time
+    // an idle HTTP/1.1 keep-alive connection is given: Pingora keeps it
+    // open for good by default.
+    let mut options = HttpServerOptions::default();
+    options.h2_idle_timeout = Some(config.clients.header_timeout);
+    http.server_options = Some(options);
+    let guarded = Guarded::new(http, limits, metrics.connections.clone(), direct.clone());
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(
         ListenerConfig::tcp(config.listen.to_string())

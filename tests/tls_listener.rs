@@ -212,13 +212,14 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     assert_eq!(rank(wg.addr, "h2_fan").status, 200);
 }
 
-/// One raw HTTP/1.1 exchange over TLS (`openssl s_client`, ALPN
-/// `http/1.1`): `parts` are written in turn, each followed by its pause
+/// One raw exchange over TLS (`openssl s_client`, with `alpn`): `parts`
+/// are written in turn, each followed by its pause
 /// (ms). What the server sent, and how long after the start it closed the
 /// connection (`None`: not within `limit`).
 fn raw_tls(
     dir: &Path,
     port: u16,
+    alpn: &str,
     parts: &[(&str, u64)],
     limit: std::time::Duration,
 ) -> (String, Option<std::time::Duration>) {
@@ -226,7 +227,7 @@ fn raw_tls(
     use std::process::Stdio;
     use std::time::{Duration, Instant};
     let mut child = Command::new("openssl")
-        .args(["s_client", "-quiet", "-alpn", "http/1.1", "-connect"])
+        .args(["s_client", "-quiet", "-alpn", alpn, "-connect"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("-CAfile")
         .arg(dir.join("ca.pem"))
@@ -293,14 +294,14 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
 
     // Two spaces: the target is `/api/v1/follow-up/a/.. ` to one reader.
     let line = format!("GET /api/v1/follow-up/a/..  HTTP/1.1\r\nHost: t\r\n{auth}\r\n");
-    let (out, closed) = raw_tls(d, tls_port, &[(&line, 0)], wait);
+    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&line, 0)], wait);
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"error\":\"bad_path\""), "{out}");
     assert!(out.to_ascii_lowercase().contains("x-request-id: "), "{out}");
     assert!(closed.is_some(), "{out}");
     // Two Hosts.
     let hosts = format!("GET /api/v1/follow-up/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n{auth}\r\n");
-    let (out, closed) = raw_tls(d, tls_port, &[(&hosts, 0)], wait);
+    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&hosts, 0)], wait);
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"error\":\"bad_request\""), "{out}");
     assert!(closed.is_some(), "{out}");
@@ -312,7 +313,7 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
         "GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: t\r\n\r\n\
          GET /api/v1/follow-up/seat HTTP/1.1\r\nHost: t\r\n{auth}Connection: close\r\n\r\n"
     );
-    let (out, closed) = raw_tls(d, tls_port, &[(&two, 0)], wait);
+    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&two, 0)], wait);
     let first = out.find("HTTP/1.1 404 ").expect(&out);
     let second = out.find("HTTP/1.1 200 ").expect(&out);
     assert!(first < second, "{out}");
@@ -328,8 +329,42 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
         200,
     )];
     trickle.extend(std::iter::repeat_n(("X-Slow: 1\r\n", 200), 20));
-    let (out, closed) = raw_tls(d, tls_port, &trickle, wait);
+    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &trickle, wait);
     let closed = closed.unwrap_or_else(|| panic!("still open after {wait:?}: {out}"));
     assert!(closed < Duration::from_millis(3000), "{closed:?}");
     assert!(!out.contains("HTTP/1.1 200"), "{out}");
+}
+
+/// An HTTP/2 connection with no stream open is closed after
+/// `client-header-timeout-ms`, as an idle HTTP/1.1 keep-alive connection
+/// is (Pingora keeps it open for good by default).
+#[test]
+fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    certificate(dir.path());
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    let ports = Ports::new();
+    let tls_port = free_port();
+    let config = format!(
+        "client-header-timeout-ms: 1000\n{}listen-tls:\n  address: 127.0.0.1:{tls_port}\n  cert-file: {}\n  key-file: {}\n",
+        config(&redis.url(), &ports, upstream.port),
+        dir.path().join("server.pem").display(),
+        dir.path().join("server.key").display()
+    );
+    let _wg = Waitgate::start(&config, &ports);
+    // The client's preface, an empty SETTINGS frame and the ACK of the
+    // server's: a connection that is open and asks for nothing.
+    let preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0\0\0\0\x04\x01\0\0\0\0";
+    let wait = Duration::from_secs(6);
+    let (out, closed) = raw_tls(dir.path(), tls_port, "h2", &[(preface, 0)], wait);
+    let closed = closed.unwrap_or_else(|| panic!("still open after {wait:?}"));
+    assert!(closed < Duration::from_millis(3000), "{closed:?}");
+    // The server spoke HTTP/2 before it closed: its SETTINGS frame (type 4).
+    assert!(
+        out.len() >= 9 && out.as_bytes()[3] == 4,
+        "{:?}",
+        out.as_bytes()
+    );
 }
