@@ -335,9 +335,9 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
     assert!(!out.contains("HTTP/1.1 200"), "{out}");
 }
 
-/// An HTTP/2 connection with no stream open is closed after
-/// `client-header-timeout-ms`, as an idle HTTP/1.1 keep-alive connection
-/// is (Pingora keeps it open for good by default).
+/// An HTTP/2 connection with no stream open, or without its preface, is
+/// closed after `client-header-timeout-ms`, as an idle HTTP/1.1 keep-alive
+/// connection is (Pingora keeps either open for good by default).
 #[test]
 fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
     use std::time::Duration;
@@ -367,4 +367,8 @@ fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
         "{:?}",
         out.as_bytes()
     );
+    // One that never sends its preface is closed as well.
+    let (_, closed) = raw_tls(dir.path(), tls_port, "h2", &[("", 0)], wait);
+    let closed = closed.unwrap_or_else(|| panic!("no preface, still open after {wait:?}"));
+    assert!(closed < Duration::from_millis(3000), "{closed:?}");
 }

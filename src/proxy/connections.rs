@@ -41,6 +41,9 @@ use super::rules::request;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
+/// The length of an HTTP/2 client's connection preface (RFC 9113 §3.4).
+const H2_PREFACE: usize = 24;
+
 /// Room made for each read of a request head.
 const READ_SIZE: usize = 4096;
 
@@ -200,13 +203,31 @@ where
         // served by the Pingora proxy: the direct lane speaks for the plain
         // listener (the scheme it forwards is `http`).
         let plain = stream.as_any().is::<TcpStream>();
-        if !plain
-            && matches!(
-                stream.selected_alpn_proto(),
-                Some(ALPN::H2 | ALPN::Custom(_))
-            )
-        {
-            return self.inner.process_new(stream, shutdown).await;
+        match stream.selected_alpn_proto() {
+            Some(ALPN::H2) if !plain => {
+                // Its preface within the header timeout, as a head would
+                // be (Pingora would wait for it as long as the client
+                // likes); Pingora reads it again from the stream.
+                let mut preface = BytesMut::with_capacity(H2_PREFACE);
+                let deadline = Instant::now() + self.limits.header_timeout;
+                while preface.len() < H2_PREFACE {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    tokio::select! {
+                        read = pingora::time::timeout(remaining, stream.read_buf(&mut preface)) => {
+                            if !matches!(read, Ok(Ok(n)) if n > 0) {
+                                return None;
+                            }
+                        }
+                        _ = shutdown_rx.changed() => return None,
+                    }
+                }
+                let stream = fenced::replaying(stream, preface);
+                return self.inner.process_new(stream, shutdown).await;
+            }
+            Some(ALPN::Custom(_)) if !plain => {
+                return self.inner.process_new(stream, shutdown).await
+            }
+            _ => {}
         }
         let lane = self.direct.as_ref().filter(|_| plain);
         let peer = lane.map(|lane| lane.peer(&stream));

@@ -108,6 +108,9 @@ enum Fence {
 /// comes after it.
 pub struct Fenced {
     inner: Stream,
+    /// Bytes read before the stream was lent, given first (see
+    /// [`replaying`]).
+    first: BytesMut,
     /// Where the request ends, from here.
     fence: Fence,
     /// What the client sent past the request, in order.
@@ -120,6 +123,7 @@ impl Fenced {
     pub fn new(inner: Stream, allowed: usize, held: BytesMut) -> Fenced {
         Fenced {
             inner,
+            first: BytesMut::new(),
             fence: Fence::Length(allowed),
             held,
         }
@@ -130,6 +134,7 @@ impl Fenced {
     fn chunked(inner: Stream, scanner: ChunkedEnd) -> Fenced {
         Fenced {
             inner,
+            first: BytesMut::new(),
             fence: Fence::Chunked(scanner),
             held: BytesMut::new(),
         }
@@ -174,6 +179,11 @@ impl AsyncRead for Fenced {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if !this.first.is_empty() {
+            let n = this.first.len().min(buf.remaining());
+            buf.put_slice(&this.first.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let allowed = match &mut this.fence {
             Fence::Length(0) => return this.hold(cx),
             Fence::Length(allowed) => allowed,
@@ -337,6 +347,18 @@ pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
     let allowed = end - first.len();
     let held = std::mem::take(pending);
     (Box::new(Fenced::new(stream, allowed, held)), first)
+}
+
+/// `stream` with `first` (read from it already) put back in front, and
+/// no fence: for a connection lent for good (an HTTP/2 one, whose preface
+/// the connection loop waited for).
+pub fn replaying(stream: Stream, first: BytesMut) -> Stream {
+    Box::new(Fenced {
+        inner: stream,
+        first,
+        fence: Fence::Open,
+        held: BytesMut::new(),
+    })
 }
 
 /// The stream the proxy gave back, and what the client sent past the
