@@ -59,9 +59,12 @@ end
 
 if phase == 'placing' then
   local base = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
-  local c = redis.call('HMGET', KEYS[6], 'seed', 'cursor', 'shuffle', 'placed_count')
+  local c = redis.call('HMGET', KEYS[6], 'seed', 'cursor', 'shuffle', 'placed_count',
+    'shuffle_bits')
   local cursor, count = c[2], tonumber(c[4]) or 0
   local shuffle = c[3] == '1'
+  -- (44 for an open an earlier version started.)
+  local drop = 2 ^ (44 - (tonumber(c[5]) or 44))
   if c[1] then
     seed = c[1]
   else
@@ -82,7 +85,9 @@ if phase == 'placing' then
     if not redis.call('ZSCORE', KEYS[1], user) then
       local offset = count
       if shuffle then
-        offset = tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
+        -- The hash's first 44 bits, then its first `shuffle_bits`.
+        offset = math.floor(tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
+          / drop)
       end
       count = count + 1
       scored[#scored + 1] = int(base + offset)

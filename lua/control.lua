@@ -82,7 +82,7 @@ elseif action == 'event' and #ARGV == 4 and (ARGV[4] == '1' or ARGV[4] == '0') t
   -- A new event starts a new record; the floor stays, so that users a past
   -- event placed keep their places ahead of later arrivals.
   redis.call('HDEL', KEYS[1], 'placed', 'placed_at', 'placed_count', 'cursor', 'seed',
-    'base', 'opened_at', 'prequeued')
+    'base', 'opened_at', 'prequeued', 'shuffle_bits')
   -- (The pre-queue may still hold users a past event placed who wait yet:
   -- the next placing skips them, so they keep their places.)
   redis.call('HSET', KEYS[1], 'prequeue_from', int(prequeue_from), 'open_at', int(open_at),
@@ -93,7 +93,7 @@ elseif action == 'end-event' and #ARGV == 1 then
   end
   if phase == 'open' then
     redis.call('HDEL', KEYS[1], 'prequeue_from', 'open_at', 'shuffle', 'placed', 'placed_at',
-      'placed_count', 'cursor', 'seed', 'base', 'opened_at', 'prequeued')
+      'placed_count', 'cursor', 'seed', 'base', 'opened_at', 'prequeued', 'shuffle_bits')
   else
     -- Whoever pre-queued is placed at once, as at the open.
     redis.call('HSET', KEYS[1], 'prequeue_from', int(now_ms), 'open_at', int(now_ms))

@@ -375,11 +375,25 @@ local function event_phase(c, now_ms)
   return 'placing'
 end
 
--- Offsets of a shuffled placement are 44-bit hashes: scores stay below 2^53
--- (base ~ 2^51 microseconds), and 1,000,000 users in 2^44 places share one
--- by chance about once in 35 opens (a tie is then ordered by userId, which
--- the recorded seed decides as well).
-local SHUFFLE_SPAN = 17592186044416
+-- Offsets of a shuffled placement are the first bits of a hash, 20 more
+-- than the pre-queue's count needs (at most 44): n users in about n * 2^20
+-- places share one by chance about n / 2^21 times an open (a tie is then
+-- ordered by userId, which the recorded seed decides as well). Each open
+-- moves the next arrivals' floor past its span; a span of 2^44 each time
+-- took scores past 2^53, where they are no longer whole numbers, after
+-- about 400 opens of a queue that never emptied. A span sized to the
+-- pre-queue leaves room for thousands of opens of a million users; a
+-- placement that would still cross 2^53 keeps the pre-queue's arrival
+-- order instead (recorded as shuffle 0).
+local function shuffle_bits(count)
+  local bits = 20
+  while count >= 1 and bits < 44 do
+    bits = bits + 1
+    count = math.floor(count / 2)
+  end
+  return bits
+end
+local MAX_SCORE = 9007199254740992
 
 -- Starts placing an event's pre-queue, once (whichever call comes first,
 -- an admission or a registration after open_at): everyone already waiting
@@ -394,11 +408,16 @@ local function start_placing(control_key, waiting_key, prequeue_key, now)
   local tail = redis.call('ZRANGE', waiting_key, -1, -1, 'WITHSCORES')
   local base = math.max(now, (tonumber(tail[2]) or 0) + 1)
   local count = redis.call('ZCARD', prequeue_key)
-  local span = count
+  local span, bits = count, 0
   if c[3] == '1' then
-    span = SHUFFLE_SPAN
+    bits = shuffle_bits(count)
+    span = 2 ^ bits
+    if base + span >= MAX_SCORE then
+      span, bits = count, 0
+      redis.call('HSET', control_key, 'shuffle', '0')
+    end
   end
   redis.call('HSET', control_key, 'base', int(base), 'floor', int(base + span),
-    'opened_at', int(math.floor(now / 1000)), 'prequeued', count)
+    'opened_at', int(math.floor(now / 1000)), 'prequeued', count, 'shuffle_bits', bits)
   return base, base + span
 end

@@ -539,6 +539,86 @@ fn place_prequeue_now(c: &mut redis::Connection, seed: &str, step: u64) -> u64 {
     }
 }
 
+/// Shuffled opens of a queue that never empties: each open's span is sized
+/// to its pre-queue, so scores stay whole numbers (below 2^53) and later
+/// arrivals stay in order. A span of 2^44 each time took them past 2^53
+/// after about 400 opens, where three registrations in a row tied and were
+/// ranked by userId.
+#[test]
+fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
+    const MAX_SCORE: f64 = 9_007_199_254_740_992.0;
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    let _: () = c.zadd(WAITING_KEY, "always-here", 1).unwrap();
+    for open in 0..500u64 {
+        let _: () = redis::cmd("HDEL")
+            .arg(CONTROL)
+            .arg(&[
+                "placed",
+                "placed_at",
+                "placed_count",
+                "cursor",
+                "seed",
+                "base",
+            ])
+            .arg(&["opened_at", "prequeued", "shuffle_bits"])
+            .query(&mut c)
+            .unwrap();
+        for i in 0..3u64 {
+            let _: () = c
+                .zadd(PREQUEUE, format!("p{open}-{i}"), open * 3 + i)
+                .unwrap();
+        }
+        place_prequeue_now(&mut c, &format!("5eed{open:04}"), 500);
+    }
+    let top: Vec<(String, f64)> = c.zrevrange_withscores(WAITING_KEY, 0, 0).unwrap();
+    // Now in microseconds is about 2^50.6; 500 spans of 2^44 would have
+    // passed 2^53, 500 of at most 2^31 add about 2^40.
+    assert!(top[0].1 < MAX_SCORE / 4.0, "{top:?}");
+    let floor: f64 = c.hget(CONTROL, "floor").unwrap();
+    // Three registrations after the last open, in this order.
+    let register = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/register.lua")
+    ));
+    let mut ranks = Vec::new();
+    for user in ["zz-first", "mm-second", "aa-third"] {
+        let answer: Vec<i64> = register
+            .key(WAITING_KEY)
+            .key("queue:{baseball}:heartbeat")
+            .key("queue:{baseball}:credential")
+            .key(ACTIVE_KEY)
+            .key("queue:{baseball}:admission")
+            .key(CONTROL)
+            .key(PREQUEUE)
+            .key("queue:{baseball}:due")
+            .key("queue:{baseball}:dues")
+            .arg(60_000)
+            .arg(1)
+            .arg(30_000)
+            .arg(1_000)
+            .arg(30_000)
+            .arg(user)
+            .invoke(&mut c)
+            .unwrap();
+        assert_eq!(answer[0], 1, "{user}: {answer:?}");
+        assert!(answer[3] as f64 >= floor, "{user} behind the pre-queues");
+        let rank: u64 = c.zrank(WAITING_KEY, user).unwrap();
+        ranks.push(rank);
+    }
+    assert!(ranks[0] < ranks[1] && ranks[1] < ranks[2], "{ranks:?}");
+    let scores: Vec<f64> = ["zz-first", "mm-second", "aa-third"]
+        .iter()
+        .map(|u| c.zscore(WAITING_KEY, u).unwrap())
+        .collect();
+    assert!(scores[0] < scores[1] && scores[1] < scores[2], "{scores:?}"); // The pre-queue keeps placed users who still wait: its count, in bits,
+                                                                           // and 20 more.
+    let bits: u64 = c.hget(CONTROL, "shuffle_bits").unwrap();
+    let prequeued: u64 = c.zcard(PREQUEUE).unwrap();
+    assert_eq!(bits, 20 + u64::from(64 - prequeued.leading_zeros()));
+}
+
 /// Registering again after the open gives a placed pre-queue user the
 /// arrival its credential names (the pre-queue's), which dropout and the
 /// token exchange check: with identity binding that is how a second device

@@ -76,6 +76,10 @@ struct Event {
     opened_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<String>,
+    /// How many of the first bits of `SHA-1(seed ":" userId)` order a
+    /// shuffled pre-queue (20 more than its count needs, at most 44).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shuffle_bits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prequeued_at_open: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,6 +140,7 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         shuffle: read.control.get("shuffle").is_some_and(|v| v == "1"),
         opened_at: number("opened_at").map(rfc3339),
         seed: read.control.get("seed").cloned(),
+        shuffle_bits: number("shuffle_bits").filter(|&bits| bits > 0),
         prequeued_at_open: number("prequeued"),
         placed: number("placed_count"),
         placed_at: number("placed_at").map(rfc3339),
