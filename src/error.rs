@@ -41,6 +41,9 @@ pub enum ApiError {
     NotActive,
     /// 503: Redis did not answer.
     RedisUnavailable,
+    /// 503: Redis did not confirm an admin change in time; it may still
+    /// be applied (a write sent is not taken back).
+    AdminUnconfirmed,
     /// 503: a reply could not be encoded (never expected).
     InternalError,
     /// 503: the connection cap is reached.
@@ -114,9 +117,10 @@ impl ApiError {
             ApiError::HeadersTooLarge => 431,
             ApiError::UnsupportedMediaType => 415,
             ApiError::UpstreamUnavailable => 502,
-            ApiError::RedisUnavailable | ApiError::InternalError | ApiError::TooManyConnections => {
-                503
-            }
+            ApiError::RedisUnavailable
+            | ApiError::AdminUnconfirmed
+            | ApiError::InternalError
+            | ApiError::TooManyConnections => 503,
             ApiError::UpstreamTimeout => 504,
         }
     }
@@ -136,7 +140,7 @@ impl ApiError {
             ApiError::UserNotQueued { .. } => "user_not_queued",
             ApiError::CredentialMismatch => "credential_mismatch",
             ApiError::NotActive => "not_active",
-            ApiError::RedisUnavailable => "redis_unavailable",
+            ApiError::RedisUnavailable | ApiError::AdminUnconfirmed => "redis_unavailable",
             ApiError::InternalError => "internal_error",
             ApiError::TooManyConnections => "too_many_connections",
             ApiError::BadPath(_) => "bad_path",
@@ -197,6 +201,9 @@ impl ApiError {
                 "The user is not active, or the queue credential does not match."
             }
             ApiError::RedisUnavailable => "The queue store is unavailable; retry shortly.",
+            ApiError::AdminUnconfirmed => {
+                "The queue store did not confirm the change in time: it may still be made. Read the queue's state, or send the change again (every admin change is safe to repeat)."
+            }
             ApiError::InternalError => "The reply could not be encoded.",
             ApiError::TooManyConnections => "The server has too many open connections.",
             ApiError::UpgradeNotAllowed => "This route does not switch protocols.",
@@ -238,6 +245,7 @@ impl ApiError {
             ApiError::CredentialMismatch,
             ApiError::NotActive,
             ApiError::RedisUnavailable,
+            ApiError::AdminUnconfirmed,
             ApiError::InternalError,
             ApiError::TooManyConnections,
             ApiError::BadPath(""),
@@ -277,6 +285,7 @@ impl ApiError {
                 | ApiError::CredentialMismatch
                 | ApiError::NotActive
                 | ApiError::RedisUnavailable
+                | ApiError::AdminUnconfirmed
                 | ApiError::InternalError
                 | ApiError::TooManyConnections
                 | ApiError::BadPath(_)

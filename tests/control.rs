@@ -1459,3 +1459,47 @@ fn a_head_of_a_queues_state_is_its_get_without_the_body() {
     let r = admin(&wg, "DELETE", "/admin/v1/queues/baseball", None);
     assert_eq!((r.status, r.header("Allow")), (405, Some("GET, HEAD")));
 }
+
+/// An admin change sent to a Redis that stalls (`CLIENT PAUSE`) is answered
+/// 503 within the command timeout, and Redis may still make it when it
+/// wakes: the answer says so, not that the change was not made.
+#[test]
+fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
+    let redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}", free_port());
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "1500", "ALL"])
+        .query(&mut redis.conn())
+        .unwrap();
+    let started = Instant::now();
+    let r = admin(
+        &wg,
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(r#"{"batchSize":7}"#),
+    );
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1400),
+        "{:?}",
+        started.elapsed()
+    );
+    let body = r.json();
+    assert_eq!(body["error"], "redis_unavailable");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("may still be made"), "{message}");
+    assert!(wg.log().contains("not confirmed in time"), "{}", wg.log());
+    // Whether Redis then makes it depends on whether the connection it
+    // came on was still open when Redis woke: either way, the queue's
+    // state says, and the change can be sent again.
+    std::thread::sleep(Duration::from_millis(1500));
+    let again = admin(
+        &wg,
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(r#"{"batchSize":7}"#),
+    );
+    assert_eq!(again.status, 200, "{again:?}");
+    let status = admin(&wg, "GET", "/admin/v1/queues/baseball", None).json();
+    assert_eq!(status["admission"]["batchSize"], 7, "{status}");
+}

@@ -213,14 +213,16 @@ impl ControlApi {
         match &error {
             // Automation retrying a change in a loop during an outage
             // would otherwise write a line per try.
+            // A change sent to a Redis that stalls is applied when it
+            // wakes: unknown, not "not made" (the client is told so too).
             StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
                 "admin",
-                "the admin change was not made",
+                "the admin change was not confirmed in time (it may still be made)",
                 &error,
             ),
             StoreError::Failed(_) => tracing::error!(%error, "admin change failed: redis"),
         }
-        Reply::from(ApiError::RedisUnavailable)
+        Reply::from(ApiError::AdminUnconfirmed)
     }
 }
 
