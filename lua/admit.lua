@@ -125,14 +125,32 @@ if control.paused then
   return {0, window, 4, now_ms, now_ms}
 end
 
-local gate = redis.call('HMGET', KEYS[4], 'window', 'rate', 'next')
+local gate = redis.call('HMGET', KEYS[4], 'window', 'rate', 'next', 'window_ms')
 local next_ms = (window + 1) * interval
 -- One decision per window: N instances, or a tick that comes late, can never
 -- admit more than one batch in a window. `next` is kept with the decision,
 -- so that a window that changes length live still counts from the last one
 -- (control.lua forgets `window` then: its number was of the old length).
 local decided_until = tonumber(gate[3]) or 0
-if (tonumber(gate[1]) or -1) >= window or now_ms < decided_until then
+local last, last_ms = tonumber(gate[1]), tonumber(gate[4])
+local decided = false
+if last and last_ms and last_ms ~= interval then
+  -- The config's length changed (a reload, or a restart): the last
+  -- decision's window is compared as a time, and the next decision comes
+  -- no later than the end of the window, at the new length, it was made
+  -- in. Compared as numbers of different lengths, a longer window stopped
+  -- admission for good.
+  local start = last * last_ms
+  decided = start >= window * interval
+  decided_until = math.min(decided_until, (math.floor(start / interval) + 1) * interval)
+elseif last and not last_ms and last > window then
+  -- A number from the future, of another length, recorded before the
+  -- length was: this window's end bounds it.
+  decided_until = math.min(decided_until, next_ms)
+elseif last then
+  decided = last >= window
+end
+if decided or now_ms < decided_until then
   return {0, window, 1, now_ms, math.max(next_ms, decided_until)}
 end
 -- An empty queue does not use up the window, so the first arrival after a
@@ -191,8 +209,8 @@ if admitted == room then
     rate = admitted
   end
 end
-local record = {'window', int(window), 'next', int(next_ms), 'admitted', admitted,
-  'at', int(now_ms)}
+local record = {'window', int(window), 'window_ms', interval, 'next', int(next_ms),
+  'admitted', admitted, 'at', int(now_ms)}
 if rate then
   record[#record + 1] = 'rate'
   record[#record + 1] = string.format('%.4f', rate)

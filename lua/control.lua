@@ -57,7 +57,7 @@ elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_
   end
   if ARGV[3] ~= '' then
     -- Window numbers of the old length mean nothing in the new one.
-    redis.call('HDEL', KEYS[2], 'window')
+    redis.call('HDEL', KEYS[2], 'window', 'window_ms')
   end
   if interval then
     -- The next decision comes no later than the new window's end.

@@ -24,15 +24,17 @@ end
 -- start of the next window. With no record yet, the configured batch size is
 -- the rate.
 local function wait_estimator(admission_key, now_ms, interval_ms, batch)
-  local gate = redis.call('HMGET', admission_key, 'window', 'rate')
+  local gate = redis.call('HMGET', admission_key, 'window', 'rate', 'window_ms')
   local last_window = tonumber(gate[1]) or -1
+  -- The last admission's window as a time (its length may have changed).
+  local last_start = last_window * (tonumber(gate[3]) or interval_ms)
   local rate = tonumber(gate[2]) or batch
   if rate < 0.01 then
     rate = 0.01
   end
   local window = math.floor(now_ms / interval_ms)
   local first_ms = 0
-  if last_window >= window then
+  if last_start >= window * interval_ms then
     first_ms = (window + 1) * interval_ms - now_ms
   end
   return function(rank)

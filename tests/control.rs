@@ -1503,3 +1503,74 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
     let status = admin(&wg, "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["admission"]["batchSize"], 7, "{status}");
 }
+
+/// Calls the real admission script for queue `baseball` with `interval`
+/// (ms) and a batch of 1, as an instance would: the number it admitted.
+fn admit_once(c: &mut redis::Connection, interval: u64) -> i64 {
+    let script = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/admit.lua")
+    ));
+    let answer: Vec<i64> = script
+        .key(WAITING_KEY)
+        .key("queue:{baseball}:heartbeat")
+        .key(ACTIVE_KEY)
+        .key("queue:{baseball}:admission")
+        .key("queue:{baseball}:credential")
+        .key(CONTROL)
+        .key(PREQUEUE)
+        .key("queue:{baseball}:due")
+        .key("queue:{baseball}:dues")
+        .arg(interval)
+        .arg(1)
+        .arg(600_000)
+        .arg(0)
+        .arg("5eed")
+        .arg(150)
+        .arg(30_000)
+        .arg(1_000)
+        .arg(30_000)
+        .invoke(c)
+        .unwrap();
+    answer[0]
+}
+
+/// A longer admission interval from the config (a reload or a restart; the
+/// admin API forgets the gate's window itself) admits from the next window
+/// of the new length. The gate compared window numbers of different
+/// lengths, and a number of the shorter length stopped admission for good;
+/// a shorter one admits at once.
+#[test]
+fn a_window_length_changed_by_the_config_goes_on_admitting() {
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    for i in 0..10u64 {
+        let _: () = c.zadd(WAITING_KEY, format!("w{i}"), i + 1).unwrap();
+    }
+    let admitted_within = |c: &mut redis::Connection, interval: u64, limit: Duration| {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if admit_once(c, interval) > 0 {
+                return Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    };
+    assert!(admitted_within(&mut c, 100, Duration::from_millis(500)).is_some());
+    // 100 ms -> 1 s: within the next second.
+    let took = admitted_within(&mut c, 1_000, Duration::from_millis(2_500));
+    assert!(
+        took.is_some_and(|t| t <= Duration::from_millis(1_100)),
+        "{took:?}"
+    );
+    // And not twice in that window.
+    assert_eq!(admit_once(&mut c, 1_000), 0);
+    // 1 s -> 50 ms: from the end of the 50 ms window the last was made in.
+    let took = admitted_within(&mut c, 50, Duration::from_millis(1_000));
+    assert!(
+        took.is_some_and(|t| t <= Duration::from_millis(150)),
+        "{took:?}"
+    );
+}
