@@ -884,3 +884,45 @@ fn what_waiting_for_a_replica_costs_in_register_throughput() {
     );
     assert!(rates[1] > 0.0);
 }
+
+/// Sentinels that know no master of the configured name are Redis being
+/// unreachable, not Redis answering with an error: each call is a fast 503,
+/// and the failures are one warning a second with a count, not an error
+/// line per call.
+#[test]
+fn a_master_name_the_sentinels_do_not_know_is_an_outage_logged_once_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = Node::start(dir.path(), &[]);
+    let sentinels: Vec<Node> = (0..3)
+        .map(|_| Node::sentinel(dir.path(), master.port))
+        .collect();
+    let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
+    let ports = Ports::new();
+    let config = waitgate_config(
+        &ports,
+        &format!(
+            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: nosuch\n  command-timeout-ms: 300\n",
+            urls.join(", ")
+        ),
+        "  baseball: {}\n",
+    );
+    let wg = Waitgate::start(&config, &ports);
+    let started = Instant::now();
+    for i in 0..30 {
+        let r = register(wg.addr, &format!("u{i}"));
+        assert_eq!(r.status, 503, "{r:?}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(1200));
+    let log = wg.log();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("redis call failed") && l.contains("register"))
+        .count();
+    assert!((1..=12).contains(&lines), "30 calls, {lines} lines:\n{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}

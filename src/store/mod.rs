@@ -1665,9 +1665,13 @@ fn classify(e: redis::RedisError) -> StoreError {
     use redis::{ErrorKind, ServerErrorKind};
     // A Redis that is loading its AOF after a restart, failing over or busy
     // with a long script is unavailable for now, not broken.
+    // So is a Sentinel set that names no master (during a failover, or not
+    // by the configured name): no Redis to answer.
     let transient = matches!(
         e.kind(),
         ErrorKind::Io
+            | ErrorKind::MasterNameNotFoundBySentinel
+            | ErrorKind::NoValidReplicasFoundBySentinel
             | ErrorKind::Server(
                 ServerErrorKind::BusyLoading
                     | ServerErrorKind::TryAgain
