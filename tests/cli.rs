@@ -215,3 +215,31 @@ fn the_dashboard_uses_only_exported_metrics() {
         assert!(used > 0, "{file} uses no metric");
     }
 }
+
+/// `-t` refuses an admin token that start-up would refuse, with the same
+/// one line.
+#[test]
+fn the_check_refuses_an_admin_token_start_up_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    for token in ["short", "has a space in it, and is long enough"] {
+        let out = std::process::Command::new(binary())
+            .args(["-c", path.to_str().unwrap(), "-t"])
+            .env("JWT_SECRET", SECRET_B64)
+            .env("WAITGATE_ADMIN_TOKEN", token)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{token:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("WAITGATE_ADMIN_TOKEN"), "{stderr}");
+    }
+    let out = std::process::Command::new(binary())
+        .args(["-c", path.to_str().unwrap(), "-t"])
+        .env("JWT_SECRET", SECRET_B64)
+        .env("WAITGATE_ADMIN_TOKEN", "a-token-long-enough-0123")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
