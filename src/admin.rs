@@ -20,6 +20,7 @@ use pingora::protocols::http::ServerSession;
 use crate::control::{self, ControlApi};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
+use crate::queue::input;
 use crate::reply::Reply;
 use crate::store::Store;
 
@@ -60,8 +61,19 @@ fn error(error: ApiError) -> Response<Vec<u8>> {
 /// How long an admin request body may take to arrive.
 const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads a request body of at most `limit` bytes within [`BODY_TIMEOUT`].
+/// Reads a request body of at most `limit` bytes within [`BODY_TIMEOUT`],
+/// as the queue API reads its bodies: 413 at once when the declared length
+/// passes the limit, and `100 Continue` to a client that waits for it.
 async fn read_body(session: &mut ServerSession, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let headers = &session.req_header().headers;
+    if input::declares_more_than(headers, limit) {
+        return Err(ApiError::BodyTooLarge);
+    }
+    if input::expects_continue(headers) && session.write_continue_response().await.is_err() {
+        return Err(ApiError::InvalidRequest(
+            "The request body could not be read.".into(),
+        ));
+    }
     let read = async {
         let mut body = Vec::new();
         loop {

@@ -1249,6 +1249,32 @@ fn the_admin_api_checks_the_token_before_reading_a_body_and_refuses_a_broken_one
     assert!(c.closed());
     let paused: Option<String> = redis.conn().hget(CONTROL, "paused").unwrap();
     assert_eq!(paused, None, "refused requests change nothing");
+
+    // A declared length past the limit: 413 at once, nothing read; as the
+    // queue API answers it.
+    let mut c = Client::connect(wg.admin);
+    let started = Instant::now();
+    c.send(&format!(
+        "PATCH /admin/v1/queues/baseball/admission HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{{"
+    ));
+    assert_eq!(c.head().status, 413);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // A client that waits for 100 Continue gets it, then its answer.
+    let mut c = Client::connect(wg.admin);
+    let body = r#"{"batchSize":9}"#;
+    c.send(&format!(
+        "PATCH /admin/v1/queues/baseball/admission HTTP/1.1\r\nHost: x\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len()
+    ));
+    assert_eq!(c.head().status, 100);
+    c.send(body);
+    assert_eq!(c.response().0.status, 200);
+    let batch: Option<String> = redis.conn().hget(CONTROL, "batch").unwrap();
+    assert_eq!(batch.as_deref(), Some("9"));
 }
 
 /// Whether process `pid` holds the TCP connection whose local end is

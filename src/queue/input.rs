@@ -32,19 +32,10 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
     if !is_json(header.headers.get(http::header::CONTENT_TYPE)) {
         return Err(Reply::from(ApiError::UnsupportedMediaType).closing());
     }
-    let declared = header
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+    if declares_more_than(&header.headers, MAX_BODY) {
         return Err(too_large());
     }
-    let expects_continue = header
-        .headers
-        .get(http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if expects_continue {
+    if expects_continue(&header.headers) {
         // The client waits for this before sending the body.
         session
             .as_downstream_mut()
@@ -66,6 +57,23 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
             Err(_) => return Err(unreadable()),
         }
     }
+}
+
+/// Whether a head's `Content-Length` says more than `limit` bytes (a body
+/// refused before any of it is read).
+pub fn declares_more_than(headers: &http::HeaderMap, limit: usize) -> bool {
+    headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > limit as u64)
+}
+
+/// Whether a head asks for `100 Continue` before its body is sent.
+pub fn expects_continue(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Parses a JSON object body into `T`, telling syntax errors from field
