@@ -286,17 +286,33 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     )
     .unwrap();
     assert_eq!(post.status, 200);
-    // A rank poll (the direct lane's too when it is on).
+    // A rank poll (the direct lane's too when it is on), and refusals of
+    // calls that named their user: a rank and a dropout of nobody.
     assert_eq!(
         get(wg.addr, "/api/v1/queue/rank?userId=fan_7")
             .unwrap()
             .status,
         200
     );
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/rank?userId=nobody_8")
+            .unwrap()
+            .status,
+        404
+    );
+    let dropout = request(
+        wg.addr,
+        "DELETE",
+        "/api/v1/queue/dropout?userId=nobody_9",
+        &[("X-Queue-Credential", "not-a-credential")],
+        None,
+    )
+    .unwrap();
+    assert!(dropout.status >= 400, "{dropout:?}");
     let started = Instant::now();
     let lines = loop {
         let lines = access_lines(&wg.log());
-        if lines.len() >= 6 || started.elapsed() > Duration::from_secs(3) {
+        if lines.len() >= 7 || started.elapsed() > Duration::from_secs(3) {
             break lines;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -328,6 +344,16 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
         let line = line.unwrap_or_else(|| panic!("no {route} line: {lines:#?}"));
         assert_eq!(line["queue"], "baseball", "{line}");
         assert_eq!(line["user"], "fan_7", "{line}");
+    }
+    for (route, user, status) in [("rank", "nobody_8", 404), ("dropout", "nobody_9", 0)] {
+        let line = lines
+            .iter()
+            .find(|l| l["route"] == route && l["user"] == user);
+        let line = line.unwrap_or_else(|| panic!("no {route} line for {user}: {lines:#?}"));
+        assert_eq!(line["queue"], "baseball", "{line}");
+        if status > 0 {
+            assert_eq!(line["status"], status, "{line}");
+        }
     }
     // The line as written, for the docs.
     let log = wg.log();

@@ -55,7 +55,7 @@ async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
                 queue.ranks.set(samples);
             }
             Err(e) => {
-                shared.metrics.redis_error("samples");
+                shared.metrics.redis_error("rank_samples");
                 log.failed(&queue.name, &e);
             }
         }

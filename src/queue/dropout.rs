@@ -20,12 +20,11 @@ pub const CREDENTIAL_HEADER: &str = "x-queue-credential";
 
 pub async fn handle(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Reply {
     match dropout(api, head, caller).await {
-        Ok(reply) => reply,
-        Err(error) => Reply::from(error),
+        Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Result<Reply, ApiError> {
+async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Result<Reply, Reply> {
     let query = input::parse_query(head.uri.query())?;
     let queue = api.queue(query.queue.as_deref())?;
     // The header, when sent, is the credential; without it the queue
@@ -36,13 +35,15 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
         None => None,
     };
     let who = api.who(&queue, query.user_id, sent, caller, Login::IfSent)?;
+    // Whom the answer is about, in the access log, refusals included.
+    let about = |error: ApiError| Reply::from(error).about(&queue.name, who.user.as_str());
     if who.by_cookie {
-        api.same_site(caller)?;
+        api.same_site(caller).map_err(about)?;
     }
     let presented = match &who.credential {
         Some(c) => c.as_str(),
         // None sent: say which header was missing.
-        None => presented_credential(header())?,
+        None => presented_credential(header()).map_err(about)?,
     };
 
     // A credential that is not one of ours for this user matches no
@@ -50,13 +51,15 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
     let arrival = api
         .credentials()
         .check(&queue.name, who.user.as_str(), presented)
-        .ok_or(ApiError::CredentialMismatch)?;
+        .ok_or_else(|| about(ApiError::CredentialMismatch))?;
     let removed = api
         .store()
         .dropout(&queue.keys, who.user.as_str(), arrival)
         .await
-        .map_err(|e| api.unavailable(Endpoint::Dropout, e))?;
-    let reply = outcome(removed)?.about(&queue.name, who.user.as_str());
+        .map_err(|e| about(api.unavailable(Endpoint::Dropout, e)))?;
+    let reply = outcome(removed)
+        .map_err(about)?
+        .about(&queue.name, who.user.as_str());
     // A browser that left forgets its place and its token.
     Ok(if who.by_cookie {
         reply

@@ -13,12 +13,11 @@ use crate::user::UserId;
 /// from a client that sent these headers. Both HTTP paths call it.
 pub async fn answer(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Reply {
     match rank(api, query, caller).await {
-        Ok(reply) => reply,
-        Err(error) => Reply::from(error),
+        Ok(reply) | Err(reply) => reply,
     }
 }
 
-async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Reply, ApiError> {
+async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Reply, Reply> {
     let query = input::parse_query(query)?;
     let queue = api.queue(query.queue.as_deref())?;
     let header_credential = caller.credential.clone();
@@ -29,22 +28,26 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
         caller,
         Login::Required,
     )?;
+    // Whom the answer is about, in the access log, refusals included.
+    let about = |error: ApiError| Reply::from(error).about(&queue.name, who.user.as_str());
     if queue.require_credential {
-        let presented = who.credential.as_deref().ok_or(ApiError::InvalidRequest(
-            std::borrow::Cow::Borrowed(
+        let presented = who.credential.as_deref().ok_or_else(|| {
+            about(ApiError::InvalidRequest(std::borrow::Cow::Borrowed(
                 "This queue needs the queueCredential with rank: send X-Queue-Credential.",
-            ),
-        ))?;
+            )))
+        })?;
         api.credentials()
             .check(&queue.name, who.user.as_str(), presented)
-            .ok_or(ApiError::CredentialMismatch)?;
+            .ok_or_else(|| about(ApiError::CredentialMismatch))?;
     }
     let position = api
         .calls
         .rank(&queue, who.user.as_str())
         .await
-        .map_err(|e| api.unavailable(Endpoint::Rank, e))?;
-    outcome(&queue, &who.user, position).map(|r| r.about(&queue.name, who.user.as_str()))
+        .map_err(|e| about(api.unavailable(Endpoint::Rank, e)))?;
+    outcome(&queue, &who.user, position)
+        .map(|r| r.about(&queue.name, who.user.as_str()))
+        .map_err(about)
 }
 
 /// What the store's answer means for the client.

@@ -96,11 +96,19 @@ async fn token(api: &QueueApi, session: &mut Session, caller: &Caller) -> Result
         caller,
         Login::IfSent,
     )?;
+    // Whom the answer is about, in the access log, refusals included.
+    let about = |reply: Reply| reply.about(&queue.name, who.user.as_str());
     if who.by_cookie {
-        api.same_site(caller)?;
+        api.same_site(caller).map_err(|e| about(e.into()))?;
     }
-    let credential = who.credential.as_deref().ok_or_else(refused)?;
-    let issued = api.exchange(&queue, &who.user, credential).await?;
+    let credential = who
+        .credential
+        .as_deref()
+        .ok_or_else(|| about(refused().into()))?;
+    let issued = api
+        .exchange(&queue, &who.user, credential)
+        .await
+        .map_err(|e| about(e.into()))?;
     let reply = Reply::json(
         200,
         &TokenBody {
