@@ -144,7 +144,7 @@ def fill():
     for start in range(0, users, 50000):
         r("EVAL", FILL, 2, K + "waiting", K + "due", BASE, now, start, min(users, start + 50000))
     # The gate holds (nobody admitted), as in scripts/scale.sh.
-    r("HSET", K + "admission", "window", 999999999999, "epoch", 1, "joined", users)
+    r("HSET", K + "admission", "window", 999999999999, "window_ms", 3000, "epoch", 1, "joined", users)
 
 
 def load(body):

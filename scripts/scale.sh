@@ -103,7 +103,7 @@ EOF
 done
 export JWT_SECRET
 JWT_SECRET=$(openssl rand -base64 32 2>/dev/null || head -c 32 /dev/urandom | base64)
-R HSET "$K:admission" window 999999999999 >/dev/null
+R HSET "$K:admission" window 999999999999 window_ms 3000 >/dev/null
 for side in on off; do
   RUST_LOG=warn "${on_other_cores[@]}" ./target/release/waitgate -c "$work/waitgate-$side.yaml" 2>"$work/waitgate-$side.log" &
   pids+=($!)
