@@ -130,9 +130,27 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
     control.serve(request).await
 }
 
+/// Whether the client asked for the connection to end after this answer:
+/// `Connection: close`, or HTTP/1.0 without `keep-alive` (RFC 9112 §9.3).
+/// Pingora's plain HTTP apps keep every connection open after a request.
+fn ends_connection(header: &pingora::http::RequestHeader) -> bool {
+    let (mut close, mut keep) = (false, false);
+    for value in header.headers.get_all(http::header::CONNECTION) {
+        for token in value.as_bytes().split(|&b| b == b',') {
+            let token = token.trim_ascii();
+            close |= token.eq_ignore_ascii_case(b"close");
+            keep |= token.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+    close || (header.version < http::Version::HTTP_11 && !keep)
+}
+
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        if ends_connection(session.req_header()) {
+            session.set_keepalive(None);
+        }
         if session.req_header().uri.path().starts_with(control::PREFIX) {
             return control_request(&self.control, session)
                 .await

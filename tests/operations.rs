@@ -584,3 +584,30 @@ fn an_upstream_failure_is_one_log_line() {
         "{log}"
     );
 }
+
+/// The admin listener ends a connection when the client asks it to (HTTP/1.0
+/// without `keep-alive`, or `Connection: close`), as the proxy listener
+/// does, and keeps an HTTP/1.1 one.
+#[test]
+fn the_admin_listener_closes_when_the_client_asks() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    for request in [
+        "GET /healthz HTTP/1.0\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    ] {
+        let mut c = Client::connect(wg.admin);
+        c.send(request);
+        let (head, _) = c.response();
+        assert_eq!(head.status, 200, "{request:?}");
+        assert_eq!(head.header("connection"), Some("close"), "{request:?}");
+        assert!(c.closed(), "{request:?}");
+    }
+    let mut c = Client::connect(wg.admin);
+    for _ in 0..2 {
+        c.send("GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(c.response().0.status, 200);
+    }
+}
