@@ -223,6 +223,11 @@ fn unhealthy_addresses_get_no_traffic_and_come_back_and_none_healthy_is_a_quick_
         a.served() - sa,
         b.served() - sb
     );
+    // Each change of state is one line, whatever the number of checks.
+    let log = wg.log();
+    let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(count("failed its health check"), 2, "{log}");
+    assert_eq!(count("is healthy again"), 2, "{log}");
 
     // None healthy: 502 at once, without trying them.
     a.set(DEAD);

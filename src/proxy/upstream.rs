@@ -75,6 +75,9 @@ pub struct Upstream {
     last_resolve: Mutex<Instant>,
     last_check: Mutex<Option<Instant>>,
     busy: AtomicBool,
+    /// Whether the last resolution of the names failed: one warning when
+    /// it starts failing, one line when it works again, not one a run.
+    resolve_failing: AtomicBool,
     /// The Pingora path's plain-TCP connections, per address, with their
     /// idle ones (see `super::watched`).
     watched: Connectors,
@@ -141,6 +144,7 @@ impl Upstream {
             last_resolve: Mutex::new(Instant::now()),
             last_check: Mutex::new(None),
             busy: AtomicBool::new(false),
+            resolve_failing: AtomicBool::new(false),
             watched: Connectors::default(),
         })
     }
@@ -231,8 +235,17 @@ impl Upstream {
             due
         };
         if resolve_due {
-            if let Err(e) = self.balancer.update().await {
-                tracing::warn!(upstream = %self.name, error = %e, "resolving the upstream's names failed; keeping its addresses");
+            match self.balancer.update().await {
+                Err(e) => {
+                    if !self.resolve_failing.swap(true, Ordering::AcqRel) {
+                        tracing::warn!(upstream = %self.name, error = %e, "resolving the upstream's names failed; keeping its addresses until they resolve again");
+                    }
+                }
+                Ok(()) => {
+                    if self.resolve_failing.swap(false, Ordering::AcqRel) {
+                        tracing::info!(upstream = %self.name, "the upstream's names resolve again");
+                    }
+                }
             }
         }
         let check_due = self.check_interval.is_some_and(|interval| {
@@ -244,7 +257,23 @@ impl Upstream {
             due
         });
         if check_due {
+            let before = self.health();
             self.balancer.backends().run_health_check(true).await;
+            // Each address that changes state, once, under waitgate's own
+            // name (Pingora's line for a recovery is below the default
+            // filter).
+            for (addr, healthy) in self.health() {
+                let was = before.iter().find(|(a, _)| *a == addr).map(|(_, h)| *h);
+                match (was, healthy) {
+                    (Some(true), false) => {
+                        tracing::warn!(upstream = %self.name, %addr, "an upstream address failed its health check; it gets no traffic")
+                    }
+                    (Some(false), true) => {
+                        tracing::info!(upstream = %self.name, %addr, "an upstream address is healthy again")
+                    }
+                    _ => {}
+                }
+            }
         }
         self.busy.store(false, Ordering::Release);
     }
