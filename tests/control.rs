@@ -106,6 +106,14 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     let per_second = 100.0 * 1000.0 / v["admission"]["intervalMs"].as_f64().unwrap();
     assert_eq!(v["rate"]["perSecond"].as_f64(), Some(per_second), "{v}");
     assert_eq!(admin(&wg, "GET", "/admin/v1/queues/nope", None).status, 404);
+    // A queue name escaped as the queue API's `queue` parameter may be.
+    let escaped = admin(&wg, "GET", "/admin/v1/queues/base%62all", None);
+    assert_eq!(escaped.status, 200, "{escaped:?}");
+    assert_eq!(escaped.json()["queue"], "baseball");
+    assert_eq!(
+        admin(&wg, "GET", "/admin/v1/queues/base%FFall", None).status,
+        404
+    );
     assert_eq!(
         admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status,
         405

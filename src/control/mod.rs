@@ -154,8 +154,14 @@ impl ControlApi {
         }
     }
 
+    /// The queue a path segment names, percent-decoded as the queue API
+    /// decodes its `queue` parameter (`q%32` is `q2` on both); a segment
+    /// that does not decode to UTF-8 names none.
     fn queue(&self, name: &str) -> Result<Arc<Queue>, Reply> {
-        Ok(self.queues.load().find(Some(name))?.clone())
+        let name = percent_encoding::percent_decode_str(name)
+            .decode_utf8()
+            .map_err(|_| Reply::from(ApiError::UnknownQueue))?;
+        Ok(self.queues.load().find(Some(&name))?.clone())
     }
 
     /// Applies a change, logs and counts it, and answers with the queue's
