@@ -510,35 +510,10 @@ fn place_prequeue_now(c: &mut redis::Connection, seed: &str, step: u64) -> u64 {
             &[("prequeue_from", "1"), ("open_at", "2"), ("shuffle", "1")],
         )
         .unwrap();
-    let script = redis::Script::new(&format!(
-        "{}{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/admit.lua")
-    ));
     let mut calls = 0;
     loop {
-        let (_, _, why, _, _): (i64, i64, i64, i64, i64) = script
-            .key(WAITING_KEY)
-            .key("queue:{baseball}:heartbeat")
-            .key(ACTIVE_KEY)
-            .key("queue:{baseball}:admission")
-            .key("queue:{baseball}:credential")
-            .key(CONTROL)
-            .key(PREQUEUE)
-            .key("queue:{baseball}:due")
-            .key("queue:{baseball}:dues")
-            .arg(60_000)
-            .arg(1)
-            .arg(600_000)
-            .arg(0)
-            .arg(seed)
-            .arg(step)
-            // The heartbeat timeout and the bounds of the poll advice.
-            .arg(30_000)
-            .arg(1_000)
-            .arg(30_000)
-            .invoke(c)
-            .unwrap();
+        // Windows of a minute: this call places, and admits no more than one.
+        let why = admission_script(c, 60_000, seed, step)[2];
         calls += 1;
         // 6: a placing step; anything else: the pre-queue is placed.
         if why != 6 {
@@ -585,31 +560,9 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
     assert!(top[0].1 < MAX_SCORE / 4.0, "{top:?}");
     let floor: f64 = c.hget(CONTROL, "floor").unwrap();
     // Three registrations after the last open, in this order.
-    let register = redis::Script::new(&format!(
-        "{}{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/register.lua")
-    ));
     let mut ranks = Vec::new();
     for user in ["zz-first", "mm-second", "aa-third"] {
-        let answer: Vec<i64> = register
-            .key(WAITING_KEY)
-            .key("queue:{baseball}:heartbeat")
-            .key("queue:{baseball}:credential")
-            .key(ACTIVE_KEY)
-            .key("queue:{baseball}:admission")
-            .key(CONTROL)
-            .key(PREQUEUE)
-            .key("queue:{baseball}:due")
-            .key("queue:{baseball}:dues")
-            .arg(60_000)
-            .arg(1)
-            .arg(30_000)
-            .arg(1_000)
-            .arg(30_000)
-            .arg(user)
-            .invoke(&mut c)
-            .unwrap();
+        let answer = register_script(&mut c, user);
         assert_eq!(answer[0], 1, "{user}: {answer:?}");
         assert!(answer[3] as f64 >= floor, "{user} behind the pre-queues");
         let rank: u64 = c.zrank(WAITING_KEY, user).unwrap();
@@ -627,6 +580,34 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
     assert_eq!(bits, 20 + u64::from(64 - prequeued.leading_zeros()));
 }
 
+/// Registers `user` in queue `baseball` with the real registration script,
+/// as an instance would (60 s windows of 1, the default heartbeats): the
+/// script's answer.
+fn register_script(c: &mut redis::Connection, user: &str) -> Vec<i64> {
+    redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/register.lua")
+    ))
+    .key(WAITING_KEY)
+    .key("queue:{baseball}:heartbeat")
+    .key("queue:{baseball}:credential")
+    .key(ACTIVE_KEY)
+    .key("queue:{baseball}:admission")
+    .key(CONTROL)
+    .key(PREQUEUE)
+    .key("queue:{baseball}:due")
+    .key("queue:{baseball}:dues")
+    .arg(60_000)
+    .arg(1)
+    .arg(30_000)
+    .arg(1_000)
+    .arg(30_000)
+    .arg(user)
+    .invoke(c)
+    .unwrap()
+}
+
 /// Registering again after the open gives a placed pre-queue user the
 /// arrival its credential names (the pre-queue's), which dropout and the
 /// token exchange check: with identity binding that is how a second device
@@ -639,39 +620,20 @@ fn registering_again_after_the_open_names_a_placed_users_prequeue_arrival() {
         let _: () = c.zadd(PREQUEUE, user, 1_000 + i as u64).unwrap();
     }
     place_prequeue_now(&mut c, "5eed0001", 500);
-    let script = |name: &str| {
-        let body = match name {
-            "register" => include_str!("../lua/register.lua"),
-            _ => include_str!("../lua/dropout.lua"),
-        };
-        redis::Script::new(&format!("{}{}", include_str!("../lua/lib.lua"), body))
-    };
     let waiting: Vec<String> = c.zrange(WAITING_KEY, 0, -1).unwrap();
     let user = waiting.last().unwrap().clone();
     let prequeued: u64 = c.zscore(PREQUEUE, &user).unwrap();
     let placed: u64 = c.zscore(WAITING_KEY, &user).unwrap();
     assert_ne!(prequeued, placed, "placing gives a new score");
-    let answer: Vec<i64> = script("register")
-        .key(WAITING_KEY)
-        .key("queue:{baseball}:heartbeat")
-        .key("queue:{baseball}:credential")
-        .key(ACTIVE_KEY)
-        .key("queue:{baseball}:admission")
-        .key(CONTROL)
-        .key(PREQUEUE)
-        .key("queue:{baseball}:due")
-        .key("queue:{baseball}:dues")
-        .arg(60_000)
-        .arg(1)
-        .arg(30_000)
-        .arg(1_000)
-        .arg(30_000)
-        .arg(&user)
-        .invoke(&mut c)
-        .unwrap();
+    let answer = register_script(&mut c, &user);
     assert_eq!(answer[0], 2, "already waiting: {answer:?}");
     assert_eq!(answer[3] as u64, prequeued, "the pre-queue arrival");
-    let left: i64 = script("dropout")
+    let dropout = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/dropout.lua")
+    ));
+    let left: i64 = dropout
         .key(WAITING_KEY)
         .key("queue:{baseball}:heartbeat")
         .key("queue:{baseball}:credential")
@@ -1538,36 +1500,40 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
     assert_eq!(status["admission"]["batchSize"], 7, "{status}");
 }
 
-/// Calls the real admission script for queue `baseball` with `interval`
-/// (ms) and a batch of 1, as an instance would: the number it admitted.
-fn admit_once(c: &mut redis::Connection, interval: u64) -> i64 {
-    let script = redis::Script::new(&format!(
+/// Calls the real admission script for queue `baseball` as an instance
+/// would: windows of `interval` ms, a batch of 1, `seed` and `step` for a
+/// placing; the default heartbeat timeout and poll advice. Its answer.
+fn admission_script(c: &mut redis::Connection, interval: u64, seed: &str, step: u64) -> Vec<i64> {
+    redis::Script::new(&format!(
         "{}{}",
         include_str!("../lua/lib.lua"),
         include_str!("../lua/admit.lua")
-    ));
-    let answer: Vec<i64> = script
-        .key(WAITING_KEY)
-        .key("queue:{baseball}:heartbeat")
-        .key(ACTIVE_KEY)
-        .key("queue:{baseball}:admission")
-        .key("queue:{baseball}:credential")
-        .key(CONTROL)
-        .key(PREQUEUE)
-        .key("queue:{baseball}:due")
-        .key("queue:{baseball}:dues")
-        .arg(interval)
-        .arg(1)
-        .arg(600_000)
-        .arg(0)
-        .arg("5eed")
-        .arg(150)
-        .arg(30_000)
-        .arg(1_000)
-        .arg(30_000)
-        .invoke(c)
-        .unwrap();
-    answer[0]
+    ))
+    .key(WAITING_KEY)
+    .key("queue:{baseball}:heartbeat")
+    .key(ACTIVE_KEY)
+    .key("queue:{baseball}:admission")
+    .key("queue:{baseball}:credential")
+    .key(CONTROL)
+    .key(PREQUEUE)
+    .key("queue:{baseball}:due")
+    .key("queue:{baseball}:dues")
+    .arg(interval)
+    .arg(1)
+    .arg(600_000)
+    .arg(0)
+    .arg(seed)
+    .arg(step)
+    .arg(30_000)
+    .arg(1_000)
+    .arg(30_000)
+    .invoke(c)
+    .unwrap()
+}
+
+/// One admission call with windows of `interval` ms: how many it admitted.
+fn admit_once(c: &mut redis::Connection, interval: u64) -> i64 {
+    admission_script(c, interval, "5eed", 150)[0]
 }
 
 /// A longer admission interval from the config (a reload or a restart; the

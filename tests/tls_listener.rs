@@ -27,6 +27,42 @@ fn certificate(dir: &Path) {
     );
 }
 
+/// A waitgate with a TLS listener (a certificate made for the test) beside
+/// its plain one, its Redis and upstream; `extra` goes first in its config.
+struct Tls {
+    dir: tempfile::TempDir,
+    redis: Redis,
+    upstream: Upstream,
+    wg: Waitgate,
+    /// The TLS listener's port.
+    port: u16,
+}
+
+impl Tls {
+    fn start(extra: &str) -> Tls {
+        let dir = tempfile::tempdir().unwrap();
+        certificate(dir.path());
+        let redis = Redis::start();
+        let upstream = Upstream::start();
+        let ports = Ports::new();
+        let port = free_port();
+        let config = format!(
+            "{extra}{}listen-tls:\n  address: 127.0.0.1:{port}\n  cert-file: {}\n  key-file: {}\n",
+            config(&redis.url(), &ports, upstream.port),
+            dir.path().join("server.pem").display(),
+            dir.path().join("server.key").display()
+        );
+        let wg = Waitgate::start(&config, &ports);
+        Tls {
+            dir,
+            redis,
+            upstream,
+            wg,
+            port,
+        }
+    }
+}
+
 struct Answer {
     status: u16,
     version: String,
@@ -78,19 +114,13 @@ fn curl(
 
 #[test]
 fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
-    let dir = tempfile::tempdir().unwrap();
-    certificate(dir.path());
-    let redis = Redis::start();
-    let upstream = Upstream::start();
-    let ports = Ports::new();
-    let tls_port = free_port();
-    let config = format!(
-        "{}listen-tls:\n  address: 127.0.0.1:{tls_port}\n  cert-file: {}\n  key-file: {}\n",
-        config(&redis.url(), &ports, upstream.port),
-        dir.path().join("server.pem").display(),
-        dir.path().join("server.key").display()
-    );
-    let wg = Waitgate::start(&config, &ports);
+    let Tls {
+        dir,
+        redis,
+        upstream,
+        wg,
+        port: tls_port,
+    } = Tls::start("");
     let d = dir.path();
 
     // The queue API over HTTP/2.
@@ -274,19 +304,13 @@ fn raw_tls(
 #[test]
 fn http1_over_tls_gets_the_plain_listeners_head_checks() {
     use std::time::Duration;
-    let dir = tempfile::tempdir().unwrap();
-    certificate(dir.path());
-    let redis = Redis::start();
-    let upstream = Upstream::start();
-    let ports = Ports::new();
-    let tls_port = free_port();
-    let config = format!(
-        "client-header-timeout-ms: 1000\n{}listen-tls:\n  address: 127.0.0.1:{tls_port}\n  cert-file: {}\n  key-file: {}\n",
-        config(&redis.url(), &ports, upstream.port),
-        dir.path().join("server.pem").display(),
-        dir.path().join("server.key").display()
-    );
-    let wg = Waitgate::start(&config, &ports);
+    let Tls {
+        dir,
+        redis,
+        upstream,
+        wg,
+        port: tls_port,
+    } = Tls::start("client-header-timeout-ms: 1000\n");
     let d = dir.path();
     let token = admitted_token(&wg, &redis, "tls_user");
     let auth = format!("Authorization: Bearer {token}\r\n");
@@ -341,19 +365,9 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
 #[test]
 fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
     use std::time::Duration;
-    let dir = tempfile::tempdir().unwrap();
-    certificate(dir.path());
-    let redis = Redis::start();
-    let upstream = Upstream::start();
-    let ports = Ports::new();
-    let tls_port = free_port();
-    let config = format!(
-        "client-header-timeout-ms: 1000\n{}listen-tls:\n  address: 127.0.0.1:{tls_port}\n  cert-file: {}\n  key-file: {}\n",
-        config(&redis.url(), &ports, upstream.port),
-        dir.path().join("server.pem").display(),
-        dir.path().join("server.key").display()
-    );
-    let _wg = Waitgate::start(&config, &ports);
+    // Kept whole: its waitgate, Redis and upstream live to the end.
+    let tls = Tls::start("client-header-timeout-ms: 1000\n");
+    let (dir, tls_port) = (&tls.dir, tls.port);
     // The client's preface, an empty SETTINGS frame and the ACK of the
     // server's: a connection that is open and asks for nothing.
     let preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0\0\0\0\x04\x01\0\0\0\0";
