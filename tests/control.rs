@@ -1574,3 +1574,29 @@ fn a_window_length_changed_by_the_config_goes_on_admitting() {
         "{took:?}"
     );
 }
+
+/// The listing of every queue reads them side by side: while Redis hangs
+/// it takes one command timeout (300 ms here), not one per queue, and says
+/// Redis is down for each.
+#[test]
+fn the_listing_of_queues_waits_one_timeout_while_redis_hangs() {
+    let redis = Redis::start_free();
+    let wg = start(
+        &redis,
+        "baseball: {}\nq2: {}\nq3: {}\nq4: {}\nq5: {}",
+        free_port(),
+    );
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "3000", "ALL"])
+        .query(&mut redis.conn())
+        .unwrap();
+    let started = Instant::now();
+    let r = admin(&wg, "GET", "/admin/v1/queues", None);
+    let took = started.elapsed();
+    assert_eq!(r.status, 200, "{r:?}");
+    let listing = r.json();
+    let queues = listing["queues"].as_array().unwrap();
+    assert_eq!(queues.len(), 5, "{listing}");
+    assert!(queues.iter().all(|q| q["redisUp"] == false), "{listing}");
+    assert!(took < Duration::from_millis(900), "{took:?}");
+}

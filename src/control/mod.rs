@@ -102,10 +102,13 @@ impl ControlApi {
         match parts[..] {
             ["queues"] => {
                 allow_read(method)?;
-                let mut all = Vec::new();
-                for queue in self.queues.load().iter() {
-                    all.push(status::read(&self.store, queue).await);
-                }
+                // Read side by side: while Redis hangs, the listing takes
+                // one command timeout, not one per queue.
+                let queues = self.queues.load();
+                let all = futures::future::join_all(
+                    queues.iter().map(|queue| status::read(&self.store, queue)),
+                )
+                .await;
                 Ok(Reply::json(200, &Listing { queues: all }))
             }
             ["queues", name] => {
