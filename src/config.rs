@@ -1206,11 +1206,19 @@ impl RawUpstream {
             return Err(invalid(list_key, "must list at least one host:port"));
         }
         let addresses: Vec<String> = addresses.iter().map(|a| a.trim().to_string()).collect();
-        for address in &addresses {
+        for (i, address) in addresses.iter().enumerate() {
             if split_host_port(address).is_none() {
                 return Err(invalid(
                     list_key.clone(),
                     format!("`{address}` must be host:port"),
+                ));
+            }
+            // Listed twice, an address would take twice the traffic,
+            // which nobody writes on purpose.
+            if addresses[..i].contains(address) {
+                return Err(invalid(
+                    list_key.clone(),
+                    format!("`{address}` is listed twice"),
                 ));
             }
         }
@@ -1491,6 +1499,15 @@ routes: []
             "redis: {url: 'redis://x:1'}\nqueues: {a: {admission: {batch: 3}}}\nupstreams: {}\nroutes: []\n",
         );
         assert!(e.contains("batch"), "{e}");
+    }
+
+    #[test]
+    fn an_upstream_address_listed_twice_is_refused() {
+        let e = error_of(
+            "redis: {url: 'redis://x:1'}\nqueues: {a: {}}\nupstreams: {u: {addresses: ['127.0.0.1:1', ' 127.0.0.1:1']}}\nroutes: []\n",
+        );
+        assert!(e.starts_with("upstreams.u.addresses:"), "{e}");
+        assert!(e.contains("listed twice"), "{e}");
     }
 
     #[test]
