@@ -136,8 +136,7 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
 fn ends_connection(header: &pingora::http::RequestHeader) -> bool {
     let (mut close, mut keep) = (false, false);
     for value in header.headers.get_all(http::header::CONNECTION) {
-        for token in value.as_bytes().split(|&b| b == b',') {
-            let token = token.trim_ascii();
+        for token in crate::proxy::rules::elements(value.as_bytes()) {
             close |= token.eq_ignore_ascii_case(b"close");
             keep |= token.eq_ignore_ascii_case(b"keep-alive");
         }

@@ -86,14 +86,23 @@ async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instan
         if pending.capacity() - pending.len() < MIN_SPARE {
             pending.reserve(READ_SIZE);
         }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        // Pingora's coarse timer wheel: far cheaper per request than a
-        // tokio timer, and 10 ms of precision is plenty here.
-        match pingora::time::timeout(remaining, stream.read_buf(pending)).await {
-            Ok(Ok(n)) if n > 0 => {}
-            _ => return Head::Closed,
+        if !read_more(stream, pending, deadline).await {
+            return Head::Closed;
         }
     }
+}
+
+/// Reads what the client has sent into `buf`, waiting until `deadline` at
+/// the latest: false when the connection closed or failed, or nothing came
+/// in time.
+async fn read_more(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant) -> bool {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    // Pingora's coarse timer wheel: far cheaper per request than a tokio
+    // timer, and 10 ms of precision is plenty here.
+    matches!(
+        pingora::time::timeout(remaining, stream.read_buf(buf)).await,
+        Ok(Ok(n)) if n > 0
+    )
 }
 
 /// The limits, from the config.
@@ -211,10 +220,9 @@ where
                 let mut preface = BytesMut::with_capacity(H2_PREFACE);
                 let deadline = Instant::now() + self.limits.header_timeout;
                 while preface.len() < H2_PREFACE {
-                    let remaining = deadline.saturating_duration_since(Instant::now());
                     tokio::select! {
-                        read = pingora::time::timeout(remaining, stream.read_buf(&mut preface)) => {
-                            if !matches!(read, Ok(Ok(n)) if n > 0) {
+                        read = read_more(&mut stream, &mut preface, deadline) => {
+                            if !read {
                                 return None;
                             }
                         }

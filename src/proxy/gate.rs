@@ -135,17 +135,16 @@ impl Gate {
         let method = header.method.as_str();
         match page {
             PagePath::Asset(asset) if matches!(method, "GET" | "HEAD") => queue::page::asset(asset),
-            PagePath::Page(queue) if method == "GET" => {
+            PagePath::Page(queue) if matches!(method, "GET" | "HEAD") => {
                 let caller = Caller::from_fields(fields(&header.headers).into_iter())
                     .with_authority(header.uri.authority().map(|a| a.as_str()));
-                self.api
-                    .page(&queue, header.uri.query(), &caller, is_route)
-                    .await
-            }
-            PagePath::Page(queue) if method == "HEAD" => {
-                let caller = Caller::from_fields(fields(&header.headers).into_iter())
-                    .with_authority(header.uri.authority().map(|a| a.as_str()));
-                self.api.page_head(&queue, &caller)
+                if method == "HEAD" {
+                    self.api.page_head(&queue, &caller)
+                } else {
+                    self.api
+                        .page(&queue, header.uri.query(), &caller, is_route)
+                        .await
+                }
             }
             PagePath::Asset(_) => Reply::from(ApiError::MethodNotAllowed {
                 path: "/waiting-room/assets/",

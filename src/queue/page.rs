@@ -100,15 +100,10 @@ impl QueueApi {
                 .map(|(_, v)| v.into_owned())
         });
         let back = redirect::safe_return(wanted.as_deref(), is_route);
-        let queue = match self.queue(Some(queue)) {
+        let queue = match self.page_queue(queue, caller) {
             Ok(queue) => queue,
-            Err(error) => return Reply::from(error),
+            Err(reply) => return reply,
         };
-        // Loading the page joins the queue: only a visitor's own page load
-        // may, not an image or a frame another site's page puts it in.
-        if !caller.is_navigation() {
-            return Reply::from(ApiError::CrossSite).about_queue(&queue.name);
-        }
         let (user, visit) = self.visit(&queue, caller).await;
         let reply = self.show(&queue, lang, &back, visit);
         // The access log names whom the load was for, as the API's do.
@@ -126,13 +121,10 @@ impl QueueApi {
     /// `HEAD` leave out what is known only once the content is made).
     pub fn page_head(&self, queue: &str, caller: &Caller) -> Reply {
         let lang = Lang::negotiate(caller.accept_language.as_deref());
-        let queue = match self.queue(Some(queue)) {
+        let queue = match self.page_queue(queue, caller) {
             Ok(queue) => queue,
-            Err(error) => return Reply::from(error),
+            Err(reply) => return reply,
         };
-        if !caller.is_navigation() {
-            return Reply::from(ApiError::CrossSite).about_queue(&queue.name);
-        }
         let status = match self.signed_in(caller) {
             Ok(_) => 200,
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => 401,
@@ -140,6 +132,18 @@ impl QueueApi {
         };
         page_headers(Reply::html(status, String::new()).without_length(), lang)
             .about_queue(&queue.name)
+    }
+
+    /// The queue whose page a request asks for, if the request may ask for
+    /// it: the page joins the queue, so only a visitor's own page load may,
+    /// not an image or a frame another site's page puts it in (a `HEAD`
+    /// is held to the same rule, to answer as its `GET` would).
+    fn page_queue(&self, queue: &str, caller: &Caller) -> Result<Arc<Queue>, Reply> {
+        let queue = self.queue(Some(queue))?;
+        if !caller.is_navigation() {
+            return Err(Reply::from(ApiError::CrossSite).about_queue(&queue.name));
+        }
+        Ok(queue)
     }
 
     /// The reply for what a visit came to.
