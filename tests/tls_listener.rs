@@ -242,17 +242,26 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     assert_eq!(rank(wg.addr, "h2_fan").status, 200);
 }
 
+/// What one raw exchange over TLS came to.
+struct Exchange {
+    /// What the server sent.
+    out: String,
+    /// How long after the start the server closed the connection (`None`:
+    /// not within the limit).
+    closed: Option<std::time::Duration>,
+    /// What the client said about the connection (OpenSSL's stderr).
+    said: String,
+}
+
 /// One raw exchange over TLS (`openssl s_client`, with `alpn`): `parts`
-/// are written in turn, each followed by its pause
-/// (ms). What the server sent, and how long after the start it closed the
-/// connection (`None`: not within `limit`).
+/// are written in turn, each followed by its pause (ms).
 fn raw_tls(
     dir: &Path,
     port: u16,
     alpn: &str,
     parts: &[(&str, u64)],
     limit: std::time::Duration,
-) -> (String, Option<std::time::Duration>) {
+) -> Exchange {
     use std::io::{Read, Write};
     use std::process::Stdio;
     use std::time::{Duration, Instant};
@@ -263,7 +272,7 @@ fn raw_tls(
         .arg(dir.join("ca.pem"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("openssl is installed");
     let start = Instant::now();
@@ -289,10 +298,13 @@ fn raw_tls(
     let closed = ended.is_some().then(|| start.elapsed());
     let _ = child.kill();
     let _ = child.wait();
-    (
-        String::from_utf8_lossy(&ended.unwrap_or_default()).to_string(),
+    let mut said = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut said);
+    Exchange {
+        out: String::from_utf8_lossy(&ended.unwrap_or_default()).to_string(),
         closed,
-    )
+        said,
+    }
 }
 
 /// HTTP/1.1 over TLS is read as on the plain listener: a request line read
@@ -318,14 +330,14 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
 
     // Two spaces: the target is `/api/v1/follow-up/a/.. ` to one reader.
     let line = format!("GET /api/v1/follow-up/a/..  HTTP/1.1\r\nHost: t\r\n{auth}\r\n");
-    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&line, 0)], wait);
+    let Exchange { out, closed, .. } = raw_tls(d, tls_port, "http/1.1", &[(&line, 0)], wait);
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"error\":\"bad_path\""), "{out}");
     assert!(out.to_ascii_lowercase().contains("x-request-id: "), "{out}");
     assert!(closed.is_some(), "{out}");
     // Two Hosts.
     let hosts = format!("GET /api/v1/follow-up/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n{auth}\r\n");
-    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&hosts, 0)], wait);
+    let Exchange { out, closed, .. } = raw_tls(d, tls_port, "http/1.1", &[(&hosts, 0)], wait);
     assert!(out.starts_with("HTTP/1.1 400 "), "{out}");
     assert!(out.contains("\"error\":\"bad_request\""), "{out}");
     assert!(closed.is_some(), "{out}");
@@ -337,7 +349,7 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
         "GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: t\r\n\r\n\
          GET /api/v1/follow-up/seat HTTP/1.1\r\nHost: t\r\n{auth}Connection: close\r\n\r\n"
     );
-    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &[(&two, 0)], wait);
+    let Exchange { out, closed, .. } = raw_tls(d, tls_port, "http/1.1", &[(&two, 0)], wait);
     let first = out.find("HTTP/1.1 404 ").expect(&out);
     let second = out.find("HTTP/1.1 200 ").expect(&out);
     assert!(first < second, "{out}");
@@ -353,7 +365,7 @@ fn http1_over_tls_gets_the_plain_listeners_head_checks() {
         200,
     )];
     trickle.extend(std::iter::repeat_n(("X-Slow: 1\r\n", 200), 20));
-    let (out, closed) = raw_tls(d, tls_port, "http/1.1", &trickle, wait);
+    let Exchange { out, closed, .. } = raw_tls(d, tls_port, "http/1.1", &trickle, wait);
     let closed = closed.unwrap_or_else(|| panic!("still open after {wait:?}: {out}"));
     assert!(closed < Duration::from_millis(3000), "{closed:?}");
     assert!(!out.contains("HTTP/1.1 200"), "{out}");
@@ -372,7 +384,7 @@ fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
     // server's: a connection that is open and asks for nothing.
     let preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0\0\0\0\x04\x01\0\0\0\0";
     let wait = Duration::from_secs(6);
-    let (out, closed) = raw_tls(dir.path(), tls_port, "h2", &[(preface, 0)], wait);
+    let Exchange { out, closed, .. } = raw_tls(dir.path(), tls_port, "h2", &[(preface, 0)], wait);
     let closed = closed.unwrap_or_else(|| panic!("still open after {wait:?}"));
     assert!(closed < Duration::from_millis(3000), "{closed:?}");
     // The server spoke HTTP/2 before it closed: its SETTINGS frame (type 4).
@@ -382,7 +394,41 @@ fn an_idle_http2_connection_is_closed_at_the_header_timeout() {
         out.as_bytes()
     );
     // One that never sends its preface is closed as well.
-    let (_, closed) = raw_tls(dir.path(), tls_port, "h2", &[("", 0)], wait);
+    let Exchange { closed, .. } = raw_tls(dir.path(), tls_port, "h2", &[("", 0)], wait);
     let closed = closed.unwrap_or_else(|| panic!("no preface, still open after {wait:?}"));
     assert!(closed < Duration::from_millis(3000), "{closed:?}");
+}
+
+/// A TLS connection waitgate closes on its own, idle at its timeout or with
+/// a head cut off, ends with a close_notify alert: the client sees an
+/// orderly close, not a truncation.
+#[test]
+fn tls_connections_closed_by_waitgate_end_with_close_notify() {
+    use std::time::Duration;
+    let tls = Tls::start("client-header-timeout-ms: 1000\n");
+    let (dir, port) = (tls.dir.path(), tls.port);
+    let wait = Duration::from_secs(5);
+    for (alpn, parts) in [
+        // Idle after the handshake.
+        ("http/1.1", vec![("", 0)]),
+        // Idle after a whole exchange.
+        (
+            "http/1.1",
+            vec![(
+                "GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: t\r\n\r\n",
+                0,
+            )],
+        ),
+        // A head that never ends.
+        (
+            "http/1.1",
+            vec![("GET /api/v1/queue/rank?userId=x HTTP/1.1\r\n", 0)],
+        ),
+        // An HTTP/2 client that never sends its preface.
+        ("h2", vec![("", 0)]),
+    ] {
+        let Exchange { out, closed, said } = raw_tls(dir, port, alpn, &parts, wait);
+        assert!(closed.is_some(), "{alpn} {parts:?}: still open: {out}");
+        assert!(!said.contains("unexpected eof"), "{alpn} {parts:?}: {said}");
+    }
 }

@@ -180,6 +180,15 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError) {
     let _ = stream.shutdown().await;
 }
 
+/// Ends a TLS connection this loop closes on its own (idle at its
+/// timeout, a head cut off, the client's own close, shutdown) with a
+/// close_notify alert, so that the client can tell an orderly close from a
+/// cut one (RFC 8446 §6.1), as a reply that closes the connection already
+/// does. Bounded: a client that reads nothing cannot hold the connection.
+async fn close_notify(stream: &mut Stream) {
+    let _ = pingora::time::timeout(LINGER, stream.shutdown()).await;
+}
+
 /// How long a refused connection is drained before it is closed.
 const LINGER: Duration = Duration::from_millis(200);
 
@@ -220,13 +229,13 @@ where
                 let mut preface = BytesMut::with_capacity(H2_PREFACE);
                 let deadline = Instant::now() + self.limits.header_timeout;
                 while preface.len() < H2_PREFACE {
-                    tokio::select! {
-                        read = read_more(&mut stream, &mut preface, deadline) => {
-                            if !read {
-                                return None;
-                            }
-                        }
-                        _ = shutdown_rx.changed() => return None,
+                    let read = tokio::select! {
+                        read = read_more(&mut stream, &mut preface, deadline) => read,
+                        _ = shutdown_rx.changed() => false,
+                    };
+                    if !read {
+                        close_notify(&mut stream).await;
+                        return None;
                     }
                 }
                 let stream = fenced::replaying(stream, preface);
@@ -241,6 +250,8 @@ where
         let peer = lane.map(|lane| lane.peer(&stream));
         // Bytes read but not yet answered: a head, or a pipelined next one.
         let mut pending = BytesMut::new();
+        // Where the loop itself ends the connection (idle, a head cut off,
+        // the client's close, shutdown), it breaks out to close it.
         loop {
             // Wait for the next request's first byte holding nothing but the
             // socket: buffers are only allocated once there is something to
@@ -255,10 +266,10 @@ where
                     ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
                         match ready {
                             Ok(Ok(peeked)) => unpeeked = !peeked,
-                            _ => return None,
+                            _ => break,
                         }
                     }
-                    _ = shutdown_rx.changed() => return None,
+                    _ = shutdown_rx.changed() => break,
                 }
             }
             // The whole head within the header timeout of its first byte
@@ -267,14 +278,14 @@ where
             let head = if unpeeked {
                 tokio::select! {
                     head = read_head(&mut stream, &mut pending, deadline) => head,
-                    _ = shutdown_rx.changed() => return None,
+                    _ = shutdown_rx.changed() => break,
                 }
             } else {
                 read_head(&mut stream, &mut pending, deadline).await
             };
             match head {
                 Head::Read => {}
-                Head::Closed => return None,
+                Head::Closed => break,
                 Head::TooLarge => {
                     let reply = Reply::from(ApiError::HeadersTooLarge).closing();
                     let _ = stream.write_all(&reply.to_http1(false)).await;
@@ -328,6 +339,10 @@ where
             (lent, settings) = reused?.consume();
             (stream, pending) = fenced::take_back(lent);
         }
+        if !plain {
+            close_notify(&mut stream).await;
+        }
+        None
     }
 
     async fn cleanup(&self) {
