@@ -432,3 +432,41 @@ fn tls_connections_closed_by_waitgate_end_with_close_notify() {
         assert!(!said.contains("unexpected eof"), "{alpn} {parts:?}: {said}");
     }
 }
+
+/// A connection that chose HTTP/2 and sends something else (HTTP/1.1, or
+/// nothing but the preface before it goes) is closed, and none of it is an
+/// ERROR line in waitgate's log: a client can repeat either at will.
+#[test]
+fn a_connection_that_chose_http2_without_speaking_it_is_closed_quietly() {
+    use std::time::Duration;
+    let tls = Tls::start("client-header-timeout-ms: 1000\n");
+    let (dir, port) = (tls.dir.path(), tls.port);
+    let wait = Duration::from_secs(5);
+    let http1 = "GET /api/v1/queue/rank?userId=nobody HTTP/1.1\r\nHost: t\r\n\r\n";
+    for _ in 0..3 {
+        let Exchange { out, closed, said } = raw_tls(dir, port, "h2", &[(http1, 0)], wait);
+        let closed = closed.unwrap_or_else(|| panic!("still open after {wait:?}: {out}"));
+        assert!(closed < Duration::from_millis(900), "{closed:?}");
+        assert!(!out.contains("HTTP/1.1"), "{out}");
+        assert!(!said.contains("unexpected eof"), "{said}");
+    }
+    // The preface, then gone at once.
+    for _ in 0..3 {
+        let preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        raw_tls(dir, port, "h2", &[(preface, 0)], Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log = tls.wg.log();
+    assert!(!log.contains("ERROR"), "{log}");
+    // And the listener still serves HTTP/2.
+    let r = curl(
+        dir,
+        port,
+        "--http2",
+        "GET",
+        "/api/v1/queue/rank?userId=nobody",
+        &[],
+        None,
+    );
+    assert_eq!((r.status, r.version.as_str()), (404, "2"));
+}

@@ -41,8 +41,8 @@ use super::rules::request;
 use crate::error::ApiError;
 use crate::reply::Reply;
 
-/// The length of an HTTP/2 client's connection preface (RFC 9113 §3.4).
-const H2_PREFACE: usize = 24;
+/// An HTTP/2 client's connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Room made for each read of a request head.
 const READ_SIZE: usize = 4096;
@@ -226,9 +226,9 @@ where
                 // Its preface within the header timeout, as a head would
                 // be (Pingora would wait for it as long as the client
                 // likes); Pingora reads it again from the stream.
-                let mut preface = BytesMut::with_capacity(H2_PREFACE);
+                let mut preface = BytesMut::with_capacity(H2_PREFACE.len());
                 let deadline = Instant::now() + self.limits.header_timeout;
-                while preface.len() < H2_PREFACE {
+                while preface.len() < H2_PREFACE.len() {
                     let read = tokio::select! {
                         read = read_more(&mut stream, &mut preface, deadline) => read,
                         _ = shutdown_rx.changed() => false,
@@ -237,6 +237,14 @@ where
                         close_notify(&mut stream).await;
                         return None;
                     }
+                }
+                // Not HTTP/2 (HTTP/1.1 on a connection that chose h2, say):
+                // closed, as the RFC allows without GOAWAY. Left to Pingora,
+                // each one was an ERROR line a client could repeat at will.
+                if preface[..H2_PREFACE.len()] != H2_PREFACE[..] {
+                    tracing::debug!("an HTTP/2 connection without the HTTP/2 preface, closed");
+                    close_notify(&mut stream).await;
+                    return None;
                 }
                 let stream = fenced::replaying(stream, preface);
                 return self.inner.process_new(stream, shutdown).await;
