@@ -40,7 +40,7 @@ use pingora::protocols::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::head::MAX_HEAD;
-use super::rules::chunked::ChunkedEnd;
+use super::rules::chunked::{ChunkedEnd, Malformed};
 use super::rules::request::{self, Body};
 
 /// How much a client may send past the fenced request before it is read no
@@ -95,14 +95,23 @@ enum Fence {
     Length(usize),
     /// To the end of a chunked body.
     Chunked(ChunkedEnd),
-    /// Nowhere: a chunked body the scanner refused. Everything is passed
-    /// on, and Pingora alone reads the rest. It refuses almost all of what
-    /// the scanner refuses; what it takes (a chunk-size line longer than
-    /// the scanner's 8 KiB, arriving whole) it reads to its end, and bytes
-    /// sent behind such a body end the connection instead of being served
-    /// as the next request. Never a second reading of the same bytes.
+    /// Nowhere: everything is passed on (the replayed HTTP/2 preface).
     Open,
+    /// A chunked body the scanner refused: Pingora has had the bytes before
+    /// the refused one and a line end its parser refuses too (see
+    /// [`REFUSED`]); from here the client's bytes end.
+    Refused,
 }
+
+/// What Pingora is given in place of the byte the scanner refused: a CR
+/// and a second CR where only LF may follow. Its chunk parser refuses that
+/// in every state of a chunked body (a size line, the CRLF after data, the
+/// trailer), so the request is its 400, as the proxy answers a framing
+/// error. Pingora alone took a chunk-size line over 8 KiB when the line
+/// came in one read and refused it in pieces: the client's answer
+/// depended on how its bytes were split. Bytes instead of an I/O error,
+/// because Pingora answers a failed read with nothing.
+const REFUSED: &[u8] = b"\r\r";
 
 /// A client connection that yields the rest of one request and holds what
 /// comes after it.
@@ -188,6 +197,7 @@ impl AsyncRead for Fenced {
             Fence::Length(0) => return this.hold(cx),
             Fence::Length(allowed) => allowed,
             Fence::Open => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Fence::Refused => return Poll::Ready(Ok(())),
             Fence::Chunked(scanner) => {
                 let before = buf.filled().len();
                 ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
@@ -201,7 +211,14 @@ impl AsyncRead for Fenced {
                         buf.set_filled(end);
                         this.fence = Fence::Length(0);
                     }
-                    Err(_) => this.fence = Fence::Open,
+                    Err(Malformed { at }) => {
+                        buf.set_filled(before + at);
+                        this.first = BytesMut::from(REFUSED);
+                        this.fence = Fence::Refused;
+                        // At least the refused byte's room is free.
+                        let n = this.first.len().min(buf.remaining());
+                        buf.put_slice(&this.first.split_to(n));
+                    }
                 }
                 return Poll::Ready(Ok(()));
             }
