@@ -16,7 +16,9 @@
 --         0 0 when it derives none
 -- ARGV[8] the places from the head whose ranks are always exact
 --         (`exact-rank-window`)
--- ARGV[9..] userIds, 1 to 500
+-- ARGV[9..] userIds, 0 to 500 (none: the batch's numbers alone, for an
+--         instance that reads and writes the heartbeats far back itself,
+--         see `poll_many` in src/store/mod.rs)
 --
 -- Returns, for each user in order, four numbers:
 --         1, rank, wait_ms, advice   waiting, with rank users ahead; wait_ms
@@ -29,11 +31,15 @@
 --                                    opens_in_ms (0: opening now, the
 --                                    pre-queue is being placed)
 --         0, 0, 0, 0                 not queued: nothing is written
--- and then nine for the batch: the rank counters and the waiting set's size
--- (see `rank_counters` in lib.lua), and the wait estimate's first_ms, rate
+-- and then twelve for the batch: the rank counters and the waiting set's
+-- size (see `rank_counters` in lib.lua); the wait estimate's first_ms, rate
 -- (users per window, in millionths; -1 while paused) and window (ms), from
 -- which the instance estimates the wait of a rank it derives as this
--- script would.
+-- script would; and Redis's time (ms), the arrival from which a poll is
+-- decided far back (the later of ARGV[6] and the first place whose advice
+-- is `pmax`), and 1 if polls far back are decided from the heartbeat alone
+-- (the queue is open, the instance derives ranks, no earlier version's
+-- heartbeats), else 0.
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
 -- the lookup of the heartbeat, which a poll makes anyway: the script
@@ -43,7 +49,7 @@ local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
-    or not batch_users(9) then
+    or (#ARGV > 8 and not batch_users(9)) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -53,11 +59,14 @@ interval = control.interval or interval
 local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
-local values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
-if beats.legacy then
+local values = {}
+if #ARGV > 8 then
+  values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
+end
+if beats.legacy and #ARGV > 8 then
   beats.read(9, #ARGV, values)
 end
-if beats.legacy and phase == 'open' then
+if beats.legacy and phase == 'open' and #ARGV > 8 then
   -- Instances of an earlier version may be running: they change the
   -- waiting set without this HASH (a dropout leaves its heartbeat behind,
   -- a registration again a new arrival), so the set says who waits and
@@ -175,4 +184,7 @@ end
 out[#out + 1] = first_ms
 out[#out + 1] = rate_millionths
 out[#out + 1] = interval
+out[#out + 1] = now_ms
+out[#out + 1] = far_from
+out[#out + 1] = fast and 1 or 0
 return out

@@ -162,6 +162,24 @@ for i = 1, #values do
 end
 return out
 """)
+# A heartbeat written without reading anything first, as an instance that
+# knows each user's arrival (from the credential, or from its earlier
+# answer) could ask: every user of the batch is due at the same time.
+BLIND_LUA = load("""
+local due = math.floor(now_us() / 1000) + 30000
+local fields = {}
+for i = 9, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]
+  fields[#fields + 1] = due .. ':' .. ARGV[i + 1]
+end
+redis.call('HSET', KEYS[7], unpack(fields))
+local users = {}
+for i = 9, #ARGV, 2 do
+  users[#users + 1] = ARGV[i]
+end
+redis.call('RPUSH', KEYS[8] .. ':' .. due, unpack(users))
+return #users
+""")
 RANK = load(open("lua/rank.lua").read())
 RANK_BASE = None
 if baseline:
@@ -186,6 +204,10 @@ def per_poll(command, make):
     r("CONFIG", "RESETSTAT")
     r.pipeline([make(b) for b in batches(7)])
     return r.usec(command) / (BATCH * CALLS)
+
+
+def with_arrivals(batch):
+    return [x for u in batch for x in (u, BASE + int(u[1:]))]
 
 
 def rank_args(sha):
@@ -213,6 +235,23 @@ def cleanup_look(script=None):
         removed = r("EVALSHA", script, 8, *CLEAN_KEYS, 500, TIMEOUT)[0]
         assert removed == 0, "cleanup removed a user who polled"
     return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
+
+
+def cleanup_look_plain():
+    """The same look as plain commands, the decision left to the caller:
+    each 500 candidates popped (LPOP) and their heartbeats read (HMGET)."""
+    rng = random.Random(3)
+    picked = [f"u{rng.randrange(users)}" for _ in range(CANDIDATES)]
+    for i in range(0, CANDIDATES, 1000):
+        r("RPUSH", K + "dues:1001", *picked[i:i + 1000])
+    r("CONFIG", "RESETSTAT")
+    while True:
+        popped = r("LPOP", K + "dues:1001", 500)
+        if not popped:
+            break
+        r("HMGET", K + "due", *popped)
+    stats = r.commandstats()
+    return (stats.get("lpop", 0) + stats.get("hmget", 0)) / CANDIDATES
 
 
 SILENCE = """
@@ -256,8 +295,8 @@ def cleanup_removals(calls=10):
 # Each round removes 10 calls of 500 from its fill; room is left for the
 # random picks to find users still there.
 assert users >= 20 * 500, "poll-profile.sh needs at least 10,000 users"
-measures = {name: [] for name in ("cmd", "lua", "parse", "rank", "rank_base", "look", "look_base",
-                                   "look_hmget")}
+measures = {name: [] for name in ("cmd", "lua", "parse", "blind", "blind_cmd", "rank", "rank_base",
+                                   "look", "look_base", "look_hmget", "look_plain")}
 removals = []
 for _ in range(rounds):
     fill()
@@ -266,6 +305,16 @@ for _ in range(rounds):
                                     + [0] * 8 + b))
     measures["parse"].append(per_poll("evalsha", lambda b: ["EVALSHA", PARSE_LUA, 8] + RANK_KEYS
                                       + [0] * 8 + b))
+    measures["blind"].append(per_poll("evalsha", lambda b: ["EVALSHA", BLIND_LUA, 8] + RANK_KEYS
+                                      + [0] * 8 + with_arrivals(b)))
+    # The same writes as plain commands: the floor under any script.
+    r("CONFIG", "RESETSTAT")
+    due = int(time.time() * 1000) + 30000
+    r.pipeline([c for b in batches(7) for c in (
+        ["HSET", K + "due"] + [x for u, a in zip(b, with_arrivals(b)[1::2]) for x in (u, f"{due}:{a}")],
+        ["RPUSH", K + f"dues:{due}"] + b)])
+    stats = r.commandstats()
+    measures["blind_cmd"].append((stats.get("hset", 0) + stats.get("rpush", 0)) / (BATCH * CALLS))
     if RANK_BASE:
         # The earlier script on a fill of its own, first in odd rounds.
         order = [("rank_base", RANK_BASE), ("rank", RANK)]
@@ -278,6 +327,7 @@ for _ in range(rounds):
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)
+    measures["look_plain"].append(cleanup_look_plain())
     if RANK_BASE:
         measures["look_base"].append(cleanup_look(CLEANUP_BASE)[0])
     times, inside = cleanup_removals()
@@ -295,6 +345,9 @@ row("HMGET of a batch's heartbeats, as a command", "cmd", "per user", "the hash 
 row("the same HMGET from a script that returns it", "lua", "per user",
     "+ the script call, the users and values through Lua")
 row("+ each value parsed as due and arrival", "parse", "per user", "")
+row("a heartbeat written blind (arrival known), from a script", "blind", "per user",
+    "no read: HSET and RPUSH of the batch")
+row("the same writes as plain commands", "blind_cmd", "per user", "HSET and RPUSH")
 row("rank.lua far back (half the heartbeats written)", "rank", "per poll", "the shipped script")
 if RANK_BASE:
     row(f"rank.lua as at {baseline}, same fills", "rank_base", "per poll", "the earlier script")
@@ -302,6 +355,14 @@ row("cleanup.lua's look at one candidate", "look", "per candidate", "")
 if RANK_BASE:
     row(f"cleanup.lua's look as at {baseline}", "look_base", "per candidate", "the earlier script")
 row("of which its HMGET", "look_hmget", "per candidate", "the hash lookup")
+row("the same look as plain commands", "look_plain", "per candidate", "LPOP and HMGET")
+# A poll far back with the decisions in the instance and plain commands
+# only: the read of every poll, the write of half of them (as in the fill)
+# and cleanup's later look at each write.
+plain = m["cmd"] + 0.5 * m["blind_cmd"] + 0.5 * m["look_plain"]
+print(f"| a poll far back as plain commands, with cleanup's share (half written) | {plain:.2f} us per poll | "
+      f"HMGET + half a write + half a plain look; rank.lua with cleanup's share: "
+      f"{m['rank'] + 0.5 * m['look']:.2f} |")
 medians = [t[0] for t in removals]
 inside = {k: statistics.median(t[2][k] for t in removals) for k in ("zrem", "hdel", "hmget")}
 print(f"| cleanup.lua removing 500 silent users, one call | median {statistics.median(medians):.2f} ms "

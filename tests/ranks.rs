@@ -208,3 +208,204 @@ fn a_new_waiting_set_is_never_read_off_the_samples_of_the_last() {
     }
     panic!("the sampler ran between the two sets every time");
 }
+
+/// The Redis commands that ran, from `SLOWLOG` (every command logged):
+/// each one's name and arguments, oldest first.
+fn commands_logged(c: &mut redis::Connection) -> Vec<Vec<String>> {
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(c).unwrap();
+    let mut out: Vec<Vec<String>> = log
+        .into_iter()
+        .map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                panic!("a slowlog entry: {entry:?}")
+            };
+            redis::from_redis_value::<Vec<String>>(fields[3].clone()).unwrap()
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+/// A poll far back is decided by the instance, with plain commands: the
+/// rank script is asked for the batch's numbers alone (no user passes
+/// through Lua), the heartbeats are read with `HMGET`, and a heartbeat that
+/// must be written goes as `RPUSH` of its candidate, `ZADD` of the bucket
+/// and `HSET`, with what rank.lua would write: due at Redis's time plus
+/// `poll-max-ms`, the arrival kept. A heartbeat with a fair time left is
+/// kept, and that time is the advice.
+#[test]
+fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let mut c = redis.conn();
+    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
+    wait_for_samples(&wg, 0.0);
+    // u20000's heartbeat has 20 s left (of a 30 s advice): kept.
+    let kept_due = redis.now_ms() + 20_000;
+    let arrival = base + 20_000;
+    let () = c
+        .hset(DUE, "u20000", format!("{kept_due}:{arrival}"))
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-max-len")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    let () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+
+    let before = redis.now_ms();
+    let r = rank(wg.addr, "u20000");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let advice = r.json()["pollAfterMs"].as_u64().unwrap();
+    assert!(
+        (19_000..=20_000).contains(&advice),
+        "kept: the time left, {advice}"
+    );
+    let value: String = c.hget(DUE, "u20000").unwrap();
+    assert_eq!(value, format!("{kept_due}:{arrival}"), "kept unchanged");
+
+    // u25000's heartbeat is an hour away (the fill's): written anew.
+    let r = rank(wg.addr, "u25000");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["pollAfterMs"].as_u64(), Some(30_000));
+    let after = redis.now_ms();
+    let value: String = c.hget(DUE, "u25000").unwrap();
+    let (due, written_arrival) = value.split_once(':').unwrap();
+    let due: u64 = due.parse().unwrap();
+    assert_eq!(written_arrival, (base + 25_000).to_string());
+    assert!(
+        due >= before + 30_000 && due <= after + 30_000,
+        "{due} not {before}..{after} + 30 s"
+    );
+    // Its candidate, in the bucket of that time (a second wide).
+    let bucket = (due / 1000 + 1) * 1000;
+    let listed: Vec<String> = c.lrange(format!("{DUES}:{bucket}"), 0, -1).unwrap();
+    assert!(listed.contains(&"u25000".to_string()), "{listed:?}");
+    let indexed: Option<f64> = c.zscore(DUES, bucket).unwrap();
+    assert_eq!(indexed, Some(bucket as f64));
+
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u25000");
+    assert_within(api, exact, "far back");
+
+    // What ran: no script call with a user in it, and the plain commands.
+    let ran = commands_logged(&mut c);
+    let scripts: Vec<&Vec<String>> = ran
+        .iter()
+        .filter(|a| a[0].eq_ignore_ascii_case("evalsha"))
+        .collect();
+    assert!(!scripts.is_empty(), "{ran:?}");
+    for call in &scripts {
+        // EVALSHA sha 8 <8 keys> <8 arguments>: no users.
+        assert_eq!(call.len(), 19, "a script call with users: {call:?}");
+    }
+    let named = |name: &str, user: &str| {
+        ran.iter()
+            .any(|a| a[0].eq_ignore_ascii_case(name) && a.iter().any(|x| x == user))
+    };
+    assert!(
+        named("hmget", "u20000") && named("hmget", "u25000"),
+        "{ran:?}"
+    );
+    assert!(
+        named("hset", "u25000") && named("rpush", "u25000"),
+        "{ran:?}"
+    );
+    assert!(
+        !named("hset", "u20000"),
+        "a kept heartbeat written: {ran:?}"
+    );
+}
+
+/// A user far back who polls within each answer's advice is never removed,
+/// and one who stops is removed within its advice, the timeout and a
+/// cleanup interval: the rule of every poll, kept by the instance's own
+/// decisions far back.
+#[test]
+fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let queue = "baseball:\n  admission: {max-active: 1}\n  heartbeat: {timeout-ms: 300, cleanup-interval-ms: 20, poll-min-ms: 20, poll-max-ms: 200}";
+    let wg = Waitgate::start(
+        &config_with(&redis.url(), &ports, free_port(), queue),
+        &ports,
+    );
+    let mut c = redis.conn();
+    fill(&wg, &redis, ("head", "u", 20_000), None, 1);
+    let mut steady = register(wg.addr, "steady").json()["pollAfterMs"]
+        .as_u64()
+        .unwrap();
+    let mut quitter = register(wg.addr, "quitter").json()["pollAfterMs"]
+        .as_u64()
+        .unwrap();
+    // Behind them, so that the samples' last place is past them.
+    for i in 0..3 {
+        register(wg.addr, &format!("tail{i}"));
+    }
+    // Until samples cover them, every poll is rank.lua's.
+    let covered = samples_of(&wg);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while samples_of(&wg) == covered || samples_of(&wg) == 0.0 {
+        assert!(Instant::now() < deadline, "no samples taken");
+        for user in ["steady", "quitter"] {
+            assert_eq!(rank(wg.addr, user).status, 200);
+        }
+        for i in 0..3 {
+            assert_eq!(rank(wg.addr, &format!("tail{i}")).status, 200);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let writes = || {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut redis.conn())
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_hset:calls="))
+            .map_or(0, |v| v.split(',').next().unwrap().parse::<u64>().unwrap())
+    };
+    let written = writes();
+    let paces = [
+        0.9, 0.1, 1.0, 0.5, 0.95, 0.2, 0.99, 0.7, 1.0, 0.3, 0.97, 0.6,
+    ];
+    let mut quit_at = None;
+    for (i, pace) in paces.iter().enumerate() {
+        std::thread::sleep(Duration::from_millis((steady as f64 * pace) as u64));
+        let r = rank(wg.addr, "steady");
+        assert_eq!(r.status, 200, "the steady user was removed at poll {i}");
+        steady = r.json()["pollAfterMs"].as_u64().unwrap();
+        if i < 4 {
+            let r = rank(wg.addr, "quitter");
+            assert_eq!(r.status, 200);
+            quitter = r.json()["pollAfterMs"].as_u64().unwrap();
+            quit_at = Some(Instant::now());
+        }
+    }
+    assert!(writes() > written, "no heartbeat written far back");
+    let bound = Duration::from_millis(quitter + 300 + 20 + 20 + 150);
+    let quit_at = quit_at.unwrap();
+    while c
+        .zscore::<_, _, Option<f64>>(WAITING, "quitter")
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            quit_at.elapsed() < bound,
+            "still there after {:?}",
+            quit_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        quit_at.elapsed() >= Duration::from_millis(quitter + 300 - 10),
+        "removed {:?} after its last poll, before its advice and the timeout",
+        quit_at.elapsed()
+    );
+    assert_eq!(rank(wg.addr, "steady").status, 200);
+}

@@ -67,7 +67,7 @@ fn ranks(
         let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
         let samples = queue.ranks.get();
         store
-            .rank_many(
+            .poll_many(
                 &queue.keys,
                 &users,
                 &queue.admission,
