@@ -27,7 +27,7 @@ local legacy = redis.call('EXISTS', KEYS[2]) == 1
 -- the cutoff.
 local candidates, more = {}, 0
 while #candidates < batch do
-  local ends = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
+  local ends = past_bucket(KEYS[8], cutoff)
   if not ends then
     break
   end
@@ -106,43 +106,13 @@ for i = 1, #candidates, 500 do
   end
 end
 
--- The stale who still wait go from waiting, and a placed one's pre-queue
--- entry with them; a pre-queue entry of anyone else is a registration of
--- its own, and stays. (Without a pre-queue, one ZREM tells how many.)
-local removed = 0
-if redis.call('EXISTS', KEYS[5]) == 0 then
-  in_chunks(stale, function(...)
-    removed = removed + redis.call('ZREM', KEYS[1], ...)
-  end)
-else
-  local waited = {}
-  for i = 1, #stale, 500 do
-    local last = math.min(i + 499, #stale)
-    local scores = redis.call('ZMSCORE', KEYS[1], unpack(stale, i, last))
-    for j = 1, last - i + 1 do
-      if scores[j] then
-        waited[#waited + 1] = stale[i + j - 1]
-      end
-    end
-  end
-  in_chunks(waited, function(...)
-    redis.call('ZREM', KEYS[1], ...)
-    redis.call('ZREM', KEYS[5], ...)
-  end)
-  removed = #waited
-end
+-- The stale who still wait go from waiting (see `remove_waiting`).
+local removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale)
 if legacy then
   in_chunks(stale, function(...)
     redis.call('HDEL', KEYS[7], ...)
     redis.call('ZREM', KEYS[2], ...)
   end)
 end
-counted(KEYS[6], 'removed', removed)
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', int(now_ms), 'LIMIT', 0, batch)
-in_chunks(expired, function(...)
-  redis.call('ZREM', KEYS[4], ...)
-  redis.call('HDEL', KEYS[3], ...)
-end)
-
-return {removed, #expired, more}
+return {removed, expire_active(KEYS[4], KEYS[3], now_ms, batch), more}

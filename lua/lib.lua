@@ -423,3 +423,51 @@ local function start_placing(control_key, waiting_key, prequeue_key, now)
     'opened_at', int(math.floor(now / 1000)), 'prequeued', count, 'shuffle_bits', bits)
   return base, base + span
 end
+
+-- Takes the stale users (a list, each once) out of waiting, and a placed
+-- one's pre-queue entry with them; a pre-queue entry of anyone else is a
+-- registration of its own, and stays. (Without a pre-queue, one ZREM tells
+-- how many.) Counts and returns how many were waiting.
+local function remove_waiting(waiting_key, prequeue_key, admission_key, stale)
+  local removed = 0
+  if redis.call('EXISTS', prequeue_key) == 0 then
+    in_chunks(stale, function(...)
+      removed = removed + redis.call('ZREM', waiting_key, ...)
+    end)
+  else
+    local waited = {}
+    for i = 1, #stale, 500 do
+      local last = math.min(i + 499, #stale)
+      local scores = redis.call('ZMSCORE', waiting_key, unpack(stale, i, last))
+      for j = 1, last - i + 1 do
+        if scores[j] then
+          waited[#waited + 1] = stale[i + j - 1]
+        end
+      end
+    end
+    in_chunks(waited, function(...)
+      redis.call('ZREM', waiting_key, ...)
+      redis.call('ZREM', prequeue_key, ...)
+    end)
+    removed = #waited
+  end
+  counted(admission_key, 'removed', removed)
+  return removed
+end
+
+-- Removes up to `batch` active entries past their expiry, with their
+-- credentials; returns how many.
+local function expire_active(active_key, credential_key, now_ms, batch)
+  local expired = redis.call('ZRANGEBYSCORE', active_key, '-inf', int(now_ms), 'LIMIT', 0, batch)
+  in_chunks(expired, function(...)
+    redis.call('ZREM', active_key, ...)
+    redis.call('HDEL', credential_key, ...)
+  end)
+  return #expired
+end
+
+-- The first bucket of heartbeat candidates that ended at or before
+-- `cutoff` (its end, as stored), or nil.
+local function past_bucket(dues_key, cutoff)
+  return redis.call('ZRANGEBYSCORE', dues_key, '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
+end

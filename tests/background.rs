@@ -701,3 +701,159 @@ proptest::proptest! {
         );
     }
 }
+
+/// `lua/sweep.lua`, as an instance calls it after reading a bucket.
+fn sweep_script(
+    c: &mut redis::Connection,
+    timeout_ms: u64,
+    read: (&str, u64, u64, &[&str]),
+) -> redis::Value {
+    let (bucket, length, taken, stale) = read;
+    redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/sweep.lua")
+    ))
+    .key(WAITING)
+    .key(LEGACY)
+    .key(CREDENTIAL)
+    .key(ACTIVE)
+    .key("queue:{baseball}:prequeue")
+    .key("queue:{baseball}:admission")
+    .key(DUE)
+    .key("queue:{baseball}:dues")
+    .arg(500)
+    .arg(timeout_ms)
+    .arg(bucket)
+    .arg(length)
+    .arg(taken)
+    .arg(stale)
+    .invoke(c)
+    .unwrap()
+}
+
+/// Cleanup's look is the instance's, in plain commands, and the script only
+/// takes what it checks itself: a user proposed as stale who polled since
+/// stays; the candidates read are dropped only if nobody moved the bucket
+/// on since it was read (so two instances reading the same candidates drop
+/// them once), and an instance that stops between its read and its call
+/// leaves them for the next.
+#[test]
+fn the_sweep_takes_only_what_it_checks_and_drops_each_read_once() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let dues = "queue:{baseball}:dues";
+    let now = redis.now_ms();
+    let mut p = redis::pipe();
+    for (i, user) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        p.zadd(WAITING, *user, 100 + i).ignore();
+        p.rpush(format!("{dues}:1000"), *user).ignore();
+    }
+    // a, b, c silent; d polled since; e left already.
+    for user in ["a", "b", "c"] {
+        p.hset(DUE, user, "5:100").ignore();
+    }
+    p.hset(DUE, "d", format!("{}:103", now + 60_000)).ignore();
+    p.zadd(dues, 1000, 1000).ignore();
+    let () = p.query(&mut c).unwrap();
+
+    // An instance read the first three (of five) and found a, b stale; it
+    // also proposes d, which the script finds alive.
+    let out = sweep_script(&mut c, 1000, ("1000", 5, 3, &["a", "b", "d"]));
+    let redis::Value::Array(out) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(out[0], redis::Value::Int(2), "{out:?}");
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["c", "d", "e"]);
+    // The next bucket is the same one, with the two not read yet.
+    assert_eq!(out[2], redis::Value::BulkString(b"1000".to_vec()));
+    assert_eq!(out[3], redis::Value::Int(2));
+    let left: Vec<String> = c.lrange(format!("{dues}:1000"), 0, -1).unwrap();
+    assert_eq!(left, ["d", "e"]);
+
+    // A second instance that had read the same three (length 5) finds the
+    // bucket moved on: it drops nothing more.
+    sweep_script(&mut c, 1000, ("1000", 5, 3, &["a", "b"]));
+    let left: Vec<String> = c.lrange(format!("{dues}:1000"), 0, -1).unwrap();
+    assert_eq!(left, ["d", "e"]);
+    let removed: u64 = c.hget("queue:{baseball}:admission", "removed").unwrap();
+    assert_eq!(removed, 2, "a removal counted twice");
+
+    // c was never proposed and its candidate dropped... no: it is still
+    // silent and was read, but an instance that stops before its call
+    // leaves the list as it was. Put c back as the only candidate left
+    // unread by anyone and read it: it goes.
+    let () = c.rpush(format!("{dues}:1000"), "c").unwrap();
+    sweep_script(&mut c, 1000, ("1000", 3, 3, &["c"]));
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["d", "e"]);
+    // The bucket is gone with its last candidate, and its index entry.
+    let exists: bool = c.exists(format!("{dues}:1000")).unwrap();
+    assert!(!exists);
+    let indexed: Option<f64> = c.zscore(dues, 1000).unwrap();
+    assert_eq!(indexed, None);
+
+    // While an earlier version's heartbeats exist, the whole work is
+    // cleanup.lua's.
+    let () = c.zadd(LEGACY, "old", 1).unwrap();
+    let out = sweep_script(&mut c, 1000, ("", 0, 0, &[]));
+    assert_eq!(out, redis::Value::Array(vec![redis::Value::Int(-1)]));
+}
+
+/// Two instances clean one queue together, in batches of 50: every silent
+/// user is removed once (the counts agree), and every user who polled
+/// since is kept, whichever instance read their candidate.
+#[test]
+fn two_instances_sweeping_together_remove_every_silent_user_once() {
+    let redis = Redis::start();
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 20, cleanup-batch-size: 50, poll-min-ms: 100, poll-max-ms: 200}\n  admission: {max-active: 1}";
+    let one = start(&redis, queue);
+    let two = start(&redis, queue);
+    let mut c = redis.conn();
+    let silent: Vec<String> = (0..1500).map(|i| format!("s{i}")).collect();
+    let alive: Vec<String> = (0..1500).map(|i| format!("a{i}")).collect();
+    // Both are candidates of one long-past bucket; only the silent have a
+    // heartbeat that old.
+    let due = redis.now_ms() + 3_600_000;
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().chain(&alive).enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    for user in &alive {
+        p.hset(DUE, user, format!("{due}:1")).ignore();
+        p.rpush("queue:{baseball}:dues:1000", user).ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    make_silent(&mut c, "baseball", &silent);
+
+    let start = Instant::now();
+    loop {
+        let left: u64 = c.zcard(WAITING).unwrap();
+        if left == alive.len() as u64 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{left} still waiting"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let waiting: HashSet<String> = c
+        .zrange::<_, Vec<String>>(WAITING, 0, -1)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(waiting, alive.iter().cloned().collect::<HashSet<_>>());
+    let removed: u64 = c.hget("queue:{baseball}:admission", "removed").unwrap();
+    assert_eq!(removed, silent.len() as u64);
+    let counted = |wg: &Waitgate| {
+        let text = get(wg.admin, "/metrics").unwrap().text();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"waitgate_cleanup_removed_total{queue="baseball",reason="heartbeat_timeout"} "#)
+            })
+            .map_or(0.0, |v| v.parse().unwrap())
+    };
+    assert_eq!(counted(&one) + counted(&two), silent.len() as f64);
+}

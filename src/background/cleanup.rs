@@ -1,8 +1,9 @@
-//! The cleanup loop: every `cleanup-interval-ms`, calls of
-//! `lua/cleanup.lua` each look at up to a batch of candidates (the users of
-//! heartbeat buckets that are past) and remove the silent ones, and up to a
-//! batch of expired active users; while a call says more are left, the next
-//! goes at once, up to [`CALLS_PER_PASS`].
+//! The cleanup loop: every `cleanup-interval-ms`, cleanup steps each look
+//! at up to a batch of candidates (the users of heartbeat buckets that are
+//! past) and remove the silent ones, and up to a batch of expired active
+//! users (`Store::cleanup`: the look in plain commands, the removal by
+//! `lua/sweep.lua`); while a step says more are left, the next goes at
+//! once, up to [`CALLS_PER_PASS`].
 
 use std::sync::Arc;
 

@@ -72,6 +72,7 @@ static RANK: LazyLock<Script> = script!("rank.lua");
 static DROPOUT: LazyLock<Script> = script!("dropout.lua");
 static ADMIT: LazyLock<Script> = script!("admit.lua");
 static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
+static SWEEP: LazyLock<Script> = script!("sweep.lua");
 static CONTROL: LazyLock<Script> = script!("control.lua");
 static SAMPLES: LazyLock<Script> = read_only_script!("samples.lua");
 static REVOKE: LazyLock<Script> = script!("revoke.lua");
@@ -1472,7 +1473,141 @@ impl Store {
     }
 
     /// One cleanup pass.
+    /// One cleanup step: active entries past their expiry, and a batch of
+    /// heartbeat candidates looked at. The look is made here, in plain
+    /// commands, as a poll far back is (see [`Store::poll_many`]): the
+    /// candidates of the first bucket past the timeout are read with
+    /// `LRANGE` and their heartbeats with `HMGET`, and `lua/sweep.lua`
+    /// takes out those found stale after checking each again, then drops
+    /// the candidates read. A user goes only by the script's own check, so
+    /// what the instance reads can only make it propose a user, never keep
+    /// one. While an earlier version's heartbeats exist, `lua/cleanup.lua`
+    /// does it all, reading both.
     pub async fn cleanup(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+    ) -> Result<Cleanup, StoreError> {
+        let Some(first) = self.sweep(keys, heartbeat, None).await? else {
+            return self.cleanup_script(keys, heartbeat).await;
+        };
+        let mut done = Cleanup {
+            stale_waiting: first.removed,
+            expired_active: first.expired,
+            more: false,
+        };
+        let Some((bucket, length)) = first.next else {
+            return Ok(done);
+        };
+        let list = format!("{}:{bucket}", keys.dues);
+        let take = length.min(u64::from(heartbeat.cleanup_batch_size).max(1));
+        let mut read = redis::cmd("LRANGE");
+        read.arg(&list).arg(0).arg(take.saturating_sub(1));
+        let read = &read;
+        let candidates: Vec<String> = if take == 0 {
+            Vec::new()
+        } else {
+            self.call(Resend::Safe, |mut c| async move {
+                read.query_async::<Vec<String>>(&mut c).await
+            })
+            .await?
+        };
+        let mut stale: Vec<&str> = Vec::new();
+        if !candidates.is_empty() {
+            let mut hmget = redis::cmd("HMGET");
+            hmget.arg(&keys.due).arg(&candidates);
+            let hmget = &hmget;
+            let values: Vec<Option<String>> = self
+                .call(Resend::Safe, |mut c| async move {
+                    hmget.query_async::<Vec<Option<String>>>(&mut c).await
+                })
+                .await?;
+            let mut seen = std::collections::HashSet::new();
+            for (user, value) in candidates.iter().zip(&values) {
+                if value
+                    .as_deref()
+                    .is_some_and(|v| stale_heartbeat(v, first.cutoff))
+                    && seen.insert(user.as_str())
+                {
+                    stale.push(user);
+                }
+            }
+        }
+        let committed = self
+            .sweep(
+                keys,
+                heartbeat,
+                Some((&bucket, length, candidates.len() as u64, &stale)),
+            )
+            .await?
+            .ok_or_else(|| StoreError::Failed("sweep: earlier heartbeats appeared".into()))?;
+        done.stale_waiting += committed.removed;
+        done.expired_active += committed.expired;
+        done.more = committed.next.is_some();
+        Ok(done)
+    }
+
+    /// One call of `lua/sweep.lua`, with the stale found in a bucket read
+    /// (`bucket`, its length, how many were read, the stale); `None` while
+    /// an earlier version's heartbeats exist.
+    async fn sweep(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+        read: Option<(&str, u64, u64, &[&str])>,
+    ) -> Result<Option<Swept>, StoreError> {
+        let mut invocation = SWEEP.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .key(&keys.prequeue)
+            .key(&keys.admission)
+            .key(&keys.due)
+            .key(&keys.dues)
+            .arg(heartbeat.cleanup_batch_size)
+            .arg(heartbeat.timeout.as_millis() as u64);
+        match read {
+            Some((bucket, length, taken, stale)) => {
+                invocation.arg(bucket).arg(length).arg(taken).arg(stale);
+            }
+            None => {
+                invocation.arg("").arg(0).arg(0);
+            }
+        }
+        let reply: Vec<redis::Value> = self.run_write(invocation, &keys.waiting).await?;
+        let number = |v: &redis::Value| -> Result<i64, StoreError> {
+            match v {
+                redis::Value::Int(n) => Ok(*n),
+                _ => Err(StoreError::Failed("sweep: not a number".into())),
+            }
+        };
+        match reply.as_slice() {
+            [legacy] if number(legacy)? == -1 => Ok(None),
+            [removed, expired, next, length, cutoff] => {
+                let next = match next {
+                    redis::Value::BulkString(b) if b.is_empty() => None,
+                    redis::Value::BulkString(b) => Some((
+                        String::from_utf8_lossy(b).into_owned(),
+                        count(number(length)?)?,
+                    )),
+                    _ => return Err(StoreError::Failed("sweep: no bucket".into())),
+                };
+                Ok(Some(Swept {
+                    removed: count(number(removed)?)?,
+                    expired: count(number(expired)?)?,
+                    next,
+                    cutoff: number(cutoff)?,
+                }))
+            }
+            _ => Err(StoreError::Failed("sweep: a short answer".into())),
+        }
+    }
+
+    /// `lua/cleanup.lua`: the whole step in one script, for queues where
+    /// an earlier version's heartbeats exist.
+    async fn cleanup_script(
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
@@ -1760,6 +1895,27 @@ fn answers<'a>(
         )));
     }
     Ok(flat.chunks_exact(width))
+}
+
+/// What one call of `lua/sweep.lua` did, and the next bucket to read.
+struct Swept {
+    removed: u64,
+    expired: u64,
+    /// The next bucket past the timeout, and how many candidates it holds.
+    next: Option<(String, u64)>,
+    /// Heartbeats due before this (ms, Redis time) are past the timeout.
+    cutoff: i64,
+}
+
+/// Whether a candidate's heartbeat may be stale: anything but a due time
+/// in plain digits at or after `cutoff`. The script decides, by its own
+/// reading; this only must not keep a user the script would take.
+fn stale_heartbeat(value: &str, cutoff: i64) -> bool {
+    let due = value.split_once(':').map_or(value, |(due, _)| due);
+    if due.is_empty() || !due.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    due.parse::<i64>().map_or(true, |due| due < cutoff)
 }
 
 /// The numbers rank.lua returns for a whole batch, after each user's.
