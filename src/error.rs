@@ -80,6 +80,9 @@ pub enum ApiError {
     /// 403: a cookie-authenticated `POST`/`DELETE` that does not come from
     /// this site's own pages (or an allowed origin).
     CrossSite,
+    /// 403: a browser's prefetch or prerender of the waiting-room page,
+    /// which would register whoever it guessed might come.
+    Prefetch,
     /// 403: a CORS preflight from an origin not in `cors.allowed-origins`.
     OriginNotAllowed,
     /// 401: identity binding is on and the request carries no login token.
@@ -106,6 +109,7 @@ impl ApiError {
             | ApiError::InsufficientScope(_)
             | ApiError::QueueNotOpen { .. }
             | ApiError::CrossSite
+            | ApiError::Prefetch
             | ApiError::OriginNotAllowed
             | ApiError::IdentityMismatch => 403,
             ApiError::AdminUnauthorized | ApiError::LoginRequired | ApiError::InvalidLogin => 401,
@@ -155,6 +159,7 @@ impl ApiError {
             ApiError::AdminUnauthorized => "unauthorized",
             ApiError::Conflict(_) => "conflict",
             ApiError::CrossSite => "cross_site_request",
+            ApiError::Prefetch => "prefetch_declined",
             ApiError::OriginNotAllowed => "origin_not_allowed",
             ApiError::LoginRequired => "login_required",
             ApiError::InvalidLogin => "invalid_login",
@@ -214,6 +219,9 @@ impl ApiError {
             ApiError::CrossSite => {
                 "A request that a cookie authenticates must come from this site's own pages."
             }
+            ApiError::Prefetch => {
+                "The waiting room is not prefetched or prerendered: loading it joins the queue."
+            }
             ApiError::OriginNotAllowed => "This origin may not call the queue API.",
             ApiError::LoginRequired => {
                 "Sign in first: this queue takes the user from the site's login token."
@@ -265,6 +273,7 @@ impl ApiError {
             ApiError::AdminUnauthorized,
             ApiError::Conflict(""),
             ApiError::CrossSite,
+            ApiError::Prefetch,
             ApiError::OriginNotAllowed,
             ApiError::LoginRequired,
             ApiError::InvalidLogin,
@@ -300,6 +309,7 @@ impl ApiError {
                 | ApiError::AdminUnauthorized
                 | ApiError::Conflict(_)
                 | ApiError::CrossSite
+                | ApiError::Prefetch
                 | ApiError::OriginNotAllowed
                 | ApiError::LoginRequired
                 | ApiError::InvalidLogin

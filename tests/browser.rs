@@ -1086,6 +1086,32 @@ fn the_page_joins_the_queue_only_on_a_page_load() {
         assert!(set_cookies(&r).is_empty());
     }
     assert!(room.waiting().is_empty());
+    // Nor does a browser's guess at the next page: a prefetch or a
+    // prerender of the page (speculation rules, `<link rel=prefetch>`),
+    // or of a protected page that sends it there.
+    for (name, value) in [
+        ("Sec-Purpose", "prefetch"),
+        ("Sec-Purpose", "prefetch;prerender"),
+        ("Purpose", "prefetch"),
+        ("X-Moz", "prefetch"),
+    ] {
+        let r = room.get(
+            PAGE,
+            &[
+                HTML,
+                ("Sec-Fetch-Dest", "document"),
+                ("Sec-Fetch-Site", "same-origin"),
+                (name, value),
+            ],
+        );
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (403, "prefetch_declined"),
+            "{name}: {value}"
+        );
+        assert!(set_cookies(&r).is_empty());
+    }
+    assert!(room.waiting().is_empty());
     // A navigation, even from a link on another site, joins.
     let r = room.get(
         PAGE,

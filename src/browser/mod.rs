@@ -59,6 +59,9 @@ pub struct Caller {
     fetch_site: Option<String>,
     /// `Sec-Fetch-Dest`: `document` for a navigation.
     fetch_dest: Option<String>,
+    /// A browser's guess at a page the user may open next (a prefetch or
+    /// a prerender), not a load of it.
+    speculative: bool,
     host: Option<String>,
     /// `Cookie` header values.
     cookies: Vec<Vec<u8>>,
@@ -89,6 +92,8 @@ impl Caller {
                 caller.fetch_site = text();
             } else if name.eq_ignore_ascii_case(b"sec-fetch-dest") {
                 caller.fetch_dest = text();
+            } else if is_purpose_header(name) {
+                caller.speculative |= speculative(value);
             } else if name.eq_ignore_ascii_case(b"host") {
                 caller.host = text();
             } else if name.eq_ignore_ascii_case(b"authorization") {
@@ -129,6 +134,11 @@ impl Caller {
         self.fetch_dest
             .as_deref()
             .is_none_or(|d| d.eq_ignore_ascii_case("document"))
+    }
+
+    /// Whether a browser says the request is a prefetch or a prerender.
+    pub fn is_speculative(&self) -> bool {
+        self.speculative
     }
 
     /// A browser says where its requests come from; an API client does
@@ -213,4 +223,21 @@ mod tests {
         let h2 = Caller::from_fields(std::iter::empty()).with_authority(Some("tickets:443"));
         assert_eq!(h2.sent().host, Some("tickets:443"));
     }
+}
+
+/// The headers by which browsers mark a request that loads a page ahead of
+/// the user: `Sec-Purpose` (Chromium's speculation rules), `Purpose`
+/// (`<link rel=prefetch>` in Chromium and Safari), `X-Purpose` and `X-Moz`
+/// (older browsers, Firefox).
+fn is_purpose_header(name: &[u8]) -> bool {
+    [&b"sec-purpose"[..], b"purpose", b"x-purpose", b"x-moz"]
+        .iter()
+        .any(|known| name.eq_ignore_ascii_case(known))
+}
+
+/// Whether a purpose header's value says prefetch (`prefetch`,
+/// `prefetch;prerender`) or preview.
+fn speculative(value: &[u8]) -> bool {
+    let value = String::from_utf8_lossy(value).to_ascii_lowercase();
+    value.contains("prefetch") || value.contains("prerender") || value.contains("preview")
 }

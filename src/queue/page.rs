@@ -140,6 +140,9 @@ impl QueueApi {
     /// is held to the same rule, to answer as its `GET` would).
     fn page_queue(&self, queue: &str, caller: &Caller) -> Result<Arc<Queue>, Reply> {
         let queue = self.queue(Some(queue))?;
+        if caller.is_speculative() {
+            return Err(Reply::from(ApiError::Prefetch).about_queue(&queue.name));
+        }
         if !caller.is_navigation() {
             return Err(Reply::from(ApiError::CrossSite).about_queue(&queue.name));
         }
