@@ -171,6 +171,23 @@ impl Caller {
     }
 }
 
+/// The headers by which browsers mark a request that loads a page ahead of
+/// the user: `Sec-Purpose` (Chromium's speculation rules), `Purpose`
+/// (`<link rel=prefetch>` in Chromium and Safari), `X-Purpose` and `X-Moz`
+/// (older browsers, Firefox).
+fn is_purpose_header(name: &[u8]) -> bool {
+    [&b"sec-purpose"[..], b"purpose", b"x-purpose", b"x-moz"]
+        .iter()
+        .any(|known| name.eq_ignore_ascii_case(known))
+}
+
+/// Whether a purpose header's value says prefetch (`prefetch`,
+/// `prefetch;prerender`) or preview.
+fn speculative(value: &[u8]) -> bool {
+    let value = String::from_utf8_lossy(value).to_ascii_lowercase();
+    value.contains("prefetch") || value.contains("prerender") || value.contains("preview")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,21 +240,4 @@ mod tests {
         let h2 = Caller::from_fields(std::iter::empty()).with_authority(Some("tickets:443"));
         assert_eq!(h2.sent().host, Some("tickets:443"));
     }
-}
-
-/// The headers by which browsers mark a request that loads a page ahead of
-/// the user: `Sec-Purpose` (Chromium's speculation rules), `Purpose`
-/// (`<link rel=prefetch>` in Chromium and Safari), `X-Purpose` and `X-Moz`
-/// (older browsers, Firefox).
-fn is_purpose_header(name: &[u8]) -> bool {
-    [&b"sec-purpose"[..], b"purpose", b"x-purpose", b"x-moz"]
-        .iter()
-        .any(|known| name.eq_ignore_ascii_case(known))
-}
-
-/// Whether a purpose header's value says prefetch (`prefetch`,
-/// `prefetch;prerender`) or preview.
-fn speculative(value: &[u8]) -> bool {
-    let value = String::from_utf8_lossy(value).to_ascii_lowercase();
-    value.contains("prefetch") || value.contains("prerender") || value.contains("preview")
 }
