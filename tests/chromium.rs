@@ -438,3 +438,54 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
         chromium.close().await;
     });
 }
+
+/// While Redis is down the page backs off (1 s, 2 s, 4 s ... give or take a
+/// fifth), however often the server says to retry: a queue's worth of open
+/// pages must not poll every second into an outage. It says the
+/// connection is lost meanwhile. (It retried every second, as Retry-After
+/// said.)
+#[test]
+fn the_page_backs_off_while_redis_is_down() {
+    let mut room = Room::start();
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium
+            .browser
+            .new_page(room.url("/tickets/seat"))
+            .await
+            .unwrap();
+        until(
+            &page,
+            "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
+            Duration::from_secs(10),
+        )
+        .await;
+        let _: bool = eval(
+            &page,
+            "(() => { window.ranks = 0; const f = window.fetch;
+               window.fetch = (...a) => { if (String(a[0]).includes('/rank')) window.ranks++;
+                 return f(...a); }; return true; })()",
+        )
+        .await;
+        room.redis.kill();
+        until(
+            &page,
+            "document.getElementById('waitgate').dataset.connection === 'lost'",
+            Duration::from_secs(5),
+        )
+        .await;
+        let lost_at: u64 = eval(&page, "window.ranks").await;
+        tokio::time::sleep(Duration::from_millis(9_000)).await;
+        let polls: u64 = eval(&page, "window.ranks").await;
+        // After the poll that found the outage: retries about 1, 3 and 7 s
+        // later (at most 1.2, 3.6 and 8.4), so at most three in 9 s.
+        println!(
+            "{} polls in the 9 s after the outage was seen",
+            polls - lost_at
+        );
+        assert!(polls - lost_at <= 3, "{} polls in 9 s", polls - lost_at);
+        let message: String = eval(&page, MESSAGE).await;
+        assert!(!message.is_empty());
+        chromium.close().await;
+    });
+}

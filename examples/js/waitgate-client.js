@@ -28,9 +28,10 @@
  *       polls rank at the advised pollAfterMs (never faster than 0.1 s), calls
  *       onUpdate(answer) on each answer, and once ACTIVE exchanges it for a
  *       token and resolves with the token answer. A 502/503/504 or a request
- *       that got no answer is retried after Retry-After, else after 1 s,
- *       2 s, 4 s ... up to 30 s, with onUpdate({ status: "RECONNECTING",
- *       retryInMs }) first.
+ *       that got no answer is retried after 1 s, 2 s, 4 s ... up to 30 s
+ *       (never sooner than Retry-After), each give or take a fifth at random
+ *       so that the pages of a whole queue do not come back at once, with
+ *       onUpdate({ status: "RECONNECTING", retryInMs }) first.
  *
  * A non-2xx answer rejects with an Error carrying .status (the HTTP status;
  * 0 when no answer came: .code is then "network_error" or "timeout"), .code
@@ -102,9 +103,13 @@
         } catch (err) {
           if (!isTransient(err)) throw err;
           failures += 1;
-          const retryInMs = Math.min(MAX_RETRY_MS, err.retryAfterMs != null
-            ? Math.max(MIN_POLL_MS, err.retryAfterMs)
-            : MIN_POLL_MS * 2 ** (failures - 1));
+          // Backing off even when the server says when to retry: its
+          // Retry-After is the least wait, and a queue's worth of clients
+          // retrying every second is what an outage cannot use.
+          const backoff = MIN_POLL_MS * 2 ** Math.min(failures - 1, 5);
+          const jittered = Math.round(backoff * (0.8 + 0.4 * Math.random()));
+          const retryInMs = Math.min(MAX_RETRY_MS,
+            Math.max(jittered, err.retryAfterMs != null ? err.retryAfterMs : 0));
           onUpdate({ status: "RECONNECTING", retryInMs });
           wait = retryInMs;
         }
