@@ -826,6 +826,14 @@ fn with_identity_binding_the_squatting_attack_is_refused() {
     let signed_out = room.get(PAGE, &[HTML]);
     assert_eq!(signed_out.status, 401);
     assert!(signed_out.text().contains("Sign in to the site first"));
+    // Its heading says what is wanted (it said the queue was not open).
+    assert!(
+        signed_out
+            .text()
+            .contains(r#"<h1 id="wg-heading" class="wg-heading">Sign in to join the queue</h1>"#),
+        "{}",
+        signed_out.text()
+    );
     // Admitted, bob opens the page on yet another device (the login cookie
     // only): he is let in there too.
     admit_by_hand(&mut room.redis.conn(), "bob", now_ms() + 600_000);
@@ -1016,6 +1024,13 @@ fn the_page_says_so_when_redis_is_down_and_keeps_the_place() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(down.header("Retry-After").is_some());
     assert!(down.text().contains("The waiting room is busy"));
+    // Nobody was placed: the heading says busy, not in line.
+    assert!(
+        down.text()
+            .contains(r#"<h1 id="wg-heading" class="wg-heading">The waiting room is busy</h1>"#),
+        "{}",
+        down.text()
+    );
     room.redis.signal("CONT");
     let back = room.get(PAGE, &[HTML, ("Cookie", &cookie)]);
     assert_eq!(back.status, 200);

@@ -144,6 +144,7 @@
 
   function opensText(seconds) {
     const s = Math.max(0, Math.ceil(Number(seconds) || 0));
+    if (s === 1) return text("opens_in_second");
     return s < 120 ? text("opens_in_seconds", s) : text("opens_in_minutes", Math.round(s / 60));
   }
 

@@ -66,6 +66,8 @@ const EN: &[(&str, &str)] = &[
     ("heading_paused", "Entry is paused"),
     ("heading_not_open", "The queue is not open yet"),
     ("heading_admitted", "It's your turn"),
+    ("heading_login", "Sign in to join the queue"),
+    ("heading_busy", "The waiting room is busy"),
     ("ahead", "{n} people are ahead of you."),
     ("ahead_one", "1 person is ahead of you."),
     ("next", "You're next."),
@@ -84,6 +86,10 @@ const EN: &[(&str, &str)] = &[
     (
         "opens_in_seconds",
         "Opens in {n} seconds. Everyone who joins before then gets a place in random order.",
+    ),
+    (
+        "opens_in_second",
+        "Opens in 1 second. Everyone who joins before then gets a place in random order.",
     ),
     ("not_open", "The queue opens at {t}. Come back then."),
     ("admitted", "It's your turn! Taking you in…"),
@@ -113,6 +119,8 @@ const KO: &[(&str, &str)] = &[
     ("heading_paused", "입장이 잠시 멈췄습니다"),
     ("heading_not_open", "아직 대기열이 열리지 않았습니다"),
     ("heading_admitted", "입장 차례입니다"),
+    ("heading_login", "로그인 후 대기열에 들어올 수 있습니다"),
+    ("heading_busy", "대기실이 혼잡합니다"),
     ("ahead", "앞에 {n}명이 있습니다."),
     ("ahead_one", "앞에 1명이 있습니다."),
     ("next", "다음 차례입니다."),
@@ -131,6 +139,10 @@ const KO: &[(&str, &str)] = &[
     (
         "opens_in_seconds",
         "{n}초 후에 열립니다. 그 전에 들어온 분들은 무작위 순서로 배정됩니다.",
+    ),
+    (
+        "opens_in_second",
+        "1초 후에 열립니다. 그 전에 들어온 분들은 무작위 순서로 배정됩니다.",
     ),
     ("not_open", "대기열은 {t}에 열립니다. 그때 다시 와 주세요."),
     ("admitted", "차례가 되었습니다! 입장합니다…"),

@@ -404,7 +404,9 @@ fn words(lang: Lang, view: &View) -> Words {
         }
         View::Prequeue { opens_in_ms, .. } => {
             let seconds = opens_in_ms.div_ceil(1000);
-            let message = if seconds < 120 {
+            let message = if seconds == 1 {
+                lang.get("opens_in_second").to_string()
+            } else if seconds < 120 {
                 fill(lang.get("opens_in_seconds"), seconds)
             } else {
                 fill(lang.get("opens_in_minutes"), seconds.div_ceil(60))
@@ -425,14 +427,14 @@ fn words(lang: Lang, view: &View) -> Words {
             progress: 0,
         },
         View::Unavailable => Words {
-            heading: lang.get("heading_waiting").to_string(),
+            heading: lang.get("heading_busy").to_string(),
             message: lang.get("unavailable").to_string(),
             place: none.clone(),
             wait: none,
             progress: 0,
         },
         View::LoginRequired => Words {
-            heading: lang.get("heading_not_open").to_string(),
+            heading: lang.get("heading_login").to_string(),
             message: lang.get("login_required").to_string(),
             place: none.clone(),
             wait: none,
@@ -634,6 +636,14 @@ mod tests {
         );
         assert!(pre.contains("Opens in 90 seconds."));
         assert!(pre.contains("data-status=\"PREQUEUE\""));
+        let last = page(
+            View::Prequeue {
+                opens_in_ms: 700,
+                poll_after_ms: 1_000,
+            },
+            Lang::En,
+        );
+        assert!(last.contains("Opens in 1 second."), "{last}");
     }
 
     #[test]
