@@ -189,6 +189,18 @@ fn a_browser_without_a_token_is_sent_to_the_waiting_room_and_an_api_client_is_no
     let post = room.send("POST", "/tickets/seat", &[HTML], Some(Q));
     assert_eq!(post.status, 401);
     assert_eq!(room.get("/api/v1/follow-up/x", &[HTML]).status, 401);
+    // A page's own fetch() that asks for HTML (Turbo, htmx) is not a
+    // navigation: the 401, not a redirect to a page it cannot show.
+    for mode in ["cors", "same-origin", "no-cors"] {
+        let r = room.get("/tickets/seat", &[HTML, ("Sec-Fetch-Mode", mode)]);
+        assert_eq!(
+            (r.status, r.error_code().as_str()),
+            (401, "invalid_token"),
+            "{mode}"
+        );
+    }
+    let r = room.get("/tickets/seat", &[HTML, ("Sec-Fetch-Mode", "navigate")]);
+    assert_eq!(r.status, 303);
     // A bad or expired token in the cookie is no token: the page.
     let bad = room.get(
         "/tickets/seat",

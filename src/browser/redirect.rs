@@ -37,6 +37,15 @@ pub fn wants_html<'a>(accept: impl Iterator<Item = &'a [u8]>) -> bool {
     })
 }
 
+/// Whether a request is a navigation, from its `Sec-Fetch-Mode`: a
+/// browser's `fetch()` or `XMLHttpRequest` (`cors`, `same-origin`,
+/// `no-cors`) that asks for HTML (Turbo, htmx) gets the 401 an API client
+/// gets, not a redirect to a page it cannot show; a client that sends no
+/// such header is taken at its `Accept`.
+pub fn navigates<'a>(mut mode: impl Iterator<Item = &'a [u8]>) -> bool {
+    mode.all(|m| m.trim_ascii().eq_ignore_ascii_case(b"navigate"))
+}
+
 /// Whether a media range's parameter is a weight of zero (`q=0`, `q=0.000`).
 fn is_q_zero(parameter: &[u8]) -> bool {
     let Some((name, value)) = parameter

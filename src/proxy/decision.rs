@@ -166,6 +166,12 @@ where
                         .clone()
                         .filter(|(name, _)| name.eq_ignore_ascii_case(b"accept"))
                         .map(|(_, value)| value),
+                )
+                && redirect::navigates(
+                    head.fields
+                        .clone()
+                        .filter(|(name, _)| name.eq_ignore_ascii_case(b"sec-fetch-mode"))
+                        .map(|(_, value)| value),
                 ) =>
         {
             Decision::WaitingRoom {
