@@ -488,8 +488,13 @@ fn the_return_path_never_leads_off_the_site() {
                 &[HTML, ("Cookie", &cookie)],
             )
             .text();
-        assert_eq!(script_config(&page)["return"], "/", "{wanted}");
+        // Not followed: the queue's own waiting-room route instead.
+        assert_eq!(script_config(&page)["return"], "/tickets", "{wanted}");
     }
+    // Nor is there one to follow when the page is opened by itself (a
+    // bookmark, a shared link).
+    let alone = room.get(PAGE, &[HTML, ("Cookie", &cookie)]).text();
+    assert_eq!(script_config(&alone)["return"], "/tickets");
     let good = room
         .get(
             &format!("{PAGE}?return=%2Fsoccer%2Fmatch"),
@@ -508,7 +513,7 @@ fn the_return_path_never_leads_off_the_site() {
         &[HTML, ("Cookie", &cookie)],
     );
     assert_eq!(r.status, 303);
-    assert_eq!(r.header("Location"), Some("/"));
+    assert_eq!(r.header("Location"), Some("/tickets"));
 }
 
 #[test]

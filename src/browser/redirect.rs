@@ -77,24 +77,18 @@ pub fn location(queue: &str, target: &str) -> String {
 /// Where to go once admitted: `wanted` (decoded from the query) when it is
 /// a path of this site, with nothing a browser would read as another host
 /// (`//`, `/\`, a scheme), that passes the path rules and is under a
-/// configured route (`is_route`); `/` otherwise.
-pub fn safe_return(wanted: Option<&str>, is_route: impl Fn(&str) -> bool) -> String {
-    let Some(wanted) = wanted else {
-        return "/".into();
-    };
+/// configured route (`is_route`); `None` otherwise.
+pub fn safe_return(wanted: Option<&str>, is_route: impl Fn(&str) -> bool) -> Option<String> {
+    let wanted = wanted?;
     let starts_well = wanted.starts_with('/')
         && !wanted.starts_with("//")
         && !wanted.starts_with("/\\")
         && wanted.is_ascii();
     if !starts_well || path::classify(wanted.as_bytes()).is_err() {
-        return "/".into();
+        return None;
     }
     let route_path = wanted.split('?').next().unwrap_or(wanted);
-    if is_route(route_path) {
-        wanted.to_string()
-    } else {
-        "/".into()
-    }
+    is_route(route_path).then(|| wanted.to_string())
 }
 
 #[cfg(test)]
@@ -140,8 +134,8 @@ mod tests {
     fn only_a_path_under_a_route_is_followed() {
         let routes = |p: &str| p == "/tickets" || p.starts_with("/tickets/");
         assert_eq!(
-            safe_return(Some("/tickets/seat?x=1"), routes),
-            "/tickets/seat?x=1"
+            safe_return(Some("/tickets/seat?x=1"), routes).as_deref(),
+            Some("/tickets/seat?x=1")
         );
         for evil in [
             None,
@@ -157,7 +151,7 @@ mod tests {
             Some("/tickets/é"),
             Some(" /tickets"),
         ] {
-            assert_eq!(safe_return(evil, routes), "/", "{evil:?}");
+            assert_eq!(safe_return(evil, routes), None, "{evil:?}");
         }
     }
 }

@@ -122,15 +122,12 @@ impl Gate {
     }
 }
 
+use crate::queue::page::Returns;
+
 impl Gate {
     /// The waiting-room page (loading it with a `GET` registers and polls;
     /// a `HEAD` does neither) or one of its files.
-    async fn page(
-        &self,
-        session: &Session,
-        page: PagePath,
-        is_route: &(dyn Fn(&str) -> bool + Sync),
-    ) -> Reply {
+    async fn page(&self, session: &Session, page: PagePath, returns: &Returns<'_>) -> Reply {
         let header = session.req_header();
         let method = header.method.as_str();
         match page {
@@ -142,7 +139,7 @@ impl Gate {
                     self.api.page_head(&queue, &caller)
                 } else {
                     self.api
-                        .page(&queue, header.uri.query(), &caller, is_route)
+                        .page(&queue, header.uri.query(), &caller, returns)
                         .await
                 }
             }
@@ -257,9 +254,16 @@ impl ProxyHttp for Gate {
             Decision::Page(page) => {
                 ctx.page = true;
                 let routes = ctx.routes.clone();
-                let is_route =
-                    move |path: &str| routes.as_ref().is_some_and(|r| r.find(path).is_some());
-                self.page(session, page, &is_route).await
+                let returns = Returns {
+                    is_route: &|path: &str| routes.as_ref().is_some_and(|r| r.find(path).is_some()),
+                    home: &|queue: &str| {
+                        routes
+                            .as_ref()
+                            .and_then(|r| r.iter().find(|r| r.waiting_room && r.queue == queue))
+                            .map_or_else(|| "/".to_string(), |r| r.prefix.clone())
+                    },
+                };
+                self.page(session, page, &returns).await
             }
         };
         // An unread body would have to be drained before the connection could

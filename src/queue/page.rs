@@ -82,16 +82,26 @@ pub fn asset(asset: &Asset) -> Reply {
         .header("X-Content-Type-Options", "nosniff")
 }
 
+/// Where an admitted visitor may be sent, from the configured routes.
+pub struct Returns<'a> {
+    /// Whether a path is under a configured route (where `return` may
+    /// lead).
+    pub is_route: &'a (dyn Fn(&str) -> bool + Sync),
+    /// Where a visitor goes without a `return` to follow (the page opened
+    /// from a bookmark, say): the prefix of the queue's first waiting-room
+    /// route, else `/`.
+    pub home: &'a (dyn Fn(&str) -> String + Sync),
+}
+
 impl QueueApi {
     /// Answers a load of the waiting-room page of `queue`. `query` is the
-    /// request's query string; `is_route` says whether a path is under a
-    /// configured route (where `return` may lead).
+    /// request's query string.
     pub async fn page(
         &self,
         queue: &str,
         query: Option<&str>,
         caller: &Caller,
-        is_route: &(dyn Fn(&str) -> bool + Sync),
+        returns: &Returns<'_>,
     ) -> Reply {
         let lang = Lang::negotiate(caller.accept_language.as_deref());
         let wanted = query.and_then(|q| {
@@ -99,7 +109,8 @@ impl QueueApi {
                 .find(|(k, _)| k == "return")
                 .map(|(_, v)| v.into_owned())
         });
-        let back = redirect::safe_return(wanted.as_deref(), is_route);
+        let back = redirect::safe_return(wanted.as_deref(), returns.is_route)
+            .unwrap_or_else(|| (returns.home)(queue));
         let queue = match self.page_queue(queue, caller) {
             Ok(queue) => queue,
             Err(reply) => return reply,
