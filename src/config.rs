@@ -128,6 +128,69 @@ pub enum LogFormat {
     Json,
 }
 
+/// A map each of whose keys may appear once. YAML reads a repeated key
+/// into a map as the last one written, so an operator who edits the first
+/// of two `soccer:` queues would change nothing, silently; struct keys get
+/// the same refusal from serde already.
+fn unique_keys<'de, D, V>(deserializer: D) -> Result<BTreeMap<String, V>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    V: Deserialize<'de>,
+{
+    struct Unique<V>(std::marker::PhantomData<V>);
+    impl<'de, V: Deserialize<'de>> serde::de::Visitor<'de> for Unique<V> {
+        type Value = BTreeMap<String, V>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of names")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if out.contains_key(&key) {
+                    return Err(serde::de::Error::custom(format!("duplicate name `{key}`")));
+                }
+                let value = map.next_value()?;
+                out.insert(key, value);
+            }
+            Ok(out)
+        }
+    }
+    deserializer.deserialize_map(Unique(std::marker::PhantomData))
+}
+
+/// Loads the listener's certificate chain and key as Pingora will and
+/// builds the TLS server config from them: Pingora does that only when the
+/// listener starts, and panics in its thread on a file it cannot use,
+/// leaving a process that serves nothing and answers its health checks.
+fn check_tls_pair(cert: &Path, key: &Path) -> Result<(), ConfigError> {
+    use pingora::tls::{load_certs_and_key_files, version, ServerConfig};
+    let loaded = load_certs_and_key_files(&cert.to_string_lossy(), &key.to_string_lossy());
+    let Ok(Some((certs, private))) = loaded else {
+        return Err(invalid(
+            "listen-tls",
+            format!(
+                "no certificate in {} or no private key in {}",
+                cert.display(),
+                key.display()
+            ),
+        ));
+    };
+    pingora::tls::install_default_crypto_provider();
+    ServerConfig::builder_with_protocol_versions(&[&version::TLS12, &version::TLS13])
+        .with_no_client_auth()
+        .with_single_cert(certs, private)
+        .map(|_| ())
+        .map_err(|e| {
+            invalid(
+                "listen-tls.key-file",
+                format!("{} with {}: {e}", key.display(), cert.display()),
+            )
+        })
+}
+
 /// The filter when neither `log.filter` nor `RUST_LOG` says otherwise:
 /// waitgate's own events, and only warnings from its dependencies (Pingora
 /// is chatty at info).
@@ -246,7 +309,7 @@ pub struct AdmissionConfig {
     pub max_active: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// `host:port` each, as written in the file (`address` is one of them).
     pub addresses: Vec<String>,
@@ -326,7 +389,9 @@ struct RawConfig {
     redis: RawRedis,
     #[serde(default)]
     jwt: RawJwt,
+    #[serde(deserialize_with = "unique_keys")]
     queues: BTreeMap<String, RawQueue>,
+    #[serde(deserialize_with = "unique_keys")]
     upstreams: BTreeMap<String, RawUpstream>,
     routes: Vec<RawRoute>,
     #[serde(default)]
@@ -756,6 +821,7 @@ impl RawConfig {
                         ));
                     }
                 }
+                check_tls_pair(&tls.cert_file, &tls.key_file)?;
                 Some(TlsListener {
                     address,
                     cert_file: tls.cert_file,

@@ -9,11 +9,12 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = waitgate::cli::Cli::parse();
-    // First of all: from here on a SIGHUP asks for a reload instead of
-    // ending the process, even while the config is still being read (a
-    // `systemctl reload` right after `start`).
+    // First of all, before the arguments are read: from here on a SIGHUP
+    // asks for a reload instead of ending the process, even while the
+    // config is still being read (a `systemctl reload` right after
+    // `start`).
     let sighup = waitgate::reload::catch_sighup();
+    let cli = waitgate::cli::Cli::parse();
     if let Err(e) = sighup {
         eprintln!("waitgate: cannot catch SIGHUP ({e}); reloads are off");
     }

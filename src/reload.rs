@@ -102,10 +102,12 @@ impl Reloader {
     /// Reads, checks and applies the file; or refuses it and says why.
     pub async fn reload(&self) {
         let path = self.path.clone();
+        let previous = self.routes.load_full();
         // Resolving upstream names blocks: off the runtime's threads.
         let loaded = tokio::task::spawn_blocking(move || {
             let config = Config::load(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let routes = RouteTable::build(&config).map_err(|e| e.to_string())?;
+            let routes =
+                RouteTable::build_after(&config, Some(&previous)).map_err(|e| e.to_string())?;
             Ok::<_, String>((config, routes))
         })
         .await
@@ -123,6 +125,15 @@ impl Reloader {
             tracing::warn!(
                 key,
                 "differs from what the process started with; takes effect after a restart"
+            );
+        }
+        if current.queues.len() == 1 && config.queues.len() > 1 {
+            // With one queue, the queue API takes requests that name none;
+            // with several it cannot tell which was meant.
+            tracing::warn!(
+                queues = config.queues.len(),
+                "the config now has several queues: queue API calls that name no queue \
+                 are refused from now on (400), and clients that leave it out stop polling"
             );
         }
         let routes = Arc::new(routes);

@@ -2,7 +2,7 @@
 //! and the drain that ends the process as soon as a SIGTERM finds none
 //! left.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,9 +55,9 @@ impl ShutdownSignalWatch for Signals {
     }
 }
 
-/// The number of requests under way.
+/// The number of requests under way, and whether the server is draining.
 #[derive(Default)]
-pub struct InFlight(AtomicUsize);
+pub struct InFlight(AtomicUsize, AtomicBool);
 
 /// One request under way; dropping it ends the request.
 pub struct InFlightGuard(Arc<InFlight>);
@@ -70,6 +70,19 @@ impl InFlight {
 
     pub fn count(&self) -> usize {
         self.0.load(Ordering::Relaxed)
+    }
+
+    /// Whether a drain has begun: every reply from then on says
+    /// `Connection: close`, as it is written, so that a client (or a load
+    /// balancer's pool) never sends another request on a connection that
+    /// is about to go. A reply decided before the drain began said
+    /// keep-alive, and the next request on its connection found it closed.
+    pub fn draining(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    fn start_draining(&self) {
+        self.1.store(true, Ordering::Relaxed);
     }
 }
 
@@ -114,6 +127,7 @@ impl BackgroundService for Drain {
         if shutdown.changed().await.is_err() {
             return;
         }
+        self.in_flight.start_draining();
         let started = Instant::now();
         tracing::info!(
             in_flight = self.in_flight.count(),

@@ -173,6 +173,8 @@ fn sigterm_drains_in_flight_requests_then_exits_quickly() {
     let r = read_response(&mut std::io::BufReader::new(slow)).unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["userId"], "late");
+    // Its connection ends with it: the reply says so.
+    assert_eq!(r.header("Connection"), Some("close"), "{r:?}");
     // Then the process exits well within the 3 s grace period.
     let status = wg
         .wait_exit(std::time::Duration::from_secs(3))
@@ -242,4 +244,107 @@ fn the_check_refuses_an_admin_token_start_up_would_refuse() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+}
+
+/// A TLS listener's certificate and key are loaded and matched by the
+/// check, as the listener will load them: a key of another certificate, or
+/// a file that only looks like PEM, is one line naming the key (the check
+/// said OK, and the listener's thread panicked at start while the health
+/// checks answered 200).
+#[test]
+fn the_check_refuses_a_tls_key_that_does_not_fit_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls::ca(d);
+    tls::signed(d, "one", "localhost", "subjectAltName=DNS:localhost\n");
+    tls::signed(d, "two", "localhost", "subjectAltName=DNS:localhost\n");
+    std::fs::write(
+        d.join("junk.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    let with = |cert: &str, key: &str| {
+        format!(
+            "{GOOD}listen-tls: {{address: '127.0.0.1:1', cert-file: '{}', key-file: '{}'}}\n",
+            d.join(cert).display(),
+            d.join(key).display()
+        )
+    };
+    let e = check_fails(&with("one.pem", "two.key"), Some(SECRET_B64));
+    assert!(e.contains("listen-tls.key-file"), "{e}");
+    let e = check_fails(&with("junk.pem", "one.key"), Some(SECRET_B64));
+    assert!(e.contains("listen-tls"), "{e}");
+    let e = check_fails(&with("one.pem", "junk.pem"), Some(SECRET_B64));
+    assert!(e.contains("listen-tls"), "{e}");
+    // The pair that fits passes.
+    let path = d.join("good.yaml");
+    std::fs::write(&path, with("one.pem", "one.key")).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A reply written once a drain has begun ends its connection: it says
+/// `Connection: close`, on both paths, though the request came while the
+/// connection could still be kept. (It said keep-alive and the connection
+/// closed under the client's next request: a 502 at a load balancer that
+/// pools its connections, on every rolling restart.)
+#[test]
+fn replies_written_while_draining_say_connection_close() {
+    use std::time::Duration;
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let token = admitted_token(&wg, &redis, "drained");
+    *upstream.delay.lock().unwrap() = Duration::from_millis(700);
+    // In flight when the drain begins: a plain GET (the direct lane, when
+    // it is on) and a POST (the Pingora proxy), both waiting on the
+    // upstream.
+    let mut clients: Vec<Client> = Vec::new();
+    for request in [
+        format!(
+            "GET /api/v1/follow-up/a HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\r\n"
+        ),
+        format!(
+            "POST /api/v1/follow-up/b HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+             Content-Length: 2\r\n\r\nhi"
+        ),
+    ] {
+        let mut c = Client::connect(wg.addr);
+        c.send(&request);
+        clients.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    wg.signal("TERM");
+    for (i, c) in clients.iter_mut().enumerate() {
+        let (head, _) = c.response();
+        assert_eq!(head.status, 200, "{i}: {head:?}");
+        assert_eq!(head.header("Connection"), Some("close"), "{i}: {head:?}");
+    }
+    let status = wg
+        .wait_exit(Duration::from_secs(3))
+        .expect("exits within the grace period");
+    assert!(status.success(), "{status}");
+}
+
+/// A queue or an upstream named twice is refused, naming it: YAML took the
+/// last of the two, and an edit to the first changed nothing.
+#[test]
+fn a_queue_or_upstream_named_twice_is_refused() {
+    let e = check_fails(
+        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  soccer: {admission: {batch-size: 7}}\n  soccer: {admission: {batch-size: 9}}\nupstreams: {}\nroutes: []\n",
+        Some(SECRET_B64),
+    );
+    assert!(
+        e.contains("queues") && e.contains("duplicate name `soccer`"),
+        "{e}"
+    );
+    let e = check_fails(
+        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\nupstreams:\n  t: {address: '127.0.0.1:1'}\n  t: {address: '127.0.0.1:2'}\nroutes: []\n",
+        Some(SECRET_B64),
+    );
+    assert!(
+        e.contains("upstreams") && e.contains("duplicate name `t`"),
+        "{e}"
+    );
 }

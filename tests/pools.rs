@@ -290,3 +290,42 @@ fn least_connections_sends_new_requests_away_from_a_slow_address() {
     assert!(s >= 1, "the slow address is healthy and gets some: {s}");
     assert!(f >= 20 * s, "fast {f}, slow {s}");
 }
+
+/// A reload keeps what the health checks know of an upstream whose
+/// settings it does not change: requests sent between reloads never go to
+/// the address that is down (a reload built the upstream anew, every
+/// address healthy until its next check, and requests went to the dead
+/// one: 502). One that changes the upstream builds it anew.
+#[test]
+fn a_reload_keeps_the_health_of_an_unchanged_upstream() {
+    let redis = Redis::start();
+    let (a, b) = (Backend::start("a"), Backend::start("b"));
+    let ports = Ports::new();
+    // Checks far apart: a reload that forgot them would show for seconds.
+    let yaml = config(&redis, &ports, &[&a, &b], "round-robin")
+        .replace("interval-ms: 200", "interval-ms: 3000");
+    let wg = Waitgate::start(&yaml, &ports);
+    let token = admitted_token(&wg, &redis, "fan_1");
+    a.set(DEAD);
+    // The first check after the kill (within 3 s) marks it down.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while !wg.log().contains("failed its health check") {
+        assert!(Instant::now() < deadline, "{}", wg.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for round in 0..5 {
+        wg.signal("HUP");
+        std::thread::sleep(Duration::from_millis(150));
+        for i in 0..10 {
+            let (status, body, _) = get_seat(wg.addr, &token);
+            assert_eq!(
+                (status, body.as_str()),
+                (200, "b"),
+                "reload {round}, request {i}"
+            );
+        }
+    }
+    let log = wg.log();
+    assert_eq!(log.matches("config reloaded").count(), 5, "{log}");
+    assert_eq!(log.matches("failed its health check").count(), 1, "{log}");
+}

@@ -328,3 +328,37 @@ fn a_reload_applies_cookies_cors_and_the_public_origin() {
     assert_eq!(protected_post_from("https://shop.example"), 403);
     assert_eq!(protected_post_from("https://tickets.example"), 200);
 }
+
+/// A reload that turns one queue into several says what that does to
+/// clients that name no queue, which were served until then.
+#[test]
+fn a_reload_to_several_queues_warns_that_calls_must_name_one() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(
+        &config_text(&redis, &ports, upstream.port, "baseball: {}", ""),
+        &ports,
+    );
+    assert_eq!(register(wg.addr, "plain").status, 200);
+    std::fs::write(
+        wg.config_path(),
+        config_text(
+            &redis,
+            &ports,
+            upstream.port,
+            "baseball: {}\nsoccer: {}",
+            "",
+        ),
+    )
+    .unwrap();
+    wg.signal("HUP");
+    wait_for_log(&wg, "config reloaded", 1);
+    assert!(
+        wg.log()
+            .contains("queue API calls that name no queue are refused"),
+        "{}",
+        wg.log()
+    );
+    assert_eq!(rank(wg.addr, "plain").status, 400);
+}

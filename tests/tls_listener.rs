@@ -470,3 +470,45 @@ fn a_connection_that_chose_http2_without_speaking_it_is_closed_quietly() {
     );
     assert_eq!((r.status, r.version.as_str()), (404, "2"));
 }
+
+/// Failed TLS handshakes (a client that connects and goes, a plain-HTTP
+/// request to the TLS port) are at most one log line a second: each was an
+/// ERROR line, and a loop of them filled the log at will.
+#[test]
+fn failed_tls_handshakes_do_not_flood_the_log() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let tls = Tls::start("");
+    let started = Instant::now();
+    let mut made = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", tls.port)).unwrap();
+        if made % 2 == 0 {
+            let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+        }
+        drop(s);
+        made += 1;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log = tls.wg.log();
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("Downstream handshake"))
+        .count();
+    assert!(made >= 100, "{made}");
+    assert!(
+        (1..=3).contains(&lines),
+        "{lines} lines for {made} handshakes:\n{log}"
+    );
+    // The listener still serves.
+    let r = curl(
+        tls.dir.path(),
+        tls.port,
+        "--http2",
+        "GET",
+        "/api/v1/queue/rank?userId=nobody",
+        &[],
+        None,
+    );
+    assert_eq!(r.status, 404);
+}

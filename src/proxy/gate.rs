@@ -268,7 +268,7 @@ impl ProxyHttp for Gate {
         };
         // An unread body would have to be drained before the connection could
         // carry another request; closing is cheaper and safer.
-        if !session.as_downstream_mut().is_body_done() {
+        if !session.as_downstream_mut().is_body_done() || self.in_flight.draining() {
             reply = reply.closing();
         }
         ctx.status = Some(reply.status);
@@ -396,6 +396,10 @@ impl ProxyHttp for Gate {
         }
         // A proxy speaks its own version (RFC 9110 §6.2).
         response.set_version(Version::HTTP_11);
+        // Draining: this reply ends its connection (see `InFlight::draining`).
+        if self.in_flight.draining() {
+            session.set_keepalive(None);
+        }
         Ok(())
     }
 

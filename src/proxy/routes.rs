@@ -37,16 +37,35 @@ impl RouteTable {
     /// (blocking: at start, or off the runtime on a reload); they are
     /// resolved again in the background (`resolve-interval-s`).
     pub fn build(config: &Config) -> Result<RouteTable, ResolveError> {
+        RouteTable::build_after(config, None)
+    }
+
+    /// As [`RouteTable::build`], for a reload: an upstream of `previous`
+    /// whose settings (and CA file) did not change is kept as it is, with
+    /// its addresses' health and its connections. Built anew, every address
+    /// counted as healthy until its first check, and a reload while one was
+    /// down sent requests to it (502s).
+    pub fn build_after(
+        config: &Config,
+        previous: Option<&RouteTable>,
+    ) -> Result<RouteTable, ResolveError> {
         let mut upstreams: BTreeMap<&str, Arc<Upstream>> = BTreeMap::new();
         let mut routes = Vec::with_capacity(config.routes.len());
         for route in &config.routes {
             let upstream = match upstreams.get(route.upstream.as_str()) {
                 Some(upstream) => upstream.clone(),
                 None => {
-                    let built = Arc::new(Upstream::build(
-                        &route.upstream,
-                        &config.upstreams[&route.upstream],
-                    )?);
+                    let settings = &config.upstreams[&route.upstream];
+                    let kept = previous.and_then(|p| {
+                        p.upstreams
+                            .iter()
+                            .find(|u| u.name == route.upstream && u.built_from(settings))
+                            .cloned()
+                    });
+                    let built = match kept {
+                        Some(kept) => kept,
+                        None => Arc::new(Upstream::build(&route.upstream, settings)?),
+                    };
                     upstreams.insert(&route.upstream, built.clone());
                     built
                 }

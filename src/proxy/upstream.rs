@@ -81,6 +81,11 @@ pub struct Upstream {
     /// The Pingora path's plain-TCP connections, per address, with their
     /// idle ones (see `super::watched`).
     watched: Connectors,
+    /// What it was built from, and the CA file's bytes then: a reload that
+    /// leaves both as they were keeps this upstream (see
+    /// `RouteTable::build`).
+    config: UpstreamConfig,
+    ca_pem: Option<Vec<u8>>,
 }
 
 /// The address a request goes to; counts as a request under way there
@@ -146,7 +151,16 @@ impl Upstream {
             busy: AtomicBool::new(false),
             resolve_failing: AtomicBool::new(false),
             watched: Connectors::default(),
+            config: config.clone(),
+            ca_pem: config.ca_file.as_ref().and_then(|p| std::fs::read(p).ok()),
         })
+    }
+
+    /// Whether this upstream is what `config` would build: the same
+    /// settings, and the same CA file contents.
+    pub fn built_from(&self, config: &UpstreamConfig) -> bool {
+        self.config == *config
+            && self.ca_pem == config.ca_file.as_ref().and_then(|p| std::fs::read(p).ok())
     }
 
     /// An address for the next request, by the upstream's policy among the

@@ -256,9 +256,14 @@ impl DirectLane {
                             Some(Some(pool)) => pool.clone(),
                             _ => table.pool(&route.upstream, chosen.addr),
                         };
-                        relay::forward(&pool, plan, client, close, &request_id, || {
-                            self.api.release(&plan.identity)
-                        })
+                        relay::forward(
+                            &pool,
+                            plan,
+                            client,
+                            (close, &self.in_flight),
+                            &request_id,
+                            || self.api.release(&plan.identity),
+                        )
                         .await
                     }
                     None => {
@@ -293,7 +298,7 @@ impl DirectLane {
                 };
                 record.route = endpoint.name();
                 let mut reply = reply.header(REQUEST_ID, request_id.as_str());
-                if close {
+                if close || self.in_flight.draining() {
                     reply = reply.closing();
                 }
                 record.status = reply.status;

@@ -26,6 +26,7 @@ use crate::proxy::rules::failure::Failure;
 use crate::proxy::rules::forward::REQUEST_ID;
 use crate::proxy::rules::pool::Pool;
 use crate::proxy::rules::response::Body;
+use crate::shutdown::InFlight;
 
 use crate::proxy::rules::chunked::ChunkedEnd;
 
@@ -39,14 +40,16 @@ pub struct Outcome {
 }
 
 /// Sends the request and relays the response. `close`: the client
-/// connection ends after this reply. `release` is called when the
-/// response head says the backend released the user, before any of it
-/// reaches the client (as the Pingora path does in its response filter).
+/// connection ends after this reply, as the request asked or because the
+/// server is draining (as of when the reply is written). `release` is
+/// called when the response head says the backend released the user,
+/// before any of it reaches the client (as the Pingora path does in its
+/// response filter).
 pub async fn forward(
     pool: &Pool,
     plan: &Plan,
     client: &mut Stream,
-    close: bool,
+    (close, in_flight): (bool, &InFlight),
     request_id: &str,
     release: impl FnOnce(),
 ) -> Outcome {
@@ -67,6 +70,7 @@ pub async fn forward(
     }
     let date = pingora::protocols::http::date::get_cached_date();
     push_field(&mut out, (b"Date", date.as_bytes()));
+    let close = close || in_flight.draining();
     let connection: &[u8] = if close { b"close" } else { b"keep-alive" };
     push_field(&mut out, (b"Connection", connection));
     out.extend_from_slice(b"\r\n");
