@@ -186,6 +186,12 @@ pub fn warn_limited_noting(cause: &'static str, note: &'static str, error: &dyn 
 
 /// `Some(count)` when `cause` may log at `now`: the occurrences since its
 /// last line, this one included.
+/// Whether a line for `cause` is due now (at most one a second), and the
+/// occurrences it stands for.
+pub fn limited(cause: &'static str) -> Option<u64> {
+    due(cause, Instant::now())
+}
+
 fn due(cause: &'static str, now: Instant) -> Option<u64> {
     let mut limited = LIMITED.lock().unwrap_or_else(|p| p.into_inner());
     let entry = limited.entry(cause).or_insert((now - LIMIT_INTERVAL, 0));

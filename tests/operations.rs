@@ -585,6 +585,39 @@ fn an_upstream_failure_is_one_log_line() {
     );
 }
 
+/// With the access log off, an upstream that is down is at most a line a
+/// second, with the count of failures it stands for: every request fails,
+/// and a token holder could fill the log (19,353 lines in 3 s, measured).
+#[test]
+fn upstream_failures_without_the_access_log_are_a_line_a_second() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let dead = free_port();
+    let wg = Waitgate::start_env(
+        &format!(
+            "{}log: {{access: false}}\n",
+            config(&redis.url(), &ports, dead)
+        ),
+        &ports,
+        &[("RUST_LOG", "")],
+    );
+    let token = admitted_token(&wg, &redis, "fan_9");
+    let started = std::time::Instant::now();
+    let mut failed = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(protected(wg.addr, &token).status, 502);
+        failed += 1;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log = wg.log();
+    let lines = log.lines().filter(|l| l.contains("request failed")).count();
+    assert!(failed >= 50, "{failed}");
+    assert!(
+        (1..=2).contains(&lines),
+        "{lines} lines for {failed} failures:\n{log}"
+    );
+}
+
 /// The admin listener ends a connection when the client asks it to (HTTP/1.0
 /// without `keep-alive`, or `Connection: close`), as the proxy listener
 /// does, and keeps an HTTP/1.1 one.

@@ -29,8 +29,11 @@ pub struct Record<'a> {
 impl Record<'_> {
     /// Counts the request and writes its access-log line (target
     /// `waitgate::access`): at `info` when the access log is on, and at
-    /// `warn` whether it is on or not when the request failed upstream, so
-    /// that a failure is one line, whichever path served it.
+    /// `warn` when the request failed upstream, so that a failure is one
+    /// line, whichever path served it. With the access log off, failures
+    /// are at most one line a second with the `count` it stands for: an
+    /// upstream that is down fails every request, and any holder of a
+    /// token could otherwise fill the log.
     pub fn finish(&self, metrics: &Metrics) {
         let seconds = self.elapsed.as_secs_f64();
         if self.status > 0 {
@@ -39,6 +42,14 @@ impl Record<'_> {
         // Milliseconds with microseconds: what people read, still exact.
         let duration_ms = self.elapsed.as_micros() as f64 / 1000.0;
         if let Some(error) = self.error {
+            let count = if crate::logging::access_enabled() {
+                Some(1)
+            } else {
+                crate::logging::limited("request failed")
+            };
+            let Some(count) = count else {
+                return;
+            };
             tracing::warn!(
                 target: "waitgate::access",
                 request_id = self.request_id,
@@ -51,6 +62,7 @@ impl Record<'_> {
                 queue = self.queue,
                 user = self.user,
                 error,
+                count,
                 "request failed"
             );
             return;
