@@ -186,6 +186,20 @@ pub fn warn_limited_noting(cause: &'static str, note: &'static str, error: &dyn 
 
 /// `Some(count)` when `cause` may log at `now`: the occurrences since its
 /// last line, this one included.
+/// [`warn_limited`] at `error`, for Redis answering with an error (a
+/// script or command it refuses, a password it no longer takes): as
+/// repeatable as an outage, and as much a flood one line per request.
+pub fn error_limited(cause: &'static str, error: &dyn std::fmt::Display) {
+    if let Some(count) = due_in(&ERRORS, cause, Instant::now()) {
+        tracing::error!(op = cause, count, %error, "redis call failed");
+    }
+}
+
+/// When each cause of [`error_limited`] last logged, apart from the
+/// warnings' (one cause may be both).
+static ERRORS: LazyLock<Mutex<HashMap<&'static str, (Instant, u64)>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
 /// Whether a line for `cause` is due now (at most one a second), and the
 /// occurrences it stands for.
 pub fn limited(cause: &'static str) -> Option<u64> {
@@ -193,7 +207,15 @@ pub fn limited(cause: &'static str) -> Option<u64> {
 }
 
 fn due(cause: &'static str, now: Instant) -> Option<u64> {
-    let mut limited = LIMITED.lock().unwrap_or_else(|p| p.into_inner());
+    due_in(&LIMITED, cause, now)
+}
+
+fn due_in(
+    table: &Mutex<HashMap<&'static str, (Instant, u64)>>,
+    cause: &'static str,
+    now: Instant,
+) -> Option<u64> {
+    let mut limited = table.lock().unwrap_or_else(|p| p.into_inner());
     let entry = limited.entry(cause).or_insert((now - LIMIT_INTERVAL, 0));
     entry.1 += 1;
     if now.duration_since(entry.0) < LIMIT_INTERVAL {

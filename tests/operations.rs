@@ -644,3 +644,44 @@ fn the_admin_listener_closes_when_the_client_asks() {
         assert_eq!(c.response().0.status, 200);
     }
 }
+
+/// Redis refusing every call (here: the scripts taken from the user waitgate
+/// logs in as, as an ACL change or a rotated password does) is at most one
+/// ERROR line a second per endpoint, with its count: it was one a request.
+#[test]
+fn redis_refusing_every_call_is_one_error_line_a_second() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start_env(
+        &config(&redis.url(), &ports, upstream.port),
+        &ports,
+        &[("RUST_LOG", "warn")],
+    );
+    assert_eq!(rank(wg.addr, "someone").status, 404);
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg("-@scripting")
+        .query(&mut redis.conn())
+        .unwrap();
+    let started = Instant::now();
+    let mut failed = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(rank(wg.addr, "someone").status, 503);
+        failed += 1;
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let log = wg.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("redis call failed") && l.contains("ERROR"))
+        .collect();
+    assert!(failed >= 20, "{failed}");
+    assert!(
+        (1..=2).contains(&lines.len()),
+        "{failed} failures, {} lines:\n{log}",
+        lines.len()
+    );
+    assert!(lines[0].contains("count="), "{}", lines[0]);
+}

@@ -266,9 +266,9 @@ impl QueueApi {
         match &error {
             // An outage fails every request: one line a second says so.
             StoreError::Unavailable(_) => crate::logging::warn_limited(endpoint.name(), &error),
-            StoreError::Failed(_) => {
-                tracing::error!(op = endpoint.name(), %error, "redis call failed")
-            }
+            // So can Redis refusing every call (a password it no longer
+            // takes): at `error`, as often.
+            StoreError::Failed(_) => crate::logging::error_limited(endpoint.name(), &error),
         }
         ApiError::RedisUnavailable
     }
