@@ -489,3 +489,49 @@ fn the_page_backs_off_while_redis_is_down() {
         chromium.close().await;
     });
 }
+
+/// A page that could not place the visitor (Redis unavailable) does not
+/// poll a place it does not have: it reloads later, and the load places
+/// the visitor once Redis is back. (It polled rank with no cookie, got
+/// 400, and reloaded every few seconds.)
+#[test]
+fn a_page_shown_while_redis_is_down_reloads_rather_than_polls() {
+    let mut room = Room::start();
+    room.redis.kill();
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium
+            .browser
+            .new_page(room.url("/waiting-room/baseball?return=/tickets/seat"))
+            .await
+            .unwrap();
+        until(
+            &page,
+            "document.readyState === 'complete' && \
+             document.getElementById('waitgate').dataset.status === 'UNAVAILABLE'",
+            Duration::from_secs(10),
+        )
+        .await;
+        // Past the page's first advice (5 s): it reloads, and no rank call
+        // reaches waitgate.
+        tokio::time::sleep(Duration::from_millis(7_000)).await;
+        let metrics = get(room.wg.admin, "/metrics").unwrap().text();
+        let polls: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("waitgate_http_requests_total{route=\"rank\""))
+            .collect();
+        assert!(polls.is_empty(), "polled with no place: {polls:?}");
+        room.redis.restart();
+        hold_gate(&room.redis);
+        // The next load (about 5 s after the first) places the visitor.
+        until(
+            &page,
+            "document.getElementById('waitgate') && \
+             document.getElementById('waitgate').dataset.status === 'WAITING'",
+            Duration::from_secs(15),
+        )
+        .await;
+        assert_eq!(room.waiting().len(), 1);
+        chromium.close().await;
+    });
+}

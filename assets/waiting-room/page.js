@@ -223,6 +223,13 @@
     setTimeout(() => location.reload(), fallbackPollMs);
     return;
   }
+  // Nor is there one when the page could not place the visitor (Redis was
+  // unavailable) or needs a login first: polling would only be refused.
+  // Reload instead, backing off while it goes on.
+  if (config.status === "UNAVAILABLE" || config.status === "LOGIN_REQUIRED") {
+    reload();
+    return;
+  }
 
   // The progress bar's spoken value, which the template cannot know.
   if (config.status === "PREQUEUE") showProgress(0);
