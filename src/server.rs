@@ -146,7 +146,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let mut options = HttpServerOptions::default();
     options.h2_idle_timeout = Some(config.clients.header_timeout);
     http.server_options = Some(options);
-    let guarded = Guarded::new(http, limits, metrics.connections.clone(), direct.clone());
+    let guarded = Guarded::new(http, limits, metrics.clone(), direct.clone());
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(
         ListenerConfig::tcp(config.listen.to_string())

@@ -685,3 +685,50 @@ fn redis_refusing_every_call_is_one_error_line_a_second() {
     );
     assert!(lines[0].contains("count="), "{}", lines[0]);
 }
+
+/// A request refused before either HTTP path reads it (a request line that
+/// reads two ways, two `Host`s) is counted and logged as every other
+/// request is: one access line with its request id, and in
+/// `waitgate_http_requests_total`. (Neither saw it.)
+#[test]
+fn requests_refused_by_the_connection_loop_are_counted_and_logged() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let wg = Waitgate::start_env(
+        &config(&redis.url(), &ports, upstream.port),
+        &ports,
+        &[("RUST_LOG", "")],
+    );
+    let counted = |wg: &Waitgate| {
+        get(wg.admin, "/metrics")
+            .unwrap()
+            .text()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"waitgate_http_requests_total{route="other",status="400"} "#)
+            })
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    let before = counted(&wg);
+    let mut ids = Vec::new();
+    for request in [
+        "GET /api/v1/follow-up/a/..  HTTP/1.1\r\nHost: t\r\n\r\n",
+        "GET /api/v1/follow-up/a HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /\x1b[31mred HTTP/1.1\r\nHost: t\r\n\r\n",
+    ] {
+        let r = raw(wg.addr, request.as_bytes()).unwrap();
+        assert_eq!(r.status, 400, "{request:?}");
+        ids.push(r.header("x-request-id").unwrap().to_string());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(counted(&wg) - before, 3.0);
+    let log = wg.log();
+    for id in &ids {
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(id.as_str())).collect();
+        assert_eq!(lines.len(), 1, "{id}: {log}");
+        assert!(lines[0].contains("status=400"), "{}", lines[0]);
+    }
+    // Nothing a client sent raw reaches the log.
+    assert!(!log.contains('\x1b'), "{log:?}");
+}

@@ -37,8 +37,10 @@ use super::fenced;
 use super::head::{head_end_from, MAX_HEAD};
 use super::lane::{DirectLane, Lane};
 use super::rules::forward::{self, REQUEST_ID};
+use super::rules::record::Record;
 use super::rules::request;
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::reply::Reply;
 
 /// An HTTP/2 client's connection preface (RFC 9113 §3.4).
@@ -118,6 +120,8 @@ pub struct Guarded<A> {
     limits: Limits,
     /// The open-connection count, kept in the metric that exports it.
     open: IntGauge,
+    /// For the requests this loop answers itself.
+    metrics: Arc<Metrics>,
     direct: Option<Arc<DirectLane>>,
 }
 
@@ -125,13 +129,14 @@ impl<A> Guarded<A> {
     pub fn new(
         inner: A,
         limits: Limits,
-        open: IntGauge,
+        metrics: Arc<Metrics>,
         direct: Option<Arc<DirectLane>>,
     ) -> Guarded<A> {
         Guarded {
             inner: Arc::new(inner),
             limits,
-            open,
+            open: metrics.connections.clone(),
+            metrics,
             direct,
         }
     }
@@ -170,14 +175,50 @@ async fn refuse(stream: &mut Stream) {
 /// Answers a request head refused before either HTTP path reads it (a
 /// 400 with a request id of waitgate's own), and ends the connection:
 /// where such a request ends is not something every reader agrees on.
-async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError) {
+/// Counted and logged as every other request is (route `other`).
+async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics: &Metrics) {
+    let started = std::time::Instant::now();
+    let request_id = forward::generated_id();
     let reply = Reply::from(error)
-        .header(REQUEST_ID, forward::generated_id())
+        .header(REQUEST_ID, request_id.as_str())
         .closing();
     let _ = stream
         .write_all(&reply.to_http1(head.starts_with(b"HEAD ")))
         .await;
     let _ = stream.shutdown().await;
+    let client = stream
+        .get_socket_digest()
+        .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+    let (method, path) = loggable_line(head);
+    Record {
+        request_id: &request_id,
+        client,
+        method,
+        path,
+        status: reply.status,
+        route: "other",
+        queue: None,
+        user: None,
+        elapsed: started.elapsed(),
+        error: None,
+    }
+    .finish(metrics);
+}
+
+/// The method and path of a refused request line, for its log line: each
+/// only if it is plain printable ASCII (a refused line may hold anything),
+/// else `-`; the path without its query.
+fn loggable_line(head: &[u8]) -> (&str, &str) {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let mut parts = line.split(|&b| b == b' ');
+    fn plain(part: Option<&[u8]>) -> &str {
+        part.filter(|p| !p.is_empty() && p.iter().all(|b| b.is_ascii_graphic()))
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .unwrap_or("-")
+    }
+    let method = plain(parts.next());
+    let target = plain(parts.next());
+    (method, target.split('?').next().unwrap_or("-"))
 }
 
 /// Ends a TLS connection this loop closes on its own (idle at its
@@ -304,7 +345,13 @@ where
             // A request line that reads more than one way is answered here,
             // before either path reads it (`request::check_line`).
             if let Err(why) = request::check_line(&pending) {
-                refuse_head(&mut stream, &pending, ApiError::BadPath(why.message())).await;
+                refuse_head(
+                    &mut stream,
+                    &pending,
+                    ApiError::BadPath(why.message()),
+                    &self.metrics,
+                )
+                .await;
                 return None;
             }
             if let (Some(lane), Some(peer)) = (lane, peer) {
@@ -321,7 +368,7 @@ where
             // What Pingora's reader would refuse with a bare 400, refused
             // here with waitgate's own (`request::check_readable`).
             if let Err(error) = request::check_readable(&pending) {
-                refuse_head(&mut stream, &pending, error).await;
+                refuse_head(&mut stream, &pending, error, &self.metrics).await;
                 return None;
             }
             // The request, and no more: what the client pipelines behind
