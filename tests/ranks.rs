@@ -409,3 +409,43 @@ fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
     );
     assert_eq!(rank(wg.addr, "steady").status, 200);
 }
+
+/// The instance's write far back is checked against the waiting set right
+/// after it: a heartbeat that names an arrival the user no longer has (a
+/// dropout and a new registration between an instance's read and its
+/// write), or a user no longer waiting at all, is put right, and that poll
+/// is answered exactly. (The old arrival stayed, and every later rank far
+/// back was read off it; a user who had left was told a place.)
+#[test]
+fn a_heartbeat_written_far_back_for_a_user_who_moved_is_put_right() {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let mut c = redis.conn();
+    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
+    wait_for_samples(&wg, 0.0);
+    let due_in_an_hour = redis.now_ms() + 3_600_000;
+    // u20000 waits at base + 20000, but its heartbeat names base + 25000
+    // (far back too, so the instance decides the poll).
+    let () = c
+        .hset(DUE, "u20000", format!("{due_in_an_hour}:{}", base + 25_000))
+        .unwrap();
+    // gone has a heartbeat far back and is not waiting.
+    let () = c
+        .hset(DUE, "gone", format!("{due_in_an_hour}:{}", base + 26_000))
+        .unwrap();
+
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u20000");
+    assert_within(api, exact, "the poll that found the arrival moved");
+    let value: String = c.hget(DUE, "u20000").unwrap();
+    assert!(
+        value.ends_with(&format!(":{}", base + 20_000)),
+        "the arrival put right: {value}"
+    );
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u20000");
+    assert_within(api, exact, "the next poll");
+
+    let r = rank(wg.addr, "gone");
+    assert_eq!(r.status, 404, "{}", r.text());
+    let stray: Option<String> = c.hget(DUE, "gone").unwrap();
+    assert_eq!(stray, None, "the stray heartbeat removed");
+}

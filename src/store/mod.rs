@@ -73,6 +73,7 @@ static DROPOUT: LazyLock<Script> = script!("dropout.lua");
 static ADMIT: LazyLock<Script> = script!("admit.lua");
 static CLEANUP: LazyLock<Script> = script!("cleanup.lua");
 static SWEEP: LazyLock<Script> = script!("sweep.lua");
+static RECHECK: LazyLock<Script> = script!("recheck.lua");
 static CONTROL: LazyLock<Script> = script!("control.lua");
 static SAMPLES: LazyLock<Script> = read_only_script!("samples.lua");
 static REVOKE: LazyLock<Script> = script!("revoke.lua");
@@ -1167,10 +1168,11 @@ impl Store {
     ///
     /// What it gives up is the script's atomicity between the read and the
     /// write, for users far back only:
-    /// - A user who leaves between the two (a dropout, cleanup) has the
-    ///   heartbeat put back: the answer is what a poll just before the
-    ///   departure would have got, and cleanup takes the stray heartbeat
-    ///   (a user no longer waiting) once it is past.
+    /// - A user who leaves between the two (a dropout, cleanup), or joins
+    ///   again at another arrival, would have the write name an arrival
+    ///   that is not theirs. The write is checked against the waiting set
+    ///   right after it and put right, and that poll answered exactly (see
+    ///   [`Store::write_far`]).
     /// - Two instances that write one user's heartbeat at the same moment
     ///   may leave the earlier of the two times, shorter than the later
     ///   answer's promise by the time between the two reads: a client that
@@ -1220,9 +1222,8 @@ impl Store {
         }
         let far = Far::new(&batch, heartbeat, to);
         let mut positions: Vec<Option<Position>> = vec![None; users.len()];
-        let mut writes = redis::cmd("HSET");
-        writes.arg(&keys.due);
-        let mut written: Vec<&str> = Vec::new();
+        // Each heartbeat to write: the user, the value, the arrival in it.
+        let mut written: Vec<(&str, String, u64)> = Vec::new();
         let mut decided: HashMap<&str, Position> = HashMap::new();
         for (i, (user, value)) in users.iter().zip(&values).enumerate() {
             if let Some(&again) = decided.get(user) {
@@ -1243,8 +1244,7 @@ impl Store {
             let advice = if far.keeps(left) {
                 left as u64
             } else {
-                writes.arg(*user).arg(format!("{}:{}", far.due, arrival.0));
-                written.push(user);
+                written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
                 far.advice
             };
             let place = Position::Waiting(Place {
@@ -1256,26 +1256,14 @@ impl Store {
             positions[i] = Some(place);
         }
         if !written.is_empty() {
-            // The candidate first, as rank.lua files it before the write
-            // (see `file_all` in lua/lib.lua).
-            let bucket = far.bucket.to_string();
-            let mut pipe = redis::pipe();
-            pipe.cmd("RPUSH")
-                .arg(format!("{}:{bucket}", keys.dues))
-                .arg(&written)
-                .ignore()
-                .cmd("ZADD")
-                .arg(&keys.dues)
-                .arg(&bucket)
-                .arg(&bucket)
-                .ignore()
-                .add_command(writes)
-                .ignore();
-            let pipe = &pipe;
-            self.call(Resend::Safe, |mut c| async move {
-                pipe.query_async::<()>(&mut c).await
-            })
-            .await?;
+            // Users found moved after the write are asked again, exactly.
+            for moved in self.write_far(keys, &far, &written).await? {
+                for (i, user) in users.iter().enumerate() {
+                    if *user == moved {
+                        positions[i] = None;
+                    }
+                }
+            }
         }
         let rest: Vec<usize> = (0..users.len())
             .filter(|&i| positions[i].is_none())
@@ -1290,6 +1278,69 @@ impl Store {
             }
         }
         Ok(positions.into_iter().flatten().collect())
+    }
+
+    /// Writes the heartbeats `poll_many` decided (user, value, arrival):
+    /// the candidates first, as rank.lua files them before the write (see
+    /// `file_all` in lua/lib.lua), then the values, then each user's score
+    /// in the waiting set, read after the write. A user who left, or joined
+    /// again at another arrival, between the instance's read and its write
+    /// (a dropout and a new registration within that millisecond) has the
+    /// write put right by `lua/recheck.lua`: a stray heartbeat would stay
+    /// until cleanup passed it, and an old arrival would be the one every
+    /// later rank far back was read off. Anything that changes the user
+    /// after the score is read writes its own heartbeat over this one.
+    /// Returns the users found moved, whose answers must be asked again.
+    async fn write_far<'u>(
+        &self,
+        keys: &QueueKeys,
+        far: &Far,
+        written: &[(&'u str, String, u64)],
+    ) -> Result<Vec<&'u str>, StoreError> {
+        let bucket = far.bucket.to_string();
+        let users: Vec<&str> = written.iter().map(|w| w.0).collect();
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&keys.due);
+        for (user, value, _) in written {
+            hset.arg(*user).arg(value);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("RPUSH")
+            .arg(format!("{}:{bucket}", keys.dues))
+            .arg(&users)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&keys.dues)
+            .arg(&bucket)
+            .arg(&bucket)
+            .ignore()
+            .add_command(hset)
+            .ignore()
+            .cmd("ZMSCORE")
+            .arg(&keys.waiting)
+            .arg(&users);
+        let pipe = &pipe;
+        let (scores,): (Vec<Option<f64>>,) = self
+            .call(Resend::Safe, |mut c| async move {
+                pipe.query_async::<(Vec<Option<f64>>,)>(&mut c).await
+            })
+            .await?;
+        let moved: Vec<&(&'u str, String, u64)> = written
+            .iter()
+            .zip(&scores)
+            .filter(|((_, _, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
+            .map(|(w, _)| w)
+            .collect();
+        if moved.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = RECHECK.prepare_invoke();
+        invocation.key(&keys.waiting).key(&keys.due);
+        for (user, value, _) in &moved {
+            invocation.arg(*user).arg(value);
+        }
+        self.run::<i64>(invocation, Resend::Safe).await?;
+        Ok(moved.into_iter().map(|w| w.0).collect())
     }
 
     /// One rank call: `None` where a derived rank could not be told.
