@@ -1208,6 +1208,7 @@ impl Store {
         hmget.arg(&keys.due).arg(users);
         // Both at once on the shared connection: one round trip.
         let hmget = &hmget;
+        let asked = std::time::Instant::now();
         let (flat, values) = futures::try_join!(
             self.run::<Vec<i64>>(invocation, Resend::Safe),
             self.call(Resend::Safe, |mut c| async move {
@@ -1254,6 +1255,22 @@ impl Store {
             });
             decided.insert(user, place);
             positions[i] = Some(place);
+        }
+        // The heartbeats to write are due at Redis's time of the read plus
+        // the advice. Written late (an instance that stalled between its
+        // read and its write), one could overwrite a later heartbeat another
+        // poll wrote meanwhile with an earlier one; past a bound, those
+        // users are asked of rank.lua instead, which writes with its own
+        // time. (Bytes the network delivers late after they were sent are
+        // not covered: see docs/scale.md.)
+        if asked.elapsed() > late_write(heartbeat) {
+            for (user, _, _) in written.drain(..) {
+                for (i, asked) in users.iter().enumerate() {
+                    if *asked == user {
+                        positions[i] = None;
+                    }
+                }
+            }
         }
         if !written.is_empty() {
             // Users found moved after the write are asked again, exactly.
@@ -1946,6 +1963,13 @@ fn answers<'a>(
         )));
     }
     Ok(flat.chunks_exact(width))
+}
+
+/// How long after its read `poll_many` still writes a heartbeat itself:
+/// `heartbeat.poll-min-ms`, at most a second. A heartbeat written so late
+/// promises that much less than the answer said.
+fn late_write(heartbeat: &HeartbeatConfig) -> Duration {
+    heartbeat.poll_min.min(Duration::from_secs(1))
 }
 
 /// What one call of `lua/sweep.lua` did, and the next bucket to read.
