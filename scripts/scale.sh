@@ -145,7 +145,8 @@ for line in sys.argv[1].splitlines():
     # The commands an instance sends for polls far back (poll_many in
     # src/store/mod.rs). Redis counts the same commands run inside scripts
     # here too, so this is an upper bound on the plain commands' share.
-    elif line.startswith(("cmdstat_hmget:", "cmdstat_hset:", "cmdstat_rpush:", "cmdstat_zadd:")):
+    elif line.startswith(("cmdstat_hmget:", "cmdstat_hset:", "cmdstat_rpush:", "cmdstat_zadd:",
+                          "cmdstat_zmscore:")):
         plain_usec += int(fields["usec"]); plain_calls += int(fields["calls"])
 cpu = 0.0
 for line in sys.argv[2].splitlines():
@@ -197,7 +198,7 @@ commands_sent() { # label, port, connections
   kill "$mon" 2>/dev/null || true
   wait "$mon" 2>/dev/null || true
   sent=$(grep -E '^[0-9.]+ \[[0-9]+ [0-9]' "$work/monitor-$label" |
-    grep -ciE "\] \"evalsha\" \"$rank_sha\"|\] \"(hmget|hset)\" \"$K:due\"|\] \"rpush\" \"$K:dues:|\] \"zadd\" \"$K:dues\"" || true)
+    grep -ciE "\] \"evalsha\" \"$rank_sha\"|\] \"(hmget|hset)\" \"$K:due\"|\] \"rpush\" \"$K:dues:|\] \"zadd\" \"$K:dues\"|\] \"zmscore\" \"$K:waiting\"" || true)
   echo "  $label: sent=$sent $out" >&2
   echo "$label sent=$sent $out" >> "$work/sent"
 }
@@ -533,7 +534,7 @@ reg_rate = float(fields(reg)["per_second"])
 ratio = reg_rate / float(evalsha_reg)
 mem = (mem_after - mem_before) / users
 rows = [
-    ("Redis time per poll, all commands, with cleanup's later share (usec of the scripts and of HMGET, HSET, RPUSH, ZADD / polls + heartbeats written / polls x cleanup usec per candidate; at most: Redis counts those commands inside scripts too), 1,024 connections", f"{on['usec_all']:.2f} us", f"{off['usec_all']:.2f} us", "<= 4 us", on["usec_all"] <= 4),
+    ("Redis time per poll, all commands, with cleanup's later share (usec of the scripts and of HMGET, HSET, RPUSH, ZADD, ZMSCORE / polls + heartbeats written / polls x cleanup usec per candidate; at most: Redis counts those commands inside scripts too), 1,024 connections", f"{on['usec_all']:.2f} us", f"{off['usec_all']:.2f} us", "<= 4 us", on["usec_all"] <= 4),
     ("Redis time per poll, the poll's own commands (scripts / plain commands), 1,024 connections", f"{on['usec']:.2f} / {on['plain_usec']:.2f} us", f"{off['usec']:.2f} / {off['plain_usec']:.2f} us", "report", True),
     ("Heartbeats written per poll, 1,024 connections", f"{on['written']:.3f}", f"{off['written']:.3f}", "report", True),
     (f"Cleanup's look at one heartbeat written (usec of sweep.lua, LRANGE and HMGET / {looked:,} candidates)", f"{per_candidate['usec']:.2f} us", "", "report", True),
