@@ -25,9 +25,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(cookie.value(), text);
     }
     let _ = Lang::negotiate(Some(text));
-    let back = safe_return(Some(text), |p| p.starts_with("/tickets"));
-    assert!(back == "/" || (back == text && back.starts_with("/tickets")));
-    assert!(!back.starts_with("//") && !back.starts_with("/\\"));
+    if let Some(back) = safe_return(Some(text), |p| p.starts_with("/tickets")) {
+        assert!(back == text && back.starts_with("/tickets"));
+        assert!(!back.starts_with("//") && !back.starts_with("/\\"));
+    }
     if let Some(origin) = parse_origin(text) {
         assert!(origin.starts_with("http://") || origin.starts_with("https://"));
     }
