@@ -1190,20 +1190,7 @@ impl Store {
                 .rank_many(keys, users, admission, heartbeat, samples)
                 .await;
         };
-        let mut invocation = RANK.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.active)
-            .key(&keys.admission)
-            .key(&keys.control)
-            .key(&keys.prequeue)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .arg(admission.interval.as_millis() as u64)
-            .arg(admission.batch_size);
-        heartbeat_args(&mut invocation, heartbeat);
-        invocation.arg(from).arg(to).arg(samples.nearest);
+        let invocation = rank_invocation(keys, admission, heartbeat, (from, to, samples.nearest));
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(&keys.due).arg(users);
         // Both at once on the shared connection: one round trip.
@@ -1263,24 +1250,22 @@ impl Store {
         // users are asked of rank.lua instead, which writes with its own
         // time. (Bytes the network delivers late after they were sent are
         // not covered: see docs/scale.md.)
-        if asked.elapsed() > late_write(heartbeat) {
-            for (user, _, _) in written.drain(..) {
-                for (i, asked) in users.iter().enumerate() {
-                    if *asked == user {
-                        positions[i] = None;
-                    }
+        // Those answers are dropped, everywhere the user is in the batch:
+        // rank.lua answers them below.
+        let mut ask_again = |again: &[&str]| {
+            for (position, user) in positions.iter_mut().zip(users) {
+                if again.contains(user) {
+                    *position = None;
                 }
             }
+        };
+        if asked.elapsed() > late_write(heartbeat) {
+            let late: Vec<&str> = written.drain(..).map(|w| w.0).collect();
+            ask_again(&late);
         }
         if !written.is_empty() {
             // Users found moved after the write are asked again, exactly.
-            for moved in self.write_far(keys, &far, &written).await? {
-                for (i, user) in users.iter().enumerate() {
-                    if *user == moved {
-                        positions[i] = None;
-                    }
-                }
-            }
+            ask_again(&self.write_far(keys, &far, &written).await?);
         }
         let rest: Vec<usize> = (0..users.len())
             .filter(|&i| positions[i].is_none())
@@ -1369,22 +1354,9 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<Option<Position>>, StoreError> {
-        let mut invocation = RANK.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.active)
-            .key(&keys.admission)
-            .key(&keys.control)
-            .key(&keys.prequeue)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .arg(admission.interval.as_millis() as u64)
-            .arg(admission.batch_size);
-        heartbeat_args(&mut invocation, heartbeat);
         let (from, to) = samples.and_then(Samples::range).unwrap_or((0, 0));
         let nearest = samples.map_or(0, |s| s.nearest);
-        invocation.arg(from).arg(to).arg(nearest);
+        let mut invocation = rank_invocation(keys, admission, heartbeat, (from, to, nearest));
         for user in users {
             invocation.arg(*user);
         }
@@ -1624,18 +1596,7 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         read: Option<(&str, u64, u64, &[&str])>,
     ) -> Result<Option<Swept>, StoreError> {
-        let mut invocation = SWEEP.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.credential)
-            .key(&keys.active)
-            .key(&keys.prequeue)
-            .key(&keys.admission)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .arg(heartbeat.cleanup_batch_size)
-            .arg(heartbeat.timeout.as_millis() as u64);
+        let mut invocation = cleanup_invocation(&SWEEP, keys, heartbeat);
         match read {
             Some((bucket, length, taken, stale)) => {
                 invocation.arg(bucket).arg(length).arg(taken).arg(stale);
@@ -1680,18 +1641,7 @@ impl Store {
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Cleanup, StoreError> {
-        let mut invocation = CLEANUP.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.credential)
-            .key(&keys.active)
-            .key(&keys.prequeue)
-            .key(&keys.admission)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .arg(heartbeat.cleanup_batch_size)
-            .arg(heartbeat.timeout.as_millis() as u64);
+        let invocation = cleanup_invocation(&CLEANUP, keys, heartbeat);
         let (stale, expired, more): (i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
@@ -1933,6 +1883,54 @@ impl Store {
             .map(|a| u64::try_from(a[0]).ok().filter(|&ms| ms > 0))
             .collect())
     }
+}
+
+/// A call of cleanup.lua or sweep.lua, which take the same keys and
+/// settings first.
+fn cleanup_invocation<'a>(
+    script: &'a Script,
+    keys: &'a QueueKeys,
+    heartbeat: &HeartbeatConfig,
+) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(&keys.waiting)
+        .key(&keys.heartbeat)
+        .key(&keys.credential)
+        .key(&keys.active)
+        .key(&keys.prequeue)
+        .key(&keys.admission)
+        .key(&keys.due)
+        .key(&keys.dues)
+        .arg(heartbeat.cleanup_batch_size)
+        .arg(heartbeat.timeout.as_millis() as u64);
+    invocation
+}
+
+/// A call of rank.lua with its keys and settings and the range of
+/// arrivals (from, before) and the exact window (`nearest`) the instance
+/// derives ranks for; the users, if any, follow.
+fn rank_invocation<'a>(
+    keys: &'a QueueKeys,
+    admission: &AdmissionConfig,
+    heartbeat: &HeartbeatConfig,
+    (from, to, nearest): (u64, u64, u64),
+) -> ScriptInvocation<'a> {
+    let mut invocation = RANK.prepare_invoke();
+    invocation
+        .key(&keys.waiting)
+        .key(&keys.heartbeat)
+        .key(&keys.active)
+        .key(&keys.admission)
+        .key(&keys.control)
+        .key(&keys.prequeue)
+        .key(&keys.due)
+        .key(&keys.dues)
+        .arg(admission.interval.as_millis() as u64)
+        .arg(admission.batch_size);
+    heartbeat_args(&mut invocation, heartbeat);
+    invocation.arg(from).arg(to).arg(nearest);
+    invocation
 }
 
 /// The heartbeat settings a script reads (`heartbeat_args` in
