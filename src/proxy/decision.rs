@@ -126,20 +126,11 @@ where
         .filter(|(name, _)| rules::name::Name::of(name) == rules::name::Name::Authorization)
         .map(|(_, value)| value);
     // A browser holds its token in a cookie: `Authorization` first, then
-    // the route's queue's token cookies, then (on a route without the
-    // waiting room) any other queue's, whose token then gets that queue's
-    // 403. On a waiting-room route another queue's cookie is no token for
-    // this one: a visitor admitted to one queue who opens another's page
-    // is shown that queue's waiting room, not a dead end.
+    // the route's queue's token cookies, then any other queue's (whose
+    // token then gets that queue's 403, not the page).
     let from_cookie = authorization.clone().next().is_none();
     let checked = if from_cookie {
-        token_cookie(
-            tokens,
-            head.fields.clone(),
-            &route.queue,
-            !route.waiting_room,
-            now,
-        )
+        token_cookie(tokens, head.fields.clone(), &route.queue, now)
     } else {
         tokens.check(authorization, &route.queue, now)
     };
@@ -197,13 +188,11 @@ where
 
 /// The token a browser's cookies hold for `queue`: the first of the
 /// queue's token cookies that checks out (another of the name, set for a
-/// parent domain, may be stale), else (with `others`) any other queue's,
-/// else none.
+/// parent domain, may be stale), else any other queue's, else none.
 fn token_cookie<'a, F>(
     tokens: &Tokens,
     fields: F,
     queue: &str,
-    others: bool,
     now: u64,
 ) -> Result<Identity, Reject>
 where
@@ -221,7 +210,7 @@ where
                         first_error.get_or_insert(reject);
                     }
                 }
-            } else if others && other.is_none() && name.starts_with(TOKEN_COOKIE_PREFIX) {
+            } else if other.is_none() && name.starts_with(TOKEN_COOKIE_PREFIX) {
                 other = Some(token);
             }
         }
