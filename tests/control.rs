@@ -1484,7 +1484,7 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
     assert_eq!(body["error"], "redis_unavailable");
     let message = body["message"].as_str().unwrap();
     assert!(message.contains("may still be made"), "{message}");
-    assert!(wg.log().contains("not confirmed in time"), "{}", wg.log());
+    wg.wait_for_log("not confirmed in time", 1);
     // Whether Redis then makes it depends on whether the connection it
     // came on was still open when Redis woke: either way, the queue's
     // state says, and the change can be sent again.

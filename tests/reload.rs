@@ -19,18 +19,6 @@ fn config_text(redis: &Redis, ports: &Ports, upstream: u16, queues: &str, extra:
     )
 }
 
-fn wait_for_log(wg: &Waitgate, needle: &str, count: usize) {
-    let started = Instant::now();
-    while wg.log().matches(needle).count() < count {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "no {needle:?} in the log:\n{}",
-            wg.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request() {
     let redis = Redis::start();
@@ -120,7 +108,7 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     );
     std::fs::write(wg.config_path(), &new).unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "config reloaded", 1);
+    wg.wait_for_log("config reloaded", 1);
 
     let r = request(
         wg.addr,
@@ -150,12 +138,12 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
         std::thread::sleep(Duration::from_millis(50));
     }
     // The new filter lets the access lines through.
-    wait_for_log(&wg, "waitgate::access", 1);
+    wg.wait_for_log("waitgate::access", 1);
 
     // A bad file is refused; everything keeps working as reloaded.
     std::fs::write(wg.config_path(), new.replace("routes:", "routez:")).unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "reload refused", 1);
+    wg.wait_for_log("reload refused", 1);
     let r = request(
         wg.addr,
         "GET",
@@ -175,7 +163,7 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     )
     .unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "reload refused", 2);
+    wg.wait_for_log("reload refused", 2);
     assert!(wg.log().contains("no-such-host.invalid"), "{}", wg.log());
 
     // A listener change is reported as needing a restart.
@@ -188,7 +176,7 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     )
     .unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "config reloaded", 2);
+    wg.wait_for_log("config reloaded", 2);
     assert!(
         wg.log().contains("takes effect after a restart"),
         "{}",
@@ -308,7 +296,7 @@ fn a_reload_applies_cookies_cors_and_the_public_origin() {
     )
     .unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "config reloaded", 1);
+    wg.wait_for_log("config reloaded", 1);
     assert!(
         !wg.log().contains("takes effect after a restart"),
         "{}",
@@ -353,7 +341,7 @@ fn a_reload_to_several_queues_warns_that_calls_must_name_one() {
     )
     .unwrap();
     wg.signal("HUP");
-    wait_for_log(&wg, "config reloaded", 1);
+    wg.wait_for_log("config reloaded", 1);
     assert!(
         wg.log()
             .contains("queue API calls that name no queue are refused"),

@@ -401,6 +401,21 @@ impl Waitgate {
         std::fs::read_to_string(self.dir.path().join("waitgate.log")).unwrap_or_default()
     }
 
+    /// Waits up to 5 s for `needle` to be in the log `count` times: the
+    /// log is written by a background thread, so a line about a request
+    /// may land just after its answer.
+    pub fn wait_for_log(&self, needle: &str, count: usize) {
+        let started = Instant::now();
+        while self.log().matches(needle).count() < count {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no {needle:?} in the log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The config file the process was started with (a reload reads it).
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("waitgate.yaml")
