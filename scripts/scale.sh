@@ -182,8 +182,9 @@ measure() { # label, port, connections[, mode]
 # The Redis commands sent for the polls, per poll: the commands MONITOR
 # shows from a client (a script's own show as from `lua`) that a poll
 # sends: rank.lua's EVALSHA, and the plain commands of polls far back on
-# the heartbeat keys (HMGET, HSET, RPUSH, ZADD; see poll_many in
-# src/store/mod.rs). The background tasks' commands (samples, cleanup,
+# the heartbeat keys (HMGET, HSET, RPUSH, ZADD), the departure counters
+# read around them (HMGET) and the check after a write (ZMSCORE); see
+# poll_many in src/store/mod.rs. The background tasks' commands (samples, cleanup,
 # gauges) are left out. During 3 s of polling, apart from the measures of
 # time, which MONITOR would slow.
 rank_sha=$(cat lua/lib.lua lua/rank.lua | sha1sum | cut -d' ' -f1)
@@ -198,7 +199,7 @@ commands_sent() { # label, port, connections
   kill "$mon" 2>/dev/null || true
   wait "$mon" 2>/dev/null || true
   sent=$(grep -E '^[0-9.]+ \[[0-9]+ [0-9]' "$work/monitor-$label" |
-    grep -ciE "\] \"evalsha\" \"$rank_sha\"|\] \"(hmget|hset)\" \"$K:due\"|\] \"rpush\" \"$K:dues:|\] \"zadd\" \"$K:dues\"|\] \"zmscore\" \"$K:waiting\"" || true)
+    grep -ciE "\] \"evalsha\" \"$rank_sha\"|\] \"(hmget|hset)\" \"$K:due\"|\] \"hmget\" \"$K:admission\"|\] \"rpush\" \"$K:dues:|\] \"zadd\" \"$K:dues\"|\] \"zmscore\" \"$K:waiting\"" || true)
   echo "  $label: sent=$sent $out" >&2
   echo "$label sent=$sent $out" >> "$work/sent"
 }
@@ -326,11 +327,14 @@ def step():
 
 if __name__ == "__main__" and sys.argv[-1] == "timed":
     # One step, timed by SLOWLOG (every command logged): the users it
-    # removed, its commands' Redis time and the longest one's (us).
+    # removed, its commands' Redis time and the longest one's (us). Only
+    # this client's entries: SLOWLOG also lists the commands a script runs
+    # (as from the client "?:0"), whose time is in the script's already.
+    me = "%s:%d" % r.sock.getsockname()[:2]
     r("SLOWLOG", "RESET")
     removed, _ = step()
     ran = [e for e in r("SLOWLOG", "GET", 1000)
-           if e[3][0].lower() in ("evalsha", "lrange", "hmget")]
+           if e[4] == me and e[3][0].lower() in ("evalsha", "lrange", "hmget")]
     print(removed, sum(e[2] for e in ran), max(e[2] for e in ran))
 elif __name__ == "__main__":
     looked = removed = 0

@@ -14,9 +14,13 @@ const DUE: &str = "queue:{baseball}:due";
 const DUES: &str = "queue:{baseball}:dues";
 
 fn start(redis: &Redis) -> Waitgate {
+    start_at(&redis.url())
+}
+
+fn start_at(redis_url: &str) -> Waitgate {
     let ports = Ports::new();
     let queue = "baseball:\n  admission: {max-active: 1}\n  heartbeat: {cleanup-interval-ms: 200, cleanup-batch-size: 2000}";
-    let cfg = config_with(&redis.url(), &ports, free_port(), queue);
+    let cfg = config_with(redis_url, &ports, free_port(), queue);
     Waitgate::start(&cfg, &ports)
 }
 
@@ -410,42 +414,52 @@ fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
     assert_eq!(rank(wg.addr, "steady").status, 200);
 }
 
-/// The instance's write far back is checked against the waiting set right
-/// after it: a heartbeat that names an arrival the user no longer has (a
-/// dropout and a new registration between an instance's read and its
-/// write), or a user no longer waiting at all, is put right, and that poll
-/// is answered exactly. (The old arrival stayed, and every later rank far
-/// back was read off it; a user who had left was told a place.)
+/// The race itself, on two instances: between one instance's read of a
+/// heartbeat far back and its write, another instance takes the user's
+/// dropout (and, in the second round, the user's new registration at the
+/// tail). The write is held at the exact point by a relay in front of
+/// Redis. Whatever the write then says, the user's heartbeat ends as the
+/// waiting set has it, and the poll is answered as of after the change.
 #[test]
-fn a_heartbeat_written_far_back_for_a_user_who_moved_is_put_right() {
+fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_is_seen() {
     let redis = Redis::start();
-    let wg = start(&redis);
+    let relay = Interposer::start(redis.port, &[b"RPUSH", b"u2"]);
+    let wg = start_at(&relay.url());
+    let other = start(&redis);
     let mut c = redis.conn();
     let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
     wait_for_samples(&wg, 0.0);
-    let due_in_an_hour = redis.now_ms() + 3_600_000;
-    // u20000 waits at base + 20000, but its heartbeat names base + 25000
-    // (far back too, so the instance decides the poll).
-    let () = c
-        .hset(DUE, "u20000", format!("{due_in_an_hour}:{}", base + 25_000))
-        .unwrap();
-    // gone has a heartbeat far back and is not waiting.
-    let () = c
-        .hset(DUE, "gone", format!("{due_in_an_hour}:{}", base + 26_000))
-        .unwrap();
 
-    let (api, exact, _) = ranks_of(&wg, &mut c, "u20000");
-    assert_within(api, exact, "the poll that found the arrival moved");
+    // A dropout and a new registration: the write names the arrival the
+    // user had.
+    let to = other.addr;
+    relay.arm(move || {
+        let credential = credential_for("u20000", base + 20_000);
+        assert_eq!(dropout(to, "u20000", &credential).status, 204);
+        assert_eq!(register(to, "u20000").status, 200);
+    });
+    let r = rank(wg.addr, "u20000");
+    assert!(relay.fired(), "the write far back was not held");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let arrival: f64 = c.zscore(WAITING, "u20000").unwrap();
+    let exact: u64 = c.zrank(WAITING, "u20000").unwrap();
+    assert_eq!(
+        r.json()["rank"].as_u64().unwrap(),
+        exact,
+        "answered at the new place, exactly"
+    );
     let value: String = c.hget(DUE, "u20000").unwrap();
     assert!(
-        value.ends_with(&format!(":{}", base + 20_000)),
-        "the arrival put right: {value}"
+        value.ends_with(&format!(":{}", arrival as u64)),
+        "the heartbeat names the new arrival {arrival}: {value}"
     );
-    let (api, exact, _) = ranks_of(&wg, &mut c, "u20000");
-    assert_within(api, exact, "the next poll");
 
-    let r = rank(wg.addr, "gone");
+    // A dropout alone: the user is not waiting, and keeps no heartbeat.
+    let credential = credential_for("u21000", base + 21_000);
+    relay.arm(move || assert_eq!(dropout(to, "u21000", &credential).status, 204));
+    let r = rank(wg.addr, "u21000");
+    assert!(relay.fired(), "the write far back was not held");
     assert_eq!(r.status, 404, "{}", r.text());
-    let stray: Option<String> = c.hget(DUE, "gone").unwrap();
+    let stray: Option<String> = c.hget(DUE, "u21000").unwrap();
     assert_eq!(stray, None, "the stray heartbeat removed");
 }

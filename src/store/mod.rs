@@ -1170,9 +1170,10 @@ impl Store {
     /// write, for users far back only:
     /// - A user who leaves between the two (a dropout, cleanup), or joins
     ///   again at another arrival, would have the write name an arrival
-    ///   that is not theirs. The write is checked against the waiting set
-    ///   right after it and put right, and that poll answered exactly (see
-    ///   [`Store::write_far`]).
+    ///   that is not theirs. When the set's departure counters moved
+    ///   between the read and the write, the write is checked against the
+    ///   waiting set right after it and put right, and that poll answered
+    ///   exactly (see [`Store::write_far`]).
     /// - Two instances that write one user's heartbeat at the same moment
     ///   may leave the earlier of the two times, shorter than the later
     ///   answer's promise by the time between the two reads: a client that
@@ -1191,15 +1192,21 @@ impl Store {
                 .await;
         };
         let invocation = rank_invocation(keys, admission, heartbeat, (from, to, samples.nearest));
-        let mut hmget = redis::cmd("HMGET");
-        hmget.arg(&keys.due).arg(users);
+        // The departure counters, read before the heartbeats: see
+        // `write_far`.
+        let mut read = redis::pipe();
+        read.add_command(departures(keys))
+            .cmd("HMGET")
+            .arg(&keys.due)
+            .arg(users);
         // Both at once on the shared connection: one round trip.
-        let hmget = &hmget;
+        let read = &read;
         let asked = std::time::Instant::now();
-        let (flat, values) = futures::try_join!(
+        let (flat, (before, values)) = futures::try_join!(
             self.run::<Vec<i64>>(invocation, Resend::Safe),
             self.call(Resend::Safe, |mut c| async move {
-                hmget.query_async::<Vec<Option<String>>>(&mut c).await
+                read.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
+                    .await
             }),
         )?;
         let (_, batch) = rank_batch(&flat)?;
@@ -1265,7 +1272,7 @@ impl Store {
         }
         if !written.is_empty() {
             // Users found moved after the write are asked again, exactly.
-            ask_again(&self.write_far(keys, &far, &written).await?);
+            ask_again(&self.write_far(keys, &far, &written, &before).await?);
         }
         let rest: Vec<usize> = (0..users.len())
             .filter(|&i| positions[i].is_none())
@@ -1284,20 +1291,30 @@ impl Store {
 
     /// Writes the heartbeats `poll_many` decided (user, value, arrival):
     /// the candidates first, as rank.lua files them before the write (see
-    /// `file_all` in lua/lib.lua), then the values, then each user's score
-    /// in the waiting set, read after the write. A user who left, or joined
-    /// again at another arrival, between the instance's read and its write
-    /// (a dropout and a new registration within that millisecond) has the
-    /// write put right by `lua/recheck.lua`: a stray heartbeat would stay
-    /// until cleanup passed it, and an old arrival would be the one every
-    /// later rank far back was read off. Anything that changes the user
-    /// after the score is read writes its own heartbeat over this one.
+    /// `file_all` in lua/lib.lua), then the values. A user who left, or
+    /// joined again at another arrival, between the instance's read and its
+    /// write (a dropout and a new registration within that millisecond)
+    /// has the write put right by `lua/recheck.lua`: a stray heartbeat
+    /// would stay until cleanup passed it, and an old arrival would be the
+    /// one every later rank far back was read off. Anything that changes
+    /// the user after the write writes its own heartbeat over this one.
     /// Returns the users found moved, whose answers must be asked again.
+    ///
+    /// Who moved is found by each user's score in the waiting set, read
+    /// after the write, but only when the departure counters (`before`,
+    /// read before the heartbeats) moved by then: no user leaves the set,
+    /// or is placed in it anywhere but at the tail, without one of them
+    /// moving (see `counted` in lua/lib.lua), and a registration at the
+    /// tail of a user still waiting changes nothing. Why: `ZMSCORE` on a
+    /// set of a million cost Redis 1.47 µs a poll in `scripts/scale.sh`,
+    /// a third of the time of the rest of the poll, and the counters move
+    /// for a few of the batches only (a cleanup step, an admission).
     async fn write_far<'u>(
         &self,
         keys: &QueueKeys,
         far: &Far,
         written: &[(&'u str, String, u64)],
+        before: &Departures,
     ) -> Result<Vec<&'u str>, StoreError> {
         let bucket = far.bucket.to_string();
         let users: Vec<&str> = written.iter().map(|w| w.0).collect();
@@ -1318,13 +1335,22 @@ impl Store {
             .ignore()
             .add_command(hset)
             .ignore()
-            .cmd("ZMSCORE")
-            .arg(&keys.waiting)
-            .arg(&users);
+            .add_command(departures(keys));
         let pipe = &pipe;
-        let (scores,): (Vec<Option<f64>>,) = self
+        let (after,): (Departures,) = self
             .call(Resend::Safe, |mut c| async move {
-                pipe.query_async::<(Vec<Option<f64>>,)>(&mut c).await
+                pipe.query_async::<(Departures,)>(&mut c).await
+            })
+            .await?;
+        if &after == before {
+            return Ok(Vec::new());
+        }
+        let mut zmscore = redis::cmd("ZMSCORE");
+        zmscore.arg(&keys.waiting).arg(&users);
+        let zmscore = &zmscore;
+        let scores: Vec<Option<f64>> = self
+            .call(Resend::Safe, |mut c| async move {
+                zmscore.query_async::<Vec<Option<f64>>>(&mut c).await
             })
             .await?;
         let moved: Vec<&(&'u str, String, u64)> = written
@@ -2036,6 +2062,19 @@ fn far_heartbeat(value: &str) -> Option<(u64, (&str, u64))> {
 
 /// rank.lua's rules for a poll far back (its pass over `fast` users), as
 /// of one batch.
+/// The counters of departures from a queue's waiting set, and of users
+/// placed in it anywhere but at the tail, as `HMGET` reads them.
+type Departures = Vec<Option<String>>;
+
+/// Reads a queue's [`Departures`].
+fn departures(keys: &QueueKeys) -> redis::Cmd {
+    let mut hmget = redis::cmd("HMGET");
+    hmget
+        .arg(&keys.admission)
+        .arg(&["epoch", "total", "removed", "added"]);
+    hmget
+}
+
 struct Far {
     /// Heartbeats due before this are past the timeout.
     oldest: i64,

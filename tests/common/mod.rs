@@ -1089,3 +1089,71 @@ pub fn credential_for(user: &str, arrival: u64) -> String {
     let secret = waitgate::edge::secret::Secret::from_base64(SECRET_B64).unwrap();
     waitgate::queue::credential::Credentials::new(&secret).issue("baseball", user, arrival)
 }
+
+/// A TCP relay between waitgate and its Redis that, once armed, holds the
+/// first client write that contains every one of `trigger`'s byte strings
+/// until `meanwhile` has run: what another instance does between this
+/// one's commands, made to happen at an exact point.
+pub struct Interposer {
+    pub port: u16,
+    armed: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>,
+}
+
+impl Interposer {
+    pub fn start(redis_port: u16, trigger: &'static [&'static [u8]]) -> Interposer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let armed: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>> = Arc::new(Mutex::new(None));
+        let shared = armed.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let Ok(mut server) = TcpStream::connect(("127.0.0.1", redis_port)) else {
+                    return;
+                };
+                let (mut from_server, mut to_client) =
+                    (server.try_clone().unwrap(), client.try_clone().unwrap());
+                std::thread::spawn(move || std::io::copy(&mut from_server, &mut to_client));
+                let armed = shared.clone();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match client.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        let chunk = &buf[..n];
+                        let hit = trigger
+                            .iter()
+                            .all(|t| chunk.windows(t.len()).any(|w| w == *t));
+                        if hit {
+                            let meanwhile = armed.lock().unwrap().take();
+                            if let Some(meanwhile) = meanwhile {
+                                meanwhile();
+                            }
+                        }
+                        if server.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        Interposer { port, armed }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Runs `meanwhile` before the next write that matches the trigger.
+    pub fn arm(&self, meanwhile: impl FnOnce() + Send + 'static) {
+        *self.armed.lock().unwrap() = Some(Box::new(meanwhile));
+    }
+
+    /// Whether the armed `meanwhile` has run.
+    pub fn fired(&self) -> bool {
+        self.armed.lock().unwrap().is_none()
+    }
+}
