@@ -1096,14 +1096,17 @@ pub fn credential_for(user: &str, arrival: u64) -> String {
 /// one's commands, made to happen at an exact point.
 pub struct Interposer {
     pub port: u16,
-    armed: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>,
+    armed: Armed,
 }
+
+/// What runs before the next matching write, until it has run.
+type Armed = Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>>;
 
 impl Interposer {
     pub fn start(redis_port: u16, trigger: &'static [&'static [u8]]) -> Interposer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let armed: Arc<Mutex<Option<Box<dyn FnOnce() + Send>>>> = Arc::new(Mutex::new(None));
+        let armed: Armed = Arc::new(Mutex::new(None));
         let shared = armed.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
