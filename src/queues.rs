@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::config::{AdmissionConfig, Config, HeartbeatConfig, PageConfig};
 use crate::error::ApiError;
+use crate::store::ranks::NearHead;
 use crate::store::{QueueKeys, Samples};
 
 /// One queue: its name, its Redis keys and its parameters.
@@ -22,6 +23,8 @@ pub struct Queue {
     pub exact_rank_window: u64,
     /// The samples ranks far back are derived from (see `store::ranks`).
     pub ranks: RankSamples,
+    /// The users this instance last answered near the head.
+    pub near_head: NearHead,
 }
 
 /// A queue's latest samples of its waiting set, taken by the background
@@ -69,6 +72,7 @@ impl Queues {
                     require_credential: q.require_credential,
                     exact_rank_window: q.exact_rank_window,
                     ranks: RankSamples::default(),
+                    near_head: Default::default(),
                 };
                 (name.clone(), Arc::new(queue))
             })

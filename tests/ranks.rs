@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -462,4 +464,92 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
     assert_eq!(r.status, 404, "{}", r.text());
     let stray: Option<String> = c.hget(DUE, "u21000").unwrap();
     assert_eq!(stray, None, "the stray heartbeat removed");
+}
+
+/// The commands clients (not scripts) send Redis, as `MONITOR` shows them.
+struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    fn start(redis: &Redis) -> Monitor {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).unwrap();
+        assert_eq!(ok, "+OK\r\n");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let shared = lines.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                // A client's, not a script's ("[0 lua]").
+                if line.contains(" 127.0.0.1:") {
+                    shared.lock().unwrap().push(line);
+                }
+            }
+        });
+        Monitor { lines }
+    }
+
+    /// How many commands named `command` named `user` since the last call
+    /// (which forgets every line seen until now).
+    fn take(&self, command: &str, user: &str) -> usize {
+        // MONITOR lags a little behind the answers.
+        std::thread::sleep(Duration::from_millis(100));
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        let (command, user) = (format!("] \"{command}\""), format!(" \"{user}\""));
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains(&command) && (l.ends_with(&user) || l.contains(&format!("{user} ")))
+            })
+            .count()
+    }
+}
+
+/// A user this instance answered near the head is asked of rank.lua in the
+/// batch's first call next time, without the plain read of the heartbeat
+/// and the second call; a user it names who is far back by then is decided
+/// far back, and read plainly the time after.
+#[test]
+fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let mut c = redis.conn();
+    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
+    wait_for_samples(&wg, 0.0);
+    let monitor = Monitor::start(&redis);
+
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u5");
+    assert_eq!(api, exact);
+    assert_eq!(
+        monitor.take("HMGET", "u5"),
+        1,
+        "the first poll reads the heartbeat"
+    );
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u5");
+    assert_eq!(api, exact);
+    assert_eq!(
+        monitor.take("HMGET", "u5"),
+        0,
+        "the second poll reads no heartbeat"
+    );
+
+    // u5 leaves and joins again at the tail: far back now.
+    let credential = credential_for("u5", base + 5);
+    assert_eq!(dropout(wg.addr, "u5", &credential).status, 204);
+    assert_eq!(register(wg.addr, "u5").status, 200);
+    // With others behind, once sampled again (past the last sample, a
+    // rank is walked too).
+    fill(&wg, &redis, ("next", "v", 5_000), None, 1);
+    std::thread::sleep(Duration::from_millis(5_500));
+    let _ = monitor.take("HMGET", "u5");
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u5");
+    assert_within(api, exact, "far back, asked in the first call");
+    assert_eq!(monitor.take("HMGET", "u5"), 0);
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u5");
+    assert_within(api, exact, "far back, read plainly");
+    assert_eq!(monitor.take("HMGET", "u5"), 1, "forgotten as near the head");
 }

@@ -73,6 +73,7 @@ fn ranks(
                 &queue.admission,
                 &queue.heartbeat,
                 samples.as_deref(),
+                &queue.near_head,
             )
             .await
     })

@@ -296,6 +296,7 @@ pub(crate) mod tests {
             require_credential: queue.require_credential,
             exact_rank_window: queue.exact_rank_window,
             ranks: Default::default(),
+            near_head: Default::default(),
         }
     }
 }

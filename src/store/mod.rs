@@ -24,6 +24,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{FromRedisValue, Script, ScriptInvocation};
 
+use ranks::NearHead;
+
 use crate::config::{AdmissionConfig, HeartbeatConfig, RedisConfig, RedisMode, RedisTls};
 
 pub use keys::QueueKeys;
@@ -1130,34 +1132,51 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<Position>, StoreError> {
-        let mut positions = self
-            .rank_call(keys, users, admission, heartbeat, samples)
+        let told = self
+            .rank_many_told(keys, users, admission, heartbeat, samples)
             .await?;
-        let exact: Vec<usize> = (0..users.len())
-            .filter(|&i| positions[i].is_none())
-            .collect();
+        Ok(told.into_iter().map(|t| t.position).collect())
+    }
+
+    /// [`Store::rank_many`], saying of each answer whether its rank was
+    /// walked in the waiting set (near the head).
+    async fn rank_many_told(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+    ) -> Result<Vec<Told>, StoreError> {
+        let first = rank_invocation_for(keys, admission, heartbeat, samples, users);
+        let flat: Vec<i64> = self.run(first, Resend::Safe).await?;
+        let (each, batch) = rank_batch(&flat)?;
+        let mut told = rank_answers(each, &batch, samples, users.len())?;
+        let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
-            let answers = self
-                .rank_call(keys, &again, admission, heartbeat, None)
-                .await?;
+            let invocation = rank_invocation_for(keys, admission, heartbeat, None, &again);
+            let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+            let (each, batch) = rank_batch(&flat)?;
+            let answers = rank_answers(each, &batch, None, again.len())?;
             for (i, answer) in exact.into_iter().zip(answers) {
-                positions[i] = answer;
+                told[i] = answer;
             }
         }
-        positions
-            .into_iter()
-            .map(|p| p.ok_or_else(|| StoreError::Failed("rank: a rank not derived".into())))
+        told.into_iter()
+            .map(|t| t.ok_or_else(|| StoreError::Failed("rank: a rank not derived".into())))
             .collect()
     }
 
     /// The places of `users` as [`Store::rank_many`] tells them, with the
     /// polls far back decided here, in plain commands: one script call
-    /// reads the batch's numbers (rank.lua with no users) while one `HMGET`
-    /// reads the users' heartbeats; a heartbeat that must be written goes
-    /// with one `RPUSH`, `ZADD` and `HSET` for all of them; the others are
-    /// asked of rank.lua as before. The same decisions as rank.lua's pass
-    /// far back, made with Redis's time of the first call.
+    /// reads the batch's numbers while one `HMGET` reads the users'
+    /// heartbeats; a heartbeat that must be written goes with one `RPUSH`,
+    /// `ZADD` and `HSET` for all of them; the others are asked of rank.lua
+    /// as before. The same decisions as rank.lua's pass far back, made with
+    /// Redis's time of the first call. Users `near` names (last answered
+    /// near the head by this instance) are asked of rank.lua in that first
+    /// call, not read: near the head a rank is walked anyway.
     ///
     /// Why: a poll far back costs Redis a hash lookup and, for one in two,
     /// a write. Through a script, every user also passes through Lua as a
@@ -1185,108 +1204,103 @@ impl Store {
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
+        near: &NearHead,
     ) -> Result<Vec<Position>, StoreError> {
-        let Some((samples, (from, to))) = samples.and_then(|s| Some((s, s.range()?))) else {
+        let told = self
+            .poll_many_told(keys, users, admission, heartbeat, samples, near)
+            .await?;
+        near.note(users.iter().zip(&told).map(|(u, t)| (*u, t.walked)));
+        Ok(told.into_iter().map(|t| t.position).collect())
+    }
+
+    async fn poll_many_told(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+        near: &NearHead,
+    ) -> Result<Vec<Told>, StoreError> {
+        let Some(samples) = samples.filter(|s| s.range().is_some()) else {
             return self
-                .rank_many(keys, users, admission, heartbeat, samples)
+                .rank_many_told(keys, users, admission, heartbeat, samples)
                 .await;
         };
-        let invocation = rank_invocation(keys, admission, heartbeat, (from, to, samples.nearest));
+        // Users last answered near the head go to rank.lua in the first
+        // call, beside the batch's numbers; the others' heartbeats are read.
+        let hints = near.hints(users);
+        let (hinted, read): (Vec<usize>, Vec<usize>) = (0..users.len()).partition(|&i| hints[i]);
+        if read.is_empty() {
+            return self
+                .rank_many_told(keys, users, admission, heartbeat, Some(samples))
+                .await;
+        }
+        let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
+        let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
+        let invocation =
+            rank_invocation_for(keys, admission, heartbeat, Some(samples), &first_users);
         // The departure counters, read before the heartbeats: see
         // `write_far`.
-        let mut read = redis::pipe();
-        read.add_command(departures(keys))
+        let mut pipe = redis::pipe();
+        pipe.add_command(departures(keys))
             .cmd("HMGET")
             .arg(&keys.due)
-            .arg(users);
+            .arg(&read_users);
         // Both at once on the shared connection: one round trip.
-        let read = &read;
+        let pipe = &pipe;
         let asked = std::time::Instant::now();
         let (flat, (before, values)) = futures::try_join!(
             self.run::<Vec<i64>>(invocation, Resend::Safe),
             self.call(Resend::Safe, |mut c| async move {
-                read.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
+                pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
                     .await
             }),
         )?;
-        let (_, batch) = rank_batch(&flat)?;
-        if !batch.fast || values.len() != users.len() {
-            return self
-                .rank_many(keys, users, admission, heartbeat, Some(samples))
-                .await;
+        let (each, batch) = rank_batch(&flat)?;
+        let mut told: Vec<Option<Told>> = vec![None; users.len()];
+        for (&i, answer) in
+            hinted
+                .iter()
+                .zip(rank_answers(each, &batch, Some(samples), hinted.len())?)
+        {
+            told[i] = answer;
         }
-        let far = Far::new(&batch, heartbeat, to);
-        let mut positions: Vec<Option<Position>> = vec![None; users.len()];
-        // Each heartbeat to write: the user, the value, the arrival in it.
-        let mut written: Vec<(&str, String, u64)> = Vec::new();
-        let mut decided: HashMap<&str, Position> = HashMap::new();
-        for (i, (user, value)) in users.iter().zip(&values).enumerate() {
-            if let Some(&again) = decided.get(user) {
-                // A user twice in one batch: one decision.
-                positions[i] = Some(again);
-                continue;
+        if batch.fast && values.len() == read_users.len() {
+            let far = Far::new(&batch, heartbeat, samples.range().map_or(0, |r| r.1));
+            let written = decide_far(
+                &far,
+                &batch,
+                samples,
+                (&read, &read_users),
+                &values,
+                &mut told,
+            );
+            if asked.elapsed() > late_write(heartbeat) {
+                // Written late (an instance that stalled between its read
+                // and its write), a heartbeat could overwrite a later one
+                // another poll wrote meanwhile with an earlier one; past a
+                // bound, those users are asked of rank.lua instead, which
+                // writes with its own time. (Bytes the network delivers late
+                // after they were sent are not covered: see docs/scale.md.)
+                forget(&mut told, users, written.iter().map(|w| w.0));
+            } else if !written.is_empty() {
+                // Users found moved after the write are asked again, exactly.
+                let moved = self.write_far(keys, &far, &written, &before).await?;
+                forget(&mut told, users, moved.into_iter());
             }
-            let Some((due, arrival)) = value.as_deref().and_then(far_heartbeat) else {
-                continue;
-            };
-            if !far.holds(due, arrival.1) {
-                continue;
-            }
-            let Some(rank) = samples.rank(arrival.1, batch.counters) else {
-                continue;
-            };
-            let left = due as i64 - batch.now_ms as i64;
-            let advice = if far.keeps(left) {
-                left as u64
-            } else {
-                written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
-                far.advice
-            };
-            let place = Position::Waiting(Place {
-                rank,
-                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
-                poll_after_ms: advice,
-            });
-            decided.insert(user, place);
-            positions[i] = Some(place);
         }
-        // The heartbeats to write are due at Redis's time of the read plus
-        // the advice. Written late (an instance that stalled between its
-        // read and its write), one could overwrite a later heartbeat another
-        // poll wrote meanwhile with an earlier one; past a bound, those
-        // users are asked of rank.lua instead, which writes with its own
-        // time. (Bytes the network delivers late after they were sent are
-        // not covered: see docs/scale.md.)
-        // Those answers are dropped, everywhere the user is in the batch:
-        // rank.lua answers them below.
-        let mut ask_again = |again: &[&str]| {
-            for (position, user) in positions.iter_mut().zip(users) {
-                if again.contains(user) {
-                    *position = None;
-                }
-            }
-        };
-        if asked.elapsed() > late_write(heartbeat) {
-            let late: Vec<&str> = written.drain(..).map(|w| w.0).collect();
-            ask_again(&late);
-        }
-        if !written.is_empty() {
-            // Users found moved after the write are asked again, exactly.
-            ask_again(&self.write_far(keys, &far, &written, &before).await?);
-        }
-        let rest: Vec<usize> = (0..users.len())
-            .filter(|&i| positions[i].is_none())
-            .collect();
+        let rest: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !rest.is_empty() {
             let asked: Vec<&str> = rest.iter().map(|&i| users[i]).collect();
             let answers = self
-                .rank_many(keys, &asked, admission, heartbeat, Some(samples))
+                .rank_many_told(keys, &asked, admission, heartbeat, Some(samples))
                 .await?;
             for (i, answer) in rest.into_iter().zip(answers) {
-                positions[i] = Some(answer);
+                told[i] = Some(answer);
             }
         }
-        Ok(positions.into_iter().flatten().collect())
+        Ok(told.into_iter().flatten().collect())
     }
 
     /// Writes the heartbeats `poll_many` decided (user, value, arrival):
@@ -1369,59 +1383,6 @@ impl Store {
         }
         self.run::<i64>(invocation, Resend::Safe).await?;
         Ok(moved.into_iter().map(|w| w.0).collect())
-    }
-
-    /// One rank call: `None` where a derived rank could not be told.
-    async fn rank_call(
-        &self,
-        keys: &QueueKeys,
-        users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
-        samples: Option<&Samples>,
-    ) -> Result<Vec<Option<Position>>, StoreError> {
-        let (from, to) = samples.and_then(Samples::range).unwrap_or((0, 0));
-        let nearest = samples.map_or(0, |s| s.nearest);
-        let mut invocation = rank_invocation(keys, admission, heartbeat, (from, to, nearest));
-        for user in users {
-            invocation.arg(*user);
-        }
-        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
-        let (each, batch) = rank_batch(&flat)?;
-        let (counters, first_ms, rate, interval_ms) = (
-            batch.counters,
-            batch.first_ms,
-            batch.rate,
-            batch.interval_ms,
-        );
-        answers("rank", each, 4, users.len())?
-            .map(|a| {
-                let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
-                match code {
-                    0 => Ok(Some(Position::NotQueued)),
-                    1 => Ok(Some(Position::Waiting(place(value, wait, advice)?))),
-                    5 => {
-                        let arrival = count(value)?;
-                        let Some(rank) = samples.and_then(|s| s.rank(arrival, counters)) else {
-                            return Ok(None);
-                        };
-                        Ok(Some(Position::Waiting(Place {
-                            rank,
-                            wait_ms: ranks::wait_ms(rank, first_ms, rate, interval_ms),
-                            poll_after_ms: count(advice)?,
-                        })))
-                    }
-                    3 => Ok(Some(Position::Active {
-                        expires_at_ms: count(value)?,
-                    })),
-                    4 => Ok(Some(Position::Prequeued {
-                        opens_in_ms: count(value)?,
-                        poll_after_ms: count(advice)?,
-                    })),
-                    _ => Err(unexpected("rank", code)),
-                }
-            })
-            .collect()
     }
 
     /// Takes the samples of a queue's waiting set from place `first` on, in
@@ -1989,6 +1950,146 @@ fn answers<'a>(
     Ok(flat.chunks_exact(width))
 }
 
+/// rank.lua's invocation for `users`, with the range ranks may be derived
+/// in when `samples` are given.
+fn rank_invocation_for<'a>(
+    keys: &'a QueueKeys,
+    admission: &AdmissionConfig,
+    heartbeat: &HeartbeatConfig,
+    samples: Option<&Samples>,
+    users: &[&str],
+) -> ScriptInvocation<'a> {
+    let (from, to) = samples.and_then(Samples::range).unwrap_or((0, 0));
+    let nearest = samples.map_or(0, |s| s.nearest);
+    let mut invocation = rank_invocation(keys, admission, heartbeat, (from, to, nearest));
+    for user in users {
+        invocation.arg(*user);
+    }
+    invocation
+}
+
+/// An answer to a poll, and whether its rank was walked in the waiting set
+/// (rank.lua's exact path, near the head) rather than derived or decided
+/// far back.
+#[derive(Debug, Clone, Copy)]
+struct Told {
+    position: Position,
+    walked: bool,
+}
+
+/// rank.lua's answers for `asked` users (`each`, four numbers a user):
+/// `None` where a derived rank could not be told.
+fn rank_answers(
+    each: &[i64],
+    batch: &RankBatch,
+    samples: Option<&Samples>,
+    asked: usize,
+) -> Result<Vec<Option<Told>>, StoreError> {
+    let told = |position, walked| Ok(Some(Told { position, walked }));
+    answers("rank", each, 4, asked)?
+        .map(|a| {
+            let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
+            match code {
+                0 => told(Position::NotQueued, false),
+                1 => told(Position::Waiting(place(value, wait, advice)?), true),
+                5 => {
+                    let arrival = count(value)?;
+                    let Some(rank) = samples.and_then(|s| s.rank(arrival, batch.counters)) else {
+                        return Ok(None);
+                    };
+                    told(
+                        Position::Waiting(Place {
+                            rank,
+                            wait_ms: ranks::wait_ms(
+                                rank,
+                                batch.first_ms,
+                                batch.rate,
+                                batch.interval_ms,
+                            ),
+                            poll_after_ms: count(advice)?,
+                        }),
+                        false,
+                    )
+                }
+                3 => told(
+                    Position::Active {
+                        expires_at_ms: count(value)?,
+                    },
+                    false,
+                ),
+                4 => told(
+                    Position::Prequeued {
+                        opens_in_ms: count(value)?,
+                        poll_after_ms: count(advice)?,
+                    },
+                    false,
+                ),
+                _ => Err(unexpected("rank", code)),
+            }
+        })
+        .collect()
+}
+
+/// Decides the polls far back among `read` (their places in the batch
+/// and their users) from their heartbeats (`values`) as rank.lua's pass
+/// far back would, into `told`; returns the heartbeats to write (user,
+/// value, arrival). A user twice in the batch gets one decision.
+fn decide_far<'u>(
+    far: &Far,
+    batch: &RankBatch,
+    samples: &Samples,
+    (read, read_users): (&[usize], &[&'u str]),
+    values: &[Option<String>],
+    told: &mut [Option<Told>],
+) -> Vec<(&'u str, String, u64)> {
+    let mut written: Vec<(&str, String, u64)> = Vec::new();
+    let mut decided: HashMap<&str, Told> = HashMap::new();
+    for ((&i, user), value) in read.iter().zip(read_users).zip(values) {
+        if let Some(&again) = decided.get(user) {
+            told[i] = Some(again);
+            continue;
+        }
+        let Some((due, arrival)) = value.as_deref().and_then(far_heartbeat) else {
+            continue;
+        };
+        if !far.holds(due, arrival.1) {
+            continue;
+        }
+        let Some(rank) = samples.rank(arrival.1, batch.counters) else {
+            continue;
+        };
+        let left = due as i64 - batch.now_ms as i64;
+        let advice = if far.keeps(left) {
+            left as u64
+        } else {
+            written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
+            far.advice
+        };
+        let answer = Told {
+            position: Position::Waiting(Place {
+                rank,
+                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
+                poll_after_ms: advice,
+            }),
+            walked: false,
+        };
+        decided.insert(user, answer);
+        told[i] = Some(answer);
+    }
+    written
+}
+
+/// Drops the answers of `again`, everywhere each user is in the batch:
+/// rank.lua answers them instead.
+fn forget<'u>(told: &mut [Option<Told>], users: &[&str], again: impl Iterator<Item = &'u str>) {
+    let again: std::collections::HashSet<&str> = again.collect();
+    for (answer, user) in told.iter_mut().zip(users) {
+        if again.contains(user) {
+            *answer = None;
+        }
+    }
+}
+
 /// How long after its read `poll_many` still writes a heartbeat itself:
 /// `heartbeat.poll-min-ms`, at most a second. A heartbeat written so late
 /// promises that much less than the answer said.
@@ -2060,8 +2161,6 @@ fn far_heartbeat(value: &str) -> Option<(u64, (&str, u64))> {
     Some((due.parse().ok()?, (arrival, arrival.parse().ok()?)))
 }
 
-/// rank.lua's rules for a poll far back (its pass over `fast` users), as
-/// of one batch.
 /// The counters of departures from a queue's waiting set, and of users
 /// placed in it anywhere but at the tail, as `HMGET` reads them.
 type Departures = Vec<Option<String>>;
@@ -2075,6 +2174,8 @@ fn departures(keys: &QueueKeys) -> redis::Cmd {
     hmget
 }
 
+/// rank.lua's rules for a poll far back (its pass over `fast` users), as
+/// of one batch.
 struct Far {
     /// Heartbeats due before this are past the timeout.
     oldest: i64,

@@ -24,7 +24,11 @@
 //! (the script derives none nearer; samples start at [`FIRST_SAMPLE`] or at
 //! the window, if larger).
 
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use lru::LruCache;
 use std::time::{Duration, Instant};
 
 /// How often an instance takes its samples of a queue.
@@ -216,6 +220,61 @@ pub fn wait_ms(rank: u64, first_ms: i64, rate_millionths: i64, interval_ms: u64)
     let rate = (rate_millionths as f64 / 1e6).max(0.01);
     let windows = (rank as f64 / rate).floor() as u64;
     Some((first_ms.max(0) as u64).saturating_add(windows.saturating_mul(interval_ms)))
+}
+
+/// How many users near the head an instance remembers per queue.
+const NEAR_HEAD: usize = 32_768;
+
+/// The users this instance last answered near the head of a queue (their
+/// rank walked by rank.lua), the least recently answered forgotten first.
+/// Their next poll goes to rank.lua in the batch's first call, beside the
+/// batch's numbers, instead of in a second call once their heartbeats
+/// were read and found not far back (see `Store::poll_many`). Why: with
+/// random pollers at a million waiting, about two batches in three held
+/// a user near the head, and that second call cost Redis a script call
+/// (54 µs with no users, Redis alone) and the user a second round trip.
+/// Only a hint: a user it names who is far back now is decided far back
+/// by rank.lua, and forgotten.
+pub struct NearHead(Mutex<LruCache<Box<str>, (), ahash::RandomState>>);
+
+impl Default for NearHead {
+    fn default() -> NearHead {
+        let capacity = NonZeroUsize::new(NEAR_HEAD).unwrap_or(NonZeroUsize::MIN);
+        NearHead(Mutex::new(LruCache::with_hasher(
+            capacity,
+            ahash::RandomState::new(),
+        )))
+    }
+}
+
+impl NearHead {
+    /// Whether each of `users` was last answered near the head.
+    pub fn hints(&self, users: &[&str]) -> Vec<bool> {
+        let near = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        users.iter().map(|u| near.contains(*u)).collect()
+    }
+
+    /// Remembers the users whose answers were walked near the head, and
+    /// forgets the others.
+    pub fn note<'u>(&self, answers: impl IntoIterator<Item = (&'u str, bool)>) {
+        let mut near = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for (user, walked) in answers {
+            if walked {
+                near.put(user.into(), ());
+            } else {
+                near.pop(user);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for NearHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let near = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("NearHead")
+            .field("users", &near.len())
+            .finish()
+    }
 }
 
 #[cfg(test)]
