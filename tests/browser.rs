@@ -1240,7 +1240,34 @@ fn cookies_that_do_not_check_out_do_not_hide_the_real_ones() {
     let r = room.get(PAGE, &[HTML, ("Cookie", &absurd)]);
     assert_eq!(r.status, 200);
     assert!(
-        r.text().contains("value=\"100\""),
-        "rank 0 of an absurd start"
+        r.text().contains("value=\"99\""),
+        "rank 0 of an absurd start: the next in line"
     );
+}
+
+/// A wait of hours is told in hours, not hundreds of minutes, in either
+/// language; and the bar is full only once admitted: the next in line is
+/// at 99%.
+#[test]
+fn long_waits_are_told_in_hours_and_the_bar_is_full_only_once_admitted() {
+    let room = Room::start_with(
+        "  baseball: {admission: {max-active: 1000, interval-ms: 60000, batch-size: 1}}\n  soccer: {}\n",
+        "cookies: {secure: false}\n",
+        &[],
+    );
+    let first = room.get(PAGE, &[HTML]);
+    assert_eq!(first.status, 200, "{first:?}");
+    let page = first.text();
+    assert!(page.contains("You're next."), "{page}");
+    assert!(page.contains("value=\"99\""), "the next in line: {page}");
+
+    for i in 0..150 {
+        room.join(&format!("early_{i}"));
+    }
+    // 151 ahead (the first visitor too), one a minute: about 2.5 hours.
+    let page = room.get(PAGE, &[HTML]).text();
+    assert!(page.contains("151 people are ahead of you."), "{page}");
+    assert!(page.contains("About 3 hours"), "{page}");
+    let page = room.get(PAGE, &[HTML, ("Accept-Language", "ko")]).text();
+    assert!(page.contains("약 3시간"), "{page}");
 }

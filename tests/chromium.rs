@@ -259,9 +259,23 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
         )
         .await;
         println!("the page showed the new place {took:?} after an admission");
+        // The next in line: the bar is full only once admitted.
+        admit_by_hand(&mut room.redis.conn(), "early_2", u64::MAX / 2_000_000);
+        until(
+            &page,
+            &format!("{MESSAGE} === \"You're next.\""),
+            Duration::from_secs(5),
+        )
+        .await;
+        let progress: String = eval(
+            &page,
+            "document.getElementById('wg-progress-text').textContent",
+        )
+        .await;
+        assert_eq!(progress, "99% of the way");
 
-        // The gate opens: early_2, then this visitor, one a second. The
-        // page trades the place for the token and goes where it was going.
+        // The gate opens: this visitor goes in. The page trades the place
+        // for the token and goes where it was going.
         release_gate(&room.redis);
         let took = until(
             &page,

@@ -114,8 +114,9 @@
   function setProgress(rank) {
     if (!Number.isFinite(rank)) return;
     if (startRank === null) startRank = rank; // first place seen after the open
-    const pct = startRank <= 0 ? 100
-      : Math.min(100, Math.max(0, Math.round((100 * (startRank - rank)) / startRank)));
+    // 100% is for once admitted: the next in line is not in yet.
+    const pct = startRank <= 0 ? 99
+      : Math.min(99, Math.max(0, Math.floor((100 * (startRank - rank)) / startRank)));
     showProgress(pct);
   }
 
@@ -133,7 +134,8 @@
     if (!Number.isFinite(seconds)) return null;
     if (seconds < 60) return text("wait_soon");
     if (seconds < 90) return text("wait_minute");
-    return text("wait_minutes", Math.round(seconds / 60));
+    if (seconds < 120 * 60) return text("wait_minutes", Math.floor((seconds + 30) / 60));
+    return text("wait_hours", Math.floor((seconds + 1800) / 3600));
   }
 
   function aheadText(rank) {

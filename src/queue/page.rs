@@ -392,13 +392,18 @@ fn words(lang: Lang, view: &View) -> Words {
                 None => lang.get("wait_unknown").to_string(),
                 Some(ms) if ms < 60_000 => lang.get("wait_soon").to_string(),
                 Some(ms) if ms < 90_000 => lang.get("wait_minute").to_string(),
-                Some(ms) => fill(lang.get("wait_minutes"), (ms + 30_000) / 60_000),
+                Some(ms) if ms < 120 * 60_000 => {
+                    fill(lang.get("wait_minutes"), (ms + 30_000) / 60_000)
+                }
+                Some(ms) => fill(lang.get("wait_hours"), (ms + 1_800_000) / 3_600_000),
             };
             // The start comes from the visitor's cookie: any u64 is possible.
+            // 100% is for once admitted: the next in line is not in yet.
             let progress = match *start_rank {
-                0 => 100,
+                0 => 99,
                 start => (100 * u128::from(start.saturating_sub(rank)) / u128::from(start)) as u64,
-            };
+            }
+            .min(99);
             Words {
                 heading: lang
                     .get(if place.wait_ms.is_none() {
