@@ -10,6 +10,16 @@ pub fn rfc3339(ms: u64) -> String {
         .to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
+/// A time as a person reads it in UTC, to the minute: `2026-12-01 10:00
+/// UTC` (the waiting-room page, where RFC 3339's `T` and milliseconds are
+/// noise).
+pub fn readable_utc(ms: u64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .format("%Y-%m-%d %H:%M UTC")
+        .to_string()
+}
+
 /// An RFC 3339 time (any offset) as ms since the epoch; `None` for text
 /// that is not one, or a time before 1970.
 pub fn parse_rfc3339(text: &str) -> Option<u64> {

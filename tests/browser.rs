@@ -1271,3 +1271,43 @@ fn long_waits_are_told_in_hours_and_the_bar_is_full_only_once_admitted() {
     let page = room.get(PAGE, &[HTML, ("Accept-Language", "ko")]).text();
     assert!(page.contains("약 3시간"), "{page}");
 }
+
+/// Before registration opens, the page says when in plain UTC (not RFC
+/// 3339), and gives its script the time, to say it in the visitor's own.
+#[test]
+fn the_not_open_page_says_when_in_words() {
+    const TOKEN: &str = "test-admin-token-0123456789";
+    let room = Room::start_with(
+        QUEUES,
+        "cookies: {secure: false}\n",
+        &[("WAITGATE_ADMIN_TOKEN", TOKEN)],
+    );
+    let prequeue_from = (room.redis.now_ms() / 60_000 + 60) * 60_000;
+    let at = waitgate::time::rfc3339(prequeue_from);
+    let body = format!(
+        r#"{{"prequeueFrom":"{at}","openAt":"{}"}}"#,
+        waitgate::time::rfc3339(prequeue_from + 3_600_000)
+    );
+    let r = request(
+        room.wg.admin,
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        &[
+            ("Authorization", &format!("Bearer {TOKEN}")),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+
+    let page = room.get(PAGE, &[HTML]).text();
+    // "2026-12-04T10:00:00.000Z" read as "2026-12-04 10:00 UTC".
+    let words = format!("{} UTC", at[..16].replace('T', " "));
+    assert!(
+        page.contains(&format!("The queue opens at {words}. Come back then.")),
+        "{page}"
+    );
+    assert_eq!(script_config(&page)["opensAtMs"], prequeue_from);
+    assert_eq!(script_config(&page)["status"], "NOT_OPEN");
+}

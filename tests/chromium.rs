@@ -19,7 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chromiumoxide::cdp::browser_protocol::emulation::{
-    SetDeviceMetricsOverrideParams, SetScriptExecutionDisabledParams, SetUserAgentOverrideParams,
+    SetDeviceMetricsOverrideParams, SetScriptExecutionDisabledParams, SetTimezoneOverrideParams,
+    SetUserAgentOverrideParams,
 };
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
 use chromiumoxide::page::ScreenshotParams;
@@ -40,6 +41,10 @@ impl Room {
     /// Queue `baseball`, one admission a second (held until a test releases
     /// it), a waiting-room route `/tickets`.
     fn start() -> Room {
+        Room::start_env(&[])
+    }
+
+    fn start_env(env: &[(&str, &str)]) -> Room {
         let redis = Redis::start();
         let upstream = Upstream::start();
         let ports = Ports::new();
@@ -63,7 +68,7 @@ cookies: {{secure: false}}
             redis.url(),
             upstream.port
         );
-        let wg = Waitgate::start(&config, &ports);
+        let wg = Waitgate::start_env(&config, &ports, env);
         hold_gate(&redis);
         Room {
             wg,
@@ -546,6 +551,60 @@ fn a_page_shown_while_redis_is_down_reloads_rather_than_polls() {
         )
         .await;
         assert_eq!(room.waiting().len(), 1);
+        chromium.close().await;
+    });
+}
+
+/// Before registration opens, the page says when in the visitor's own time
+/// zone (Seoul here, nine hours ahead of UTC), not in UTC.
+#[test]
+fn the_not_open_page_says_when_in_the_visitors_time() {
+    const TOKEN: &str = "test-admin-token-0123456789";
+    let room = Room::start_env(&[("WAITGATE_ADMIN_TOKEN", TOKEN)]);
+    // On the hour plus 7 minutes, at least an hour away.
+    let prequeue_from = (room.redis.now_ms() / 3_600_000 + 2) * 3_600_000 + 7 * 60_000;
+    let body = format!(
+        r#"{{"prequeueFrom":"{}","openAt":"{}"}}"#,
+        waitgate::time::rfc3339(prequeue_from),
+        waitgate::time::rfc3339(prequeue_from + 3_600_000)
+    );
+    let r = request(
+        room.wg.admin,
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        &[
+            ("Authorization", &format!("Bearer {TOKEN}")),
+            ("Content-Type", "application/json"),
+        ],
+        Some(body.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let seoul_hour = (prequeue_from / 3_600_000 + 9) % 24;
+    let twelve = match seoul_hour % 12 {
+        0 => 12,
+        h => h,
+    };
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium.browser.new_page("about:blank").await.unwrap();
+        page.execute(SetTimezoneOverrideParams::new("Asia/Seoul"))
+            .await
+            .unwrap();
+        page.goto(room.url("/waiting-room/baseball")).await.unwrap();
+        until(
+            &page,
+            "document.readyState === 'complete'",
+            Duration::from_secs(5),
+        )
+        .await;
+        let message: String = eval(&page, MESSAGE).await;
+        assert!(message.starts_with("The queue opens at "), "{message}");
+        assert!(!message.contains("UTC"), "{message}");
+        assert!(
+            message.contains(&format!("{twelve}:07")),
+            "{seoul_hour}:07 in Seoul: {message}"
+        );
         chromium.close().await;
     });
 }

@@ -222,6 +222,21 @@
   // Before the queue opens to registration the visitor has no place to poll:
   // reload after the advised interval, and the server tries again.
   if (config.status === "NOT_OPEN") {
+    // The opening in the visitor's own time zone (the server can only say
+    // UTC).
+    const opensAt = Number(config.opensAtMs);
+    const template = text("not_open");
+    if (Number.isFinite(opensAt) && template !== null) {
+      try {
+        const when = new Intl.DateTimeFormat(config.lang || undefined, {
+          dateStyle: "full",
+          timeStyle: "short",
+        }).format(new Date(opensAt));
+        setText(message, template.replace("{t}", when));
+      } catch (_) {
+        // The server's UTC stays.
+      }
+    }
     setTimeout(() => location.reload(), fallbackPollMs);
     return;
   }

@@ -60,7 +60,7 @@ enum View {
         poll_after_ms: u64,
     },
     NotOpen {
-        opens_at: String,
+        opens_at_ms: u64,
     },
     /// Redis did not answer: the page says so and tries again.
     Unavailable,
@@ -299,12 +299,9 @@ impl QueueApi {
                 },
                 credential.as_deref().and_then(cookie),
             ),
-            Registration::NotOpen { opens_at_ms } => Visit::Show(
-                View::NotOpen {
-                    opens_at: crate::time::rfc3339(opens_at_ms),
-                },
-                None,
-            ),
+            Registration::NotOpen { opens_at_ms } => {
+                Visit::Show(View::NotOpen { opens_at_ms }, None)
+            }
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the
@@ -435,9 +432,12 @@ fn words(lang: Lang, view: &View) -> Words {
                 progress: 0,
             }
         }
-        View::NotOpen { opens_at } => Words {
+        // In UTC here; the page's script says it in the visitor's own time.
+        View::NotOpen { opens_at_ms } => Words {
             heading: lang.get("heading_not_open").to_string(),
-            message: lang.get("not_open").replace("{t}", opens_at),
+            message: lang
+                .get("not_open")
+                .replace("{t}", &crate::time::readable_utc(*opens_at_ms)),
             place: none.clone(),
             wait: none,
             progress: 0,
@@ -471,6 +471,7 @@ struct ScriptConfig<'a> {
     start_rank: Option<u64>,
     poll_after_ms: u64,
     opens_in_seconds: Option<u64>,
+    opens_at_ms: Option<u64>,
     lang: &'static str,
     strings: serde_json::Map<String, serde_json::Value>,
 }
@@ -493,6 +494,10 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         poll_after_ms: poll_ms,
         opens_in_seconds: match view {
             View::Prequeue { opens_in_ms, .. } => Some(opens_in_ms.div_ceil(1000)),
+            _ => None,
+        },
+        opens_at_ms: match view {
+            View::NotOpen { opens_at_ms } => Some(*opens_at_ms),
             _ => None,
         },
         lang: lang.code(),
