@@ -857,3 +857,50 @@ fn two_instances_sweeping_together_remove_every_silent_user_once() {
     };
     assert_eq!(counted(&one) + counted(&two), silent.len() as f64);
 }
+
+/// A pass of cleanup calls starts each at the bucket the one before named:
+/// one `sweep.lua` call a step, and one more a pass to find the first
+/// bucket, not two a step (the first only finding the bucket again).
+#[test]
+fn a_cleanup_pass_finds_its_first_bucket_once() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let silent: Vec<String> = (0..2000).map(|i| format!("s{i}")).collect();
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    make_silent(&mut c, "baseball", &silent);
+    let code = concat!(
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/sweep.lua")
+    );
+    // Loaded already, so that no call is sent twice (once refused as
+    // unknown, then again).
+    let sweep: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(code)
+        .query(&mut c)
+        .unwrap();
+    let monitor = Monitor::start(&redis);
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 60000, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
+    let _wg = start(&redis, queue);
+    let started = Instant::now();
+    while c.zcard::<_, u64>(WAITING).unwrap() > 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "not removed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ARGV[3], the bucket read ("" for none), after the script's 8 keys and
+    // 2 other arguments.
+    let buckets: Vec<String> = monitor
+        .take_lines()
+        .iter()
+        .filter(|l| l.contains(&format!("\"EVALSHA\" \"{sweep}\"")))
+        .map(|l| l.split("\" \"").nth(13).unwrap_or("?").to_string())
+        .collect();
+    let finding = buckets.iter().filter(|b| b.is_empty()).count();
+    let steps = buckets.iter().filter(|b| *b == "1000").count();
+    assert_eq!(steps, 4, "2,000 candidates, 500 a step: {buckets:?}");
+    assert_eq!(finding, 1, "one pass: {buckets:?}");
+}

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, Write};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -464,49 +462,6 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
     assert_eq!(r.status, 404, "{}", r.text());
     let stray: Option<String> = c.hget(DUE, "u21000").unwrap();
     assert_eq!(stray, None, "the stray heartbeat removed");
-}
-
-/// The commands clients (not scripts) send Redis, as `MONITOR` shows them.
-struct Monitor {
-    lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Monitor {
-    fn start(redis: &Redis) -> Monitor {
-        let mut stream = std::net::TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
-        stream.write_all(b"MONITOR\r\n").unwrap();
-        let mut reader = std::io::BufReader::new(stream);
-        let mut ok = String::new();
-        reader.read_line(&mut ok).unwrap();
-        assert_eq!(ok, "+OK\r\n");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let shared = lines.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { return };
-                // A client's, not a script's ("[0 lua]").
-                if line.contains(" 127.0.0.1:") {
-                    shared.lock().unwrap().push(line);
-                }
-            }
-        });
-        Monitor { lines }
-    }
-
-    /// How many commands named `command` named `user` since the last call
-    /// (which forgets every line seen until now).
-    fn take(&self, command: &str, user: &str) -> usize {
-        // MONITOR lags a little behind the answers.
-        std::thread::sleep(Duration::from_millis(100));
-        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
-        let (command, user) = (format!("] \"{command}\""), format!(" \"{user}\""));
-        lines
-            .iter()
-            .filter(|l| {
-                l.contains(&command) && (l.ends_with(&user) || l.contains(&format!("{user} ")))
-            })
-            .count()
-    }
 }
 
 /// A user this instance answered near the head is asked of rank.lua in the

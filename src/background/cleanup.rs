@@ -15,6 +15,7 @@ use tokio::time::MissedTickBehavior;
 use super::shared::{run_per_queue, FailureLog, Shared};
 use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT};
 use crate::queues::Queue;
+use crate::store::NextBucket;
 
 /// The most calls of one pass. Every heartbeat written is a candidate: a
 /// million users polling at the advised cadence (30 s far back) write
@@ -38,17 +39,31 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
     let mut log = FailureLog::new("cleanup");
     loop {
         ticker.tick().await;
+        // Each call of a pass starts at the bucket the one before named.
+        let mut from = None;
         for _ in 0..CALLS_PER_PASS {
-            if !cleanup_call(&shared, &queue, &mut log).await {
+            let (more, next) = cleanup_call(&shared, &queue, &mut log, from).await;
+            if !more {
                 break;
             }
+            from = next;
         }
     }
 }
 
-/// One call; whether another should follow at once.
-async fn cleanup_call(shared: &Shared, queue: &Queue, log: &mut FailureLog) -> bool {
-    match shared.store.cleanup(&queue.keys, &queue.heartbeat).await {
+/// One call, from the bucket `from` (the last call's next): whether another
+/// should follow at once, and from where.
+async fn cleanup_call(
+    shared: &Shared,
+    queue: &Queue,
+    log: &mut FailureLog,
+    from: Option<NextBucket>,
+) -> (bool, Option<NextBucket>) {
+    match shared
+        .store
+        .cleanup(&queue.keys, &queue.heartbeat, from)
+        .await
+    {
         Ok(removed) => {
             log.succeeded(&queue.name);
             let m = &shared.metrics.cleanup_removed;
@@ -64,12 +79,12 @@ async fn cleanup_call(shared: &Shared, queue: &Queue, log: &mut FailureLog) -> b
                     "cleaned up"
                 );
             }
-            removed.more
+            (removed.more, removed.next)
         }
         Err(e) => {
             shared.metrics.redis_error("cleanup");
             log.failed(&queue.name, &e);
-            false
+            (false, None)
         }
     }
 }

@@ -208,12 +208,22 @@ pub enum Refused {
 }
 
 /// What one cleanup pass removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Cleanup {
     pub stale_waiting: u64,
     /// Silent users may be left that the call had no room to look at.
     pub more: bool,
     pub expired_active: u64,
+    /// Where the next call of the same pass starts (see [`Store::cleanup`]).
+    pub next: Option<NextBucket>,
+}
+
+/// The next bucket of candidates past the timeout, as a cleanup call's
+/// last script call named it, and the cutoff that made it past.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextBucket {
+    bucket: String,
+    cutoff: i64,
 }
 
 /// Queue sizes, for the gauges.
@@ -1514,31 +1524,52 @@ impl Store {
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
+        from: Option<NextBucket>,
     ) -> Result<Cleanup, StoreError> {
-        let Some(first) = self.sweep(keys, heartbeat, None).await? else {
-            return self.cleanup_script(keys, heartbeat).await;
-        };
         let mut done = Cleanup {
-            stale_waiting: first.removed,
-            expired_active: first.expired,
+            stale_waiting: 0,
+            expired_active: 0,
             more: false,
+            next: None,
         };
-        let Some((bucket, length)) = first.next else {
-            return Ok(done);
+        // The bucket the call before named, in a pass of calls: its script
+        // call already expired what it could and found the bucket, and a
+        // call of its own here would only do the same again (one script
+        // call of two a step, Redis time the step spends finding nothing).
+        let NextBucket { bucket, cutoff } = match from {
+            Some(next) => next,
+            None => {
+                let Some(first) = self.sweep(keys, heartbeat, None).await? else {
+                    return self.cleanup_script(keys, heartbeat).await;
+                };
+                done.stale_waiting = first.removed;
+                done.expired_active = first.expired;
+                let Some((bucket, _)) = first.next else {
+                    return Ok(done);
+                };
+                NextBucket {
+                    bucket,
+                    cutoff: first.cutoff,
+                }
+            }
         };
         let list = format!("{}:{bucket}", keys.dues);
-        let take = length.min(u64::from(heartbeat.cleanup_batch_size).max(1));
-        let mut read = redis::cmd("LRANGE");
-        read.arg(&list).arg(0).arg(take.saturating_sub(1));
+        let take = u64::from(heartbeat.cleanup_batch_size).max(1);
+        // The list's length as read, with the candidates: sweep.lua drops
+        // them only if it is still that long.
+        let mut read = redis::pipe();
+        read.cmd("LLEN")
+            .arg(&list)
+            .cmd("LRANGE")
+            .arg(&list)
+            .arg(0)
+            .arg(take - 1);
         let read = &read;
-        let candidates: Vec<String> = if take == 0 {
-            Vec::new()
-        } else {
-            self.call(Resend::Safe, |mut c| async move {
-                read.query_async::<Vec<String>>(&mut c).await
+        let (length, candidates): (u64, Vec<String>) = self
+            .call(Resend::Safe, |mut c| async move {
+                read.query_async::<(u64, Vec<String>)>(&mut c).await
             })
-            .await?
-        };
+            .await?;
         let mut stale: Vec<&str> = Vec::new();
         if !candidates.is_empty() {
             let mut hmget = redis::cmd("HMGET");
@@ -1551,9 +1582,7 @@ impl Store {
                 .await?;
             let mut seen = std::collections::HashSet::new();
             for (user, value) in candidates.iter().zip(&values) {
-                if value
-                    .as_deref()
-                    .is_some_and(|v| stale_heartbeat(v, first.cutoff))
+                if value.as_deref().is_some_and(|v| stale_heartbeat(v, cutoff))
                     && seen.insert(user.as_str())
                 {
                     stale.push(user);
@@ -1571,6 +1600,10 @@ impl Store {
         done.stale_waiting += committed.removed;
         done.expired_active += committed.expired;
         done.more = committed.next.is_some();
+        done.next = committed.next.map(|(bucket, _)| NextBucket {
+            bucket,
+            cutoff: committed.cutoff,
+        });
         Ok(done)
     }
 
@@ -1635,6 +1668,7 @@ impl Store {
             stale_waiting: count(stale)?,
             expired_active: count(expired)?,
             more: more == 1,
+            next: None,
         })
     }
 

@@ -1160,3 +1160,51 @@ impl Interposer {
         self.armed.lock().unwrap().is_none()
     }
 }
+
+/// The commands clients (not scripts) send Redis, as `MONITOR` shows them.
+pub struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Monitor {
+    pub fn start(redis: &Redis) -> Monitor {
+        let mut stream = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).unwrap();
+        assert_eq!(ok, "+OK\r\n");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let shared = lines.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                // A client's, not a script's ("[0 lua]").
+                if line.contains(" 127.0.0.1:") {
+                    shared.lock().unwrap().push(line);
+                }
+            }
+        });
+        Monitor { lines }
+    }
+
+    /// How many commands named `command` named `user` since the last call
+    /// (which forgets every line seen until now).
+    pub fn take(&self, command: &str, user: &str) -> usize {
+        let lines = self.take_lines();
+        let (command, user) = (format!("] \"{command}\""), format!(" \"{user}\""));
+        lines
+            .iter()
+            .filter(|l| {
+                l.contains(&command) && (l.ends_with(&user) || l.contains(&format!("{user} ")))
+            })
+            .count()
+    }
+
+    /// Every line seen since the last call.
+    pub fn take_lines(&self) -> Vec<String> {
+        // MONITOR lags a little behind the answers.
+        std::thread::sleep(Duration::from_millis(100));
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
