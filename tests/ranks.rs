@@ -467,7 +467,8 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
 /// A user this instance answered near the head is asked of rank.lua in the
 /// batch's first call next time, without the plain read of the heartbeat
 /// and the second call; a user it names who is far back by then is decided
-/// far back, and read plainly the time after.
+/// far back, and read plainly the time after; so is one whose rank is
+/// walked only for being past the last sample.
 #[test]
 fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
     let redis = Redis::start();
@@ -507,4 +508,19 @@ fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
     let (api, exact, _) = ranks_of(&wg, &mut c, "u5");
     assert_within(api, exact, "far back, read plainly");
     assert_eq!(monitor.take("HMGET", "u5"), 1, "forgotten as near the head");
+
+    // u6 too, but it joins again past the last sample: its rank is walked
+    // there, yet it is not near the head, and is forgotten all the same.
+    for _ in 0..2 {
+        ranks_of(&wg, &mut c, "u6");
+    }
+    let _ = monitor.take("HMGET", "u6");
+    let credential = credential_for("u6", base + 6);
+    assert_eq!(dropout(wg.addr, "u6", &credential).status, 204);
+    assert_eq!(register(wg.addr, "u6").status, 200);
+    let (api, exact, _) = ranks_of(&wg, &mut c, "u6");
+    assert_eq!(api, exact, "walked past the last sample");
+    assert_eq!(monitor.take("HMGET", "u6"), 0, "still named near the head");
+    ranks_of(&wg, &mut c, "u6");
+    assert_eq!(monitor.take("HMGET", "u6"), 1, "forgotten");
 }

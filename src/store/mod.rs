@@ -1219,7 +1219,15 @@ impl Store {
         let told = self
             .poll_many_told(keys, users, admission, heartbeat, samples, near)
             .await?;
-        near.note(users.iter().zip(&told).map(|(u, t)| (*u, t.walked)));
+        // Near the head: walked, and nearer than ranks are derived. (A rank
+        // is also walked past the last sample, for users who joined since
+        // it was taken: far back, and soon sampled.)
+        let nearest = samples.map_or(0, |s| s.nearest);
+        near.note(users.iter().zip(&told).map(|(u, t)| {
+            let near_head =
+                t.walked && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
+            (*u, near_head)
+        }));
         Ok(told.into_iter().map(|t| t.position).collect())
     }
 
