@@ -16,7 +16,9 @@
 //!   second per cause, with the count it stood for.
 //!
 //! Pingora logs through the `log` crate; the subscriber's `log` bridge turns
-//! those records into events too, so one filter governs both.
+//! those records into events too, so one filter governs both. Pingora's own
+//! `debug` and `trace` lines carry whole request heads, tokens with them:
+//! they are written only when the filter names Pingora ([`guarded`]).
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -43,13 +45,33 @@ fn env_filter() -> Option<String> {
         .filter(|f| !f.trim().is_empty())
 }
 
+/// The filter as applied: Pingora's crates log request and response heads
+/// at `debug` and `trace` with every header, Authorization and Cookie with
+/// them (live tokens and credentials). So when the filter's default level
+/// is `debug` or `trace`, they are held at `info`, unless the filter names
+/// Pingora itself: an operator who turns on waitgate's debug lines gets no
+/// tokens in the log without asking for Pingora's by name.
+fn guarded(filter: &str) -> String {
+    if filter.contains("pingora") {
+        return filter.to_string();
+    }
+    let default = filter
+        .split(',')
+        .map(str::trim)
+        .rfind(|d| d.parse::<tracing::level_filters::LevelFilter>().is_ok());
+    match default.map(str::to_ascii_lowercase).as_deref() {
+        Some("debug" | "trace") => format!("{filter},pingora=info"),
+        _ => filter.to_string(),
+    }
+}
+
 /// Sets up logging from the config. A second call (tests build several
 /// servers in one process) keeps the first subscriber.
 pub fn init(config: &LogConfig) {
     ACCESS.store(config.access, Ordering::Relaxed);
     let filter_text = env_filter().unwrap_or_else(|| config.filter.clone());
     let filter = EnvFilter::builder()
-        .parse(&filter_text)
+        .parse(guarded(&filter_text))
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let (filter, handle) = reload::Layer::new(filter);
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
@@ -86,7 +108,7 @@ pub fn reload(config: &LogConfig) {
         return;
     }
     let Some(handle) = FILTER.get() else { return };
-    match EnvFilter::builder().parse(&config.filter) {
+    match EnvFilter::builder().parse(guarded(&config.filter)) {
         Ok(filter) => {
             if handle.reload(filter).is_err() {
                 tracing::warn!("log.filter could not be applied");
@@ -229,6 +251,23 @@ fn due_in(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pingora_is_held_at_info_unless_named() {
+        assert_eq!(guarded("debug"), "debug,pingora=info");
+        assert_eq!(
+            guarded("waitgate=info,TRACE"),
+            "waitgate=info,TRACE,pingora=info"
+        );
+        for kept in [
+            "info",
+            "warn,waitgate=debug",
+            "debug,pingora_proxy=debug",
+            "waitgate=trace",
+        ] {
+            assert_eq!(guarded(kept), kept);
+        }
+    }
 
     #[test]
     fn a_repeated_warning_is_written_once_a_second_with_its_count() {

@@ -732,3 +732,56 @@ fn requests_refused_by_the_connection_loop_are_counted_and_logged() {
     // Nothing a client sent raw reaches the log.
     assert!(!log.contains('\x1b'), "{log:?}");
 }
+
+/// Pingora's crates log request and response heads at `debug` and `trace`,
+/// with their Authorization and Cookie headers. A filter that asks for
+/// `debug` (to see waitgate's own lines) must not write live tokens to the
+/// log: Pingora stays at `info` unless the filter names it.
+#[test]
+fn a_debug_log_filter_writes_no_tokens() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let config = format!(
+        "{}log: {{filter: debug}}\n",
+        config(&redis.url(), &ports, upstream.port)
+    );
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_12");
+    // Both paths: a GET (the direct lane when it is on) and a POST.
+    assert_eq!(protected(wg.addr, &token).status, 200);
+    let post = request(
+        wg.addr,
+        "POST",
+        "/api/v1/follow-up/seat",
+        &[("Authorization", &bearer(&token))],
+        Some(b"{}"),
+    )
+    .unwrap();
+    assert_eq!(post.status, 200);
+    wg.wait_for_log("waitgate::access", 2);
+    let signature = token.rsplit('.').next().unwrap();
+    let log = wg.log();
+    assert!(!log.contains(signature), "a token in the log:\n{log}");
+
+    // An operator who names Pingora gets its lines, heads and all.
+    let text = std::fs::read_to_string(wg.config_path()).unwrap();
+    std::fs::write(
+        wg.config_path(),
+        text.replace("filter: debug", "filter: 'debug,pingora=debug'"),
+    )
+    .unwrap();
+    wg.signal("HUP");
+    wg.wait_for_log("config reloaded", 1);
+    assert_eq!(protected(wg.addr, &token).status, 200);
+    let post = request(
+        wg.addr,
+        "POST",
+        "/api/v1/follow-up/seat",
+        &[("Authorization", &bearer(&token))],
+        Some(b"{}"),
+    )
+    .unwrap();
+    assert_eq!(post.status, 200);
+    wg.wait_for_log(signature, 1);
+}
