@@ -1158,17 +1158,15 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<Told>, StoreError> {
-        let first = rank_invocation_for(keys, admission, heartbeat, samples, users);
-        let flat: Vec<i64> = self.run(first, Resend::Safe).await?;
-        let (each, batch) = rank_batch(&flat)?;
-        let mut told = rank_answers(each, &batch, samples, users.len())?;
+        let (mut told, _) = self
+            .rank_call(keys, users, admission, heartbeat, derive(samples))
+            .await?;
         let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
-            let invocation = rank_invocation_for(keys, admission, heartbeat, None, &again);
-            let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
-            let (each, batch) = rank_batch(&flat)?;
-            let answers = rank_answers(each, &batch, None, again.len())?;
+            let (answers, _) = self
+                .rank_call(keys, &again, admission, heartbeat, None)
+                .await?;
             for (i, answer) in exact.into_iter().zip(answers) {
                 told[i] = answer;
             }
@@ -1176,6 +1174,23 @@ impl Store {
         told.into_iter()
             .map(|t| t.ok_or_else(|| StoreError::Failed("rank: a rank not derived".into())))
             .collect()
+    }
+
+    /// One call of rank.lua for `users`: each one's answer (`None` where a
+    /// derived rank could not be told), and the batch's numbers.
+    async fn rank_call(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        derive: Derive<'_>,
+    ) -> Result<(Vec<Option<Told>>, RankBatch), StoreError> {
+        let invocation = rank_invocation(keys, admission, heartbeat, derive, users);
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+        let (each, batch) = rank_batch(&flat)?;
+        let samples = derive.map(|(s, _)| s);
+        Ok((rank_answers(each, &batch, samples, users.len())?, batch))
     }
 
     /// The places of `users` as [`Store::rank_many`] tells them, with the
@@ -1240,7 +1255,7 @@ impl Store {
         samples: Option<&Samples>,
         near: &NearHead,
     ) -> Result<Vec<Told>, StoreError> {
-        let Some(samples) = samples.filter(|s| s.range().is_some()) else {
+        let Some((samples, range)) = derive(samples) else {
             return self
                 .rank_many_told(keys, users, admission, heartbeat, samples)
                 .await;
@@ -1256,8 +1271,6 @@ impl Store {
         }
         let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
         let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
-        let invocation =
-            rank_invocation_for(keys, admission, heartbeat, Some(samples), &first_users);
         // The departure counters, read before the heartbeats: see
         // `write_far`.
         let mut pipe = redis::pipe();
@@ -1268,24 +1281,25 @@ impl Store {
         // Both at once on the shared connection: one round trip.
         let pipe = &pipe;
         let asked = std::time::Instant::now();
-        let (flat, (before, values)) = futures::try_join!(
-            self.run::<Vec<i64>>(invocation, Resend::Safe),
+        let ((first, batch), (before, values)) = futures::try_join!(
+            self.rank_call(
+                keys,
+                &first_users,
+                admission,
+                heartbeat,
+                Some((samples, range))
+            ),
             self.call(Resend::Safe, |mut c| async move {
                 pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
                     .await
             }),
         )?;
-        let (each, batch) = rank_batch(&flat)?;
         let mut told: Vec<Option<Told>> = vec![None; users.len()];
-        for (&i, answer) in
-            hinted
-                .iter()
-                .zip(rank_answers(each, &batch, Some(samples), hinted.len())?)
-        {
+        for (&i, answer) in hinted.iter().zip(first) {
             told[i] = answer;
         }
         if batch.fast && values.len() == read_users.len() {
-            let far = Far::new(&batch, heartbeat, samples.range().map_or(0, |r| r.1));
+            let far = Far::new(&batch, heartbeat, range.1);
             let written = decide_far(
                 &far,
                 &batch,
@@ -1936,15 +1950,17 @@ fn cleanup_invocation<'a>(
     invocation
 }
 
-/// A call of rank.lua with its keys and settings and the range of
-/// arrivals (from, before) and the exact window (`nearest`) the instance
-/// derives ranks for; the users, if any, follow.
+/// A call of rank.lua for `users` with its keys and settings and, with
+/// `derive`, the samples' range of arrivals (from, before) and exact window
+/// (`nearest`) the instance derives ranks for.
 fn rank_invocation<'a>(
     keys: &'a QueueKeys,
     admission: &AdmissionConfig,
     heartbeat: &HeartbeatConfig,
-    (from, to, nearest): (u64, u64, u64),
+    derive: Derive<'_>,
+    users: &[&str],
 ) -> ScriptInvocation<'a> {
+    let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
     let mut invocation = RANK.prepare_invoke();
     invocation
         .key(&keys.waiting)
@@ -1959,7 +1975,19 @@ fn rank_invocation<'a>(
         .arg(admission.batch_size);
     heartbeat_args(&mut invocation, heartbeat);
     invocation.arg(from).arg(to).arg(nearest);
+    for user in users {
+        invocation.arg(*user);
+    }
     invocation
+}
+
+/// Samples ranks far back are derived from, with their range as read once
+/// for a batch ([`Samples::range`]).
+type Derive<'s> = Option<(&'s Samples, (u64, u64))>;
+
+/// The samples' range, when ranks can be derived from them now.
+fn derive(samples: Option<&Samples>) -> Derive<'_> {
+    samples.and_then(|s| Some((s, s.range()?)))
 }
 
 /// The heartbeat settings a script reads (`heartbeat_args` in
@@ -1990,24 +2018,6 @@ fn answers<'a>(
         )));
     }
     Ok(flat.chunks_exact(width))
-}
-
-/// rank.lua's invocation for `users`, with the range ranks may be derived
-/// in when `samples` are given.
-fn rank_invocation_for<'a>(
-    keys: &'a QueueKeys,
-    admission: &AdmissionConfig,
-    heartbeat: &HeartbeatConfig,
-    samples: Option<&Samples>,
-    users: &[&str],
-) -> ScriptInvocation<'a> {
-    let (from, to) = samples.and_then(Samples::range).unwrap_or((0, 0));
-    let nearest = samples.map_or(0, |s| s.nearest);
-    let mut invocation = rank_invocation(keys, admission, heartbeat, (from, to, nearest));
-    for user in users {
-        invocation.arg(*user);
-    }
-    invocation
 }
 
 /// An answer to a poll, and whether its rank was walked in the waiting set
