@@ -1276,11 +1276,10 @@ fn long_waits_are_told_in_hours_and_the_bar_is_full_only_once_admitted() {
 /// 3339), and gives its script the time, to say it in the visitor's own.
 #[test]
 fn the_not_open_page_says_when_in_words() {
-    const TOKEN: &str = "test-admin-token-0123456789";
     let room = Room::start_with(
         QUEUES,
         "cookies: {secure: false}\n",
-        &[("WAITGATE_ADMIN_TOKEN", TOKEN)],
+        &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
     );
     let prequeue_from = (room.redis.now_ms() / 60_000 + 60) * 60_000;
     let at = waitgate::time::rfc3339(prequeue_from);
@@ -1288,17 +1287,12 @@ fn the_not_open_page_says_when_in_words() {
         r#"{{"prequeueFrom":"{at}","openAt":"{}"}}"#,
         waitgate::time::rfc3339(prequeue_from + 3_600_000)
     );
-    let r = request(
-        room.wg.admin,
+    let r = admin(
+        &room.wg,
         "PUT",
         "/admin/v1/queues/baseball/event",
-        &[
-            ("Authorization", &format!("Bearer {TOKEN}")),
-            ("Content-Type", "application/json"),
-        ],
-        Some(body.as_bytes()),
-    )
-    .unwrap();
+        Some(&body),
+    );
     assert_eq!(r.status, 200, "{r:?}");
 
     let page = room.get(PAGE, &[HTML]).text();

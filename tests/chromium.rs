@@ -559,8 +559,7 @@ fn a_page_shown_while_redis_is_down_reloads_rather_than_polls() {
 /// zone (Seoul here, nine hours ahead of UTC), not in UTC.
 #[test]
 fn the_not_open_page_says_when_in_the_visitors_time() {
-    const TOKEN: &str = "test-admin-token-0123456789";
-    let room = Room::start_env(&[("WAITGATE_ADMIN_TOKEN", TOKEN)]);
+    let room = Room::start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
     // On the hour plus 7 minutes, at least an hour away.
     let prequeue_from = (room.redis.now_ms() / 3_600_000 + 2) * 3_600_000 + 7 * 60_000;
     let body = format!(
@@ -568,17 +567,12 @@ fn the_not_open_page_says_when_in_the_visitors_time() {
         waitgate::time::rfc3339(prequeue_from),
         waitgate::time::rfc3339(prequeue_from + 3_600_000)
     );
-    let r = request(
-        room.wg.admin,
+    let r = admin(
+        &room.wg,
         "PUT",
         "/admin/v1/queues/baseball/event",
-        &[
-            ("Authorization", &format!("Bearer {TOKEN}")),
-            ("Content-Type", "application/json"),
-        ],
-        Some(body.as_bytes()),
-    )
-    .unwrap();
+        Some(&body),
+    );
     assert_eq!(r.status, 200, "{r:?}");
     let seoul_hour = (prequeue_from / 3_600_000 + 9) % 24;
     let twelve = match seoul_hour % 12 {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::Commands;
 
-const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 const CONTROL: &str = "queue:{baseball}:control";
 const PREQUEUE: &str = "queue:{baseball}:prequeue";
 
@@ -20,15 +19,6 @@ fn start(redis: &Redis, queue_yaml: &str, upstream_port: u16) -> Waitgate {
     let ports = Ports::new();
     let cfg = config_with(&redis.url(), &ports, upstream_port, queue_yaml);
     Waitgate::start_env(&cfg, &ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
-}
-
-fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {
-    let auth = format!("Bearer {ADMIN_TOKEN}");
-    let mut headers = vec![("Authorization", auth.as_str())];
-    if body.is_some() {
-        headers.push(("Content-Type", "application/json"));
-    }
-    request(wg.admin, method, path, &headers, body.map(str::as_bytes)).unwrap()
 }
 
 fn rfc3339(ms: u64) -> String {

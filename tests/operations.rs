@@ -26,6 +26,19 @@ fn protected(addr: SocketAddr, token: &str) -> Response {
     .unwrap()
 }
 
+/// A protected POST with `token`: always Pingora's proxy, where a GET may
+/// take the direct lane.
+fn protected_post(addr: SocketAddr, target: &str, token: &str) -> Response {
+    request(
+        addr,
+        "POST",
+        target,
+        &[("Authorization", &bearer(token))],
+        Some(b"{}"),
+    )
+    .unwrap()
+}
+
 /// A haproxy in front of `backends`, health-checking each one's
 /// `/readyz` on its admin port every 100 ms (down after 2 failures).
 struct Haproxy {
@@ -277,14 +290,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     // A plain GET (the direct lane when it is on) and a POST (always
     // Pingora's proxy).
     assert_eq!(protected(wg.addr, &token).status, 200);
-    let post = request(
-        wg.addr,
-        "POST",
-        "/api/v1/follow-up/seat?secret=1",
-        &[("Authorization", &bearer(&token))],
-        Some(b"{}"),
-    )
-    .unwrap();
+    let post = protected_post(wg.addr, "/api/v1/follow-up/seat?secret=1", &token);
     assert_eq!(post.status, 200);
     // A rank poll (the direct lane's too when it is on), and refusals of
     // calls that named their user: a rank and a dropout of nobody.
@@ -750,15 +756,10 @@ fn a_debug_log_filter_writes_no_tokens() {
     let token = admitted_token(&wg, &redis, "fan_12");
     // Both paths: a GET (the direct lane when it is on) and a POST.
     assert_eq!(protected(wg.addr, &token).status, 200);
-    let post = request(
-        wg.addr,
-        "POST",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", &bearer(&token))],
-        Some(b"{}"),
-    )
-    .unwrap();
-    assert_eq!(post.status, 200);
+    assert_eq!(
+        protected_post(wg.addr, "/api/v1/follow-up/seat", &token).status,
+        200
+    );
     wg.wait_for_log("waitgate::access", 2);
     let signature = token.rsplit('.').next().unwrap();
     let log = wg.log();
@@ -774,14 +775,9 @@ fn a_debug_log_filter_writes_no_tokens() {
     wg.signal("HUP");
     wg.wait_for_log("config reloaded", 1);
     assert_eq!(protected(wg.addr, &token).status, 200);
-    let post = request(
-        wg.addr,
-        "POST",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", &bearer(&token))],
-        Some(b"{}"),
-    )
-    .unwrap();
-    assert_eq!(post.status, 200);
+    assert_eq!(
+        protected_post(wg.addr, "/api/v1/follow-up/seat", &token).status,
+        200
+    );
     wg.wait_for_log(signature, 1);
 }

@@ -1208,3 +1208,17 @@ impl Monitor {
         std::mem::take(&mut *self.lines.lock().unwrap())
     }
 }
+
+/// The admin token the tests that use the admin API start waitgate with
+/// (`WAITGATE_ADMIN_TOKEN`).
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// A call of the admin API with [`ADMIN_TOKEN`], a JSON body if any.
+pub fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let mut headers = vec![("Authorization", auth.as_str())];
+    if body.is_some() {
+        headers.push(("Content-Type", "application/json"));
+    }
+    request(wg.admin, method, path, &headers, body.map(str::as_bytes)).unwrap()
+}
