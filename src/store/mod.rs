@@ -219,7 +219,8 @@ pub struct Cleanup {
 }
 
 /// The next bucket of candidates past the timeout, as a cleanup call's
-/// last script call named it, and the cutoff that made it past.
+/// last script call named it, and the cutoff that made it past (heartbeats
+/// due before it, in ms of Redis time, are past the timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NextBucket {
     bucket: String,
@@ -1566,13 +1567,10 @@ impl Store {
                 };
                 done.stale_waiting = first.removed;
                 done.expired_active = first.expired;
-                let Some((bucket, _)) = first.next else {
+                let Some(next) = first.next else {
                     return Ok(done);
                 };
-                NextBucket {
-                    bucket,
-                    cutoff: first.cutoff,
-                }
+                next
             }
         };
         let list = format!("{}:{bucket}", keys.dues);
@@ -1622,10 +1620,7 @@ impl Store {
         done.stale_waiting += committed.removed;
         done.expired_active += committed.expired;
         done.more = committed.next.is_some();
-        done.next = committed.next.map(|(bucket, _)| NextBucket {
-            bucket,
-            cutoff: committed.cutoff,
-        });
+        done.next = committed.next;
         Ok(done)
     }
 
@@ -1656,20 +1651,21 @@ impl Store {
         };
         match reply.as_slice() {
             [legacy] if number(legacy)? == -1 => Ok(None),
-            [removed, expired, next, length, cutoff] => {
+            // The bucket's length is read again with its candidates.
+            [removed, expired, next, _length, cutoff] => {
+                let cutoff = number(cutoff)?;
                 let next = match next {
                     redis::Value::BulkString(b) if b.is_empty() => None,
-                    redis::Value::BulkString(b) => Some((
-                        String::from_utf8_lossy(b).into_owned(),
-                        count(number(length)?)?,
-                    )),
+                    redis::Value::BulkString(b) => Some(NextBucket {
+                        bucket: String::from_utf8_lossy(b).into_owned(),
+                        cutoff,
+                    }),
                     _ => return Err(StoreError::Failed("sweep: no bucket".into())),
                 };
                 Ok(Some(Swept {
                     removed: count(number(removed)?)?,
                     expired: count(number(expired)?)?,
                     next,
-                    cutoff: number(cutoff)?,
                 }))
             }
             _ => Err(StoreError::Failed("sweep: a short answer".into())),
@@ -2153,10 +2149,7 @@ fn late_write(heartbeat: &HeartbeatConfig) -> Duration {
 struct Swept {
     removed: u64,
     expired: u64,
-    /// The next bucket past the timeout, and how many candidates it holds.
-    next: Option<(String, u64)>,
-    /// Heartbeats due before this (ms, Redis time) are past the timeout.
-    cutoff: i64,
+    next: Option<NextBucket>,
 }
 
 /// Whether a candidate's heartbeat may be stale: anything but a due time
