@@ -184,8 +184,8 @@ measure() { # label, port, connections[, mode]
 # sends: rank.lua's EVALSHA, and the plain commands of polls far back on
 # the heartbeat keys (HMGET, HSET, RPUSH, ZADD), the departure counters
 # read around them (HMGET) and the check after a write (ZMSCORE); see
-# poll_many in src/store/mod.rs. The background tasks' commands (samples, cleanup,
-# gauges) are left out. During 3 s of polling, apart from the measures of
+# poll_many in src/store/mod.rs. The background tasks' commands (samples,
+# cleanup, gauges) are left out. During 3 s of polling, apart from the measures of
 # time, which MONITOR would slow.
 rank_sha=$(cat lua/lib.lua lua/rank.lua | sha1sum | cut -d' ' -f1)
 commands_sent() { # label, port, connections
@@ -258,8 +258,9 @@ echo "Cleanup's share: looking at 200,000 of the candidates the polls wrote ..."
 # calls sweep.lua once to find the first bucket past; each step then reads
 # up to 500 of that bucket's candidates with LRANGE (and its length with
 # LLEN) and their heartbeats with HMGET, and calls sweep.lua with those it
-# finds stale, which names the bucket of the next step. Made here by the same commands, on
-# buckets relabelled as long past; the instances' own cleanup waits an hour.
+# finds stale, which names the bucket of the next step. Made here by the
+# same commands, on buckets relabelled as long past; the instances' own
+# cleanup waits an hour.
 cat lua/lib.lua lua/sweep.lua > "$work/sweep.lua"
 SWEEP=$(R SCRIPT LOAD "$(cat "$work/sweep.lua")")
 cat > "$work/sweep.py" <<'PY'

@@ -27,9 +27,9 @@
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
-use std::time::{Duration, Instant};
 
 /// How often an instance takes its samples of a queue.
 pub const REFRESH: Duration = Duration::from_secs(5);
@@ -226,7 +226,8 @@ pub fn wait_ms(rank: u64, first_ms: i64, rate_millionths: i64, interval_ms: u64)
 const NEAR_HEAD: usize = 32_768;
 
 /// The users this instance last answered near the head of a queue (their
-/// rank walked by rank.lua), the least recently answered forgotten first.
+/// rank walked by rank.lua, nearer than ranks are derived), the least
+/// recently answered forgotten first.
 /// Their next poll goes to rank.lua in the batch's first call, beside the
 /// batch's numbers, instead of in a second call once their heartbeats
 /// were read and found not far back (see `Store::poll_many`). Why: with
