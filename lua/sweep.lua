@@ -11,24 +11,33 @@
 -- send their stale: the second finds them gone, and the list as the first
 -- left it (its length changed), so it drops nothing more.
 --
+-- When the step before removed most of what it looked at (users leaving
+-- in a crowd), the instance's look would only read again what this script
+-- must read anyway: it then names the bucket alone, and the candidates are
+-- read, checked and dropped here, in one step.
+--
 -- KEYS as cleanup.lua's: [1] waiting ZSET, [2] heartbeat ZSET (of earlier
 -- versions), [3] credential HASH, [4] active ZSET, [5] prequeue ZSET,
 -- [6] admission HASH, [7] due HASH, [8] dues ZSET
 -- ARGV[1] batch size (active entries), ARGV[2] heartbeat timeout (ms),
 -- ARGV[3] the bucket the instance read (its end as stored; '' for none),
--- ARGV[4] the bucket's length when read, ARGV[5] how many candidates it
--- read from its start, ARGV[6..] the users among them it found stale, each
--- once (at most 10,000)
+-- ARGV[4] the bucket's length when read ('' when the script is to read the
+-- candidates itself), ARGV[5] how many candidates it read from its start
+-- (or this script is to read, at most), ARGV[6..] the users among them it
+-- found stale, each once (at most 10,000; none when the script reads)
 --
 -- Returns {removed_waiting, removed_active, next_bucket, next_length,
--- cutoff}: the next bucket past the timeout ('' for none), how many
--- candidates it holds, and the time (ms) before which a heartbeat is past
--- the timeout; or {-1} while an earlier version's heartbeats exist (then
+-- cutoff, looked}: the next bucket past the timeout ('' for none), how
+-- many candidates it holds, the time (ms) before which a heartbeat is past
+-- the timeout, and how many candidates were looked at, by the instance or
+-- here; or {-1} while an earlier version's heartbeats exist (then
 -- cleanup.lua does the whole work, reading both).
 local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
+local here = ARGV[4] == ''
 local length, read = tonumber(ARGV[4]), tonumber(ARGV[5])
 if #KEYS ~= 8 or #ARGV < 5 or #ARGV > 10005 or not batch or batch < 1 or not timeout
-    or timeout < 1 or not length or not read or read < 0 or read > length then
+    or timeout < 1 or not read or read < 0 or (here and (#ARGV > 5 or ARGV[3] == ''))
+    or (not here and (not length or read > length)) then
   return redis.error_reply('ERR waitgate sweep: bad arguments')
 end
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -37,32 +46,51 @@ end
 local now_ms = math.floor(now_us() / 1000)
 local cutoff = now_ms - timeout
 
-local removed = 0
-if ARGV[3] ~= '' then
-  -- Stale still: a heartbeat below the cutoff (one that polled since has a
-  -- later one; one with none has left). As cleanup.lua reads it.
-  local stale = {}
-  for first = 6, #ARGV, 500 do
-    local last = math.min(first + 499, #ARGV)
-    local hashed = redis.call('HMGET', KEYS[7], unpack(ARGV, first, last))
-    for i = first, last do
-      local value = hashed[i - first + 1]
-      if value then
+-- The users of users[first..] whose heartbeat is stale still: below the
+-- cutoff (one that polled since has a later one; one with none has left),
+-- as cleanup.lua reads it; each once (a user filed twice in a bucket is
+-- stale twice or not at all).
+local function still_stale(users, first)
+  local stale, seen = {}, {}
+  for i = first, #users, 500 do
+    local last = math.min(i + 499, #users)
+    local hashed = redis.call('HMGET', KEYS[7], unpack(users, i, last))
+    for j = i, last do
+      local value, user = hashed[j - i + 1], users[j]
+      if value and not seen[user] then
         local colon = string.find(value, ':', 1, true)
         local due = tonumber(colon and string.sub(value, 1, colon - 1) or value) or 0
         if due < cutoff then
-          stale[#stale + 1] = ARGV[i]
+          stale[#stale + 1] = user
+          seen[user] = true
         end
       end
     end
+  end
+  return stale
+end
+
+local removed, looked = 0, read
+if ARGV[3] ~= '' then
+  local list = KEYS[8] .. ':' .. ARGV[3]
+  local stale
+  if here then
+    local candidates = read > 0 and redis.call('LRANGE', list, 0, read - 1) or {}
+    looked = #candidates
+    stale = still_stale(candidates, 1)
+    if looked > 0 then
+      redis.call('LTRIM', list, looked, -1)
+    end
+  else
+    stale = still_stale(ARGV, 6)
   end
   if #stale > 0 then
     in_chunks(stale, function(...) redis.call('HDEL', KEYS[7], ...) end)
     removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale)
   end
-  -- The candidates read go, unless someone else moved the bucket on since.
-  local list = KEYS[8] .. ':' .. ARGV[3]
-  if redis.call('LLEN', list) == length then
+  -- The candidates the instance read go, unless someone else moved the
+  -- bucket on since.
+  if not here and redis.call('LLEN', list) == length then
     redis.call('LTRIM', list, read, -1)
   end
   if redis.call('EXISTS', list) == 0 then
@@ -73,6 +101,6 @@ end
 local expired = expire_active(KEYS[4], KEYS[3], now_ms, batch)
 local ends = past_bucket(KEYS[8], cutoff)
 if not ends then
-  return {removed, expired, '', 0, cutoff}
+  return {removed, expired, '', 0, cutoff, looked}
 end
-return {removed, expired, ends, redis.call('LLEN', KEYS[8] .. ':' .. ends), cutoff}
+return {removed, expired, ends, redis.call('LLEN', KEYS[8] .. ':' .. ends), cutoff, looked}

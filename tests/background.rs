@@ -709,6 +709,18 @@ fn sweep_script(
     read: (&str, u64, u64, &[&str]),
 ) -> redis::Value {
     let (bucket, length, taken, stale) = read;
+    sweep_call(c, timeout_ms, (bucket, &length.to_string(), taken, stale)).unwrap()
+}
+
+/// `lua/sweep.lua` with its arguments as given: the bucket, its length as
+/// read ("" for the script to read the candidates), how many were (or are
+/// to be) read, the stale.
+fn sweep_call(
+    c: &mut redis::Connection,
+    timeout_ms: u64,
+    read: (&str, &str, u64, &[&str]),
+) -> redis::RedisResult<redis::Value> {
+    let (bucket, length, taken, stale) = read;
     redis::Script::new(&format!(
         "{}{}",
         include_str!("../lua/lib.lua"),
@@ -729,7 +741,76 @@ fn sweep_script(
     .arg(taken)
     .arg(stale)
     .invoke(c)
-    .unwrap()
+}
+
+/// After a step that removed most of what it looked at, the instance names
+/// the bucket alone and the script reads, checks and drops up to the
+/// number it is given: the silent go (a user filed twice once), one who
+/// polled since stays, and the rest of the bucket waits for the next step.
+#[test]
+fn a_sweep_that_reads_the_bucket_itself_takes_only_the_silent() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let dues = "queue:{baseball}:dues";
+    let now = redis.now_ms();
+    let mut p = redis::pipe();
+    for (i, user) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
+        p.zadd(WAITING, *user, 100 + i).ignore();
+    }
+    // a and b silent (a filed twice), c polled since, d left already (no
+    // heartbeat), e silent but past the five read, f after it.
+    for user in ["a", "b", "a", "c", "d", "e", "f"] {
+        p.rpush(format!("{dues}:1000"), user).ignore();
+    }
+    for user in ["a", "b", "e", "f"] {
+        p.hset(DUE, user, "5:100").ignore();
+    }
+    p.hset(DUE, "c", format!("{}:102", now + 60_000)).ignore();
+    p.zadd(dues, 1000, 1000).ignore();
+    let () = p.query(&mut c).unwrap();
+
+    let out = sweep_call(&mut c, 1000, ("1000", "", 5, &[])).unwrap();
+    let redis::Value::Array(out) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(out[0], redis::Value::Int(2), "{out:?}");
+    assert_eq!(
+        out[5],
+        redis::Value::Int(5),
+        "candidates looked at: {out:?}"
+    );
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["c", "d", "e", "f"]);
+    let removed: u64 = c.hget("queue:{baseball}:admission", "removed").unwrap();
+    assert_eq!(removed, 2);
+    let left: Vec<String> = c.lrange(format!("{dues}:1000"), 0, -1).unwrap();
+    assert_eq!(left, ["e", "f"]);
+    assert_eq!(out[2], redis::Value::BulkString(b"1000".to_vec()));
+
+    // The next reads the rest, and the bucket goes with its last candidate.
+    let out = sweep_call(&mut c, 1000, ("1000", "", 5, &[])).unwrap();
+    let redis::Value::Array(out) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(out[0], redis::Value::Int(2), "{out:?}");
+    assert_eq!(out[5], redis::Value::Int(2), "{out:?}");
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    assert_eq!(waiting, ["c", "d"]);
+    let exists: bool = c.exists(format!("{dues}:1000")).unwrap();
+    assert!(!exists);
+    let indexed: Option<f64> = c.zscore(dues, 1000).unwrap();
+    assert_eq!(indexed, None);
+    assert_eq!(out[2], redis::Value::BulkString(Vec::new()));
+
+    // Users named beside a bucket the script is to read, or no bucket,
+    // are refused, and change nothing.
+    let () = c.rpush(format!("{dues}:1000"), "c").unwrap();
+    for bad in [("1000", "", 5, &["c"][..]), ("", "", 5, &[][..])] {
+        let err = sweep_call(&mut c, 1000, bad).unwrap_err();
+        assert!(err.to_string().contains("bad arguments"), "{err}");
+    }
+    let left: Vec<String> = c.lrange(format!("{dues}:1000"), 0, -1).unwrap();
+    assert_eq!(left, ["c"]);
 }
 
 /// Cleanup's look is the instance's, in plain commands, and the script only
@@ -903,4 +984,96 @@ fn a_cleanup_pass_finds_its_first_bucket_once() {
     let steps = buckets.iter().filter(|b| *b == "1000").count();
     assert_eq!(steps, 4, "2,000 candidates, 500 a step: {buckets:?}");
     assert_eq!(finding, 1, "one pass: {buckets:?}");
+}
+
+/// Cleanup steps read their candidates in the script while the steps
+/// before removed most of what they looked at (a crowd leaving), and look
+/// first again once a step finds the users polled since: either way a
+/// silent user goes and a polling one stays.
+#[test]
+fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let code = concat!(
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/sweep.lua")
+    );
+    let sweep: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(code)
+        .query(&mut c)
+        .unwrap();
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
+    let _wg = start(&redis, queue);
+    let monitor = Monitor::start(&redis);
+    // The crowd: 1,500 silent in one bucket long past.
+    let silent: Vec<String> = (0..1500).map(|i| format!("s{i}")).collect();
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    make_silent(&mut c, "baseball", &silent);
+    let started = Instant::now();
+    while c.zcard::<_, u64>(WAITING).unwrap() > 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "not removed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Then 1,500 who polled since, candidates of a later bucket long past.
+    let alive: Vec<String> = (0..1500).map(|i| format!("a{i}")).collect();
+    let due = redis.now_ms() + 3_600_000;
+    let mut p = redis::pipe();
+    for (i, user) in alive.iter().enumerate() {
+        p.zadd(WAITING, user, 10_000 + i).ignore();
+        p.hset(DUE, user, format!("{due}:{}", 10_000 + i)).ignore();
+        p.rpush("queue:{baseball}:dues:2000", user).ignore();
+    }
+    p.zadd("queue:{baseball}:dues", 2000, 2000).ignore();
+    let () = p.query(&mut c).unwrap();
+    let started = Instant::now();
+    while c.exists::<_, bool>("queue:{baseball}:dues:2000").unwrap() {
+        assert!(started.elapsed() < Duration::from_secs(10), "not looked at");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        c.zcard::<_, u64>(WAITING).unwrap(),
+        1500,
+        "a polling user removed"
+    );
+
+    // Each step with a bucket: "here" when the script read its candidates
+    // (ARGV[4] empty, after the 8 keys and 2 settings), else "look".
+    let lines = monitor.take_lines();
+    let steps: Vec<(String, &str)> = lines
+        .iter()
+        .filter(|l| l.contains(&format!("\"EVALSHA\" \"{sweep}\"")))
+        .filter_map(|l| {
+            let args: Vec<&str> = l.split("\" \"").collect();
+            let bucket = args.get(13)?.to_string();
+            let mode = if args.get(14)?.is_empty() {
+                "here"
+            } else {
+                "look"
+            };
+            (!bucket.is_empty()).then_some((bucket, mode))
+        })
+        .collect();
+    let of = |bucket: &str| -> Vec<&str> {
+        steps
+            .iter()
+            .filter(|(b, _)| b == bucket)
+            .map(|(_, m)| *m)
+            .collect()
+    };
+    // The first step of the crowd looks first and removes all it looks at;
+    // the rest read in the script. The next bucket's first step still does
+    // (it comes after a crowd), removes nobody, and the rest look first.
+    assert_eq!(of("1000"), ["look", "here", "here"], "{steps:?}");
+    assert_eq!(of("2000"), ["here", "look", "look"], "{steps:?}");
+    // Only the looks read candidates in plain commands.
+    let plain_reads = lines
+        .iter()
+        .filter(|l| l.contains("\"LRANGE\" \"queue:{baseball}:dues:"))
+        .count();
+    assert_eq!(plain_reads, 3, "{steps:?}");
 }

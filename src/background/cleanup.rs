@@ -37,12 +37,16 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = tokio::time::interval(queue.heartbeat.cleanup_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut log = FailureLog::new("cleanup");
+    let mut crowd = false;
     loop {
         ticker.tick().await;
-        // Each call of a pass starts at the bucket the one before named.
+        // Each call of a pass starts at the bucket the one before named,
+        // and reads its candidates in the script while the calls before
+        // found them mostly silent (across passes too: a crowd leaving
+        // fills many buckets).
         let mut from = None;
         for _ in 0..CALLS_PER_PASS {
-            let (more, next) = cleanup_call(&shared, &queue, &mut log, from).await;
+            let (more, next) = cleanup_call(&shared, &queue, &mut log, from, &mut crowd).await;
             if !more {
                 break;
             }
@@ -52,16 +56,18 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
 }
 
 /// One call, from the bucket `from` (the last call's next): whether another
-/// should follow at once, and from where.
+/// should follow at once, and from where; `crowd` is the last call's, and
+/// becomes this one's.
 async fn cleanup_call(
     shared: &Shared,
     queue: &Queue,
     log: &mut FailureLog,
     from: Option<NextBucket>,
+    crowd: &mut bool,
 ) -> (bool, Option<NextBucket>) {
     match shared
         .store
-        .cleanup(&queue.keys, &queue.heartbeat, from)
+        .cleanup(&queue.keys, &queue.heartbeat, from, *crowd)
         .await
     {
         Ok(removed) => {
@@ -79,9 +85,11 @@ async fn cleanup_call(
                     "cleaned up"
                 );
             }
+            *crowd = removed.crowd;
             (removed.more, removed.next)
         }
         Err(e) => {
+            *crowd = false;
             shared.metrics.redis_error("cleanup");
             log.failed(&queue.name, &e);
             (false, None)

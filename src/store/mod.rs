@@ -216,6 +216,9 @@ pub struct Cleanup {
     pub expired_active: u64,
     /// Where the next call of the same pass starts (see [`Store::cleanup`]).
     pub next: Option<NextBucket>,
+    /// The call removed most of the candidates it looked at (users leaving
+    /// in a crowd): the next reads its candidates in the script.
+    pub crowd: bool,
 }
 
 /// The next bucket of candidates past the timeout, as a cleanup call's
@@ -1532,7 +1535,6 @@ impl Store {
         })
     }
 
-    /// One cleanup pass.
     /// One cleanup step: active entries past their expiry, and a batch of
     /// heartbeat candidates looked at. The look is made here, in plain
     /// commands, as a poll far back is (see [`Store::poll_many`]): the
@@ -1541,19 +1543,23 @@ impl Store {
     /// takes out those found stale after checking each again, then drops
     /// the candidates read. A user goes only by the script's own check, so
     /// what the instance reads can only make it propose a user, never keep
-    /// one. While an earlier version's heartbeats exist, `lua/cleanup.lua`
-    /// does it all, reading both.
+    /// one. After a step that removed most of what it looked at (`crowd`),
+    /// the script reads the candidates itself: the look would only read
+    /// what the script reads again. While an earlier version's heartbeats
+    /// exist, `lua/cleanup.lua` does it all, reading both.
     pub async fn cleanup(
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
         from: Option<NextBucket>,
+        crowd: bool,
     ) -> Result<Cleanup, StoreError> {
         let mut done = Cleanup {
             stale_waiting: 0,
             expired_active: 0,
             more: false,
             next: None,
+            crowd,
         };
         // The bucket the call before named, in a pass of calls: its script
         // call already expired what it could and found the bucket, and a
@@ -1562,7 +1568,7 @@ impl Store {
         let NextBucket { bucket, cutoff } = match from {
             Some(next) => next,
             None => {
-                let Some(first) = self.sweep(keys, heartbeat, None).await? else {
+                let Some(first) = self.sweep(keys, heartbeat, Read::Nothing).await? else {
                     return self.cleanup_script(keys, heartbeat).await;
                 };
                 done.stale_waiting = first.removed;
@@ -1573,8 +1579,44 @@ impl Store {
                 next
             }
         };
-        let list = format!("{}:{bucket}", keys.dues);
         let take = u64::from(heartbeat.cleanup_batch_size).max(1);
+        let swept = if crowd {
+            self.sweep(
+                keys,
+                heartbeat,
+                Read::Here {
+                    bucket: &bucket,
+                    take,
+                },
+            )
+            .await?
+        } else {
+            self.look_and_sweep(keys, heartbeat, &bucket, cutoff, take)
+                .await?
+        };
+        let swept =
+            swept.ok_or_else(|| StoreError::Failed("sweep: earlier heartbeats appeared".into()))?;
+        done.stale_waiting += swept.removed;
+        done.expired_active += swept.expired;
+        done.more = swept.next.is_some();
+        done.next = swept.next;
+        if swept.looked > 0 {
+            done.crowd = 2 * swept.removed > swept.looked;
+        }
+        Ok(done)
+    }
+
+    /// A step's look at up to `take` candidates of `bucket`, in plain
+    /// commands, and the sweep.lua call with the stale it found.
+    async fn look_and_sweep(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+        bucket: &str,
+        cutoff: i64,
+        take: u64,
+    ) -> Result<Option<Swept>, StoreError> {
+        let list = format!("{}:{bucket}", keys.dues);
         // The list's length as read, with the candidates: sweep.lua drops
         // them only if it is still that long.
         let mut read = redis::pipe();
@@ -1609,37 +1651,38 @@ impl Store {
                 }
             }
         }
-        let committed = self
-            .sweep(
-                keys,
-                heartbeat,
-                Some((&bucket, length, candidates.len() as u64, &stale)),
-            )
-            .await?
-            .ok_or_else(|| StoreError::Failed("sweep: earlier heartbeats appeared".into()))?;
-        done.stale_waiting += committed.removed;
-        done.expired_active += committed.expired;
-        done.more = committed.next.is_some();
-        done.next = committed.next;
-        Ok(done)
+        let read = Read::Looked {
+            bucket,
+            length,
+            read: candidates.len() as u64,
+            stale: &stale,
+        };
+        self.sweep(keys, heartbeat, read).await
     }
 
-    /// One call of `lua/sweep.lua`, with the stale found in a bucket read
-    /// (`bucket`, its length, how many were read, the stale); `None` while
-    /// an earlier version's heartbeats exist.
+    /// One call of `lua/sweep.lua`; `None` while an earlier version's
+    /// heartbeats exist.
     async fn sweep(
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
-        read: Option<(&str, u64, u64, &[&str])>,
+        read: Read<'_>,
     ) -> Result<Option<Swept>, StoreError> {
         let mut invocation = cleanup_invocation(&SWEEP, keys, heartbeat);
         match read {
-            Some((bucket, length, taken, stale)) => {
-                invocation.arg(bucket).arg(length).arg(taken).arg(stale);
-            }
-            None => {
+            Read::Nothing => {
                 invocation.arg("").arg(0).arg(0);
+            }
+            Read::Looked {
+                bucket,
+                length,
+                read,
+                stale,
+            } => {
+                invocation.arg(bucket).arg(length).arg(read).arg(stale);
+            }
+            Read::Here { bucket, take } => {
+                invocation.arg(bucket).arg("").arg(take);
             }
         }
         let reply: Vec<redis::Value> = self.run_write(invocation, &keys.waiting).await?;
@@ -1652,7 +1695,7 @@ impl Store {
         match reply.as_slice() {
             [legacy] if number(legacy)? == -1 => Ok(None),
             // The bucket's length is read again with its candidates.
-            [removed, expired, next, _length, cutoff] => {
+            [removed, expired, next, _length, cutoff, looked] => {
                 let cutoff = number(cutoff)?;
                 let next = match next {
                     redis::Value::BulkString(b) if b.is_empty() => None,
@@ -1666,6 +1709,7 @@ impl Store {
                     removed: count(number(removed)?)?,
                     expired: count(number(expired)?)?,
                     next,
+                    looked: count(number(looked)?)?,
                 }))
             }
             _ => Err(StoreError::Failed("sweep: a short answer".into())),
@@ -1687,6 +1731,7 @@ impl Store {
             expired_active: count(expired)?,
             more: more == 1,
             next: None,
+            crowd: false,
         })
     }
 
@@ -2150,6 +2195,24 @@ struct Swept {
     removed: u64,
     expired: u64,
     next: Option<NextBucket>,
+    /// Candidates looked at, by the instance or the script.
+    looked: u64,
+}
+
+/// What a `lua/sweep.lua` call is given of a bucket.
+enum Read<'a> {
+    /// Nothing: the call that starts a pass only finds the first bucket.
+    Nothing,
+    /// The instance's look: the bucket's length when read, how many
+    /// candidates it read from its start, and the stale among them.
+    Looked {
+        bucket: &'a str,
+        length: u64,
+        read: u64,
+        stale: &'a [&'a str],
+    },
+    /// The bucket alone: the script reads up to `take` candidates itself.
+    Here { bucket: &'a str, take: u64 },
 }
 
 /// Whether a candidate's heartbeat may be stale: anything but a due time
