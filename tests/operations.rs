@@ -275,6 +275,91 @@ fn access_lines(log: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Behind a trusted load balancer the access log names the client it saw
+/// (the last `X-Forwarded-For` address) and the balancer as `peer`, on
+/// both paths; an address that is not one leaves the peer as the client.
+#[test]
+fn behind_a_trusted_proxy_the_access_log_names_the_client_it_saw() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let config = format!(
+        "{}log:\n  format: json\ntrusted-proxies: [127.0.0.1]\n",
+        config(&redis.url(), &ports, upstream.port)
+    );
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_7");
+    let auth = bearer(&token);
+    let xff = ("X-Forwarded-For", "203.0.113.9, 198.51.100.4");
+    let send = |method: &str, path: &str, headers: &[(&str, &str)]| {
+        let body = (method == "POST").then_some(&b"{}"[..]);
+        let mut all = headers.to_vec();
+        if body.is_some() {
+            all.push(("Content-Type", "application/json"));
+        }
+        request(wg.addr, method, path, &all, body).unwrap().status
+    };
+    // A plain GET (the direct lane when it is on), a POST (always Pingora's
+    // proxy), a rank poll, then a GET with a forwarded value that is no
+    // address, and one with none.
+    assert_eq!(
+        send(
+            "GET",
+            "/api/v1/follow-up/a",
+            &[("Authorization", &auth), xff]
+        ),
+        200
+    );
+    assert_eq!(
+        send(
+            "POST",
+            "/api/v1/follow-up/b",
+            &[("Authorization", &auth), xff]
+        ),
+        200
+    );
+    assert_eq!(send("GET", "/api/v1/queue/rank?userId=fan_7", &[xff]), 200);
+    let junk = ("X-Forwarded-For", "unknown");
+    assert_eq!(
+        send(
+            "GET",
+            "/api/v1/follow-up/c",
+            &[("Authorization", &auth), junk]
+        ),
+        200
+    );
+    assert_eq!(
+        send("GET", "/api/v1/follow-up/d", &[("Authorization", &auth)]),
+        200
+    );
+    let started = Instant::now();
+    let lines = loop {
+        let lines = access_lines(&wg.log());
+        if lines.len() >= 7 || started.elapsed() > Duration::from_secs(3) {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let line = |path: &str| {
+        lines
+            .iter()
+            .find(|l| l["path"] == path)
+            .unwrap_or_else(|| panic!("no line for {path}: {lines:#?}"))
+    };
+    for path in [
+        "/api/v1/follow-up/a",
+        "/api/v1/follow-up/b",
+        "/api/v1/queue/rank",
+    ] {
+        assert_eq!(line(path)["client"], "198.51.100.4", "{}", line(path));
+        assert_eq!(line(path)["peer"], "127.0.0.1", "{}", line(path));
+    }
+    for path in ["/api/v1/follow-up/c", "/api/v1/follow-up/d"] {
+        assert_eq!(line(path)["client"], "127.0.0.1", "{}", line(path));
+        assert!(line(path)["peer"].is_null(), "{}", line(path));
+    }
+}
+
 #[test]
 fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     let redis = Redis::start();
@@ -335,6 +420,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
         assert_eq!(line["path"], "/api/v1/follow-up/seat", "no query: {line}");
         assert_eq!(line["status"], 200);
         assert_eq!(line["client"], "127.0.0.1");
+        assert!(line["peer"].is_null(), "no proxy in between: {line}");
         assert_eq!(line["queue"], "baseball");
         assert_eq!(line["user"], "fan_7");
         assert!(line["duration_ms"].as_f64().is_some(), "{line}");

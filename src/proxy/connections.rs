@@ -193,6 +193,7 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
     Record {
         request_id: &request_id,
         client,
+        peer: client,
         method,
         path,
         status: reply.status,

@@ -5,6 +5,7 @@
 //! only act on it, and every HTTP rule they apply comes from
 //! [`super::rules`].
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,6 +42,9 @@ pub struct RequestCtx {
     /// Sent upstream, returned to the client, written to the access log.
     pub request_id: String,
     pub peer: Peer,
+    /// The client as the access log names it (`forward::client`); `None`
+    /// before the request is read.
+    pub client: Option<IpAddr>,
     /// The queue API endpoint, when the request was one.
     pub endpoint: Option<Endpoint>,
     /// The request was for the waiting-room page or its files.
@@ -178,6 +182,7 @@ impl ProxyHttp for Gate {
             started: Instant::now(),
             request_id: String::new(),
             peer: Peer::new(None, &self.trusted),
+            client: None,
             endpoint: None,
             page: false,
             routes: None,
@@ -196,6 +201,7 @@ impl ProxyHttp for Gate {
         ctx.peer = Peer::new(client, &self.trusted);
         ctx.request_id =
             forward::request_id(ctx.peer, fields(&session.req_header().headers).into_iter());
+        ctx.client = forward::client(ctx.peer, fields(&session.req_header().headers).into_iter());
         let raw_head = session.as_downstream().to_h1_raw();
         let target = request_target(&raw_head)
             .unwrap_or_else(|| session.req_header().raw_path())
@@ -486,7 +492,8 @@ impl ProxyHttp for Gate {
             .map(|e| e.to_string());
         Record {
             request_id: &ctx.request_id,
-            client: ctx.peer.ip,
+            client: ctx.client.or(ctx.peer.ip),
+            peer: ctx.peer.ip,
             method: header.method.as_str(),
             path: &path,
             status,

@@ -215,6 +215,7 @@ impl DirectLane {
             consumed,
             client_close,
             request_id,
+            client: logged_client,
             method,
             path,
         } = taken;
@@ -230,7 +231,8 @@ impl DirectLane {
         let subject;
         let mut record = Record {
             request_id: &request_id,
-            client: peer.ip,
+            client: logged_client,
+            peer: peer.ip,
             method,
             path: &path,
             status: 0,

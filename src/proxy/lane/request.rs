@@ -7,6 +7,8 @@
 //! decision itself is the proxy's (`crate::proxy::decision`), and the headers
 //! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
 
+use std::net::IpAddr;
+
 use crate::browser::Caller;
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::proxy::decision::{decide, Decision, RequestHead};
@@ -53,6 +55,8 @@ pub struct Taken {
     /// The client asked to close after this request.
     pub client_close: bool,
     pub request_id: String,
+    /// The client as the access log names it (`forward::client`).
+    pub client: Option<IpAddr>,
     pub method: &'static str,
     /// The path without the query, for the access log.
     pub path: String,
@@ -152,6 +156,7 @@ pub fn take(
             upgrade: false,
         } if pooled(route) && !post => {
             let request_id = forward::request_id(peer, fields.clone());
+            let client = forward::client(peer, fields.clone());
             let head = upstream_head(method, target, fields, peer, &identity, &request_id);
             return Some(Taken {
                 take: Take::Forward(Plan {
@@ -163,6 +168,7 @@ pub fn take(
                 consumed,
                 client_close,
                 request_id,
+                client,
                 method,
                 path: path_of(target),
             });
@@ -184,7 +190,8 @@ pub fn take(
         take,
         consumed,
         client_close,
-        request_id: forward::request_id(peer, fields),
+        request_id: forward::request_id(peer, fields.clone()),
+        client: forward::client(peer, fields),
         method,
         path: path_of(target),
     })

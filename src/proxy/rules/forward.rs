@@ -155,6 +155,24 @@ pub fn forwarded_for<'p, 'a>(
     Cow::Owned(value)
 }
 
+/// The client's address for the access log: the peer's, or, from a
+/// trusted peer, the last address its `X-Forwarded-For` names (the one the
+/// load balancer saw, as nginx's `real_ip_header X-Forwarded-For` reads
+/// it); the peer's when that is not an address.
+pub fn client<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> Option<IpAddr> {
+    if !peer.trusted {
+        return peer.ip;
+    }
+    let last = fields
+        .filter(|(name, _)| is(name, "x-forwarded-for"))
+        .filter_map(|(_, sent)| elements(sent).last())
+        .last();
+    last.and_then(|hop| std::str::from_utf8(hop).ok())
+        .and_then(|hop| hop.parse::<IpAddr>().ok())
+        .map(|ip| ip.to_canonical())
+        .or(peer.ip)
+}
+
 /// `X-Forwarded-Proto` as sent upstream: what a trusted peer said (`http`
 /// or `https`), else the scheme of the listener the request came in on.
 pub fn forwarded_proto<'a>(
@@ -353,6 +371,27 @@ mod tests {
         let v6 = peer("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", &trust);
         assert_eq!(v6.ip_text(), "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff");
         assert!(peer("::1", &trust).trusted);
+    }
+
+    #[test]
+    fn the_logged_client_is_what_a_trusted_peer_names_last() {
+        let trust = trusted(&["10.0.0.0/8"]);
+        let proxy = peer("10.1.2.3", &trust);
+        let stranger = peer("192.0.2.7", &trust);
+        let sent = [
+            ("X-Forwarded-For", "1.2.3.4, 5.6.7.8"),
+            ("x-forwarded-for", " 2001:db8::1 "),
+        ];
+        let ip = |text: &str| Some(text.parse::<IpAddr>().unwrap());
+        assert_eq!(client(proxy, fields(&sent)), ip("2001:db8::1"));
+        assert_eq!(client(stranger, fields(&sent)), ip("192.0.2.7"));
+        let one = [("X-FORWARDED-FOR", "1.2.3.4, ::ffff:5.6.7.8")];
+        assert_eq!(client(proxy, fields(&one)), ip("5.6.7.8"));
+        for junk in ["unknown", "1.2.3.4, not-an-address", "", "1.2.3.4:80"] {
+            let sent = [("X-Forwarded-For", junk)];
+            assert_eq!(client(proxy, fields(&sent)), ip("10.1.2.3"), "{junk}");
+        }
+        assert_eq!(client(proxy, fields(&[])), ip("10.1.2.3"));
     }
 
     #[test]

@@ -10,7 +10,11 @@ use crate::metrics::Metrics;
 #[derive(Debug)]
 pub struct Record<'a> {
     pub request_id: &'a str,
+    /// The client as a trusted peer named it, else the peer (see
+    /// `forward::client`).
     pub client: Option<IpAddr>,
+    /// The connection's peer.
+    pub peer: Option<IpAddr>,
     pub method: &'a str,
     /// The path without the query (which may carry user data).
     pub path: &'a str,
@@ -27,6 +31,12 @@ pub struct Record<'a> {
 }
 
 impl Record<'_> {
+    /// The peer, when it is not the client: the proxy that relayed the
+    /// request.
+    fn relayed_by(&self) -> Option<IpAddr> {
+        self.peer.filter(|_| self.peer != self.client)
+    }
+
     /// Counts the request and writes its access-log line (target
     /// `waitgate::access`): at `info` when the access log is on, and at
     /// `warn` when the request failed upstream, so that a failure is one
@@ -54,6 +64,7 @@ impl Record<'_> {
                 target: "waitgate::access",
                 request_id = self.request_id,
                 client = self.client.map(tracing::field::display),
+                peer = self.relayed_by().map(tracing::field::display),
                 method = self.method,
                 path = self.path,
                 status = self.status,
@@ -74,6 +85,7 @@ impl Record<'_> {
             target: "waitgate::access",
             request_id = self.request_id,
             client = self.client.map(tracing::field::display),
+            peer = self.relayed_by().map(tracing::field::display),
             method = self.method,
             path = self.path,
             status = self.status,
