@@ -191,6 +191,59 @@ fn check_tls_pair(cert: &Path, key: &Path) -> Result<(), ConfigError> {
         })
 }
 
+/// Reads `redis.tls`'s files as the Redis client will: it parses them only
+/// when it connects, so a CA file with no certificate in it would
+/// otherwise pass the check and fail every connection later, and a broken
+/// one stop start-up with the PEM parser's words.
+fn check_redis_tls(tls: &RawRedisTls) -> Result<(), ConfigError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certificates = |key: &str, path: &Path| {
+        let bad = |e: String| {
+            invalid(
+                format!("redis.tls.{key}"),
+                format!("{}: {e}", path.display()),
+            )
+        };
+        let found = CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(pem_problem(&e)))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(pem_problem(&e)))?;
+        if found.is_empty() {
+            return Err(bad("no PEM certificate in it".into()));
+        }
+        Ok(())
+    };
+    if let Some(path) = &tls.ca_file {
+        certificates("ca-file", path)?;
+    }
+    if let Some(path) = &tls.cert_file {
+        certificates("cert-file", path)?;
+    }
+    if let Some(path) = &tls.key_file {
+        PrivateKeyDer::from_pem_file(path).map_err(|e| {
+            invalid(
+                "redis.tls.key-file",
+                format!("{}: {}", path.display(), pem_problem(&e)),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A PEM reading error in words (the parser's own name the bytes of the
+/// line it stopped at as numbers).
+fn pem_problem(e: &rustls_pki_types::pem::Error) -> String {
+    use rustls_pki_types::pem::Error;
+    match e {
+        Error::MissingSectionEnd { .. } => "a PEM section with no END line".into(),
+        Error::IllegalSectionStart { .. } => "a malformed PEM BEGIN line".into(),
+        Error::Base64Decode(_) => "a PEM section that is not Base64".into(),
+        Error::NoItemsFound => "no PEM private key in it".into(),
+        other => other.to_string(),
+    }
+}
+
 /// The filter when neither `log.filter` nor `RUST_LOG` says otherwise:
 /// waitgate's own events, and only warnings from its dependencies (Pingora
 /// is chatty at info).
@@ -1125,6 +1178,7 @@ impl RawRedis {
                 if tls.cert_file.is_some() != tls.key_file.is_some() {
                     return Err(invalid("redis.tls", "cert-file and key-file go together"));
                 }
+                check_redis_tls(&tls)?;
                 Some(RedisTls {
                     ca_file: tls.ca_file,
                     cert_file: tls.cert_file,

@@ -283,6 +283,58 @@ fn the_check_refuses_a_tls_key_that_does_not_fit_its_certificate() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// `redis.tls`'s files are read by the check as the Redis client reads them
+/// when it connects: a CA or certificate file with no certificate, a
+/// broken PEM section, or a key file with no key is one line naming the
+/// key, not an OK that fails every connection later.
+#[test]
+fn the_check_reads_the_redis_tls_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls::ca(d);
+    tls::signed(d, "client", "waitgate", "extendedKeyUsage=clientAuth\n");
+    std::fs::write(
+        d.join("cut.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("text.pem"), "not a certificate\n").unwrap();
+    let with = |ca: &str, cert: &str, key: &str| {
+        format!(
+            "redis: {{url: 'rediss://127.0.0.1:1/0', tls: {{ca-file: '{}', cert-file: '{}', key-file: '{}'}}}}\nqueues: {{q: {{}}}}\nupstreams: {{}}\nroutes: []\n",
+            d.join(ca).display(),
+            d.join(cert).display(),
+            d.join(key).display()
+        )
+    };
+    for (config, key) in [
+        (
+            with("text.pem", "client.pem", "client.key"),
+            "redis.tls.ca-file",
+        ),
+        (
+            with("cut.pem", "client.pem", "client.key"),
+            "redis.tls.ca-file",
+        ),
+        (
+            with("ca.pem", "text.pem", "client.key"),
+            "redis.tls.cert-file",
+        ),
+        (
+            with("ca.pem", "client.pem", "client.pem"),
+            "redis.tls.key-file",
+        ),
+    ] {
+        let e = check_fails(&config, Some(SECRET_B64));
+        assert!(e.contains(key), "{e}");
+        assert!(!e.contains("[45, "), "the parser's bytes: {e}");
+    }
+    let path = d.join("good.yaml");
+    std::fs::write(&path, with("ca.pem", "client.pem", "client.key")).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
+    assert!(out.status.success(), "{out:?}");
+}
+
 /// A reply written once a drain has begun ends its connection: it says
 /// `Connection: close`, on both paths, though the request came while the
 /// connection could still be kept. (It said keep-alive and the connection
