@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -189,6 +189,22 @@ fn check_tls_pair(cert: &Path, key: &Path) -> Result<(), ConfigError> {
                 format!("{} with {}: {e}", key.display(), cert.display()),
             )
         })
+}
+
+/// Two listeners that would take the same connections: one port, and the
+/// same address or an unspecified one that covers the other's (`0.0.0.0`
+/// every IPv4 address, `[::]` every address, as Linux binds it
+/// dual-stack). Linux refuses the second bind of such a pair, so the check
+/// must refuse it too, not say OK to a config that cannot start.
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    let covers = |wide: IpAddr, other: IpAddr| match wide {
+        IpAddr::V4(v4) => v4.is_unspecified() && other.to_canonical().is_ipv4(),
+        IpAddr::V6(v6) => v6.is_unspecified(),
+    };
+    a.port() == b.port()
+        && (a.ip().to_canonical() == b.ip().to_canonical()
+            || covers(a.ip(), b.ip())
+            || covers(b.ip(), a.ip()))
 }
 
 /// Reads `redis.tls`'s files as the Redis client will: it parses them only
@@ -854,7 +870,7 @@ impl RawConfig {
             None => None,
             Some(tls) => {
                 let address = socket_addr("listen-tls.address", &tls.address)?;
-                if address == listen || address == admin_listen {
+                if overlap(address, listen) || overlap(address, admin_listen) {
                     return Err(invalid(
                         "listen-tls.address",
                         "must differ from listen and admin-listen",
@@ -882,7 +898,7 @@ impl RawConfig {
                 })
             }
         };
-        if listen == admin_listen {
+        if overlap(listen, admin_listen) {
             return Err(invalid(
                 "admin-listen",
                 format!("must differ from listen ({listen})"),
@@ -1641,12 +1657,42 @@ routes: []
     }
 
     #[test]
+    fn listeners_that_would_share_connections_overlap() {
+        let a = |text: &str| text.parse::<SocketAddr>().unwrap();
+        for (x, y) in [
+            ("127.0.0.1:80", "127.0.0.1:80"),
+            ("0.0.0.0:80", "10.1.2.3:80"),
+            ("[::]:80", "127.0.0.1:80"),
+            ("[::]:80", "[::1]:80"),
+            ("0.0.0.0:80", "[::ffff:10.0.0.1]:80"),
+        ] {
+            assert!(overlap(a(x), a(y)), "{x} {y}");
+            assert!(overlap(a(y), a(x)), "{y} {x}");
+        }
+        for (x, y) in [
+            ("0.0.0.0:80", "0.0.0.0:81"),
+            ("127.0.0.1:80", "127.0.0.2:80"),
+            ("0.0.0.0:80", "[::1]:80"),
+        ] {
+            assert!(!overlap(a(x), a(y)), "{x} {y}");
+        }
+    }
+
+    #[test]
     fn values_out_of_range_name_their_key() {
         let cases = [
             ("threads: 0\n", "threads:"),
             ("grace-period-s: 100000\n", "grace-period-s:"),
             ("listen: localhost\n", "listen:"),
             ("admin-listen: 127.0.0.1:8080\n", "admin-listen:"),
+            (
+                "listen: 0.0.0.0:8080\nadmin-listen: 127.0.0.1:8080\n",
+                "admin-listen:",
+            ),
+            (
+                "listen: '[::]:8080'\nadmin-listen: 127.0.0.1:8080\n",
+                "admin-listen:",
+            ),
             ("max-connections: 0\n", "max-connections:"),
             ("client-header-timeout-ms: 5\n", "client-header-timeout-ms:"),
         ];
