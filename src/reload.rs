@@ -50,6 +50,8 @@ pub struct Reloader {
     /// What the process started with: the keys that only apply at start
     /// are compared with it.
     pub started: Config,
+    /// The files read only at start, as they were then.
+    pub started_files: StartFiles,
     /// The config applied last.
     pub current: Mutex<Config>,
     pub routes: Arc<ArcSwap<RouteTable>>,
@@ -127,6 +129,14 @@ impl Reloader {
                 "differs from what the process started with; takes effect after a restart"
             );
         }
+        for (key, path) in self.started_files.changed() {
+            tracing::warn!(
+                key,
+                file = %path.display(),
+                "the file changed since start; it is read only at start, so the change \
+                 takes effect after a restart"
+            );
+        }
         if current.queues.len() == 1 && config.queues.len() > 1 {
             // With one queue, the queue API takes requests that name none;
             // with several it cannot tell which was meant.
@@ -161,6 +171,67 @@ impl Reloader {
         );
         *current = config;
     }
+}
+
+/// The files waitgate reads only at start (the TLS listener's certificate
+/// and key, `redis.tls`'s files, the login keys' JWKS), each with a digest
+/// of what it held then. Reading them again on a reload would take new
+/// listeners and connections; a reload says which changed instead, as
+/// nginx users expect a certificate swap to be noticed on SIGHUP.
+pub struct StartFiles(Vec<(&'static str, PathBuf, Option<u64>)>);
+
+impl StartFiles {
+    pub fn read(config: &Config) -> StartFiles {
+        let mut files: Vec<(&'static str, PathBuf)> = Vec::new();
+        if let Some(tls) = &config.listen_tls {
+            files.push(("listen-tls.cert-file", tls.cert_file.clone()));
+            files.push(("listen-tls.key-file", tls.key_file.clone()));
+        }
+        if let Some(tls) = &config.redis.tls {
+            for (key, path) in [
+                ("redis.tls.ca-file", &tls.ca_file),
+                ("redis.tls.cert-file", &tls.cert_file),
+                ("redis.tls.key-file", &tls.key_file),
+            ] {
+                if let Some(path) = path {
+                    files.push((key, path.clone()));
+                }
+            }
+        }
+        if let Some(identity) = &config.identity {
+            if let crate::config::IdentityKey::JwksFile(path) = &identity.key {
+                files.push(("identity.jwks-file", path.clone()));
+            }
+        }
+        StartFiles(
+            files
+                .into_iter()
+                .map(|(key, path)| {
+                    let digest = digest(&path);
+                    (key, path, digest)
+                })
+                .collect(),
+        )
+    }
+
+    /// The keys and paths of the files whose content is not what it was.
+    fn changed(&self) -> Vec<(&'static str, &PathBuf)> {
+        self.0
+            .iter()
+            .filter(|(_, path, then)| digest(path) != *then)
+            .map(|(key, path, _)| (*key, path))
+            .collect()
+    }
+}
+
+/// A digest of a file's content (`None` when it cannot be read): enough to
+/// tell a change, not a checksum against tampering.
+fn digest(path: &std::path::Path) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let content = std::fs::read(path).ok()?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    content.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// The keys that differ between `old` and `new` but only apply at start.

@@ -199,6 +199,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         Reloader {
             path: path.to_path_buf(),
             started: config.clone(),
+            started_files: crate::reload::StartFiles::read(config),
             current: std::sync::Mutex::new(config.clone()),
             routes,
             lane: direct,

@@ -350,3 +350,44 @@ fn a_reload_to_several_queues_warns_that_calls_must_name_one() {
     );
     assert_eq!(rank(wg.addr, "plain").status, 400);
 }
+
+/// Files read only at start (here the TLS listener's certificate and key)
+/// that changed on disk are named by a reload, as needing a restart; a
+/// reload that finds them as they were says nothing of them.
+#[test]
+fn a_reload_names_a_certificate_that_changed_on_disk() {
+    let redis = Redis::start();
+    let upstream = Upstream::start();
+    let ports = Ports::new();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    tls::ca(d);
+    tls::signed(d, "server", "localhost", "subjectAltName=DNS:localhost\n");
+    let extra = format!(
+        "listen-tls:\n  address: 127.0.0.1:{}\n  cert-file: {}\n  key-file: {}\n",
+        free_port(),
+        d.join("server.pem").display(),
+        d.join("server.key").display()
+    );
+    let wg = Waitgate::start(
+        &config_text(&redis, &ports, upstream.port, "baseball: {}", &extra),
+        &ports,
+    );
+    wg.signal("HUP");
+    wg.wait_for_log("config reloaded", 1);
+    assert!(!wg.log().contains("changed since start"), "{}", wg.log());
+
+    // A new certificate and key in the same files.
+    tls::signed(d, "server", "localhost", "subjectAltName=DNS:localhost\n");
+    wg.signal("HUP");
+    wg.wait_for_log("config reloaded", 2);
+    let log = wg.log();
+    let named: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("changed since start"))
+        .collect();
+    assert_eq!(named.len(), 2, "{log}");
+    assert!(named[0].contains("listen-tls.cert-file"), "{log}");
+    assert!(named[1].contains("listen-tls.key-file"), "{log}");
+    assert!(named[0].contains("takes effect after a restart"), "{log}");
+}
