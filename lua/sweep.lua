@@ -23,7 +23,7 @@
 -- ARGV[3] the bucket the instance read (its end as stored; '' for none),
 -- ARGV[4] the bucket's length when read ('' when the script is to read the
 -- candidates itself), ARGV[5] how many candidates it read from its start
--- (or this script is to read, at most), ARGV[6..] the users among them it
+-- (or this script is to read, at most 10,000), ARGV[6..] the users among them it
 -- found stale, each once (at most 10,000; none when the script reads)
 --
 -- Returns {removed_waiting, removed_active, next_bucket, next_length,
@@ -36,7 +36,8 @@ local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
 local here = ARGV[4] == ''
 local length, read = tonumber(ARGV[4]), tonumber(ARGV[5])
 if #KEYS ~= 8 or #ARGV < 5 or #ARGV > 10005 or not batch or batch < 1 or not timeout
-    or timeout < 1 or not read or read < 0 or (here and (#ARGV > 5 or ARGV[3] == ''))
+    or timeout < 1 or not read or read < 0 or read ~= math.floor(read)
+    or (here and (#ARGV > 5 or ARGV[3] == '' or read > 10000))
     or (not here and (not length or read > length)) then
   return redis.error_reply('ERR waitgate sweep: bad arguments')
 end

@@ -767,6 +767,9 @@ fn a_sweep_that_reads_the_bucket_itself_takes_only_the_silent() {
     }
     p.hset(DUE, "c", format!("{}:102", now + 60_000)).ignore();
     p.zadd(dues, 1000, 1000).ignore();
+    // A pre-queue of its own makes the removal count what it was given,
+    // not what ZREM removed: a user filed twice must be given once.
+    p.zadd("queue:{baseball}:prequeue", "z", 1).ignore();
     let () = p.query(&mut c).unwrap();
 
     let out = sweep_call(&mut c, 1000, ("1000", "", 5, &[])).unwrap();
@@ -805,7 +808,11 @@ fn a_sweep_that_reads_the_bucket_itself_takes_only_the_silent() {
     // Users named beside a bucket the script is to read, or no bucket,
     // are refused, and change nothing.
     let () = c.rpush(format!("{dues}:1000"), "c").unwrap();
-    for bad in [("1000", "", 5, &["c"][..]), ("", "", 5, &[][..])] {
+    for bad in [
+        ("1000", "", 5, &["c"][..]),
+        ("", "", 5, &[][..]),
+        ("1000", "", 10_001, &[][..]),
+    ] {
         let err = sweep_call(&mut c, 1000, bad).unwrap_err();
         assert!(err.to_string().contains("bad arguments"), "{err}");
     }

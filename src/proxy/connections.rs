@@ -186,9 +186,13 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
         .write_all(&reply.to_http1(head.starts_with(b"HEAD ")))
         .await;
     let _ = stream.shutdown().await;
-    let client = stream
-        .get_socket_digest()
-        .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+    // The peer, even behind a trusted balancer: a head that no parser reads
+    // one way has no header to believe.
+    let client = stream.get_socket_digest().and_then(|d| {
+        d.peer_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_canonical())
+    });
     let (method, path) = loggable_line(head);
     Record {
         request_id: &request_id,

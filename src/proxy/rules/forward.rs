@@ -157,8 +157,9 @@ pub fn forwarded_for<'p, 'a>(
 
 /// The client's address for the access log: the peer's, or, from a
 /// trusted peer, the last address its `X-Forwarded-For` names (the one the
-/// load balancer saw, as nginx's `real_ip_header X-Forwarded-For` reads
-/// it); the peer's when that is not an address.
+/// load balancer saw; a port after it is dropped), as nginx's realip module
+/// reads it with `real_ip_recursive off`; the peer's when that is not an
+/// address.
 pub fn client<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> Option<IpAddr> {
     if !peer.trusted {
         return peer.ip;
@@ -167,8 +168,13 @@ pub fn client<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> Option
         .filter(|(name, _)| is(name, "x-forwarded-for"))
         .filter_map(|(_, sent)| elements(sent).last())
         .last();
+    // An address with a port (as some balancers write it) is that address.
     last.and_then(|hop| std::str::from_utf8(hop).ok())
-        .and_then(|hop| hop.parse::<IpAddr>().ok())
+        .and_then(|hop| {
+            hop.parse::<IpAddr>()
+                .ok()
+                .or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))
+        })
         .map(|ip| ip.to_canonical())
         .or(peer.ip)
 }
@@ -387,7 +393,11 @@ mod tests {
         assert_eq!(client(stranger, fields(&sent)), ip("192.0.2.7"));
         let one = [("X-FORWARDED-FOR", "1.2.3.4, ::ffff:5.6.7.8")];
         assert_eq!(client(proxy, fields(&one)), ip("5.6.7.8"));
-        for junk in ["unknown", "1.2.3.4, not-an-address", "", "1.2.3.4:80"] {
+        let ported = [("X-Forwarded-For", "1.2.3.4:80, [2001:db8::2]:443")];
+        assert_eq!(client(proxy, fields(&ported)), ip("2001:db8::2"));
+        let ported = [("X-Forwarded-For", "192.0.2.1:8080")];
+        assert_eq!(client(proxy, fields(&ported)), ip("192.0.2.1"));
+        for junk in ["unknown", "1.2.3.4, not-an-address", "", "1.2.3.4:x"] {
             let sent = [("X-Forwarded-For", junk)];
             assert_eq!(client(proxy, fields(&sent)), ip("10.1.2.3"), "{junk}");
         }
