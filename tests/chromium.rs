@@ -95,11 +95,22 @@ struct Chromium {
 
 impl Chromium {
     async fn launch() -> Chromium {
+        Chromium::launch_with(None).await
+    }
+
+    /// With `preferences` written into the profile before start (the
+    /// browser's settings, as its settings page writes them).
+    async fn launch_with(preferences: Option<&str>) -> Chromium {
         assert!(
             Path::new(CHROMIUM).exists(),
             "{CHROMIUM} is missing: apt-get install chromium (scripts/test.sh says so too)"
         );
         let profile = tempfile::tempdir().unwrap();
+        if let Some(preferences) = preferences {
+            let default = profile.path().join("Default");
+            std::fs::create_dir_all(&default).unwrap();
+            std::fs::write(default.join("Preferences"), preferences).unwrap();
+        }
         let config = BrowserConfig::builder()
             .chrome_executable(CHROMIUM)
             .user_data_dir(profile.path())
@@ -598,6 +609,51 @@ fn the_not_open_page_says_when_in_the_visitors_time() {
         assert!(
             message.contains(&format!("{twelve}:07")),
             "{seoul_hour}:07 in Seoul: {message}"
+        );
+        chromium.close().await;
+    });
+}
+
+/// A browser that refuses cookies is told the page needs them, and the page
+/// stops there: it neither polls nor reloads, so it does not join again at
+/// every load (the one load that reached the server joined once).
+#[test]
+fn a_browser_that_refuses_cookies_is_told_so_and_joins_once() {
+    let room = Room::start();
+    runtime().block_on(async {
+        // Cookies blocked for every site, as the browser's settings do it.
+        let chromium = Chromium::launch_with(Some(
+            r#"{"profile":{"default_content_setting_values":{"cookies":2}}}"#,
+        ))
+        .await;
+        let page = chromium
+            .browser
+            .new_page(room.url("/tickets/seat"))
+            .await
+            .unwrap();
+        until(
+            &page,
+            "location.pathname === '/waiting-room/baseball'",
+            Duration::from_secs(10),
+        )
+        .await;
+        until(
+            &page,
+            "document.getElementById('waitgate').dataset.status === 'COOKIES_REQUIRED'",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            eval::<String>(&page, MESSAGE).await,
+            "This waiting room keeps your place in a cookie. Allow cookies for this site, then reload this page."
+        );
+        // Longer than the page's poll and reload intervals (1 s near the
+        // head): still the one place, and the same page.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(room.waiting().len(), 1, "{:?}", room.waiting());
+        assert_eq!(
+            eval::<String>(&page, "document.getElementById('waitgate').dataset.status").await,
+            "COOKIES_REQUIRED"
         );
         chromium.close().await;
     });

@@ -219,6 +219,34 @@
     return typeof value === "string" && /^\/(?![/\\])/.test(value) ? value : "/";
   }
 
+  // Whether the browser refuses this site's cookies. navigator.cookieEnabled
+  // says so only when cookies are off everywhere (Chromium answers true
+  // when they are blocked by its settings), so a cookie is set and read
+  // back, then removed.
+  function cookiesRefused() {
+    if (navigator.cookieEnabled === false) return true;
+    try {
+      document.cookie = "wg-cookie-probe=1; path=/; SameSite=Lax";
+      const kept = document.cookie.indexOf("wg-cookie-probe=1") !== -1;
+      document.cookie = "wg-cookie-probe=; path=/; max-age=0; SameSite=Lax";
+      return !kept;
+    } catch (_) {
+      return false;
+    }
+  }
+
+  // A browser that refuses cookies never sends the queue cookie back: every
+  // load would join anew, at the tail, and never reach the head. Say so,
+  // and neither poll nor reload.
+  if (cookiesRefused()) {
+    setStatus("COOKIES_REQUIRED");
+    setText(heading, text("heading_cookies"));
+    setText(message, text("cookies_required"));
+    setText(place, empty(place));
+    setText(wait, empty(wait));
+    return;
+  }
+
   // Before the queue opens to registration the visitor has no place to poll:
   // reload after the advised interval, and the server tries again.
   if (config.status === "NOT_OPEN") {
