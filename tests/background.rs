@@ -702,6 +702,45 @@ proptest::proptest! {
     }
 }
 
+/// `lua/sweep.lua` as waitgate loads it.
+const SWEEP: &str = concat!(
+    include_str!("../lua/lib.lua"),
+    include_str!("../lua/sweep.lua")
+);
+
+/// Loads `lua/sweep.lua` ahead of waitgate, so that no call of it is sent
+/// twice (once refused as unknown, then again): its SHA1.
+fn load_sweep(c: &mut redis::Connection) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SWEEP)
+        .query(c)
+        .unwrap()
+}
+
+/// The bucket and length (ARGV[3] and ARGV[4], after the script's 8 keys
+/// and 2 settings) of each call of the sweep `sha` among MONITOR's `lines`.
+fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .filter(|l| l.contains(&format!("\"EVALSHA\" \"{sha}\"")))
+        .map(|l| {
+            let args: Vec<&str> = l.split("\" \"").collect();
+            let arg = |i: usize| args.get(i).unwrap_or(&"?").to_string();
+            (arg(13), arg(14))
+        })
+        .collect()
+}
+
+/// Waits while `busy` holds, failing with `what` after 10 s.
+fn wait_while(what: &str, mut busy: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while busy() {
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `lua/sweep.lua`, as an instance calls it after reading a bucket.
 fn sweep_script(
     c: &mut redis::Connection,
@@ -721,26 +760,22 @@ fn sweep_call(
     read: (&str, &str, u64, &[&str]),
 ) -> redis::RedisResult<redis::Value> {
     let (bucket, length, taken, stale) = read;
-    redis::Script::new(&format!(
-        "{}{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/sweep.lua")
-    ))
-    .key(WAITING)
-    .key(LEGACY)
-    .key(CREDENTIAL)
-    .key(ACTIVE)
-    .key("queue:{baseball}:prequeue")
-    .key("queue:{baseball}:admission")
-    .key(DUE)
-    .key("queue:{baseball}:dues")
-    .arg(500)
-    .arg(timeout_ms)
-    .arg(bucket)
-    .arg(length)
-    .arg(taken)
-    .arg(stale)
-    .invoke(c)
+    redis::Script::new(SWEEP)
+        .key(WAITING)
+        .key(LEGACY)
+        .key(CREDENTIAL)
+        .key(ACTIVE)
+        .key("queue:{baseball}:prequeue")
+        .key("queue:{baseball}:admission")
+        .key(DUE)
+        .key("queue:{baseball}:dues")
+        .arg(500)
+        .arg(timeout_ms)
+        .arg(bucket)
+        .arg(length)
+        .arg(taken)
+        .arg(stale)
+        .invoke(c)
 }
 
 /// After a step that removed most of what it looked at, the instance names
@@ -960,32 +995,15 @@ fn a_cleanup_pass_finds_its_first_bucket_once() {
     }
     let () = p.query(&mut c).unwrap();
     make_silent(&mut c, "baseball", &silent);
-    let code = concat!(
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/sweep.lua")
-    );
-    // Loaded already, so that no call is sent twice (once refused as
-    // unknown, then again).
-    let sweep: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(code)
-        .query(&mut c)
-        .unwrap();
+    let sweep = load_sweep(&mut c);
     let monitor = Monitor::start(&redis);
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 60000, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
     let _wg = start(&redis, queue);
-    let started = Instant::now();
-    while c.zcard::<_, u64>(WAITING).unwrap() > 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "not removed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // ARGV[3], the bucket read ("" for none), after the script's 8 keys and
-    // 2 other arguments.
-    let buckets: Vec<String> = monitor
-        .take_lines()
-        .iter()
-        .filter(|l| l.contains(&format!("\"EVALSHA\" \"{sweep}\"")))
-        .map(|l| l.split("\" \"").nth(13).unwrap_or("?").to_string())
+    wait_while("not removed", || c.zcard::<_, u64>(WAITING).unwrap() > 0);
+    // The bucket each call read ("" for none).
+    let buckets: Vec<String> = sweep_steps(&monitor.take_lines(), &sweep)
+        .into_iter()
+        .map(|(bucket, _)| bucket)
         .collect();
     let finding = buckets.iter().filter(|b| b.is_empty()).count();
     let steps = buckets.iter().filter(|b| *b == "1000").count();
@@ -1001,15 +1019,7 @@ fn a_cleanup_pass_finds_its_first_bucket_once() {
 fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
     let redis = Redis::start();
     let mut c = redis.conn();
-    let code = concat!(
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/sweep.lua")
-    );
-    let sweep: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(code)
-        .query(&mut c)
-        .unwrap();
+    let sweep = load_sweep(&mut c);
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 100, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
     let _wg = start(&redis, queue);
     let monitor = Monitor::start(&redis);
@@ -1021,11 +1031,7 @@ fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
     }
     let () = p.query(&mut c).unwrap();
     make_silent(&mut c, "baseball", &silent);
-    let started = Instant::now();
-    while c.zcard::<_, u64>(WAITING).unwrap() > 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "not removed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_while("not removed", || c.zcard::<_, u64>(WAITING).unwrap() > 0);
     // Then 1,500 who polled since, candidates of a later bucket long past.
     let alive: Vec<String> = (0..1500).map(|i| format!("a{i}")).collect();
     let due = redis.now_ms() + 3_600_000;
@@ -1037,11 +1043,9 @@ fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
     }
     p.zadd("queue:{baseball}:dues", 2000, 2000).ignore();
     let () = p.query(&mut c).unwrap();
-    let started = Instant::now();
-    while c.exists::<_, bool>("queue:{baseball}:dues:2000").unwrap() {
-        assert!(started.elapsed() < Duration::from_secs(10), "not looked at");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_while("not looked at", || {
+        c.exists::<_, bool>("queue:{baseball}:dues:2000").unwrap()
+    });
     assert_eq!(
         c.zcard::<_, u64>(WAITING).unwrap(),
         1500,
@@ -1051,19 +1055,10 @@ fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
     // Each step with a bucket: "here" when the script read its candidates
     // (ARGV[4] empty, after the 8 keys and 2 settings), else "look".
     let lines = monitor.take_lines();
-    let steps: Vec<(String, &str)> = lines
-        .iter()
-        .filter(|l| l.contains(&format!("\"EVALSHA\" \"{sweep}\"")))
-        .filter_map(|l| {
-            let args: Vec<&str> = l.split("\" \"").collect();
-            let bucket = args.get(13)?.to_string();
-            let mode = if args.get(14)?.is_empty() {
-                "here"
-            } else {
-                "look"
-            };
-            (!bucket.is_empty()).then_some((bucket, mode))
-        })
+    let steps: Vec<(String, &str)> = sweep_steps(&lines, &sweep)
+        .into_iter()
+        .filter(|(bucket, _)| !bucket.is_empty())
+        .map(|(bucket, length)| (bucket, if length.is_empty() { "here" } else { "look" }))
         .collect();
     let of = |bucket: &str| -> Vec<&str> {
         steps

@@ -135,6 +135,13 @@ impl Chromium {
         }
     }
 
+    /// A new tab at `url`, once `ready` is true in it (within `limit`).
+    async fn open(&self, url: String, ready: &str, limit: Duration) -> Page {
+        let page = self.browser.new_page(url).await.unwrap();
+        until(&page, ready, limit).await;
+        page
+    }
+
     async fn close(mut self) {
         let _ = self.browser.close().await;
         let _ = self.browser.wait().await;
@@ -193,16 +200,12 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
     runtime().block_on(async {
         let chromium = Chromium::launch().await;
         let page = chromium
-            .browser
-            .new_page(room.url("/tickets/seat?from=chromium"))
-            .await
-            .unwrap();
-        until(
-            &page,
-            "location.pathname === '/waiting-room/baseball'",
-            Duration::from_secs(10),
-        )
-        .await;
+            .open(
+                room.url("/tickets/seat?from=chromium"),
+                "location.pathname === '/waiting-room/baseball'",
+                Duration::from_secs(10),
+            )
+            .await;
         until(
             &page,
             "document.readyState === 'complete'",
@@ -248,16 +251,12 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
             "2 people are ahead of you."
         );
         let second = chromium
-            .browser
-            .new_page(room.url("/waiting-room/baseball?return=/tickets/seat"))
-            .await
-            .unwrap();
-        until(
-            &second,
-            "document.readyState === 'complete'",
-            Duration::from_secs(5),
-        )
-        .await;
+            .open(
+                room.url("/waiting-room/baseball?return=/tickets/seat"),
+                "document.readyState === 'complete'",
+                Duration::from_secs(5),
+            )
+            .await;
         assert_eq!(
             eval::<String>(&second, MESSAGE).await,
             "2 people are ahead of you."
@@ -480,16 +479,12 @@ fn the_page_backs_off_while_redis_is_down() {
     runtime().block_on(async {
         let chromium = Chromium::launch().await;
         let page = chromium
-            .browser
-            .new_page(room.url("/tickets/seat"))
-            .await
-            .unwrap();
-        until(
-            &page,
-            "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
-            Duration::from_secs(10),
-        )
-        .await;
+            .open(
+                room.url("/tickets/seat"),
+                "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
+                Duration::from_secs(10),
+            )
+            .await;
         let _: bool = eval(
             &page,
             "(() => { window.ranks = 0; const f = window.fetch;
@@ -531,17 +526,13 @@ fn a_page_shown_while_redis_is_down_reloads_rather_than_polls() {
     runtime().block_on(async {
         let chromium = Chromium::launch().await;
         let page = chromium
-            .browser
-            .new_page(room.url("/waiting-room/baseball?return=/tickets/seat"))
-            .await
-            .unwrap();
-        until(
-            &page,
-            "document.readyState === 'complete' && \
+            .open(
+                room.url("/waiting-room/baseball?return=/tickets/seat"),
+                "document.readyState === 'complete' && \
              document.getElementById('waitgate').dataset.status === 'UNAVAILABLE'",
-            Duration::from_secs(10),
-        )
-        .await;
+                Duration::from_secs(10),
+            )
+            .await;
         // Past the page's first advice (5 s): it reloads, and no rank call
         // reaches waitgate.
         tokio::time::sleep(Duration::from_millis(7_000)).await;
@@ -627,16 +618,8 @@ fn a_browser_that_refuses_cookies_is_told_so_and_joins_once() {
         ))
         .await;
         let page = chromium
-            .browser
-            .new_page(room.url("/tickets/seat"))
-            .await
-            .unwrap();
-        until(
-            &page,
-            "location.pathname === '/waiting-room/baseball'",
-            Duration::from_secs(10),
-        )
-        .await;
+            .open(room.url("/tickets/seat"), "location.pathname === '/waiting-room/baseball'", Duration::from_secs(10))
+            .await;
         until(
             &page,
             "document.getElementById('waitgate').dataset.status === 'COOKIES_REQUIRED'",

@@ -275,19 +275,39 @@ fn access_lines(log: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The access lines of `wg`'s log once there are `n` (or after 3 s, what
+/// there is).
+fn access_lines_at_least(wg: &Waitgate, n: usize) -> Vec<serde_json::Value> {
+    let started = Instant::now();
+    loop {
+        let lines = access_lines(&wg.log());
+        if lines.len() >= n || started.elapsed() > Duration::from_secs(3) {
+            return lines;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// waitgate logging JSON with the config's own filter, as in production;
+/// `extra` follows `log:`'s `format` line (more `log` keys, indented, or
+/// top-level keys).
+fn start_json_logged(redis: &Redis, upstream: &Upstream, extra: &str) -> Waitgate {
+    let ports = Ports::new();
+    let config = format!(
+        "{}log:\n  format: json\n{extra}",
+        common::config(&redis.url(), &ports, upstream.port)
+    );
+    Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")])
+}
+
 /// Behind a trusted load balancer the access log names the client it saw
 /// (the last `X-Forwarded-For` address) and the balancer as `peer`, on
 /// both paths; an address that is not one leaves the peer as the client.
 #[test]
 fn behind_a_trusted_proxy_the_access_log_names_the_client_it_saw() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let config = format!(
-        "{}log:\n  format: json\ntrusted-proxies: [127.0.0.1]\n",
-        config(&redis.url(), &ports, upstream.port)
-    );
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let wg = start_json_logged(&redis, &upstream, "trusted-proxies: [127.0.0.1]\n");
     let token = admitted_token(&wg, &redis, "fan_7");
     let auth = bearer(&token);
     let xff = ("X-Forwarded-For", "203.0.113.9, 198.51.100.4");
@@ -332,14 +352,7 @@ fn behind_a_trusted_proxy_the_access_log_names_the_client_it_saw() {
         send("GET", "/api/v1/follow-up/d", &[("Authorization", &auth)]),
         200
     );
-    let started = Instant::now();
-    let lines = loop {
-        let lines = access_lines(&wg.log());
-        if lines.len() >= 7 || started.elapsed() > Duration::from_secs(3) {
-            break lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let lines = access_lines_at_least(&wg, 7);
     let line = |path: &str| {
         lines
             .iter()
@@ -363,14 +376,8 @@ fn behind_a_trusted_proxy_the_access_log_names_the_client_it_saw() {
 #[test]
 fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let config = format!(
-        "{}log:\n  format: json\n",
-        config(&redis.url(), &ports, upstream.port)
-    );
-    // Let the config's filter decide, as in production.
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let wg = start_json_logged(&redis, &upstream, "");
     let token = admitted_token(&wg, &redis, "fan_7");
     // A plain GET (the direct lane when it is on) and a POST (always
     // Pingora's proxy).
@@ -400,14 +407,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     )
     .unwrap();
     assert!(dropout.status >= 400, "{dropout:?}");
-    let started = Instant::now();
-    let lines = loop {
-        let lines = access_lines(&wg.log());
-        if lines.len() >= 7 || started.elapsed() > Duration::from_secs(3) {
-            break lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let lines = access_lines_at_least(&wg, 7);
     // register, token, GET, POST (the admission was by hand).
     let forwarded: Vec<_> = lines
         .iter()
@@ -456,12 +456,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     println!("{raw}");
 
     // log.access: false turns the lines off.
-    let ports = Ports::new();
-    let quiet = format!(
-        "{}log:\n  format: json\n  access: false\n",
-        common::config(&redis.url(), &ports, upstream.port)
-    );
-    let wg = Waitgate::start_env(&quiet, &ports, &[("RUST_LOG", "")]);
+    let wg = start_json_logged(&redis, &upstream, "  access: false\n");
     assert_eq!(
         get(wg.addr, "/api/v1/queue/rank?userId=nobody")
             .unwrap()
