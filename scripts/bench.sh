@@ -85,7 +85,7 @@ wait_port $P_UPSTREAM
 wait_port $P_NGINX
 
 # --- the bare Pingora reference, one thread
-./target/release/examples/bare_proxy 127.0.0.1:$P_BARE 127.0.0.1:$P_UPSTREAM 1 2>/dev/null &
+"$RELEASE"/examples/bare_proxy 127.0.0.1:$P_BARE 127.0.0.1:$P_UPSTREAM 1 2>/dev/null &
 BARE_PID=$!
 pids+=("$BARE_PID")
 wait_port $P_BARE
@@ -123,13 +123,13 @@ routes:
 EOF
 }
 waitgate_conf $P_WG $P_ADMIN > "$work/waitgate.yaml"
-RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate.yaml" &
+RUST_LOG=warn "$RELEASE"/waitgate -c "$work/waitgate.yaml" &
 WG_PID=$!
 pids+=("$WG_PID")
 wait_port $P_WG
 # The same with the direct lane off: every request through Pingora's proxy.
 { echo "direct-lane: false"; waitgate_conf $P_WG_OFF $P_ADMIN_OFF; } > "$work/waitgate-off.yaml"
-RUST_LOG=warn ./target/release/waitgate -c "$work/waitgate-off.yaml" &
+RUST_LOG=warn "$RELEASE"/waitgate -c "$work/waitgate-off.yaml" &
 WG_OFF_PID=$!
 pids+=("$WG_OFF_PID")
 wait_port $P_WG_OFF

@@ -42,11 +42,19 @@ fi
 # The admin API (docs/ticket-open.md) exists only with a token.
 export WAITGATE_ADMIN_TOKEN=${WAITGATE_ADMIN_TOKEN:-demo-admin-token-change-me}
 
-./target/release/examples/demo_upstream 127.0.0.1:9000 2>/dev/null &
+"$RELEASE"/examples/demo_upstream 127.0.0.1:9000 2>/dev/null &
 pids+=($!)
-RUST_LOG=${RUST_LOG:-warn,waitgate=info} ./target/release/waitgate -c conf/waitgate.yaml &
+RUST_LOG=${RUST_LOG:-warn,waitgate=info} "$RELEASE"/waitgate -c conf/waitgate.yaml &
 pids+=($!)
-for _ in $(seq 100); do curl -sf 127.0.0.1:9091/healthz >/dev/null && break; sleep 0.1; done
+started=
+for _ in $(seq 100); do
+  curl -sf 127.0.0.1:9091/healthz >/dev/null && { started=1; break; }
+  sleep 0.1
+done
+if [ -z "$started" ]; then
+  echo "waitgate did not answer on 127.0.0.1:9091/healthz within 10 s; its messages are above." >&2
+  exit 1
+fi
 
 cat <<'TRY'
 

@@ -8,6 +8,11 @@
 # install_packages (used by .ci/run only) installs the missing packages itself,
 # as root with apt-get.
 
+# Where `cargo build --release` puts what the scripts run: CARGO_TARGET_DIR
+# when it is set (relative paths are from the repository's root, where every
+# script runs), else ./target.
+RELEASE="${CARGO_TARGET_DIR:-target}/release"
+
 # The Debian package that provides a command.
 package_for() {
   case "$1" in

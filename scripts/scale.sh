@@ -106,13 +106,13 @@ export JWT_SECRET
 JWT_SECRET=$(openssl rand -base64 32 2>/dev/null || head -c 32 /dev/urandom | base64)
 R HSET "$K:admission" window 999999999999 window_ms 3000 >/dev/null
 for side in on off; do
-  RUST_LOG=warn "${on_other_cores[@]}" ./target/release/waitgate -c "$work/waitgate-$side.yaml" 2>"$work/waitgate-$side.log" &
+  RUST_LOG=warn "${on_other_cores[@]}" "$RELEASE"/waitgate -c "$work/waitgate-$side.yaml" 2>"$work/waitgate-$side.log" &
   pids+=($!)
 done
 wait_port $P_ON
 wait_port $P_OFF
 
-pollers() { "${on_other_cores[@]}" ./target/release/examples/pollers "$@"; }
+pollers() { "${on_other_cores[@]}" "$RELEASE"/examples/pollers "$@"; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 info() { R INFO "$1" | tr -d '\r'; }
 

@@ -26,4 +26,4 @@ done
 for p in "${ports[@]}"; do
   for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
 done
-./target/release/examples/shards "$users" "${ports[@]/#/127.0.0.1:}"
+"$RELEASE"/examples/shards "$users" "${ports[@]/#/127.0.0.1:}"
