@@ -666,7 +666,15 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<Node> = (0..3 * (1 + replicas))
             .map(|_| {
-                let port = free_port();
+                // A cluster node also listens on its port + 10000 (the
+                // cluster bus): both must be free.
+                let port = std::iter::repeat_with(free_port)
+                    .find(|p| {
+                        p.checked_add(10_000).is_some_and(|bus| {
+                            std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok()
+                        })
+                    })
+                    .unwrap();
                 Node::start_on(
                     port,
                     dir.path(),

@@ -26,13 +26,51 @@ pub fn secret_bytes() -> Vec<u8> {
         .unwrap()
 }
 
-/// A port nobody listens on right now.
+/// A port nobody listens on right now, from below the kernel's ephemeral
+/// range. Test servers that bind port 0 (recording upstreams, scripted
+/// backends) get ephemeral ports, so they can never take a port handed out
+/// here in the moment between this check and waitgate's or Redis's own
+/// bind: a waitgate whose admin port was taken that way polled the other
+/// test's upstream for `/healthz`, and those requests showed up in what it
+/// recorded.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = handout_range();
+    let span = u32::from(high - low) + 1;
+    // Each test process starts at its own place in the range, so that two
+    // processes rarely hand out the same port in the same moment.
+    let seed = std::process::id().wrapping_mul(2_654_435_761)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    for _ in 0..span {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + (seed.wrapping_add(step.wrapping_mul(7919)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..={high}");
+}
+
+/// The ports [`free_port`] hands out: those below the ephemeral range
+/// (`ip_local_port_range`), or above it when it starts too low to leave
+/// room.
+fn handout_range() -> (u16, u16) {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    if ephemeral.0 >= 12_000 {
+        (10_000, ephemeral.0 - 1)
+    } else {
+        (ephemeral.1.saturating_add(1).min(64_000), 65_535)
+    }
 }
 
 fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
