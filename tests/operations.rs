@@ -5,7 +5,8 @@
 
 mod common;
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -861,4 +862,150 @@ fn a_debug_log_filter_writes_no_tokens() {
         200
     );
     wg.wait_for_log(signature, 1);
+}
+
+/// An upstream failure is logged in the same words whichever path served
+/// the request: each broken answer below goes once to a GET (the direct
+/// lane when it is on) and once to a POST (always Pingora's proxy), and
+/// both lines carry the same status and `error`. A client that leaves in
+/// the middle of a body is no upstream failure on either path.
+#[test]
+fn an_upstream_failure_is_logged_alike_on_both_paths() {
+    use common::scripted::{Scripted, Step};
+    let head = |extra: &str| Step::Send(format!("HTTP/1.1 200 OK\r\n{extra}\r\n").into_bytes());
+    let upstream = Scripted::start(move |r| match r.path() {
+        "/api/v1/follow-up/closed" => vec![Step::Close],
+        "/api/v1/follow-up/garbage" => vec![Step::Send(b"NOT HTTP AT ALL\r\n\r\n".to_vec())],
+        "/api/v1/follow-up/huge-head" => {
+            let field = format!("X-Big: {}\r\n", "a".repeat(1_100_000));
+            vec![head(&field), Step::Close]
+        }
+        "/api/v1/follow-up/slow" => vec![Step::Pause(Duration::from_millis(1500))],
+        "/api/v1/follow-up/cut" => vec![
+            head("Content-Length: 100\r\n"),
+            Step::Send(b"ten bytes.".to_vec()),
+            Step::Close,
+        ],
+        "/api/v1/follow-up/stall" => vec![
+            head("Content-Length: 100\r\n"),
+            Step::Send(b"ten bytes.".to_vec()),
+            Step::Pause(Duration::from_millis(1500)),
+        ],
+        "/api/v1/follow-up/chunks" => vec![
+            head("Transfer-Encoding: chunked\r\n"),
+            Step::Send(b"zz\r\nnope\r\n".to_vec()),
+        ],
+        "/api/v1/follow-up/long" => {
+            let mut steps = vec![head("Content-Length: 8000000\r\n")];
+            for _ in 0..40 {
+                steps.push(Step::Send(vec![b'x'; 200_000]));
+                steps.push(Step::Pause(Duration::from_millis(10)));
+            }
+            steps
+        }
+        _ => vec![Step::Send(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())],
+    });
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let dead = free_port();
+    let config = config(&redis.url(), &ports, upstream.port)
+        .replace(
+            &format!("    address: 127.0.0.1:{}\n", upstream.port),
+            &format!(
+                "    address: 127.0.0.1:{}\n    read-timeout-ms: 300\n  dead:\n    address: 127.0.0.1:{dead}\n",
+                upstream.port
+            ),
+        )
+        + "  - prefix: /api/v1/dead\n    upstream: dead\n    queue: baseball\nlog:\n  format: json\n";
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_3");
+    let send = |method: &str, path: &str, leave_early: bool| {
+        let body = if method == "POST" {
+            "Content-Length: 2\r\n\r\n{}"
+        } else {
+            "\r\n"
+        };
+        let mut c = TcpStream::connect(wg.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            c,
+            "{method} {path} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {token}\r\n{body}"
+        )
+        .unwrap();
+        if leave_early {
+            let mut first = [0; 1024];
+            let _ = c.read(&mut first);
+            let _ = socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO));
+            return;
+        }
+        let mut all = Vec::new();
+        let _ = c.read_to_end(&mut all);
+    };
+    let cases = [
+        ("/api/v1/follow-up/closed", 502, "closed before a response"),
+        (
+            "/api/v1/follow-up/garbage",
+            502,
+            "the response head was refused",
+        ),
+        (
+            "/api/v1/follow-up/huge-head",
+            502,
+            "the response head is too large",
+        ),
+        ("/api/v1/follow-up/slow", 504, "no response in time"),
+        ("/api/v1/follow-up/cut", 200, "the upstream closed mid-body"),
+        (
+            "/api/v1/follow-up/stall",
+            200,
+            "the upstream stalled mid-body",
+        ),
+        (
+            "/api/v1/follow-up/chunks",
+            200,
+            "the response body's framing was refused",
+        ),
+        ("/api/v1/dead/seat", 502, "cannot connect"),
+    ];
+    // The register and the token exchange, then each case twice.
+    let mut expected = 2;
+    for (path, _, _) in cases {
+        for method in ["GET", "POST"] {
+            send(method, path, false);
+            expected += 1;
+        }
+    }
+    for method in ["GET", "POST"] {
+        send(method, "/api/v1/follow-up/long", true);
+        expected += 1;
+    }
+    let lines = access_lines_at_least(&wg, expected);
+    let line = |method: &str, path: &str| {
+        let found: Vec<_> = lines
+            .iter()
+            .filter(|l| l["method"] == method && l["path"] == path)
+            .collect();
+        assert_eq!(found.len(), 1, "{method} {path}: {lines:#?}");
+        found[0].clone()
+    };
+    for (path, status, error) in cases {
+        for method in ["GET", "POST"] {
+            let l = line(method, path);
+            assert_eq!(l["level"], "WARN", "{method} {path}: {l}");
+            assert_eq!(l["status"], status, "{method} {path}: {l}");
+            assert_eq!(l["error"], error, "{method} {path}: {l}");
+            let port = if path.starts_with("/api/v1/dead") {
+                dead
+            } else {
+                upstream.port
+            };
+            assert_eq!(l["upstream"], format!("127.0.0.1:{port}"), "{l}");
+        }
+    }
+    for method in ["GET", "POST"] {
+        let l = line(method, "/api/v1/follow-up/long");
+        assert_eq!(l["level"], "INFO", "{method}: {l}");
+        assert_eq!(l["status"], 200, "{method}: {l}");
+        assert!(l.get("error").is_none(), "{method}: {l}");
+    }
 }

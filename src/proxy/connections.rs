@@ -204,6 +204,7 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
         route: "other",
         queue: None,
         user: None,
+        upstream: None,
         elapsed: started.elapsed(),
         error: None,
     }

@@ -21,7 +21,7 @@ use pingora::{Error, ErrorType, Result};
 use super::decision::{decide, request_target, Decision, RequestHead};
 use super::routes::RouteTable;
 use super::rules;
-use super::rules::failure::Failure;
+use super::rules::failure::{self, Failure};
 use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
 use super::rules::Field;
@@ -63,6 +63,8 @@ pub struct RequestCtx {
     pub chosen: Option<Chosen>,
     /// Set when waitgate wrote the reply itself.
     pub status: Option<u16>,
+    /// Whether the reply had begun when forwarding failed, once it has.
+    pub failed_after_start: Option<bool>,
     /// Whom a queue API reply was for (the access log's queue and user).
     pub subject: Option<Box<crate::reply::Subject>>,
     /// Held for the life of the request; dropping it ends the request for
@@ -191,6 +193,7 @@ impl ProxyHttp for Gate {
             upgrade: false,
             chosen: None,
             status: None,
+            failed_after_start: None,
             subject: None,
             _in_flight: self.in_flight.enter(),
         }
@@ -445,6 +448,7 @@ impl ProxyHttp for Gate {
         let started = session
             .response_written()
             .is_some_and(|r| !r.status.is_informational());
+        ctx.failed_after_start = Some(started);
         let mut error_code = 0;
         if let Some(reply) = Failure::from_pingora(e).reply(started) {
             error_code = reply.status;
@@ -486,10 +490,13 @@ impl ProxyHttp for Gate {
         let raw = header.raw_path();
         let path = raw.split(|&b| b == b'?').next().unwrap_or(raw);
         let path = String::from_utf8_lossy(path);
-        // A client that went away is not a failure worth a warning.
-        let error = error
-            .filter(|e| Failure::from_pingora(e) != Failure::ClientGone)
-            .map(|e| e.to_string());
+        // In the lane's words; a client that went away is no failure.
+        let started = ctx.failed_after_start.unwrap_or_else(|| {
+            session
+                .response_written()
+                .is_some_and(|r| !r.status.is_informational())
+        });
+        let error = error.and_then(|e| failure::logged(e, started));
         Record {
             request_id: &ctx.request_id,
             client: ctx.client.or(ctx.peer.ip),
@@ -509,8 +516,9 @@ impl ProxyHttp for Gate {
                 .as_ref()
                 .map(|i| &*i.user)
                 .or(ctx.subject.as_ref().and_then(|s| s.user.as_deref())),
+            upstream: ctx.chosen.as_ref().map(|c| c.addr),
             elapsed: ctx.started.elapsed(),
-            error: error.as_deref(),
+            error,
         }
         .finish(&self.metrics);
     }

@@ -91,11 +91,21 @@ impl std::error::Error for Refused {}
 
 /// Whether a proxy error came from a watched socket that went stale.
 pub fn is_stale(error: &Error) -> bool {
+    io_cause_is::<Stale>(error)
+}
+
+/// Whether a proxy error is the rules refusing a response head or body.
+pub fn is_refused(error: &Error) -> bool {
+    io_cause_is::<Refused>(error)
+}
+
+/// Whether the I/O error under a proxy error is a `T` of a watched socket.
+fn io_cause_is<T: std::error::Error + 'static>(error: &Error) -> bool {
     let mut cause: Option<&(dyn std::error::Error + Send + Sync + 'static)> =
         error.cause.as_deref();
     while let Some(e) = cause {
         if let Some(io) = e.downcast_ref::<io::Error>() {
-            return io.get_ref().is_some_and(|inner| inner.is::<Stale>());
+            return io.get_ref().is_some_and(|inner| inner.is::<T>());
         }
         // Pingora's errors carry their cause in a field, not as a source,
         // and one wraps another boxed.

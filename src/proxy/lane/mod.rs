@@ -239,6 +239,7 @@ impl DirectLane {
             route: "other",
             queue: None,
             user: None,
+            upstream: None,
             elapsed: Default::default(),
             error: None,
         };
@@ -254,6 +255,7 @@ impl DirectLane {
                 // No healthy address: 502 at once, as the proxy answers.
                 let outcome = match route.upstream.select() {
                     Some(chosen) => {
+                        record.upstream = Some(chosen.addr);
                         let pool = match table.fixed.get(plan.route) {
                             Some(Some(pool)) => pool.clone(),
                             _ => table.pool(&route.upstream, chosen.addr),

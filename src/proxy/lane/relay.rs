@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 use super::io::{send, Lane, READ_SIZE};
 use super::request::Plan;
 use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
-use crate::proxy::rules::failure::Failure;
+use crate::proxy::rules::failure::{why, Failure};
 use crate::proxy::rules::forward::REQUEST_ID;
 use crate::proxy::rules::pool::Pool;
 use crate::proxy::rules::response::Body;
@@ -88,11 +88,11 @@ pub async fn forward(
     let lane = match relayed {
         Ok(()) if client.flush().await.is_ok() && !close => Lane::Served,
         Ok(()) => Lane::Closed,
-        Err(why) => {
+        Err(failure) => {
             return Outcome {
                 status: response.status,
                 lane: Lane::Closed,
-                error: Some(why),
+                error: logged(failure),
             }
         }
     };
@@ -123,9 +123,18 @@ pub async fn fail(
     Outcome {
         status,
         lane: Lane::Closed,
-        error: Some(why),
+        error: logged((failure, why)),
     }
 }
+
+/// What the access log says of a failure: nothing when the client went
+/// away, as on Pingora's path (`failure::logged`).
+fn logged((failure, why): (Failure, &'static str)) -> Option<&'static str> {
+    (failure != Failure::ClientGone).then_some(why)
+}
+
+/// The client's connection failed while the reply was being written.
+const GONE: (Failure, &str) = (Failure::ClientGone, "the client went away");
 
 /// Sends the request head and reads the final response head, relaying any
 /// interim (1xx) response to the client. A kept-alive connection that fails
@@ -142,10 +151,7 @@ async fn exchange(
     loop {
         let (mut conn, reused) = match (!fresh_only).then(|| pool.take()).flatten() {
             Some(conn) => (conn, true),
-            None => (
-                pool.connect().await.map_err(|f| (f, "cannot connect"))?,
-                false,
-            ),
+            None => (pool.connect().await.map_err(|f| (f, why::CONNECT))?, false),
         };
         buf.clear();
         let mut relayed = false;
@@ -162,8 +168,8 @@ async fn exchange(
                 )
                 .await
             }
-            Ok(Err(_)) => Err((Failure::Unavailable, "cannot send the request")),
-            Err(_) => Err((Failure::Timeout, "timed out sending the request")),
+            Ok(Err(_)) => Err((Failure::Unavailable, why::SEND)),
+            Err(_) => Err((Failure::Timeout, why::SEND_TIMEOUT)),
         };
         match answer {
             Ok(response) => return Ok((conn, response)),
@@ -189,8 +195,7 @@ async fn read_head(
     client: &mut Stream,
     relayed: &mut bool,
 ) -> Result<Response, (Failure, &'static str)> {
-    let refused = (Failure::Unavailable, "the response head was refused");
-    let gone = (Failure::ClientGone, "the client went away");
+    let refused = (Failure::Unavailable, why::HEAD_REFUSED);
     let mut interim = Vec::new();
     loop {
         if !buf.is_empty() {
@@ -204,27 +209,27 @@ async fn read_head(
                 Some(response) => {
                     buf.advance(response.consumed);
                     if !interim.is_empty() {
-                        client.write_all(&interim).await.map_err(|_| gone)?;
+                        client.write_all(&interim).await.map_err(|_| GONE)?;
                     }
                     return Ok(response);
                 }
                 None => {}
             }
             if buf.len() >= MAX_RESPONSE_HEAD {
-                return Err((Failure::Unavailable, "the response head is too large"));
+                return Err((Failure::Unavailable, why::HEAD_TOO_LARGE));
             }
         }
         if !interim.is_empty() {
-            client.write_all(&interim).await.map_err(|_| gone)?;
-            client.flush().await.map_err(|_| gone)?;
+            client.write_all(&interim).await.map_err(|_| GONE)?;
+            client.flush().await.map_err(|_| GONE)?;
             interim.clear();
             *relayed = true;
         }
         buf.reserve(READ_SIZE);
         match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {
             Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => return Err((Failure::Unavailable, "closed before a response")),
-            Err(_) => return Err((Failure::Timeout, "no response in time")),
+            Ok(_) => return Err((Failure::Unavailable, why::CLOSED_BEFORE_RESPONSE)),
+            Err(_) => return Err((Failure::Timeout, why::NO_RESPONSE)),
         }
     }
 }
@@ -246,7 +251,7 @@ async fn relay(
     body: Body,
     mut out: Vec<u8>,
     client: &mut Stream,
-) -> Result<(), &'static str> {
+) -> Result<(), (Failure, &'static str)> {
     match relay_body(conn, pool, upstream_close, buf, body, &mut out, client).await {
         Ok(()) => Ok(()),
         Err(why) => {
@@ -266,13 +271,12 @@ async fn relay_body(
     body: Body,
     out: &mut Vec<u8>,
     client: &mut Stream,
-) -> Result<(), &'static str> {
+) -> Result<(), (Failure, &'static str)> {
     let mut chunks = ChunkedEnd::default();
     let mut left = match body {
         Body::Length(n) => n,
         _ => 0,
     };
-    let gone = "the client went away";
     loop {
         // Move what the upstream sent so far into `out`, up to the body's end.
         let done = match body {
@@ -286,7 +290,7 @@ async fn relay_body(
             }
             Body::Chunked => match chunks
                 .feed(buf, out)
-                .map_err(|_| "the chunked body is malformed")?
+                .map_err(|_| (Failure::Unavailable, why::BODY_REFUSED))?
             {
                 Some(end) => {
                     buf.advance(end);
@@ -306,7 +310,7 @@ async fn relay_body(
                 }
                 false
             }
-            Body::Tunnel => return Err("the upstream switched protocols"),
+            Body::Tunnel => return Err((Failure::Unavailable, why::SWITCHED)),
         };
         if done {
             // Anything read past the end was never asked for: do not reuse.
@@ -315,21 +319,21 @@ async fn relay_body(
             }
             let written = client.write_all(out).await;
             out.clear();
-            return written.map_err(|_| gone);
+            return written.map_err(|_| GONE);
         }
         if !out.is_empty() {
             let written = client.write_all(out).await;
             out.clear();
-            written.map_err(|_| gone)?;
+            written.map_err(|_| GONE)?;
         }
         buf.reserve(READ_SIZE);
         match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {
             Ok(Ok(0)) if body == Body::UntilClose => {
-                return client.write_all(b"0\r\n\r\n").await.map_err(|_| gone);
+                return client.write_all(b"0\r\n\r\n").await.map_err(|_| GONE);
             }
             Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => return Err("the upstream closed mid-body"),
-            Err(_) => return Err("the upstream stalled mid-body"),
+            Ok(_) => return Err((Failure::Unavailable, why::CLOSED_MID_BODY)),
+            Err(_) => return Err((Failure::Timeout, why::STALLED_MID_BODY)),
         }
     }
 }

@@ -75,6 +75,74 @@ impl Failure {
     }
 }
 
+/// Why a forwarded request failed, in the words of the access log's
+/// `error` field. The direct lane names its failures with these; Pingora's
+/// errors are read into them by [`logged`], so that one failure is the same
+/// line whichever path served the request.
+pub mod why {
+    pub use crate::proxy::upstream::NO_HEALTHY_ADDRESS;
+    pub const CONNECT: &str = "cannot connect";
+    pub const SEND: &str = "cannot send the request";
+    pub const SEND_TIMEOUT: &str = "timed out sending the request";
+    pub const HEAD_REFUSED: &str = "the response head was refused";
+    pub const HEAD_TOO_LARGE: &str = "the response head is too large";
+    pub const CLOSED_BEFORE_RESPONSE: &str = "closed before a response";
+    pub const NO_RESPONSE: &str = "no response in time";
+    pub const CLOSED_MID_BODY: &str = "the upstream closed mid-body";
+    pub const STALLED_MID_BODY: &str = "the upstream stalled mid-body";
+    pub const BODY_REFUSED: &str = "the response body's framing was refused";
+    pub const SWITCHED: &str = "the upstream switched protocols";
+    pub const REQUEST_REFUSED: &str = "the request could not be forwarded as sent";
+    pub const OTHER: &str = "the upstream failed";
+}
+
+/// The access log's `error` for a Pingora proxy error, read into the
+/// lane's words ([`why`]); `started` says whether the reply had begun when
+/// it failed. `None` when the client went away: that is no failure of the
+/// upstream, on either path.
+pub fn logged(e: &Error, started: bool) -> Option<&'static str> {
+    let failure = Failure::from_pingora(e);
+    match failure {
+        Failure::ClientGone => return None,
+        Failure::BadRequest(_) => return Some(why::REQUEST_REFUSED),
+        Failure::Unavailable | Failure::Timeout => {}
+    }
+    // The words of the error and of the errors under it.
+    let context = e.to_string();
+    let refused = crate::proxy::watched::is_refused(e);
+    Some(match e.etype() {
+        ErrorType::ConnectNoRoute if context.contains(why::NO_HEALTHY_ADDRESS) => {
+            why::NO_HEALTHY_ADDRESS
+        }
+        ErrorType::ConnectTimedout
+        | ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::ConnectProxyFailure
+        | ErrorType::TLSHandshakeFailure
+        | ErrorType::TLSHandshakeTimedout
+        | ErrorType::TLSWantX509Lookup
+        | ErrorType::InvalidCert
+        | ErrorType::HandshakeError
+        | ErrorType::SocketError
+        | ErrorType::BindError => why::CONNECT,
+        ErrorType::WriteTimedout => why::SEND_TIMEOUT,
+        ErrorType::WriteError => why::SEND,
+        ErrorType::ReadTimedout if started => why::STALLED_MID_BODY,
+        ErrorType::ReadTimedout => why::NO_RESPONSE,
+        _ if refused && started => why::BODY_REFUSED,
+        _ if refused => why::HEAD_REFUSED,
+        // Pingora's client refuses a head of 1 MiB or more in these words;
+        // the lane stops reading at the same size.
+        ErrorType::InvalidHTTPHeader if context.contains("larger than") => why::HEAD_TOO_LARGE,
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error if started => why::BODY_REFUSED,
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error => why::HEAD_REFUSED,
+        ErrorType::ConnectionClosed | ErrorType::ReadError if started => why::CLOSED_MID_BODY,
+        ErrorType::ConnectionClosed | ErrorType::ReadError => why::CLOSED_BEFORE_RESPONSE,
+        _ => why::OTHER,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +159,29 @@ mod tests {
         assert_eq!(Failure::from_pingora(&bad), Failure::BadRequest(413));
         assert_eq!(Failure::Unavailable.reply(false).unwrap().status, 502);
         assert_eq!(Failure::Timeout.reply(false).unwrap().status, 504);
+    }
+
+    #[test]
+    fn pingora_errors_are_logged_in_the_lanes_words() {
+        let up = |t| Error::new(t).into_up();
+        assert_eq!(
+            logged(&up(ErrorType::ConnectRefused), false),
+            Some(why::CONNECT)
+        );
+        let none = Error::explain(ErrorType::ConnectNoRoute, why::NO_HEALTHY_ADDRESS).into_up();
+        assert_eq!(logged(&none, false), Some(why::NO_HEALTHY_ADDRESS));
+        let slow = up(ErrorType::ReadTimedout);
+        assert_eq!(logged(&slow, false), Some(why::NO_RESPONSE));
+        assert_eq!(logged(&slow, true), Some(why::STALLED_MID_BODY));
+        let closed = up(ErrorType::ConnectionClosed);
+        assert_eq!(logged(&closed, false), Some(why::CLOSED_BEFORE_RESPONSE));
+        assert_eq!(logged(&closed, true), Some(why::CLOSED_MID_BODY));
+        let gone = Error::new(ErrorType::WriteError).into_down();
+        assert_eq!(logged(&gone, true), None);
+        assert_eq!(
+            logged(&up(ErrorType::InternalError), false),
+            Some(why::OTHER)
+        );
     }
 
     #[test]

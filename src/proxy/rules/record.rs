@@ -1,7 +1,7 @@
 //! The record of one request: its metrics and its access-log line, written
 //! in one place for both paths.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use crate::metrics::Metrics;
@@ -25,6 +25,8 @@ pub struct Record<'a> {
     pub route: &'a str,
     pub queue: Option<&'a str>,
     pub user: Option<&'a str>,
+    /// The upstream address the request was sent to, if it was.
+    pub upstream: Option<SocketAddr>,
     pub elapsed: Duration,
     /// The upstream's failure, if the request failed there.
     pub error: Option<&'a str>,
@@ -72,6 +74,7 @@ impl Record<'_> {
                 route = self.route,
                 queue = self.queue,
                 user = self.user,
+                upstream = self.upstream.map(tracing::field::display),
                 error,
                 count,
                 "request failed"
@@ -93,6 +96,7 @@ impl Record<'_> {
             route = self.route,
             queue = self.queue,
             user = self.user,
+            upstream = self.upstream.map(tracing::field::display),
             "request"
         );
     }
