@@ -862,7 +862,8 @@ fn side(redis: &Redis, lane: bool) -> Side {
         ),
     );
     assert!(config.contains(&format!("direct-lane: {lane}")));
-    let wg = Waitgate::start(&config, &ports);
+    let config = format!("{config}log:\n  format: json\n");
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
     Side { wg, upstream }
 }
 
@@ -975,6 +976,27 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
         cases.len(),
         differences.join("\n")
     );
+    // Both access logs say the same of every request, failures in the
+    // same words.
+    let (lane_log, proxy_log) = wait_for_equal_logs(&lane.wg, &proxy.wg);
+    let only = |a: &BTreeMap<String, usize>, b: &BTreeMap<String, usize>| -> Vec<String> {
+        a.iter()
+            .filter(|(line, n)| b.get(*line) != Some(n))
+            .map(|(line, n)| format!("{n} x {line}"))
+            .collect()
+    };
+    let (lane_only, proxy_only) = (only(&lane_log, &proxy_log), only(&proxy_log, &lane_log));
+    assert!(
+        lane_only.is_empty() && proxy_only.is_empty(),
+        "the access logs differ:\n  lane only:\n    {}\n  proxy only:\n    {}",
+        lane_only.join("\n    "),
+        proxy_only.join("\n    ")
+    );
+    let failures = lane_log.keys().filter(|l| l.contains("\"error\"")).count();
+    assert!(
+        failures >= 10,
+        "{failures} kinds of failure logged:\n{lane_log:#?}"
+    );
     // The same users wait on both sides, in the same order: the
     // registrations refused changed nothing on either.
     let waiting = |redis: &Redis| -> Vec<String> {
@@ -1001,5 +1023,49 @@ fn the_direct_lane_and_the_pingora_proxy_give_the_same_answers_and_send_the_same
             assert_eq!(r.status, 204, "{user}: {r:?}");
         }
         assert!(waiting(redis).is_empty());
+    }
+}
+
+/// The access lines of a waitgate's log, as a count of each line less what
+/// differs by chance (`request_id`, `timestamp`, `duration_ms`) or by side
+/// (the `upstream` port).
+fn access_log(wg: &Waitgate) -> BTreeMap<String, usize> {
+    let mut lines = BTreeMap::new();
+    for line in wg.log().lines() {
+        let Ok(serde_json::Value::Object(mut fields)) = serde_json::from_str(line) else {
+            continue;
+        };
+        if fields.get("target").and_then(|t| t.as_str()) != Some("waitgate::access") {
+            continue;
+        }
+        for chance in [
+            "request_id",
+            "timestamp",
+            "duration_ms",
+            "upstream",
+            "count",
+        ] {
+            fields.remove(chance);
+        }
+        *lines
+            .entry(serde_json::Value::Object(fields).to_string())
+            .or_insert(0) += 1;
+    }
+    lines
+}
+
+/// Both sides' access logs, once they are the same (a line is written
+/// just after its request ends) or after 5 s.
+fn wait_for_equal_logs(
+    a: &Waitgate,
+    b: &Waitgate,
+) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
+    let started = Instant::now();
+    loop {
+        let logs = (access_log(a), access_log(b));
+        if logs.0 == logs.1 || started.elapsed() > Duration::from_secs(5) {
+            return logs;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
