@@ -21,11 +21,12 @@ use pingora::{Error, ErrorType, Result};
 use super::decision::{decide, request_target, Decision, RequestHead};
 use super::routes::RouteTable;
 use super::rules;
+use super::rules::failure::why::NO_HEALTHY_ADDRESS;
 use super::rules::failure::{self, Failure};
 use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
 use super::rules::record::Record;
 use super::rules::Field;
-use super::upstream::{Chosen, NO_HEALTHY_ADDRESS};
+use super::upstream::Chosen;
 use super::watched;
 use crate::browser::{Caller, PagePath};
 use crate::edge::jwt::{self, Identity, Tokens};
@@ -496,7 +497,7 @@ impl ProxyHttp for Gate {
                 .response_written()
                 .is_some_and(|r| !r.status.is_informational())
         });
-        let error = error.and_then(|e| failure::logged(e, started));
+        let error = error.and_then(|e| failure::logged(e, started, watched::is_refused(e)));
         Record {
             request_id: &ctx.request_id,
             client: ctx.client.or(ctx.peer.ip),

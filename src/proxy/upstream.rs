@@ -37,9 +37,6 @@ const WATCHED_IDLE: Duration = Duration::from_millis(1);
 use super::watched::Connectors;
 use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
 
-/// The failure of a request whose upstream has no healthy address.
-pub const NO_HEALTHY_ADDRESS: &str = "no healthy upstream address";
-
 /// Why an upstream could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("upstreams.{name}: cannot {what} `{address}`: {problem}")]

@@ -47,11 +47,12 @@ use bytes::{Buf, BytesMut};
 use pingora::protocols::Stream;
 
 use super::routes::RouteTable;
+use super::rules::failure::why::NO_HEALTHY_ADDRESS;
 use super::rules::failure::Failure;
 use super::rules::forward::{Peer, TrustedProxies, REQUEST_ID};
 use super::rules::pool::Pool;
 use super::rules::record::Record;
-use super::upstream::{Upstream, NO_HEALTHY_ADDRESS};
+use super::upstream::Upstream;
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
 use crate::queue::{Endpoint, QueueApi};

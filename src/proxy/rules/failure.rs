@@ -80,7 +80,8 @@ impl Failure {
 /// errors are read into them by [`logged`], so that one failure is the same
 /// line whichever path served the request.
 pub mod why {
-    pub use crate::proxy::upstream::NO_HEALTHY_ADDRESS;
+    /// Every address of the upstream's pool is marked down.
+    pub const NO_HEALTHY_ADDRESS: &str = "no healthy upstream address";
     pub const CONNECT: &str = "cannot connect";
     pub const SEND: &str = "cannot send the request";
     pub const SEND_TIMEOUT: &str = "timed out sending the request";
@@ -98,9 +99,10 @@ pub mod why {
 
 /// The access log's `error` for a Pingora proxy error, read into the
 /// lane's words ([`why`]); `started` says whether the reply had begun when
-/// it failed. `None` when the client went away: that is no failure of the
-/// upstream, on either path.
-pub fn logged(e: &Error, started: bool) -> Option<&'static str> {
+/// it failed, and `refused` whether the rules refused what the upstream
+/// sent (`watched::is_refused`). `None` when the client went away: that
+/// is no failure of the upstream, on either path.
+pub fn logged(e: &Error, started: bool, refused: bool) -> Option<&'static str> {
     let failure = Failure::from_pingora(e);
     match failure {
         Failure::ClientGone => return None,
@@ -109,7 +111,6 @@ pub fn logged(e: &Error, started: bool) -> Option<&'static str> {
     }
     // The words of the error and of the errors under it.
     let context = e.to_string();
-    let refused = crate::proxy::watched::is_refused(e);
     Some(match e.etype() {
         ErrorType::ConnectNoRoute if context.contains(why::NO_HEALTHY_ADDRESS) => {
             why::NO_HEALTHY_ADDRESS
@@ -153,6 +154,9 @@ mod tests {
         assert_eq!(Failure::from_pingora(&refused), Failure::Unavailable);
         let slow = Error::new(ErrorType::ReadTimedout).into_up();
         assert_eq!(Failure::from_pingora(&slow), Failure::Timeout);
+        let refused = up(ErrorType::ReadError);
+        assert_eq!(logged(&refused, false, true), Some(why::HEAD_REFUSED));
+        assert_eq!(logged(&refused, true, true), Some(why::BODY_REFUSED));
         let gone = Error::new(ErrorType::WriteError).into_down();
         assert_eq!(Failure::from_pingora(&gone), Failure::ClientGone);
         let bad = Error::new(ErrorType::HTTPStatus(413));
@@ -165,21 +169,27 @@ mod tests {
     fn pingora_errors_are_logged_in_the_lanes_words() {
         let up = |t| Error::new(t).into_up();
         assert_eq!(
-            logged(&up(ErrorType::ConnectRefused), false),
+            logged(&up(ErrorType::ConnectRefused), false, false),
             Some(why::CONNECT)
         );
         let none = Error::explain(ErrorType::ConnectNoRoute, why::NO_HEALTHY_ADDRESS).into_up();
-        assert_eq!(logged(&none, false), Some(why::NO_HEALTHY_ADDRESS));
+        assert_eq!(logged(&none, false, false), Some(why::NO_HEALTHY_ADDRESS));
         let slow = up(ErrorType::ReadTimedout);
-        assert_eq!(logged(&slow, false), Some(why::NO_RESPONSE));
-        assert_eq!(logged(&slow, true), Some(why::STALLED_MID_BODY));
+        assert_eq!(logged(&slow, false, false), Some(why::NO_RESPONSE));
+        assert_eq!(logged(&slow, true, false), Some(why::STALLED_MID_BODY));
         let closed = up(ErrorType::ConnectionClosed);
-        assert_eq!(logged(&closed, false), Some(why::CLOSED_BEFORE_RESPONSE));
-        assert_eq!(logged(&closed, true), Some(why::CLOSED_MID_BODY));
-        let gone = Error::new(ErrorType::WriteError).into_down();
-        assert_eq!(logged(&gone, true), None);
         assert_eq!(
-            logged(&up(ErrorType::InternalError), false),
+            logged(&closed, false, false),
+            Some(why::CLOSED_BEFORE_RESPONSE)
+        );
+        assert_eq!(logged(&closed, true, false), Some(why::CLOSED_MID_BODY));
+        let refused = up(ErrorType::ReadError);
+        assert_eq!(logged(&refused, false, true), Some(why::HEAD_REFUSED));
+        assert_eq!(logged(&refused, true, true), Some(why::BODY_REFUSED));
+        let gone = Error::new(ErrorType::WriteError).into_down();
+        assert_eq!(logged(&gone, true, false), None);
+        assert_eq!(
+            logged(&up(ErrorType::InternalError), false, false),
             Some(why::OTHER)
         );
     }
