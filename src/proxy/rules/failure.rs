@@ -154,9 +154,6 @@ mod tests {
         assert_eq!(Failure::from_pingora(&refused), Failure::Unavailable);
         let slow = Error::new(ErrorType::ReadTimedout).into_up();
         assert_eq!(Failure::from_pingora(&slow), Failure::Timeout);
-        let refused = up(ErrorType::ReadError);
-        assert_eq!(logged(&refused, false, true), Some(why::HEAD_REFUSED));
-        assert_eq!(logged(&refused, true, true), Some(why::BODY_REFUSED));
         let gone = Error::new(ErrorType::WriteError).into_down();
         assert_eq!(Failure::from_pingora(&gone), Failure::ClientGone);
         let bad = Error::new(ErrorType::HTTPStatus(413));
