@@ -721,7 +721,11 @@ fn cors_preflights_and_answers_are_for_allowed_origins_only() {
 
 /// A login token of the site's, HS256.
 fn login(sub: &str, secret: &str) -> String {
-    let exp = now_ms() / 1000 + 600;
+    login_until(sub, secret, now_ms() / 1000 + 600)
+}
+
+/// A login token of the shop's that runs out at `exp` (seconds).
+fn login_until(sub: &str, secret: &str, exp: u64) -> String {
     jsonwebtoken::encode(
         &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
         &json!({"sub": sub, "iss": "shop", "aud": "waitgate", "exp": exp}),
@@ -882,6 +886,159 @@ fn with_identity_binding_the_squatting_attack_is_refused() {
     assert_eq!(r.error_code(), "identity_mismatch");
     let r = exchange(&[("Authorization", &format!("Bearer {forged}"))], "bob");
     assert_eq!(r.error_code(), "invalid_login");
+}
+
+/// A site's login that runs out while its user waits keeps the place: the
+/// rank polls, the page and, once admitted, the token exchange take the
+/// registration's credential with it. A login that ran out proves nothing
+/// on its own (no heartbeat is written for it), and joining needs a fresh
+/// one.
+#[test]
+fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
+    let identity =
+        "identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET, cookie: session}\ncookies: {secure: false}\n";
+    let room = Room::start_with(QUEUES, identity, &[("SHOP_LOGIN_SECRET", LOGIN_SECRET)]);
+    // Run out an hour ago: past any leeway.
+    let lapsed = |sub: &str| login_until(sub, LOGIN_SECRET, now_ms() / 1000 - 3600);
+    let bob = format!("session={}", login("bob", LOGIN_SECRET));
+    let bob_lapsed = format!("session={}", lapsed("bob"));
+    let carol = format!("session={}", login("carol", LOGIN_SECRET));
+
+    // Bob and carol join on the page, signed in.
+    let page = room.get(PAGE, &[HTML, ("Cookie", &bob)]);
+    assert_eq!(page.status, 200, "{page:?}");
+    let queue_cookie = cookie_named(&page, "waitgate-queue-baseball").unwrap();
+    let credential = queue_cookie
+        .split_once('=')
+        .unwrap()
+        .1
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let carols = room.get(PAGE, &[HTML, ("Cookie", &carol)]);
+    let carol_cookie = cookie_named(&carols, "waitgate-queue-baseball").unwrap();
+    assert_eq!(room.waiting(), ["bob", "carol"]);
+    let rank = "/api/v1/queue/rank?queue=baseball";
+
+    // Bob's login runs out. Alone, it proves nothing: no heartbeat.
+    let before = room.heartbeat("bob").unwrap();
+    let r = room.get(rank, &[("Cookie", &bob_lapsed)]);
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    // Nor with carol's queue cookie, or a credential that is not his.
+    let r = room.get(
+        rank,
+        &[("Cookie", &format!("{bob_lapsed}; {carol_cookie}"))],
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    let r = room.get(
+        rank,
+        &[
+            ("Authorization", &format!("Bearer {}", lapsed("bob"))),
+            ("X-Queue-Credential", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+        ],
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    // A login that ran out, forged: nothing either, with the credential.
+    let forged = login_until("bob", "not-the-shops-secret-but-as-long-as-it", 1);
+    let r = room.get(
+        rank,
+        &[
+            ("Authorization", &format!("Bearer {forged}")),
+            ("X-Queue-Credential", &credential),
+        ],
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    assert_eq!(
+        room.heartbeat("bob").unwrap(),
+        before,
+        "no heartbeat written"
+    );
+
+    // With his queue cookie (the page's polls), or his credential (an API
+    // client), the place is kept: answered, and the heartbeat written.
+    std::thread::sleep(Duration::from_millis(5));
+    let r = room.get(
+        rank,
+        &[("Cookie", &format!("{bob_lapsed}; {queue_cookie}"))],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        (r.json()["userId"].as_str(), r.json()["rank"].as_i64()),
+        (Some("bob"), Some(0))
+    );
+    let r = room.get(
+        rank,
+        &[
+            ("Authorization", &format!("Bearer {}", lapsed("bob"))),
+            ("X-Queue-Credential", &credential),
+        ],
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["userId"], "bob");
+    assert_ne!(
+        room.heartbeat("bob").unwrap(),
+        before,
+        "the heartbeat is written"
+    );
+    // The page shows his place, and joins nobody.
+    let page = room.get(
+        PAGE,
+        &[HTML, ("Cookie", &format!("{bob_lapsed}; {queue_cookie}"))],
+    );
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(cookie_named(&page, "waitgate-queue-baseball").is_none());
+    let head = room.send(
+        "HEAD",
+        PAGE,
+        &[HTML, ("Cookie", &format!("{bob_lapsed}; {queue_cookie}"))],
+        None,
+    );
+    assert_eq!(head.status, 200);
+    // Without the queue cookie, or to join anew, the login must be fresh.
+    let page = room.get(PAGE, &[HTML, ("Cookie", &bob_lapsed)]);
+    assert_eq!(page.status, 401);
+    assert!(page.text().contains("Sign in to the site first"));
+    let head = room.send("HEAD", PAGE, &[HTML, ("Cookie", &bob_lapsed)], None);
+    assert_eq!(head.status, 401);
+    let r = room.send(
+        "POST",
+        "/api/v1/queue/register",
+        &[("Authorization", &format!("Bearer {}", lapsed("dave")))],
+        Some(Q),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    assert_eq!(room.waiting(), ["bob", "carol"]);
+
+    // Admitted, he is let in from the page, and his client exchanges the
+    // credential for a token: the lapsed login still names him.
+    admit_by_hand(&mut room.redis.conn(), "bob", now_ms() + 600_000);
+    let back = room.get(
+        &format!("{PAGE}?return=/tickets/seat"),
+        &[HTML, ("Cookie", &format!("{bob_lapsed}; {queue_cookie}"))],
+    );
+    assert_eq!(back.status, 303, "{back:?}");
+    assert!(cookie_named(&back, "waitgate-token-baseball").is_some());
+    let r = room.send(
+        "POST",
+        "/api/v1/queue/active/token",
+        &[("Authorization", &format!("Bearer {}", lapsed("bob")))],
+        Some(&format!(
+            r#"{{"userId":"bob","queue":"baseball","queueCredential":"{credential}"}}"#
+        )),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["accessToken"].is_string());
+    // Carol's lapsed login cannot take bob's token with his credential.
+    let r = room.send(
+        "POST",
+        "/api/v1/queue/active/token",
+        &[("Authorization", &format!("Bearer {}", lapsed("carol")))],
+        Some(&format!(
+            r#"{{"userId":"carol","queue":"baseball","queueCredential":"{credential}"}}"#
+        )),
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
 }
 
 #[test]

@@ -50,6 +50,16 @@ struct Claims {
     sub: String,
 }
 
+/// A verified login token: its user, and whether it has run out (its
+/// signature and claims are good but `exp` has passed). A login that ran
+/// out still says who signed in; what it is good for is the caller's to
+/// say (see `crate::queue::who`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Login {
+    pub user: UserId,
+    pub expired: bool,
+}
+
 impl Logins {
     /// Loads the key the config names: the secret from the environment, or
     /// the JWKS file's RS256 and ES256 keys.
@@ -91,16 +101,18 @@ impl Logins {
         })
     }
 
-    /// The user a request's login token names: from `Authorization:
-    /// Bearer`, else from the configured cookie (the first of that name
-    /// that verifies: another of the same name, set for a parent domain,
-    /// may be stale). No token is 401 `login_required`; a token that proves
-    /// nothing is 401 `invalid_login`.
-    pub fn user<'a>(
+    /// The login a request's token shows: from `Authorization: Bearer`,
+    /// else from the configured cookie (the first of that name that
+    /// verifies, one that has not run out before one that has: another of
+    /// the same name, set for a parent domain, may be stale). No token is
+    /// 401 `login_required`; a token that proves nothing is 401
+    /// `invalid_login`. A token that has only run out is returned as such:
+    /// the callers say what it is good for.
+    pub fn login<'a>(
         &self,
         authorization: Option<&str>,
         cookies: impl Fn(&str) -> Vec<&'a str>,
-    ) -> Result<UserId, ApiError> {
+    ) -> Result<Login, ApiError> {
         if let Some(value) = authorization {
             let (scheme, token) = value.split_once(' ').ok_or(ApiError::InvalidLogin)?;
             if !scheme.eq_ignore_ascii_case("bearer") {
@@ -112,13 +124,19 @@ impl Logins {
         if candidates.is_empty() {
             return Err(ApiError::LoginRequired);
         }
-        candidates
+        let verified: Vec<Login> = candidates
             .into_iter()
-            .find_map(|token| self.verify(token).ok())
+            .filter_map(|token| self.verify(token).ok())
+            .collect();
+        verified
+            .iter()
+            .find(|l| !l.expired)
+            .or(verified.first())
+            .cloned()
             .ok_or(ApiError::InvalidLogin)
     }
 
-    fn verify(&self, token: &str) -> Result<UserId, ApiError> {
+    fn verify(&self, token: &str) -> Result<Login, ApiError> {
         let header = decode_header(token).map_err(|_| ApiError::InvalidLogin)?;
         let key = self
             .keys
@@ -134,9 +152,19 @@ impl Logins {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = self.leeway;
-        let data =
-            decode::<Claims>(token, &key.key, &validation).map_err(|_| ApiError::InvalidLogin)?;
-        UserId::parse(data.claims.sub).ok_or(ApiError::InvalidUserId)
+        let (data, expired) = match decode::<Claims>(token, &key.key, &validation) {
+            Ok(data) => (data, false),
+            Err(e) if *e.kind() == jsonwebtoken::errors::ErrorKind::ExpiredSignature => {
+                // Every other check again, `exp` aside.
+                validation.validate_exp = false;
+                let data = decode::<Claims>(token, &key.key, &validation)
+                    .map_err(|_| ApiError::InvalidLogin)?;
+                (data, true)
+            }
+            Err(_) => return Err(ApiError::InvalidLogin),
+        };
+        let user = UserId::parse(data.claims.sub).ok_or(ApiError::InvalidUserId)?;
+        Ok(Login { user, expired })
     }
 }
 
@@ -194,6 +222,20 @@ mod tests {
             &EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap()
+    }
+
+    /// The user of a login that has not run out.
+    impl Logins {
+        fn user<'a>(
+            &self,
+            authorization: Option<&str>,
+            cookies: impl Fn(&str) -> Vec<&'a str>,
+        ) -> Result<UserId, ApiError> {
+            match self.login(authorization, cookies)? {
+                Login { expired: true, .. } => Err(ApiError::InvalidLogin),
+                login => Ok(login.user),
+            }
+        }
     }
 
     fn exp() -> u64 {
@@ -268,5 +310,44 @@ mod tests {
             l.user(Some(&format!("Bearer {odd}")), none).unwrap_err(),
             ApiError::InvalidUserId
         );
+    }
+
+    #[test]
+    fn a_login_that_ran_out_still_names_its_user_and_nothing_else_does() {
+        let l = logins();
+        let none = |_: &str| Vec::new();
+        let claims = |sub: &str, iss: &str, exp: u64| serde_json::json!({"sub": sub, "iss": iss, "aud": "waitgate", "exp": exp});
+        let lapsed = login(claims("bob", "shop", 1), SECRET);
+        let bearer = format!("Bearer {lapsed}");
+        assert_eq!(
+            l.login(Some(&bearer), none).unwrap(),
+            Login {
+                user: UserId::parse("bob".to_string()).unwrap(),
+                expired: true
+            }
+        );
+        assert_eq!(
+            l.user(Some(&bearer), none).unwrap_err(),
+            ApiError::InvalidLogin
+        );
+        // Run out and forged, or run out and for another issuer: nothing.
+        for bad in [
+            login(
+                claims("bob", "shop", 1),
+                "another-secret-of-at-least-thirty-two-bytes",
+            ),
+            login(claims("bob", "other", 1), SECRET),
+        ] {
+            let bearer = format!("Bearer {bad}");
+            assert_eq!(
+                l.login(Some(&bearer), none).unwrap_err(),
+                ApiError::InvalidLogin
+            );
+        }
+        // Of two cookies, the one that has not run out names the user.
+        let fresh = login(claims("carol", "shop", exp()), SECRET);
+        let both = |_: &str| vec![lapsed.as_str(), fresh.as_str()];
+        let got = l.login(None, both).unwrap();
+        assert_eq!((got.user.as_str(), got.expired), ("carol", false));
     }
 }

@@ -22,6 +22,7 @@ use crate::browser::template::Template;
 use crate::browser::text::Lang;
 use crate::browser::Caller;
 use crate::edge::jwt::Issued;
+use crate::edge::login::Login as Signed;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
@@ -136,7 +137,12 @@ impl QueueApi {
             Ok(queue) => queue,
             Err(reply) => return reply,
         };
-        let status = match self.signed_in(caller) {
+        let status = match self.login(caller) {
+            // A login that ran out keeps the place its queue cookie holds.
+            Ok(Some(Signed {
+                user,
+                expired: true,
+            })) if self.visitor_cookie(&queue, caller, Some(&user)).is_none() => 401,
             Ok(_) => 200,
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => 401,
             Err(error) => return Reply::from(error).about_queue(&queue.name),
@@ -191,10 +197,28 @@ impl QueueApi {
         queue: &Arc<Queue>,
         caller: &Caller,
     ) -> (Option<UserId>, Result<Visit, ApiError>) {
-        let signed_in = match self.signed_in(caller) {
+        let signed_in = match self.login(caller) {
             Ok(signed_in) => signed_in,
             Err(error) => return (None, Err(error)),
         };
+        // A login that ran out while its visitor waited: the queue cookie
+        // keeps the place (and is let in once admitted), but joining again
+        // needs a fresh login.
+        if let Some(Signed {
+            user,
+            expired: true,
+        }) = signed_in
+        {
+            let visit = match self.visitor_cookie(queue, caller, Some(&user)) {
+                Some(cookie) => self
+                    .poll(queue, &cookie)
+                    .await
+                    .and_then(|visit| visit.ok_or(ApiError::InvalidLogin)),
+                None => Err(ApiError::InvalidLogin),
+            };
+            return (Some(user), visit);
+        }
+        let signed_in = signed_in.map(|s| s.user);
         // A cookie of ours, for the signed-in user when there is one.
         let cookie = self.visitor_cookie(queue, caller, signed_in.as_ref());
         // The cookie's user is the signed-in one, when there is one.
@@ -216,47 +240,49 @@ impl QueueApi {
         user: &UserId,
     ) -> Result<Visit, ApiError> {
         if let Some(c) = &cookie {
-            let position = self
-                .calls
-                .rank(queue, c.user.as_str())
-                .await
-                .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
-            match position {
-                Position::Waiting(place) => {
-                    return Ok(Visit::Show(
-                        View::Waiting {
-                            place,
-                            start_rank: c.start_rank.max(place.rank),
-                        },
-                        None,
-                    ))
-                }
-                Position::Prequeued {
-                    opens_in_ms,
-                    poll_after_ms,
-                } => {
-                    return Ok(Visit::Show(
-                        View::Prequeue {
-                            opens_in_ms,
-                            poll_after_ms,
-                        },
-                        None,
-                    ))
-                }
-                Position::Active { .. } => {
-                    match self.exchange(queue, &c.user, &c.credential).await {
-                        Ok(issued) => return Ok(Visit::Admitted(issued)),
-                        // Active under an earlier registration than this
-                        // cookie's: join again below.
-                        Err(ApiError::NotActive) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                // Gone (the heartbeat ran out): join again, at the tail.
-                Position::NotQueued => {}
+            if let Some(visit) = self.poll(queue, c).await? {
+                return Ok(visit);
             }
         }
         self.join(queue, user).await
+    }
+
+    /// A visit with the queue cookie `c`: what its place came to, or
+    /// `None` when it has none (the heartbeat ran out, or the user is
+    /// active under an earlier registration than this cookie's).
+    async fn poll(&self, queue: &Arc<Queue>, c: &QueueCookie) -> Result<Option<Visit>, ApiError> {
+        let position = self
+            .calls
+            .rank(queue, c.user.as_str())
+            .await
+            .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
+        Ok(match position {
+            Position::Waiting(place) => Some(Visit::Show(
+                View::Waiting {
+                    place,
+                    start_rank: c.start_rank.max(place.rank),
+                },
+                None,
+            )),
+            Position::Prequeued {
+                opens_in_ms,
+                poll_after_ms,
+            } => Some(Visit::Show(
+                View::Prequeue {
+                    opens_in_ms,
+                    poll_after_ms,
+                },
+                None,
+            )),
+            Position::Active { .. } => match self.exchange(queue, &c.user, &c.credential).await {
+                Ok(issued) => Some(Visit::Admitted(issued)),
+                // Active under an earlier registration than this cookie's.
+                Err(ApiError::NotActive) => None,
+                Err(e) => return Err(e),
+            },
+            // Gone: the heartbeat ran out.
+            Position::NotQueued => None,
+        })
     }
 
     /// Registers `user` for the page.

@@ -26,7 +26,7 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
         query.user_id,
         header_credential,
         caller,
-        Login::Required,
+        Login::Keep,
     )?;
     // Whom the answer is about, in the access log, refusals included.
     let about = |error: ApiError| Reply::from(error).about(&queue.name, who.user.as_str());

@@ -113,7 +113,7 @@ fn registrant(
             given.map(UserId::into_string),
             None,
             caller,
-            Login::Required,
+            Login::Join,
         )?;
         if who.by_cookie {
             api.same_site(caller)?;

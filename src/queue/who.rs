@@ -12,7 +12,11 @@
 //! With identity binding, register and rank need the login token; the token
 //! exchange and the dropout, which the credential authenticates, take the
 //! login's user when a login token is sent, and the request's `userId` or
-//! the queue cookie otherwise.
+//! the queue cookie otherwise. A login that ran out while its user waited
+//! (signature and claims good, `exp` past) still names the user for rank,
+//! the exchange and the dropout, when the registration's credential comes
+//! with it: a wait can outlast the site's login, and the place should not
+//! be lost for that. Joining needs a login that has not run out.
 //!
 //! A request that a cookie authenticates (the queue cookie, or a login
 //! token from a cookie) and that changes something (`POST`, `DELETE`) must
@@ -23,6 +27,7 @@ use std::borrow::Cow;
 use super::{input, QueueApi};
 use crate::browser::cookie::QueueCookie;
 use crate::browser::Caller;
+use crate::edge::login::Login as Signed;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::user::UserId;
@@ -30,8 +35,11 @@ use crate::user::UserId;
 /// Whether a call needs the login token when identity binding is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Login {
-    /// Register and rank: the login names the user.
-    Required,
+    /// Register: the login names the user, and must not have run out.
+    Join,
+    /// Rank: the login names the user; one that ran out still does, with
+    /// the registration's credential.
+    Keep,
     /// The token exchange and the dropout: the credential authenticates
     /// the call, and a login token, when sent, names the user.
     IfSent,
@@ -59,11 +67,12 @@ impl QueueApi {
         caller: &Caller,
         login: Login,
     ) -> Result<Who, ApiError> {
-        let signed_in = match self.signed_in(caller) {
+        let signed_in = match self.login(caller) {
             Err(ApiError::LoginRequired) if login == Login::IfSent => None,
             other => other?,
         };
-        if let Some(user) = signed_in {
+        if let Some(signed_in) = signed_in {
+            let user = signed_in.user;
             if explicit.is_some_and(|e| e != user.as_str()) {
                 return Err(ApiError::IdentityMismatch);
             }
@@ -71,8 +80,20 @@ impl QueueApi {
             let cookie = self.visitor_cookie(queue, caller, Some(&user));
             let by_cookie =
                 caller.authorization.is_none() || (credential.is_none() && cookie.is_some());
+            let credential = credential.or_else(|| cookie.map(|c| c.credential));
+            if signed_in.expired {
+                let proven = login != Login::Join
+                    && credential.as_deref().is_some_and(|c| {
+                        self.credentials()
+                            .check(&queue.name, user.as_str(), c)
+                            .is_some()
+                    });
+                if !proven {
+                    return Err(ApiError::InvalidLogin);
+                }
+            }
             return Ok(Who {
-                credential: credential.or_else(|| cookie.map(|c| c.credential)),
+                credential,
                 user,
                 by_cookie,
             });
@@ -97,12 +118,13 @@ impl QueueApi {
         }
     }
 
-    /// The signed-in user, with identity binding (`None` without it).
-    pub(super) fn signed_in(&self, caller: &Caller) -> Result<Option<UserId>, ApiError> {
+    /// The login, with identity binding (`None` without it), including one
+    /// that ran out.
+    pub(super) fn login(&self, caller: &Caller) -> Result<Option<Signed>, ApiError> {
         match self.logins() {
             None => Ok(None),
             Some(logins) => logins
-                .user(caller.authorization.as_deref(), |name| caller.cookies(name))
+                .login(caller.authorization.as_deref(), |name| caller.cookies(name))
                 .map(Some),
         }
     }
