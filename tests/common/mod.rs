@@ -35,19 +35,27 @@ pub fn secret_bytes() -> Vec<u8> {
 /// recorded.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Each test process starts at its own place in the range, so that two
+    // processes rarely hand out the same port in the same moment; within
+    // a process, steps of a prime that does not divide the span visit
+    // every port once before any comes again.
+    static START: OnceLock<u32> = OnceLock::new();
+    let start = *START.get_or_init(|| {
+        std::process::id().wrapping_mul(2_654_435_761)
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+    });
     let (low, high) = handout_range();
     let span = u32::from(high - low) + 1;
-    // Each test process starts at its own place in the range, so that two
-    // processes rarely hand out the same port in the same moment.
-    let seed = std::process::id().wrapping_mul(2_654_435_761)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+    let stride: u32 = if span % 7919 == 0 { 7907 } else { 7919 };
     for _ in 0..span {
         let step = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = low + (seed.wrapping_add(step.wrapping_mul(7919)) % span) as u16;
+        let offset = (u64::from(start) + u64::from(step) * u64::from(stride)) % u64::from(span);
+        let port = low + offset as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
@@ -128,11 +136,29 @@ impl Redis {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             hold,
         };
-        redis.spawn();
-        redis
+        // A port another test's server took since `free_port` checked it:
+        // this one exits, and another port is tried.
+        for _ in 0..5 {
+            if redis.try_spawn() {
+                return redis;
+            }
+            redis.port = free_port();
+        }
+        panic!("redis-server found no free port in 5 tries");
     }
 
     fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "redis-server did not start on {}",
+            self.port
+        );
+    }
+
+    /// Starts redis-server on its port: false if this process is not the
+    /// one that answers there (it exited, the port being taken), so that a
+    /// test never shares another test's Redis.
+    fn try_spawn(&mut self) -> bool {
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -141,14 +167,32 @@ impl Redis {
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.child = Some(cmd.spawn().expect("redis-server must be installed"));
+        let mut child = cmd.spawn().expect("redis-server must be installed");
         let port = self.port;
+        let pid = child.id();
+        let mut ours = false;
         wait_until("redis-server", Duration::from_secs(10), || {
-            redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            if child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            let server = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
                 .and_then(|c| c.get_connection())
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                .is_ok()
+                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+            match server {
+                Ok(info) => {
+                    ours = info.contains(&format!("process_id:{pid}\r\n"));
+                    // Another's: wait for this one to exit.
+                    ours
+                }
+                Err(_) => false,
+            }
         });
+        if !ours {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        self.child = Some(child);
         if self.hold {
             let _: () = redis::cmd("ZADD")
                 .arg("queue:{baseball}:active")
@@ -157,6 +201,7 @@ impl Redis {
                 .query(&mut self.conn())
                 .unwrap();
         }
+        true
     }
 
     pub fn url(&self) -> String {
