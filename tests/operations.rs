@@ -876,6 +876,9 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
     let upstream = Scripted::start(move |r| match r.path() {
         "/api/v1/follow-up/closed" => vec![Step::Close],
         "/api/v1/follow-up/garbage" => vec![Step::Send(b"NOT HTTP AT ALL\r\n\r\n".to_vec())],
+        "/api/v1/follow-up/lengths" => vec![Step::Send(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc".to_vec(),
+        )],
         "/api/v1/follow-up/huge-head" => {
             let field = format!("X-Big: {}\r\n", "a".repeat(1_100_000));
             vec![head(&field), Step::Close]
@@ -941,35 +944,57 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
         let mut all = Vec::new();
         let _ = c.read_to_end(&mut all);
     };
+    // Each case: the path, the status, the error, and the rule that refused
+    // the answer (where a rule of waitgate's did).
     let cases = [
-        ("/api/v1/follow-up/closed", 502, "closed before a response"),
+        (
+            "/api/v1/follow-up/closed",
+            502,
+            "closed before a response",
+            None,
+        ),
         (
             "/api/v1/follow-up/garbage",
             502,
             "the response head was refused",
+            None,
+        ),
+        (
+            "/api/v1/follow-up/lengths",
+            502,
+            "the response head was refused",
+            Some("two different Content-Lengths"),
         ),
         (
             "/api/v1/follow-up/huge-head",
             502,
             "the response head is too large",
+            None,
         ),
-        ("/api/v1/follow-up/slow", 504, "no response in time"),
-        ("/api/v1/follow-up/cut", 200, "the upstream closed mid-body"),
+        ("/api/v1/follow-up/slow", 504, "no response in time", None),
+        (
+            "/api/v1/follow-up/cut",
+            200,
+            "the upstream closed mid-body",
+            None,
+        ),
         (
             "/api/v1/follow-up/stall",
             200,
             "the upstream stalled mid-body",
+            None,
         ),
         (
             "/api/v1/follow-up/chunks",
             200,
             "the response body's framing was refused",
+            Some("the chunked body's framing"),
         ),
-        ("/api/v1/dead/seat", 502, "cannot connect"),
+        ("/api/v1/dead/seat", 502, "cannot connect", None),
     ];
     // The register and the token exchange, then each case twice.
     let mut expected = 2;
-    for (path, _, _) in cases {
+    for (path, ..) in cases {
         for method in ["GET", "POST"] {
             send(method, path, false);
             expected += 1;
@@ -988,12 +1013,13 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
         assert_eq!(found.len(), 1, "{method} {path}: {lines:#?}");
         found[0].clone()
     };
-    for (path, status, error) in cases {
+    for (path, status, error, reason) in cases {
         for method in ["GET", "POST"] {
             let l = line(method, path);
             assert_eq!(l["level"], "WARN", "{method} {path}: {l}");
             assert_eq!(l["status"], status, "{method} {path}: {l}");
             assert_eq!(l["error"], error, "{method} {path}: {l}");
+            assert_eq!(l["reason"].as_str(), reason, "{method} {path}: {l}");
             let port = if path.starts_with("/api/v1/dead") {
                 dead
             } else {

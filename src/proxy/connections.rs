@@ -206,7 +206,7 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
         user: None,
         upstream: None,
         elapsed: started.elapsed(),
-        error: None,
+        failed: None,
     }
     .finish(metrics);
 }

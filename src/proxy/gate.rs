@@ -381,7 +381,8 @@ impl ProxyHttp for Gate {
             fields(&response.headers).into_iter(),
         )
         .map_err(|refusal| {
-            Error::explain(ErrorType::InvalidHTTPHeader, refusal.message()).into_up()
+            let why = refusal.message();
+            Error::because(ErrorType::InvalidHTTPHeader, why, watched::Refused(why)).into_up()
         })?;
         if shape.release {
             if let Some(identity) = &ctx.identity {
@@ -497,7 +498,7 @@ impl ProxyHttp for Gate {
                 .response_written()
                 .is_some_and(|r| !r.status.is_informational())
         });
-        let error = error.and_then(|e| failure::logged(e, started, watched::is_refused(e)));
+        let failed = error.and_then(|e| failure::logged(e, started, watched::refusal(e)));
         Record {
             request_id: &ctx.request_id,
             client: ctx.client.or(ctx.peer.ip),
@@ -519,7 +520,7 @@ impl ProxyHttp for Gate {
                 .or(ctx.subject.as_ref().and_then(|s| s.user.as_deref())),
             upstream: ctx.chosen.as_ref().map(|c| c.addr),
             elapsed: ctx.started.elapsed(),
-            error,
+            failed,
         }
         .finish(&self.metrics);
     }

@@ -91,21 +91,27 @@ impl std::error::Error for Refused {}
 
 /// Whether a proxy error came from a watched socket that went stale.
 pub fn is_stale(error: &Error) -> bool {
-    io_cause_is::<Stale>(error)
+    io_cause::<Stale>(error).is_some()
 }
 
-/// Whether a proxy error is the rules refusing a response head or body.
-pub fn is_refused(error: &Error) -> bool {
-    io_cause_is::<Refused>(error)
+/// What the rules refused, when a proxy error is their refusal of a
+/// response head or body: from a watched socket, or from the response
+/// filter's own judgement of the head.
+pub fn refusal(error: &Error) -> Option<&'static str> {
+    io_cause::<Refused>(error).map(|r| r.0)
 }
 
-/// Whether the I/O error under a proxy error is a `T` of a watched socket.
-fn io_cause_is<T: std::error::Error + 'static>(error: &Error) -> bool {
+/// The `T` under a proxy error: the inner error of a watched socket's I/O
+/// error, or a cause of its own.
+fn io_cause<T: std::error::Error + 'static>(error: &Error) -> Option<&T> {
     let mut cause: Option<&(dyn std::error::Error + Send + Sync + 'static)> =
         error.cause.as_deref();
     while let Some(e) = cause {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
         if let Some(io) = e.downcast_ref::<io::Error>() {
-            return io.get_ref().is_some_and(|inner| inner.is::<T>());
+            return io.get_ref().and_then(|inner| inner.downcast_ref::<T>());
         }
         // Pingora's errors carry their cause in a field, not as a source,
         // and one wraps another boxed.
@@ -117,7 +123,7 @@ fn io_cause_is<T: std::error::Error + 'static>(error: &Error) -> bool {
             None
         };
     }
-    false
+    None
 }
 
 /// Makes the watched connections of one upstream address, keeping its
@@ -709,7 +715,7 @@ impl VirtualSocket for Watched {
 fn body_refused() -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        Refused("the chunked body's framing"),
+        Refused(super::rules::chunked::REFUSED),
     )
 }
 

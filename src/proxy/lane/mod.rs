@@ -242,7 +242,7 @@ impl DirectLane {
             user: None,
             upstream: None,
             elapsed: Default::default(),
-            error: None,
+            failed: None,
         };
         let lane = match &take {
             Take::Forward(plan) => {
@@ -273,8 +273,7 @@ impl DirectLane {
                     }
                     None => {
                         relay::fail(
-                            Failure::Unavailable,
-                            NO_HEALTHY_ADDRESS,
+                            relay::failed(Failure::Unavailable, NO_HEALTHY_ADDRESS),
                             plan,
                             client,
                             &request_id,
@@ -283,7 +282,7 @@ impl DirectLane {
                     }
                 };
                 record.status = outcome.status;
-                record.error = outcome.error;
+                record.failed = outcome.failed;
                 outcome.lane
             }
             Take::Rank { .. } | Take::Register { .. } => {

@@ -22,13 +22,13 @@ use tokio::net::TcpStream;
 use super::io::{send, Lane, READ_SIZE};
 use super::request::Plan;
 use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
-use crate::proxy::rules::failure::{why, Failure};
+use crate::proxy::rules::failure::{why, Failure, Logged};
 use crate::proxy::rules::forward::REQUEST_ID;
 use crate::proxy::rules::pool::Pool;
 use crate::proxy::rules::response::Body;
 use crate::shutdown::InFlight;
 
-use crate::proxy::rules::chunked::ChunkedEnd;
+use crate::proxy::rules::chunked::{self, ChunkedEnd};
 
 /// How a forwarded request ended.
 pub struct Outcome {
@@ -36,8 +36,27 @@ pub struct Outcome {
     pub status: u16,
     pub lane: Lane,
     /// Why the upstream failed, when it did.
-    pub error: Option<&'static str>,
+    pub failed: Option<Logged>,
 }
+
+/// Why forwarding failed: how the client is answered, and what the access
+/// log says.
+#[derive(Debug, Clone, Copy)]
+pub struct Failed {
+    failure: Failure,
+    logged: Logged,
+}
+
+/// A failure with no refused rule to name.
+pub const fn failed(failure: Failure, error: &'static str) -> Failed {
+    Failed {
+        failure,
+        logged: Logged::new(error),
+    }
+}
+
+/// The client's connection failed while the reply was being written.
+const GONE: Failed = failed(Failure::ClientGone, "the client went away");
 
 /// Sends the request and relays the response. `close`: the client
 /// connection ends after this reply, as the request asked or because the
@@ -56,7 +75,7 @@ pub async fn forward(
     let mut buf = BytesMut::with_capacity(8 * 1024);
     let (conn, response) = match exchange(pool, plan, &mut buf, client).await {
         Ok(answer) => answer,
-        Err((failure, why)) => return fail(failure, why, plan, client, request_id).await,
+        Err(failed) => return fail(failed, plan, client, request_id).await,
     };
     if response.release {
         release();
@@ -88,31 +107,25 @@ pub async fn forward(
     let lane = match relayed {
         Ok(()) if client.flush().await.is_ok() && !close => Lane::Served,
         Ok(()) => Lane::Closed,
-        Err(failure) => {
+        Err(failed) => {
             return Outcome {
                 status: response.status,
                 lane: Lane::Closed,
-                error: logged(failure),
+                failed: logged(failed),
             }
         }
     };
     Outcome {
         status: response.status,
         lane,
-        error: None,
+        failed: None,
     }
 }
 
 /// Answers a request that failed before any reply was sent, as the proxy
 /// would (see `crate::proxy::rules::failure`), and ends the connection.
-pub async fn fail(
-    failure: Failure,
-    why: &'static str,
-    plan: &Plan,
-    client: &mut Stream,
-    request_id: &str,
-) -> Outcome {
-    let status = match failure.reply(false) {
+pub async fn fail(failed: Failed, plan: &Plan, client: &mut Stream, request_id: &str) -> Outcome {
+    let status = match failed.failure.reply(false) {
         Some(reply) => {
             let reply = reply.header(REQUEST_ID, request_id);
             send(client, &reply, plan.head_request).await;
@@ -123,18 +136,15 @@ pub async fn fail(
     Outcome {
         status,
         lane: Lane::Closed,
-        error: logged((failure, why)),
+        failed: logged(failed),
     }
 }
 
 /// What the access log says of a failure: nothing when the client went
 /// away, as on Pingora's path (`failure::logged`).
-fn logged((failure, why): (Failure, &'static str)) -> Option<&'static str> {
-    (failure != Failure::ClientGone).then_some(why)
+fn logged(failed: Failed) -> Option<Logged> {
+    (failed.failure != Failure::ClientGone).then_some(failed.logged)
 }
-
-/// The client's connection failed while the reply was being written.
-const GONE: (Failure, &str) = (Failure::ClientGone, "the client went away");
 
 /// Sends the request head and reads the final response head, relaying any
 /// interim (1xx) response to the client. A kept-alive connection that fails
@@ -146,12 +156,15 @@ async fn exchange(
     plan: &Plan,
     buf: &mut BytesMut,
     client: &mut Stream,
-) -> Result<(TcpStream, Response), (Failure, &'static str)> {
+) -> Result<(TcpStream, Response), Failed> {
     let mut fresh_only = false;
     loop {
         let (mut conn, reused) = match (!fresh_only).then(|| pool.take()).flatten() {
             Some(conn) => (conn, true),
-            None => (pool.connect().await.map_err(|f| (f, why::CONNECT))?, false),
+            None => (
+                pool.connect().await.map_err(|f| failed(f, why::CONNECT))?,
+                false,
+            ),
         };
         buf.clear();
         let mut relayed = false;
@@ -168,14 +181,15 @@ async fn exchange(
                 )
                 .await
             }
-            Ok(Err(_)) => Err((Failure::Unavailable, why::SEND)),
-            Err(_) => Err((Failure::Timeout, why::SEND_TIMEOUT)),
+            Ok(Err(_)) => Err(failed(Failure::Unavailable, why::SEND)),
+            Err(_) => Err(failed(Failure::Timeout, why::SEND_TIMEOUT)),
         };
         match answer {
             Ok(response) => return Ok((conn, response)),
-            Err((Failure::Unavailable, _)) if reused && buf.is_empty() && !relayed => {
-                fresh_only = true
-            }
+            Err(Failed {
+                failure: Failure::Unavailable,
+                ..
+            }) if reused && buf.is_empty() && !relayed => fresh_only = true,
             Err(failure) => return Err(failure),
         }
     }
@@ -194,12 +208,18 @@ async fn read_head(
     head_request: bool,
     client: &mut Stream,
     relayed: &mut bool,
-) -> Result<Response, (Failure, &'static str)> {
-    let refused = (Failure::Unavailable, why::HEAD_REFUSED);
+) -> Result<Response, Failed> {
+    let refused = |r: response::Refused| Failed {
+        failure: Failure::Unavailable,
+        logged: Logged {
+            error: why::HEAD_REFUSED,
+            reason: r.0,
+        },
+    };
     let mut interim = Vec::new();
     loop {
         if !buf.is_empty() {
-            match response::parse(buf, head_request).map_err(|_| refused)? {
+            match response::parse(buf, head_request).map_err(refused)? {
                 Some(response) if response.interim => {
                     interim.extend_from_slice(&response.head);
                     interim.extend_from_slice(b"\r\n");
@@ -216,7 +236,7 @@ async fn read_head(
                 None => {}
             }
             if buf.len() >= MAX_RESPONSE_HEAD {
-                return Err((Failure::Unavailable, why::HEAD_TOO_LARGE));
+                return Err(failed(Failure::Unavailable, why::HEAD_TOO_LARGE));
             }
         }
         if !interim.is_empty() {
@@ -228,8 +248,8 @@ async fn read_head(
         buf.reserve(READ_SIZE);
         match pingora::time::timeout(pool.read_timeout, conn.read_buf(buf)).await {
             Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => return Err((Failure::Unavailable, why::CLOSED_BEFORE_RESPONSE)),
-            Err(_) => return Err((Failure::Timeout, why::NO_RESPONSE)),
+            Ok(_) => return Err(failed(Failure::Unavailable, why::CLOSED_BEFORE_RESPONSE)),
+            Err(_) => return Err(failed(Failure::Timeout, why::NO_RESPONSE)),
         }
     }
 }
@@ -251,7 +271,7 @@ async fn relay(
     body: Body,
     mut out: Vec<u8>,
     client: &mut Stream,
-) -> Result<(), (Failure, &'static str)> {
+) -> Result<(), Failed> {
     match relay_body(conn, pool, upstream_close, buf, body, &mut out, client).await {
         Ok(()) => Ok(()),
         Err(why) => {
@@ -271,7 +291,7 @@ async fn relay_body(
     body: Body,
     out: &mut Vec<u8>,
     client: &mut Stream,
-) -> Result<(), (Failure, &'static str)> {
+) -> Result<(), Failed> {
     let mut chunks = ChunkedEnd::default();
     let mut left = match body {
         Body::Length(n) => n,
@@ -288,10 +308,13 @@ async fn relay_body(
                 left -= take as u64;
                 left == 0
             }
-            Body::Chunked => match chunks
-                .feed(buf, out)
-                .map_err(|_| (Failure::Unavailable, why::BODY_REFUSED))?
-            {
+            Body::Chunked => match chunks.feed(buf, out).map_err(|_| Failed {
+                failure: Failure::Unavailable,
+                logged: Logged {
+                    error: why::BODY_REFUSED,
+                    reason: Some(chunked::REFUSED),
+                },
+            })? {
                 Some(end) => {
                     buf.advance(end);
                     true
@@ -310,7 +333,7 @@ async fn relay_body(
                 }
                 false
             }
-            Body::Tunnel => return Err((Failure::Unavailable, why::SWITCHED)),
+            Body::Tunnel => return Err(failed(Failure::Unavailable, why::SWITCHED)),
         };
         if done {
             // Anything read past the end was never asked for: do not reuse.
@@ -332,8 +355,8 @@ async fn relay_body(
                 return client.write_all(b"0\r\n\r\n").await.map_err(|_| GONE);
             }
             Ok(Ok(n)) if n > 0 => {}
-            Ok(_) => return Err((Failure::Unavailable, why::CLOSED_MID_BODY)),
-            Err(_) => return Err((Failure::Timeout, why::STALLED_MID_BODY)),
+            Ok(_) => return Err(failed(Failure::Unavailable, why::CLOSED_MID_BODY)),
+            Err(_) => return Err(failed(Failure::Timeout, why::STALLED_MID_BODY)),
         }
     }
 }

@@ -30,9 +30,11 @@ pub struct Response {
     pub head: Vec<u8>,
 }
 
-/// Why a head was refused: it is not HTTP/1.x, or the rules refuse it.
+/// A head that was refused: the rule that refused it, or `None` when it is
+/// not HTTP/1.x (which Pingora's parser refuses on its own, naming no rule
+/// of waitgate's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused;
+pub struct Refused(pub Option<&'static str>);
 
 /// Parses a response head, if a whole one is in `buf`.
 pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Response>, Refused> {
@@ -40,9 +42,9 @@ pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Response>, Refused
     match parse_with(&mut few, buf, head_request) {
         Err(httparse::Error::TooManyHeaders) => {
             let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
-            parse_with(&mut many, buf, head_request).map_err(|_| Refused)?
+            parse_with(&mut many, buf, head_request).map_err(|_| Refused(None))?
         }
-        parsed => parsed.map_err(|_| Refused)?,
+        parsed => parsed.map_err(|_| Refused(None))?,
     }
 }
 
@@ -65,7 +67,7 @@ fn judge(
     consumed: usize,
     head_request: bool,
 ) -> Result<Option<Response>, Refused> {
-    let status = parsed.code.ok_or(Refused)?;
+    let status = parsed.code.ok_or(Refused(None))?;
     let fields = || parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     // The lane never carries a request that asked to switch protocols.
     let shape = response::shape(
@@ -75,7 +77,7 @@ fn judge(
         false,
         fields(),
     )
-    .map_err(|_| Refused)?;
+    .map_err(|refusal| Refused(Some(refusal.message())))?;
 
     let hop = Hop::new(fields(), false);
     let mut head = Vec::with_capacity(consumed + 64);
@@ -144,15 +146,23 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
-            b"SSH-2.0-OpenSSH\r\n\r\n",
         ] {
-            assert_eq!(
-                parse(head, false).unwrap_err(),
-                Refused,
-                "{}",
-                String::from_utf8_lossy(head)
-            );
+            let refused = parse(head, false).unwrap_err();
+            assert!(refused.0.is_some(), "{}", String::from_utf8_lossy(head));
         }
+        // Not HTTP: no rule of ours to name.
+        assert_eq!(
+            parse(b"SSH-2.0-OpenSSH\r\n\r\n", false).unwrap_err(),
+            Refused(None)
+        );
+        assert_eq!(
+            parse(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+                false
+            )
+            .unwrap_err(),
+            Refused(Some("two different Content-Lengths"))
+        );
     }
 
     #[test]

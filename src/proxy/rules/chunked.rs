@@ -13,6 +13,10 @@
 //! size rules and a CRLF after each chunk's data), so both paths end a
 //! body in the same place, or both refuse it.
 
+/// What the access log names as refused when a body is not chunked as it
+/// says (its `reason`), on both paths.
+pub const REFUSED: &str = "the chunked body's framing";
+
 /// Not a chunked body: the relay stops and closes both connections. `at`:
 /// the bytes of the input fed last that came before the refused one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -97,12 +97,39 @@ pub mod why {
     pub const OTHER: &str = "the upstream failed";
 }
 
-/// The access log's `error` for a Pingora proxy error, read into the
-/// lane's words ([`why`]); `started` says whether the reply had begun when
-/// it failed, and `refused` whether the rules refused what the upstream
-/// sent (`watched::is_refused`). `None` when the client went away: that
-/// is no failure of the upstream, on either path.
-pub fn logged(e: &Error, started: bool, refused: bool) -> Option<&'static str> {
+/// What the access log says of a forwarded request that failed: its
+/// `error`, one of [`why`], and the `reason`, the rule that refused the
+/// upstream's answer, when one did (`rules::response::Refusal`, or the
+/// chunked body's framing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logged {
+    pub error: &'static str,
+    pub reason: Option<&'static str>,
+}
+
+impl Logged {
+    pub const fn new(error: &'static str) -> Logged {
+        Logged {
+            error,
+            reason: None,
+        }
+    }
+}
+
+/// The access log's words for a Pingora proxy error, read into the lane's
+/// ([`why`]); `started` says whether the reply had begun when it failed,
+/// and `refusal` what the rules refused in the upstream's answer, if they
+/// did (`watched::refusal`). `None` when the client went away: that is no
+/// failure of the upstream, on either path.
+pub fn logged(e: &Error, started: bool, refusal: Option<&'static str>) -> Option<Logged> {
+    let error = error_of(e, started, refusal.is_some())?;
+    Some(Logged {
+        error,
+        reason: refusal,
+    })
+}
+
+fn error_of(e: &Error, started: bool, refused: bool) -> Option<&'static str> {
     let failure = Failure::from_pingora(e);
     match failure {
         Failure::ClientGone => return None,
@@ -166,27 +193,27 @@ mod tests {
     fn pingora_errors_are_logged_in_the_lanes_words() {
         let up = |t| Error::new(t).into_up();
         assert_eq!(
-            logged(&up(ErrorType::ConnectRefused), false, false),
+            error_of(&up(ErrorType::ConnectRefused), false, false),
             Some(why::CONNECT)
         );
         let none = Error::explain(ErrorType::ConnectNoRoute, why::NO_HEALTHY_ADDRESS).into_up();
-        assert_eq!(logged(&none, false, false), Some(why::NO_HEALTHY_ADDRESS));
+        assert_eq!(error_of(&none, false, false), Some(why::NO_HEALTHY_ADDRESS));
         let slow = up(ErrorType::ReadTimedout);
-        assert_eq!(logged(&slow, false, false), Some(why::NO_RESPONSE));
-        assert_eq!(logged(&slow, true, false), Some(why::STALLED_MID_BODY));
+        assert_eq!(error_of(&slow, false, false), Some(why::NO_RESPONSE));
+        assert_eq!(error_of(&slow, true, false), Some(why::STALLED_MID_BODY));
         let closed = up(ErrorType::ConnectionClosed);
         assert_eq!(
-            logged(&closed, false, false),
+            error_of(&closed, false, false),
             Some(why::CLOSED_BEFORE_RESPONSE)
         );
-        assert_eq!(logged(&closed, true, false), Some(why::CLOSED_MID_BODY));
+        assert_eq!(error_of(&closed, true, false), Some(why::CLOSED_MID_BODY));
         let refused = up(ErrorType::ReadError);
-        assert_eq!(logged(&refused, false, true), Some(why::HEAD_REFUSED));
-        assert_eq!(logged(&refused, true, true), Some(why::BODY_REFUSED));
+        assert_eq!(error_of(&refused, false, true), Some(why::HEAD_REFUSED));
+        assert_eq!(error_of(&refused, true, true), Some(why::BODY_REFUSED));
         let gone = Error::new(ErrorType::WriteError).into_down();
-        assert_eq!(logged(&gone, true, false), None);
+        assert_eq!(error_of(&gone, true, false), None);
         assert_eq!(
-            logged(&up(ErrorType::InternalError), false, false),
+            error_of(&up(ErrorType::InternalError), false, false),
             Some(why::OTHER)
         );
     }

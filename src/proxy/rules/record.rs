@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use super::failure::Logged;
 use crate::metrics::Metrics;
 
 /// What is known of a request once it is over.
@@ -29,7 +30,7 @@ pub struct Record<'a> {
     pub upstream: Option<SocketAddr>,
     pub elapsed: Duration,
     /// The upstream's failure, if the request failed there.
-    pub error: Option<&'a str>,
+    pub failed: Option<Logged>,
 }
 
 impl Record<'_> {
@@ -53,7 +54,7 @@ impl Record<'_> {
         }
         // Milliseconds with microseconds: what people read, still exact.
         let duration_ms = self.elapsed.as_micros() as f64 / 1000.0;
-        if let Some(error) = self.error {
+        if let Some(Logged { error, reason }) = self.failed {
             let count = if crate::logging::access_enabled() {
                 Some(1)
             } else {
@@ -76,6 +77,7 @@ impl Record<'_> {
                 user = self.user,
                 upstream = self.upstream.map(tracing::field::display),
                 error,
+                reason,
                 count,
                 "request failed"
             );
