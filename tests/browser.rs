@@ -896,12 +896,19 @@ fn with_identity_binding_the_squatting_attack_is_refused() {
 #[test]
 fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
     let identity =
-        "identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET, cookie: session}\ncookies: {secure: false}\n";
+        "identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET, cookie: session, leeway-s: 0}\ncookies: {secure: false}\n";
     let room = Room::start_with(QUEUES, identity, &[("SHOP_LOGIN_SECRET", LOGIN_SECRET)]);
-    // Run out an hour ago: past any leeway.
-    let lapsed = |sub: &str| login_until(sub, LOGIN_SECRET, now_ms() / 1000 - 3600);
-    let bob = format!("session={}", login("bob", LOGIN_SECRET));
-    let bob_lapsed = format!("session={}", lapsed("bob"));
+    // Bob's login is good for two seconds more: he joins with it, and it
+    // runs out while he waits.
+    let bob_login = login_until("bob", LOGIN_SECRET, now_ms() / 1000 + 2);
+    let bob = format!("session={bob_login}");
+    let bob_lapsed = bob.clone();
+    // Logins that ran out an hour ago, before anyone here joined.
+    let long_ago = |sub: &str| login_until(sub, LOGIN_SECRET, now_ms() / 1000 - 3600);
+    let lapsed = |sub: &str| match sub {
+        "bob" => bob_login.clone(),
+        _ => long_ago(sub),
+    };
     let carol = format!("session={}", login("carol", LOGIN_SECRET));
 
     // Bob and carol join on the page, signed in.
@@ -922,6 +929,12 @@ fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
     let rank = "/api/v1/queue/rank?queue=baseball";
 
     // Bob's login runs out. Alone, it proves nothing: no heartbeat.
+    std::thread::sleep(Duration::from_millis(3100));
+    assert_eq!(
+        room.get(PAGE, &[HTML, ("Cookie", &bob)]).status,
+        401,
+        "run out"
+    );
     let before = room.heartbeat("bob").unwrap();
     let r = room.get(rank, &[("Cookie", &bob_lapsed)]);
     assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
@@ -949,6 +962,19 @@ fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
         ],
     );
     assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    // A login that ran out before his registration was made is not paired
+    // with its credential either.
+    let r = room.get(
+        rank,
+        &[
+            ("Authorization", &format!("Bearer {}", long_ago("bob"))),
+            ("X-Queue-Credential", &credential),
+        ],
+    );
+    assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
+    let old = format!("session={}; {queue_cookie}", long_ago("bob"));
+    assert_eq!(room.get(rank, &[("Cookie", &old)]).status, 401);
+    assert_eq!(room.get(PAGE, &[HTML, ("Cookie", &old)]).status, 401);
     assert_eq!(
         room.heartbeat("bob").unwrap(),
         before,

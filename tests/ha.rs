@@ -667,14 +667,16 @@ impl Cluster {
         let nodes: Vec<Node> = (0..3 * (1 + replicas))
             .map(|_| {
                 // A cluster node also listens on its port + 10000 (the
-                // cluster bus): both must be free.
+                // cluster bus): both must be free, and the bus port below
+                // the ephemeral range too (from 32768 here), where no
+                // socket bound to port 0 can take it.
                 let port = std::iter::repeat_with(free_port)
+                    .take(10_000)
                     .find(|p| {
-                        p.checked_add(10_000).is_some_and(|bus| {
-                            std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok()
-                        })
+                        *p < 22_768
+                            && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
                     })
-                    .unwrap();
+                    .expect("a port whose cluster bus port is free");
                 Node::start_on(
                     port,
                     dir.path(),

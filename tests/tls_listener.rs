@@ -13,6 +13,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 
@@ -511,4 +512,48 @@ fn failed_tls_handshakes_do_not_flood_the_log() {
         None,
     );
     assert_eq!(r.status, 404);
+}
+
+/// An HTTP/2 client that gives up on a request (it cancels the stream and
+/// closes the connection) went away, as an HTTP/1.1 client that closes
+/// does: its access line has no status and no upstream failure, and no
+/// error reply is counted for it.
+#[test]
+fn an_http2_client_that_gives_up_is_no_failure() {
+    let Tls {
+        dir,
+        redis,
+        upstream,
+        wg,
+        port,
+    } = Tls::start("");
+    let token = admitted_token(&wg, &redis, "h2_leaver");
+    *upstream.delay.lock().unwrap() = Duration::from_millis(1500);
+    let out = Command::new("curl")
+        .args(["-sS", "--http2", "--max-time", "0.5", "--cacert"])
+        .arg(dir.path().join("ca.pem"))
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("https://127.0.0.1:{port}/api/v1/follow-up/seat"))
+        .output()
+        .expect("curl is installed");
+    assert_eq!(out.status.code(), Some(28), "curl timed out");
+    // The upstream answers after 1.5 s, to nobody.
+    std::thread::sleep(Duration::from_millis(2000));
+    let log = wg.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("waitgate::access") && l.contains("/api/v1/follow-up/seat"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(!lines[0].contains("request failed"), "{}", lines[0]);
+    assert!(lines[0].contains("status=0"), "{}", lines[0]);
+    let metrics = get(wg.admin, "/metrics").unwrap().text();
+    assert!(
+        metrics.contains("waitgate_http_requests_total{"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("route=\"/api/v1/follow-up\",status=\"400\""),
+        "no 400 counted for it:\n{metrics}"
+    );
 }

@@ -48,6 +48,7 @@ struct LoginKey {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
+    exp: u64,
 }
 
 /// A verified login token: its user, and whether it has run out (its
@@ -58,6 +59,9 @@ struct Claims {
 pub struct Login {
     pub user: UserId,
     pub expired: bool,
+    /// Until when the login was good (`exp` and the leeway), in µs since
+    /// the epoch: a registration made after it was not made with it.
+    pub valid_until_us: u64,
 }
 
 impl Logins {
@@ -124,16 +128,15 @@ impl Logins {
         if candidates.is_empty() {
             return Err(ApiError::LoginRequired);
         }
-        let verified: Vec<Login> = candidates
-            .into_iter()
-            .filter_map(|token| self.verify(token).ok())
-            .collect();
-        verified
-            .iter()
-            .find(|l| !l.expired)
-            .or(verified.first())
-            .cloned()
-            .ok_or(ApiError::InvalidLogin)
+        let mut lapsed = None;
+        for token in candidates {
+            match self.verify(token) {
+                Ok(login) if !login.expired => return Ok(login),
+                Ok(login) => lapsed = lapsed.or(Some(login)),
+                Err(_) => {}
+            }
+        }
+        lapsed.ok_or(ApiError::InvalidLogin)
     }
 
     fn verify(&self, token: &str) -> Result<Login, ApiError> {
@@ -164,7 +167,16 @@ impl Logins {
             Err(_) => return Err(ApiError::InvalidLogin),
         };
         let user = UserId::parse(data.claims.sub).ok_or(ApiError::InvalidUserId)?;
-        Ok(Login { user, expired })
+        let valid_until_us = data
+            .claims
+            .exp
+            .saturating_add(self.leeway)
+            .saturating_mul(1_000_000);
+        Ok(Login {
+            user,
+            expired,
+            valid_until_us,
+        })
     }
 }
 
@@ -323,7 +335,8 @@ mod tests {
             l.login(Some(&bearer), none).unwrap(),
             Login {
                 user: UserId::parse("bob".to_string()).unwrap(),
-                expired: true
+                expired: true,
+                valid_until_us: 1_000_000,
             }
         );
         assert_eq!(

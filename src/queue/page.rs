@@ -22,7 +22,6 @@ use crate::browser::template::Template;
 use crate::browser::text::Lang;
 use crate::browser::Caller;
 use crate::edge::jwt::Issued;
-use crate::edge::login::Login as Signed;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
@@ -139,10 +138,11 @@ impl QueueApi {
         };
         let status = match self.login(caller) {
             // A login that ran out keeps the place its queue cookie holds.
-            Ok(Some(Signed {
-                user,
-                expired: true,
-            })) if self.visitor_cookie(&queue, caller, Some(&user)).is_none() => 401,
+            Ok(Some(signed))
+                if signed.expired && self.kept_cookie(&queue, caller, &signed).is_none() =>
+            {
+                401
+            }
             Ok(_) => 200,
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => 401,
             Err(error) => return Reply::from(error).about_queue(&queue.name),
@@ -204,12 +204,9 @@ impl QueueApi {
         // A login that ran out while its visitor waited: the queue cookie
         // keeps the place (and is let in once admitted), but joining again
         // needs a fresh login.
-        if let Some(Signed {
-            user,
-            expired: true,
-        }) = signed_in
-        {
-            let visit = match self.visitor_cookie(queue, caller, Some(&user)) {
+        if let Some(signed) = signed_in.as_ref().filter(|s| s.expired) {
+            let user = signed.user.clone();
+            let visit = match self.kept_cookie(queue, caller, signed) {
                 Some(cookie) => self
                     .poll(queue, &cookie)
                     .await

@@ -14,9 +14,10 @@
 //! login's user when a login token is sent, and the request's `userId` or
 //! the queue cookie otherwise. A login that ran out while its user waited
 //! (signature and claims good, `exp` past) still names the user for rank,
-//! the exchange and the dropout, when the registration's credential comes
-//! with it: a wait can outlast the site's login, and the place should not
-//! be lost for that. Joining needs a login that has not run out.
+//! the exchange and the dropout, when the credential of a registration
+//! made while it was good comes with it: a wait can outlast the site's
+//! login, and the place should not be lost for that. Joining needs a login
+//! that has not run out.
 //!
 //! A request that a cookie authenticates (the queue cookie, or a login
 //! token from a cookie) and that changes something (`POST`, `DELETE`) must
@@ -72,7 +73,7 @@ impl QueueApi {
             other => other?,
         };
         if let Some(signed_in) = signed_in {
-            let user = signed_in.user;
+            let user = signed_in.user.clone();
             if explicit.is_some_and(|e| e != user.as_str()) {
                 return Err(ApiError::IdentityMismatch);
             }
@@ -83,11 +84,9 @@ impl QueueApi {
             let credential = credential.or_else(|| cookie.map(|c| c.credential));
             if signed_in.expired {
                 let proven = login != Login::Join
-                    && credential.as_deref().is_some_and(|c| {
-                        self.credentials()
-                            .check(&queue.name, user.as_str(), c)
-                            .is_some()
-                    });
+                    && credential
+                        .as_deref()
+                        .is_some_and(|c| self.kept_by(queue, &signed_in, c));
                 if !proven {
                     return Err(ApiError::InvalidLogin);
                 }
@@ -127,6 +126,28 @@ impl QueueApi {
                 .login(caller.authorization.as_deref(), |name| caller.cookies(name))
                 .map(Some),
         }
+    }
+
+    /// Whether a login that ran out still names its user with this
+    /// credential: one of ours for the user, from a registration made
+    /// while the login was good (a login that ran out long before cannot
+    /// be paired with a later registration's credential).
+    pub(super) fn kept_by(&self, queue: &Queue, signed_in: &Signed, credential: &str) -> bool {
+        self.credentials()
+            .check(&queue.name, signed_in.user.as_str(), credential)
+            .is_some_and(|arrival| arrival <= signed_in.valid_until_us)
+    }
+
+    /// The queue cookie a login that ran out keeps its place with, if the
+    /// visitor sent one (see [`QueueApi::kept_by`]).
+    pub(super) fn kept_cookie(
+        &self,
+        queue: &Queue,
+        caller: &Caller,
+        signed_in: &Signed,
+    ) -> Option<QueueCookie> {
+        self.visitor_cookie(queue, caller, Some(&signed_in.user))
+            .filter(|c| self.kept_by(queue, signed_in, &c.credential))
     }
 
     /// The visitor's queue cookie: the first sent whose credential is one

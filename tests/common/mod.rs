@@ -387,8 +387,8 @@ impl Waitgate {
     /// Writes `config` to a file, starts the binary, and waits until both
     /// listeners answer.
     ///
-    /// Free ports are picked by binding port 0 and letting go, so a test
-    /// running in parallel can take one before waitgate binds it. When
+    /// Free ports are checked free and let go ([`free_port`]), so another
+    /// test process can take one before waitgate binds it. When
     /// waitgate reports a listen failure, the ports are picked again (and
     /// replaced in the config) a few times; use `addr`/`admin`, not `ports`.
     pub fn start(config: &str, ports: &Ports) -> Waitgate {

@@ -46,9 +46,13 @@ impl Failure {
                     Failure::Unavailable
                 }
                 ErrorSource::Downstream => match e.etype() {
-                    ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed => {
-                        Failure::ClientGone
-                    }
+                    // An HTTP/2 client that cancels its stream or closes
+                    // the connection shows as an H2 error: there is nobody
+                    // to answer either way.
+                    ErrorType::WriteError
+                    | ErrorType::ReadError
+                    | ErrorType::ConnectionClosed
+                    | ErrorType::H2Error => Failure::ClientGone,
                     _ => Failure::BadRequest(400),
                 },
             },
@@ -122,6 +126,13 @@ impl Logged {
 /// did (`watched::refusal`). `None` when the client went away: that is no
 /// failure of the upstream, on either path.
 pub fn logged(e: &Error, started: bool, refusal: Option<&'static str>) -> Option<Logged> {
+    // Pingora's own reader refuses a malformed chunked body in these words
+    // where no watched socket reads it first (a TLS upstream).
+    let chunks = matches!(
+        e.etype(),
+        ErrorType::Custom("InvalidChunk" | "InvalidTrailerEnd")
+    );
+    let refusal = refusal.or(chunks.then_some(super::chunked::REFUSED));
     let error = error_of(e, started, refusal.is_some())?;
     Some(Logged {
         error,
@@ -165,6 +176,7 @@ fn error_of(e: &Error, started: bool, refused: bool) -> Option<&'static str> {
         ErrorType::InvalidHTTPHeader if context.contains("larger than") => why::HEAD_TOO_LARGE,
         ErrorType::InvalidHTTPHeader | ErrorType::H1Error if started => why::BODY_REFUSED,
         ErrorType::InvalidHTTPHeader | ErrorType::H1Error => why::HEAD_REFUSED,
+        ErrorType::Custom("PrematureBodyEnd") => why::CLOSED_MID_BODY,
         ErrorType::ConnectionClosed | ErrorType::ReadError if started => why::CLOSED_MID_BODY,
         ErrorType::ConnectionClosed | ErrorType::ReadError => why::CLOSED_BEFORE_RESPONSE,
         _ => why::OTHER,
@@ -212,6 +224,19 @@ mod tests {
         assert_eq!(error_of(&refused, true, true), Some(why::BODY_REFUSED));
         let gone = Error::new(ErrorType::WriteError).into_down();
         assert_eq!(error_of(&gone, true, false), None);
+        let cancelled = Error::new(ErrorType::H2Error).into_down();
+        assert_eq!(Failure::from_pingora(&cancelled), Failure::ClientGone);
+        assert_eq!(logged(&cancelled, false, None), None);
+        let chunks = up(ErrorType::new("InvalidChunk"));
+        assert_eq!(
+            logged(&chunks, true, None),
+            Some(Logged {
+                error: why::BODY_REFUSED,
+                reason: Some(super::super::chunked::REFUSED)
+            })
+        );
+        let short = up(ErrorType::new("PrematureBodyEnd"));
+        assert_eq!(error_of(&short, true, false), Some(why::CLOSED_MID_BODY));
         assert_eq!(
             error_of(&up(ErrorType::InternalError), false, false),
             Some(why::OTHER)
