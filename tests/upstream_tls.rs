@@ -30,9 +30,15 @@ struct TlsServer {
 
 impl TlsServer {
     fn start(dir: &Path) -> TlsServer {
+        TlsServer::start_as(dir, "-www")
+    }
+
+    /// With `-HTTP`, a path is answered with the file of that name under
+    /// `dir`, as it is: a whole response, head and body.
+    fn start_as(dir: &Path, mode: &str) -> TlsServer {
         let port = free_port();
         let child = Command::new("openssl")
-            .args(["s_server", "-quiet", "-www", "-accept"])
+            .args(["s_server", "-quiet", mode, "-accept"])
             .arg(format!("127.0.0.1:{port}"))
             .args(["-cert", "server.pem", "-key", "server.key"])
             .current_dir(dir)
@@ -125,4 +131,67 @@ fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
     let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("upstreams.ticketing.tls.ca-file"));
+}
+
+/// Answers from a TLS upstream are read by Pingora's own client, with no
+/// watched socket in between: a chunked body that is not one is logged in
+/// the words a plain upstream's gets, with the rule as its reason.
+#[test]
+fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
+    let dir = tempfile::tempdir().unwrap();
+    make_ca(dir.path());
+    let files = dir.path().join("api/v1/follow-up");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(
+        files.join("broken"),
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnope\r\n",
+    )
+    .unwrap();
+    let server = TlsServer::start_as(dir.path(), "-HTTP");
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let port = server.port;
+    let config = config(&redis.url(), &ports, port).replace(
+        &format!("    address: 127.0.0.1:{port}\n"),
+        &format!(
+            "    address: 127.0.0.1:{port}\n    tls: {{sni: tickets.internal, ca-file: '{}'}}\n",
+            dir.path().join("ca.pem").display()
+        ),
+    ) + "log:\n  format: json\n";
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_4");
+    let mut c = std::net::TcpStream::connect(wg.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    std::io::Write::write_all(
+        &mut c,
+        format!(
+            "GET /api/v1/follow-up/broken HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {token}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut c, &mut got);
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let failed = || {
+        wg.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "request failed")
+    };
+    let started = Instant::now();
+    while failed().is_none() && started.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let line = failed().unwrap_or_else(|| panic!("no failure line:\n{}", wg.log()));
+    assert_eq!(
+        line["error"], "the response body's framing was refused",
+        "{line}"
+    );
+    assert_eq!(line["reason"], "the chunked body's framing", "{line}");
+    assert_eq!(line["status"], 200, "{line}");
 }
