@@ -48,7 +48,8 @@ struct LoginKey {
 #[derive(Deserialize)]
 struct Claims {
     sub: String,
-    exp: u64,
+    /// A NumericDate may have a fraction (RFC 7519 §2).
+    exp: f64,
 }
 
 /// A verified login token: its user, and whether it has run out (its
@@ -128,11 +129,19 @@ impl Logins {
         if candidates.is_empty() {
             return Err(ApiError::LoginRequired);
         }
-        let mut lapsed = None;
+        // Of logins that ran out, the one good the longest.
+        let mut lapsed: Option<Login> = None;
         for token in candidates {
             match self.verify(token) {
                 Ok(login) if !login.expired => return Ok(login),
-                Ok(login) => lapsed = lapsed.or(Some(login)),
+                Ok(login) => {
+                    if lapsed
+                        .as_ref()
+                        .is_none_or(|l| l.valid_until_us < login.valid_until_us)
+                    {
+                        lapsed = Some(login);
+                    }
+                }
                 Err(_) => {}
             }
         }
@@ -167,9 +176,8 @@ impl Logins {
             Err(_) => return Err(ApiError::InvalidLogin),
         };
         let user = UserId::parse(data.claims.sub).ok_or(ApiError::InvalidUserId)?;
-        let valid_until_us = data
-            .claims
-            .exp
+        // `as` saturates: a negative or huge `exp` stays in range.
+        let valid_until_us = (data.claims.exp as u64)
             .saturating_add(self.leeway)
             .saturating_mul(1_000_000);
         Ok(Login {
@@ -357,6 +365,13 @@ mod tests {
                 ApiError::InvalidLogin
             );
         }
+        // A NumericDate with a fraction is one.
+        let decimal = login(
+            serde_json::json!({"sub": "bob", "iss": "shop", "aud": "waitgate", "exp": exp() as f64 + 0.5}),
+            SECRET,
+        );
+        let got = l.login(Some(&format!("Bearer {decimal}")), none).unwrap();
+        assert_eq!((got.user.as_str(), got.expired), ("bob", false));
         // Of two cookies, the one that has not run out names the user.
         let fresh = login(claims("carol", "shop", exp()), SECRET);
         let both = |_: &str| vec![lapsed.as_str(), fresh.as_str()];

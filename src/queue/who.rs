@@ -146,8 +146,10 @@ impl QueueApi {
         caller: &Caller,
         signed_in: &Signed,
     ) -> Option<QueueCookie> {
-        self.visitor_cookie(queue, caller, Some(&signed_in.user))
-            .filter(|c| self.kept_by(queue, signed_in, &c.credential))
+        caller
+            .queue_cookies(&queue.name)
+            .into_iter()
+            .find(|c| c.user == signed_in.user && self.kept_by(queue, signed_in, &c.credential))
     }
 
     /// The visitor's queue cookie: the first sent whose credential is one

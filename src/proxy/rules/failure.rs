@@ -128,10 +128,11 @@ impl Logged {
 pub fn logged(e: &Error, started: bool, refusal: Option<&'static str>) -> Option<Logged> {
     // Pingora's own reader refuses a malformed chunked body in these words
     // where no watched socket reads it first (a TLS upstream).
-    let chunks = matches!(
-        e.etype(),
-        ErrorType::Custom("InvalidChunk" | "InvalidTrailerEnd")
-    );
+    let chunks = e.esource() == &ErrorSource::Upstream
+        && matches!(
+            e.etype(),
+            ErrorType::Custom("InvalidChunk" | "InvalidTrailerEnd")
+        );
     let refusal = refusal.or(chunks.then_some(super::chunked::REFUSED));
     let error = error_of(e, started, refusal.is_some())?;
     Some(Logged {
@@ -234,6 +235,12 @@ mod tests {
                 error: why::BODY_REFUSED,
                 reason: Some(super::super::chunked::REFUSED)
             })
+        );
+        // A client's own chunked body: no rule about the upstream's answer.
+        let theirs = Error::new(ErrorType::new("InvalidChunk")).into_down();
+        assert_eq!(
+            logged(&theirs, false, None),
+            Some(Logged::new(why::REQUEST_REFUSED))
         );
         let short = up(ErrorType::new("PrematureBodyEnd"));
         assert_eq!(error_of(&short, true, false), Some(why::CLOSED_MID_BODY));
