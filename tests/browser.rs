@@ -1045,25 +1045,22 @@ fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
     );
     assert_eq!(back.status, 303, "{back:?}");
     assert!(cookie_named(&back, "waitgate-token-baseball").is_some());
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/active/token",
-        &[("Authorization", &format!("Bearer {}", lapsed("bob")))],
-        Some(&format!(
-            r#"{{"userId":"bob","queue":"baseball","queueCredential":"{credential}"}}"#
-        )),
-    );
+    // The exchange of bob's credential, as `user` with `user`'s lapsed login.
+    let exchange_as = |user: &str| {
+        room.send(
+            "POST",
+            "/api/v1/queue/active/token",
+            &[("Authorization", &format!("Bearer {}", lapsed(user)))],
+            Some(&format!(
+                r#"{{"userId":"{user}","queue":"baseball","queueCredential":"{credential}"}}"#
+            )),
+        )
+    };
+    let r = exchange_as("bob");
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.json()["accessToken"].is_string());
     // Carol's lapsed login cannot take bob's token with his credential.
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/active/token",
-        &[("Authorization", &format!("Bearer {}", lapsed("carol")))],
-        Some(&format!(
-            r#"{{"userId":"carol","queue":"baseball","queueCredential":"{credential}"}}"#
-        )),
-    );
+    let r = exchange_as("carol");
     assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
 }
 

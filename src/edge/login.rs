@@ -65,6 +65,14 @@ pub struct Login {
     pub valid_until_us: u64,
 }
 
+impl Login {
+    /// Whether a registration that arrived at `arrival_us` (µs since the
+    /// epoch) was made while this login was good.
+    pub fn covers(&self, arrival_us: u64) -> bool {
+        arrival_us <= self.valid_until_us
+    }
+}
+
 impl Logins {
     /// Loads the key the config names: the secret from the environment, or
     /// the JWKS file's RS256 and ES256 keys.

@@ -447,9 +447,7 @@ impl ProxyHttp for Gate {
         e: &Error,
         ctx: &mut RequestCtx,
     ) -> FailToProxy {
-        let started = session
-            .response_written()
-            .is_some_and(|r| !r.status.is_informational());
+        let started = reply_started(session);
         ctx.failed_after_start = Some(started);
         let mut error_code = 0;
         if let Some(reply) = Failure::from_pingora(e).reply(started) {
@@ -493,11 +491,9 @@ impl ProxyHttp for Gate {
         let path = raw.split(|&b| b == b'?').next().unwrap_or(raw);
         let path = String::from_utf8_lossy(path);
         // In the lane's words; a client that went away is no failure.
-        let started = ctx.failed_after_start.unwrap_or_else(|| {
-            session
-                .response_written()
-                .is_some_and(|r| !r.status.is_informational())
-        });
+        let started = ctx
+            .failed_after_start
+            .unwrap_or_else(|| reply_started(session));
         let failed = error.and_then(|e| failure::logged(e, started, watched::refusal(e)));
         Record {
             request_id: &ctx.request_id,
@@ -524,6 +520,14 @@ impl ProxyHttp for Gate {
         }
         .finish(&self.metrics);
     }
+}
+
+/// Whether the client's reply has begun: a final status line has gone out
+/// (interim 1xx ones do not count).
+fn reply_started(session: &Session) -> bool {
+    session
+        .response_written()
+        .is_some_and(|r| !r.status.is_informational())
 }
 
 #[cfg(test)]

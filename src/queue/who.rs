@@ -135,7 +135,7 @@ impl QueueApi {
     pub(super) fn kept_by(&self, queue: &Queue, signed_in: &Signed, credential: &str) -> bool {
         self.credentials()
             .check(&queue.name, signed_in.user.as_str(), credential)
-            .is_some_and(|arrival| arrival <= signed_in.valid_until_us)
+            .is_some_and(|arrival| signed_in.covers(arrival))
     }
 
     /// The queue cookie a login that ran out keeps its place with, if the
@@ -146,10 +146,9 @@ impl QueueApi {
         caller: &Caller,
         signed_in: &Signed,
     ) -> Option<QueueCookie> {
-        caller
-            .queue_cookies(&queue.name)
-            .into_iter()
-            .find(|c| c.user == signed_in.user && self.kept_by(queue, signed_in, &c.credential))
+        self.first_cookie(queue, caller, Some(&signed_in.user), |arrival| {
+            signed_in.covers(arrival)
+        })
     }
 
     /// The visitor's queue cookie: the first sent whose credential is one
@@ -162,12 +161,24 @@ impl QueueApi {
         caller: &Caller,
         user: Option<&UserId>,
     ) -> Option<QueueCookie> {
+        self.first_cookie(queue, caller, user, |_| true)
+    }
+
+    /// The first queue cookie sent whose credential is one of ours for its
+    /// user (and, given `user`, names that user), for an arrival `wanted`.
+    fn first_cookie(
+        &self,
+        queue: &Queue,
+        caller: &Caller,
+        user: Option<&UserId>,
+        wanted: impl Fn(u64) -> bool,
+    ) -> Option<QueueCookie> {
         caller.queue_cookies(&queue.name).into_iter().find(|c| {
             user.is_none_or(|u| *u == c.user)
                 && self
                     .credentials()
                     .check(&queue.name, c.user.as_str(), &c.credential)
-                    .is_some()
+                    .is_some_and(&wanted)
         })
     }
 

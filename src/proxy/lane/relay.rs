@@ -55,6 +55,15 @@ pub const fn failed(failure: Failure, error: &'static str) -> Failed {
     }
 }
 
+/// A failure the rules caused: they refused the upstream's answer, with
+/// the rule named when there is one.
+const fn refused(error: &'static str, reason: Option<&'static str>) -> Failed {
+    Failed {
+        failure: Failure::Unavailable,
+        logged: Logged { error, reason },
+    }
+}
+
 /// The client's connection failed while the reply was being written.
 const GONE: Failed = failed(Failure::ClientGone, "the client went away");
 
@@ -209,17 +218,10 @@ async fn read_head(
     client: &mut Stream,
     relayed: &mut bool,
 ) -> Result<Response, Failed> {
-    let refused = |r: response::Refused| Failed {
-        failure: Failure::Unavailable,
-        logged: Logged {
-            error: why::HEAD_REFUSED,
-            reason: r.0,
-        },
-    };
     let mut interim = Vec::new();
     loop {
         if !buf.is_empty() {
-            match response::parse(buf, head_request).map_err(refused)? {
+            match response::parse(buf, head_request).map_err(|r| refused(why::HEAD_REFUSED, r.0))? {
                 Some(response) if response.interim => {
                     interim.extend_from_slice(&response.head);
                     interim.extend_from_slice(b"\r\n");
@@ -308,13 +310,10 @@ async fn relay_body(
                 left -= take as u64;
                 left == 0
             }
-            Body::Chunked => match chunks.feed(buf, out).map_err(|_| Failed {
-                failure: Failure::Unavailable,
-                logged: Logged {
-                    error: why::BODY_REFUSED,
-                    reason: Some(chunked::REFUSED),
-                },
-            })? {
+            Body::Chunked => match chunks
+                .feed(buf, out)
+                .map_err(|_| refused(why::BODY_REFUSED, Some(chunked::REFUSED)))?
+            {
                 Some(end) => {
                     buf.advance(end);
                     true
