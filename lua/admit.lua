@@ -26,27 +26,48 @@
 -- ARGV[7] heartbeat timeout (ms), ARGV[8], ARGV[9] the bounds of the poll
 --         advice (ms): a placed user's heartbeat gives them the longest
 --         advice and the timeout from the open to show up
+-- ARGV[10], ARGV[11] the operator's changes (the control HASH's version)
+--         and the users admitted in all (the admission HASH's total) the
+--         instance has seen: a Redis that has fewer lost state since (a
+--         failover to a replica that was behind), and nobody is admitted
+--         until the instance has written back what it knows
 --
 -- Returns {admitted, window, why, now_ms, next_ms}: why = 0 decided now,
 -- 1 this window was already decided (by any instance), 2 nobody waits,
 -- 3 the max-active cap left no room, 4 admission is paused, 5 the queue has
--- not opened yet, 6 placed a step of the pre-queue (call again at once).
+-- not opened yet, 6 placed a step of the pre-queue (call again at once),
+-- 7 the queue's state is missing (no incarnation: see `read_control` in
+-- lib.lua), 8 Redis has less than the instance saw (7 and 8 write nothing).
+--
+-- The gate also records the frontier: the highest waiting score admitted,
+-- and of placed pre-queue users the highest pre-queue arrival. Admission
+-- is first come, first served, so every place at or before it was admitted
+-- or left (see lua/reseat.lua).
 -- next_ms is when, by Redis's clock, a call may decide again, so the caller
 -- sleeps by Redis's clock rather than its own.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
 local seed, step = ARGV[5], tonumber(ARGV[6])
 local timeout, pmin, pmax = heartbeat_args(7)
-if #KEYS ~= 9 or #ARGV ~= 9 or not timeout or not interval or interval < 1 or not batch
+local seen_version, seen_total = tonumber(ARGV[10]), tonumber(ARGV[11])
+if #KEYS ~= 9 or #ARGV ~= 11 or not timeout or not interval or interval < 1 or not batch
     or batch < 1
     or not ttl or ttl < 1 or not max_active or max_active < 0
-    or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1 then
+    or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1
+    or not seen_version or not seen_total then
   return redis.error_reply('ERR waitgate admit: bad arguments')
 end
 
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local control = read_control(KEYS[6])
+if not control.incarnation then
+  return {0, 0, 7, now_ms, now_ms}
+end
+if control.version < seen_version
+    or (seen_total > 0 and (tonumber(redis.call('HGET', KEYS[4], 'total')) or 0) < seen_total) then
+  return {0, 0, 8, now_ms, now_ms}
+end
 interval = control.interval or interval
 batch = control.batch or batch
 max_active = control.max_active or max_active
@@ -162,6 +183,10 @@ end
 local room = batch
 if max_active > 0 then
   local live = redis.call('ZCOUNT', KEYS[3], '(' .. int(now_ms), '+inf')
+  -- Slots held for tokens issued before a loss of state (lua/recover.lua).
+  if now_ms < control.held_until then
+    live = live + control.held
+  end
   room = math.max(0, math.min(room, max_active - live))
 end
 
@@ -192,6 +217,16 @@ if room > 0 then
     arrivals[#arrivals + 1] = users[i]
     arrivals[#arrivals + 1] = int(tonumber(prequeued[i] or popped[2 * i]))
   end
+  local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
+  local highest, highest_prequeued = tonumber(frontier[1]) or 0, tonumber(frontier[2]) or 0
+  for i = 1, #users do
+    highest = math.max(highest, tonumber(popped[2 * i]))
+    if prequeued[i] then
+      highest_prequeued = math.max(highest_prequeued, tonumber(prequeued[i]))
+    end
+  end
+  redis.call('HSET', KEYS[4], 'frontier', int(highest), 'frontier_prequeue',
+    int(highest_prequeued))
   admitted = #users
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
   heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax).forget(users)

@@ -6,20 +6,22 @@
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there),
 -- KEYS[6] admission HASH (counts the removals: see `counted` in lib.lua),
 -- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua)
--- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms)
+-- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms), ARGV[3] outage grace
+-- (ms: see `outage_cutoff` in lib.lua)
 --
 -- Returns {removed_waiting, removed_active, more}: more is 1 when silent
 -- users may be left that this call had no room to look at.
-local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 8 or #ARGV ~= 2 or not batch or batch < 1 or not timeout or timeout < 1 then
+local batch, timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if #KEYS ~= 8 or #ARGV ~= 3 or not batch or batch < 1 or not timeout or timeout < 1
+    or not grace or grace < 0 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
 -- A heartbeat is the time by which its user's next poll is due (see
--- `heartbeats` in lib.lua): those more than `timeout` past it. A poll
--- writes it in its own atomic step, so a user who just polled is never
--- below the cutoff.
-local cutoff = now_ms - timeout
+-- `heartbeats` in lib.lua): those more than `timeout` past it, outages not
+-- counted (see `outage_cutoff`). A poll writes it in its own atomic step,
+-- so a user who just polled is never below the cutoff.
+local cutoff = outage_cutoff(KEYS[6], now_ms, timeout, grace)
 local legacy = redis.call('EXISTS', KEYS[2]) == 1
 
 -- The candidates: the users of the buckets that ended `timeout` ago, up to

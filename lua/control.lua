@@ -35,7 +35,8 @@ end
 if action == 'pause' and #ARGV == 1 then
   redis.call('HSET', KEYS[1], 'paused', '1')
 elseif action == 'resume' and #ARGV == 1 then
-  redis.call('HDEL', KEYS[1], 'paused')
+  -- A resume also ends a hold kept after a loss of state (lua/recover.lua).
+  redis.call('HDEL', KEYS[1], 'paused', 'held', 'held_until')
 elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_mark(ARGV[2], 1)
     and number_or_mark(ARGV[3], 1) and number_or_mark(ARGV[4], 0) then
   for i, field in ipairs({'batch', 'interval', 'max_active'}) do

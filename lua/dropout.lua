@@ -9,18 +9,27 @@
 -- KEYS[4] active ZSET, KEYS[5] prequeue ZSET (userId -> arrival: pre-queued
 --         users, and placed ones until admitted),
 -- KEYS[6] admission HASH (counts a departure: see `counted` in lib.lua),
--- KEYS[7] due HASH (KEYS[2] and this: see `heartbeats` in lib.lua)
+-- KEYS[7] due HASH (KEYS[2] and this: see `heartbeats` in lib.lua),
+-- KEYS[8] spent ZSET (userId -> the latest arrival that may not be seated
+--         again), KEYS[9] control HASH (when the state was last lost)
 -- ARGV[1] userId
 -- ARGV[2] the arrival the credential names (decimal, microseconds)
 --
 -- Returns  1  removed from waiting (or active), heartbeat and credential
---          0  not queued: nothing is written
+--          0  not queued: nothing is written, but for the spent mark of a
+--             registration that a loss of state took (see lua/reseat.lua)
 --         -1  the credential is of an earlier registration: nothing is written
-if #KEYS ~= 7 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
+--
+-- A registration that left is marked spent, so that no loss of state can
+-- bring it back.
+if #KEYS ~= 9 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate dropout: bad arguments')
 end
 local user, arrival = ARGV[1], tonumber(ARGV[2])
+local function spend()
+  redis.call('ZADD', KEYS[8], 'GT', ARGV[2], user)
+end
 
 -- A placed pre-queue user's credential names its pre-queue arrival; anyone
 -- else's, its score in waiting.
@@ -34,11 +43,16 @@ if waiting or prequeued then
   redis.call('ZREM', KEYS[2], user)
   redis.call('HDEL', KEYS[7], user)
   redis.call('ZREM', KEYS[5], user)
+  spend()
   return 1
 end
 
 local admitted = redis.call('HGET', KEYS[3], user)
 if not admitted then
+  local lost_at = tonumber(redis.call('HGET', KEYS[9], 'lost_at'))
+  if lost_at and arrival < lost_at * 1000 then
+    spend()
+  end
   return 0
 end
 if tonumber(admitted) ~= arrival then

@@ -344,9 +344,17 @@ end
 -- prequeue_from, open_at (ms), shuffle, placed (the pre-queue has been placed
 -- in the waiting queue), floor (the lowest waiting score a registration after
 -- the open may take: the placed pre-queue sits below it).
+--
+-- And the state's own record (see lua/recover.lua): incarnation, the id of
+-- the queue's state, absent when Redis has lost it (or never had it: until
+-- an instance writes one, register and admit refuse with WAITGATE_LOST);
+-- version, counting the operator's changes; lost_at (ms), when the state
+-- was last found lost; held and held_until (ms), slots of max-active held
+-- for tokens issued before a loss.
 local function read_control(key)
   local c = redis.call('HMGET', key, 'paused', 'batch', 'interval', 'max_active',
-    'prequeue_from', 'open_at', 'placed', 'floor')
+    'prequeue_from', 'open_at', 'placed', 'floor', 'incarnation', 'version', 'lost_at',
+    'held', 'held_until')
   return {
     paused = c[1] == '1',
     batch = tonumber(c[2]),
@@ -356,7 +364,18 @@ local function read_control(key)
     open_at = tonumber(c[6]),
     placed = c[7] == '1',
     floor = tonumber(c[8]),
+    incarnation = c[9],
+    version = tonumber(c[10]) or 0,
+    lost_at = tonumber(c[11]),
+    held = tonumber(c[12]) or 0,
+    held_until = tonumber(c[13]) or 0,
   }
+end
+
+-- The refusal of a script that must not run on a queue whose state Redis
+-- has lost (the instance writes back what it knows, then calls again).
+local function lost_reply()
+  return redis.error_reply('WAITGATE_LOST the queue state is missing')
 end
 
 -- Where a queue's event stands at now_ms:
@@ -470,4 +489,107 @@ end
 -- `cutoff` (its end, as stored), or nil.
 local function past_bucket(dues_key, cutoff)
   return redis.call('ZRANGEBYSCORE', dues_key, '-inf', int(cutoff), 'LIMIT', 0, 1)[1]
+end
+
+-- Outage grace. A waiting user is removed only once their heartbeat is
+-- `timeout` past while polls could succeed: time when no instance could
+-- reach Redis does not count, nor the `grace` after it that clients take
+-- to come back (they back off on 503, up to 8 s). Every instance stamps the
+-- queue as seen (`alive` in the admission HASH) each second, and cleanup at
+-- each step; a gap of more than OUTAGE_GAP_MS between two stamps is an
+-- outage (Redis down, hung, restarting or failing over, or no instance
+-- running), recorded as the window [last stamp, now + grace] in `outages`
+-- (`<start>-<end>` by start, comma-separated). Windows that meet merge.
+--
+-- Time counted is then a clock that stops in the windows: a heartbeat due
+-- at `d` is stale when more than `timeout` of counted time lies between
+-- `d` and now. The cutoff is found walking back from now through the
+-- windows, spending `timeout` on the time between them. A window older
+-- than the cutoff can no longer change any decision (every later cutoff
+-- is later still), and is dropped.
+local OUTAGE_GAP_MS = 3000
+local MAX_OUTAGES = 16
+
+local function read_outages(text)
+  local list = {}
+  for s, e in string.gmatch(text or '', '(%d+)%-(%d+)') do
+    list[#list + 1] = {tonumber(s), tonumber(e)}
+  end
+  return list
+end
+
+local function outages_text(list)
+  local parts = {}
+  for i, w in ipairs(list) do
+    parts[i] = int(w[1]) .. '-' .. int(w[2])
+  end
+  return table.concat(parts, ',')
+end
+
+-- The cutoff (ms) below which a heartbeat is stale at now_ms, and the index
+-- of the oldest window that still matters.
+local function cutoff_through(list, now_ms, timeout)
+  local t, budget = now_ms, timeout
+  for i = #list, 1, -1 do
+    local s, e = list[i][1], list[i][2]
+    if e < t then
+      if t - e >= budget then
+        return t - budget, i + 1
+      end
+      budget = budget - (t - e)
+    end
+    if s < t then
+      t = s
+    end
+  end
+  return t - budget, 1
+end
+
+-- Stamps the queue as seen at now_ms, records the gap since the last stamp
+-- as an outage when it is one (kind 'outage', its length, in the incident
+-- fields the admin API shows), and returns the cutoff for heartbeats of
+-- `timeout` and the gap recorded (0 if none). `extra` holds more fields
+-- for the same HSET.
+local function outage_cutoff(admission_key, now_ms, timeout, grace, extra)
+  local g = redis.call('HMGET', admission_key, 'alive', 'outages')
+  local alive, list = tonumber(g[1]), read_outages(g[2])
+  local changed, gap = false, 0
+  if alive and now_ms - alive > OUTAGE_GAP_MS then
+    gap = now_ms - alive
+    local last = list[#list]
+    if last and last[2] >= alive then
+      last[2] = math.max(last[2], now_ms + grace)
+    else
+      list[#list + 1] = {alive, now_ms + grace}
+    end
+    if #list > MAX_OUTAGES then
+      -- Too many to keep: the two oldest become one (more lenient).
+      list[2][1] = list[1][1]
+      table.remove(list, 1)
+    end
+    changed = true
+  end
+  local cutoff, first = cutoff_through(list, now_ms, timeout)
+  if first > 1 then
+    local kept = {}
+    for i = first, #list do
+      kept[#kept + 1] = list[i]
+    end
+    list, changed = kept, true
+  end
+  local record = extra or {}
+  record[#record + 1] = 'alive'
+  record[#record + 1] = int(now_ms)
+  if changed then
+    record[#record + 1] = 'outages'
+    record[#record + 1] = outages_text(list)
+  end
+  if gap > 0 then
+    for _, v in ipairs({'incident', 'outage', 'incident_at', int(now_ms), 'incident_ms',
+        int(gap)}) do
+      record[#record + 1] = v
+    end
+  end
+  redis.call('HSET', admission_key, unpack(record))
+  return cutoff, gap
 end

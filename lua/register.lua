@@ -41,6 +41,11 @@ end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
 local control = read_control(KEYS[6])
+if not control.incarnation then
+  -- The floor of a placed pre-queue may be among what was lost: nobody
+  -- joins until the instance has written back what it knows.
+  return lost_reply()
+end
 local phase = event_phase(control, now_ms)
 interval, batch = control.interval or interval, control.batch or batch
 

@@ -20,24 +20,28 @@
 -- versions), [3] credential HASH, [4] active ZSET, [5] prequeue ZSET,
 -- [6] admission HASH, [7] due HASH, [8] dues ZSET
 -- ARGV[1] batch size (active entries), ARGV[2] heartbeat timeout (ms),
--- ARGV[3] the bucket the instance read (its end as stored; '' for none),
--- ARGV[4] the bucket's length when read ('' when the script is to read the
--- candidates itself), ARGV[5] how many candidates it read from its start
--- (or this script is to read, at most 10,000), ARGV[6..] the users among them it
+-- ARGV[3] outage grace (ms: see `outage_cutoff` in lib.lua),
+-- ARGV[4] the bucket the instance read (its end as stored; '' for none),
+-- ARGV[5] the bucket's length when read ('' when the script is to read the
+-- candidates itself), ARGV[6] how many candidates it read from its start
+-- (or this script is to read, at most 10,000), ARGV[7..] the users among them it
 -- found stale, each once (at most 10,000; none when the script reads)
 --
 -- Returns {removed_waiting, removed_active, next_bucket, next_length,
 -- cutoff, looked}: the next bucket past the timeout ('' for none), how
 -- many candidates it holds, the time (ms) before which a heartbeat is past
--- the timeout, and how many candidates were looked at, by the instance or
--- here; or {-1} while an earlier version's heartbeats exist (then
--- cleanup.lua does the whole work, reading both).
-local batch, timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
-local here = ARGV[4] == ''
-local length, read = tonumber(ARGV[4]), tonumber(ARGV[5])
-if #KEYS ~= 8 or #ARGV < 5 or #ARGV > 10005 or not batch or batch < 1 or not timeout
-    or timeout < 1 or not read or read < 0 or read ~= math.floor(read)
-    or (here and (#ARGV > 5 or ARGV[3] == '' or read > 10000))
+-- the timeout (counted as `outage_cutoff` counts it), and how many
+-- candidates were looked at, by the instance or here; or {-1} while an
+-- earlier version's heartbeats exist (then cleanup.lua does the whole
+-- work, reading both).
+local batch, timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local bucket = ARGV[4]
+local here = ARGV[5] == ''
+local length, read = tonumber(ARGV[5]), tonumber(ARGV[6])
+if #KEYS ~= 8 or #ARGV < 6 or #ARGV > 10006 or not batch or batch < 1 or not timeout
+    or timeout < 1 or not grace or grace < 0 or not read or read < 0
+    or read ~= math.floor(read)
+    or (here and (#ARGV > 6 or bucket == '' or read > 10000))
     or (not here and (not length or read > length)) then
   return redis.error_reply('ERR waitgate sweep: bad arguments')
 end
@@ -45,7 +49,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {-1}
 end
 local now_ms = math.floor(now_us() / 1000)
-local cutoff = now_ms - timeout
+local cutoff = outage_cutoff(KEYS[6], now_ms, timeout, grace)
 
 -- The users of users[first..] whose heartbeat is stale still: below the
 -- cutoff (one that polled since has a later one; one with none has left),
@@ -72,8 +76,8 @@ local function still_stale(users, first)
 end
 
 local removed, looked = 0, read
-if ARGV[3] ~= '' then
-  local list = KEYS[8] .. ':' .. ARGV[3]
+if bucket ~= '' then
+  local list = KEYS[8] .. ':' .. bucket
   local stale
   if here then
     local candidates = read > 0 and redis.call('LRANGE', list, 0, read - 1) or {}
@@ -83,7 +87,7 @@ if ARGV[3] ~= '' then
       redis.call('LTRIM', list, looked, -1)
     end
   else
-    stale = still_stale(ARGV, 6)
+    stale = still_stale(ARGV, 7)
   end
   if #stale > 0 then
     in_chunks(stale, function(...) redis.call('HDEL', KEYS[7], ...) end)
@@ -95,7 +99,7 @@ if ARGV[3] ~= '' then
     redis.call('LTRIM', list, read, -1)
   end
   if redis.call('EXISTS', list) == 0 then
-    redis.call('ZREM', KEYS[8], ARGV[3])
+    redis.call('ZREM', KEYS[8], bucket)
   end
 end
 

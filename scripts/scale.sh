@@ -305,7 +305,8 @@ KEYS = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "p
 
 
 def sweep(bucket="", length=0, read=0, stale=()):
-    return r("EVALSHA", sha, 8, *KEYS, 500, timeout, bucket, length, read, *stale)
+    # 10,000: heartbeat.outage-grace-ms's default.
+    return r("EVALSHA", sha, 8, *KEYS, 500, timeout, 10000, bucket, length, read, *stale)
 
 
 def stale_of(value, cutoff):

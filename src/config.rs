@@ -365,6 +365,10 @@ pub struct HeartbeatConfig {
     pub poll_max: Duration,
     pub cleanup_interval: Duration,
     pub cleanup_batch_size: u32,
+    /// After Redis was out of reach, how long clients are given to come
+    /// back before silence counts again (see `outage_cutoff` in
+    /// `lua/lib.lua`).
+    pub outage_grace: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -638,6 +642,7 @@ struct RawHeartbeat {
     cleanup_batch_size: u64,
     poll_min_ms: u64,
     poll_max_ms: u64,
+    outage_grace_ms: u64,
 }
 
 impl Default for RawHeartbeat {
@@ -648,6 +653,8 @@ impl Default for RawHeartbeat {
             cleanup_batch_size: 500,
             poll_min_ms: 1_000,
             poll_max_ms: 30_000,
+            // The page and the JS client wait at most 8 s between tries.
+            outage_grace_ms: 10_000,
         }
     }
 }
@@ -1258,6 +1265,12 @@ impl RawQueue {
             )? as u32,
             poll_min: millis(&format!("{key}.heartbeat.poll-min-ms"), h.poll_min_ms)?,
             poll_max: millis(&format!("{key}.heartbeat.poll-max-ms"), h.poll_max_ms)?,
+            outage_grace: Duration::from_millis(ranged(
+                &format!("{key}.heartbeat.outage-grace-ms"),
+                h.outage_grace_ms,
+                0,
+                3_600_000,
+            )?),
         };
         if heartbeat.poll_max < heartbeat.poll_min {
             return Err(invalid(

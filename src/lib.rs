@@ -17,6 +17,8 @@
 //! - [`store`]: Redis, as typed calls over the Lua scripts in `lua/`.
 //! - [`background`]: the admission gate, the heartbeat cleanup and the
 //!   gauge sampler, run by every instance with no leader.
+//! - [`durability`]: what keeps a waiting user's place through Redis
+//!   outages, failovers and data loss.
 //! - [`metrics`]: the Prometheus collectors.
 //! - [`admin`]: `/metrics`, `/healthz` and `/readyz` on their own listener,
 //!   and the operators' API ([`control`]: pause, live rates, scheduled
@@ -34,6 +36,7 @@ pub mod browser;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod durability;
 pub mod edge;
 pub mod error;
 pub mod logging;

@@ -50,7 +50,17 @@ pub struct Metrics {
     pub releases: IntCounterVec,
     /// Revoked users this instance refuses tokens of.
     pub revoked_users: IntGauge,
+    /// Redis incidents this instance saw, by kind (see `durability`).
+    pub redis_incidents: IntCounterVec,
+    /// Slots of max-active held for tokens issued before Redis lost a
+    /// queue's state (0: none).
+    pub admission_held: IntGaugeVec,
+    /// Places seated again after a loss of state.
+    pub reseated: IntCounterVec,
 }
+
+/// Label values of `waitgate_redis_incidents_total{kind}`.
+pub const INCIDENT_KINDS: [&str; 3] = ["outage", "failover", "data_loss"];
 
 /// Label values of `waitgate_event_phase{phase}`.
 pub const EVENT_PHASES: [&str; 4] = ["scheduled", "prequeue", "placing", "open"];
@@ -279,6 +289,22 @@ impl Metrics {
                     .expect("registered once");
                 g
             },
+            redis_incidents: counter(
+                &registry,
+                "waitgate_redis_incidents_total",
+                "Redis incidents this instance saw: outage (out of reach longer than 3 s), failover (a replica promoted), data_loss (Redis answered without a queue's state).",
+                &["kind"],
+            ),
+            admission_held: int_gauge(
+                "waitgate_admission_held_slots",
+                "Slots of max-active held for tokens issued before Redis lost the queue's state (0: none).",
+            ),
+            reseated: counter(
+                &registry,
+                "waitgate_reseated_total",
+                "Waiting users seated again at their credential's arrival after Redis lost the queue's state.",
+                &["queue"],
+            ),
             registry,
             queue_waiting,
             queue_active,
@@ -290,6 +316,9 @@ impl Metrics {
         m.add_queues(config.queues.keys().map(String::as_str));
         for op in REDIS_OPS {
             m.redis_errors.with_label_values(&[op]);
+        }
+        for kind in INCIDENT_KINDS {
+            m.redis_incidents.with_label_values(&[kind]);
         }
         for result in ["ok", "refused"] {
             m.reloads.with_label_values(&[result]);
@@ -313,6 +342,8 @@ impl Metrics {
             self.queue_paused.with_label_values(&[q]);
             self.rank_samples.with_label_values(&[q]);
             self.releases.with_label_values(&[q]);
+            self.admission_held.with_label_values(&[q]);
+            self.reseated.with_label_values(&[q]);
             for phase in EVENT_PHASES {
                 self.event_phase.with_label_values(&[q, phase]);
             }
@@ -391,7 +422,7 @@ impl Metrics {
 }
 
 /// The `op` label values of `waitgate_redis_errors_total`.
-pub const REDIS_OPS: [&str; 11] = [
+pub const REDIS_OPS: [&str; 13] = [
     "register",
     "rank",
     "dropout",
@@ -403,6 +434,8 @@ pub const REDIS_OPS: [&str; 11] = [
     "control",
     "revoke",
     "revoked_sync",
+    "watch",
+    "reseat",
 ];
 
 #[cfg(test)]

@@ -18,9 +18,10 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::admin::AdminApp;
-use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared};
+use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared, Watch};
 use crate::config::Config;
 use crate::control::{AdminToken, ControlApi};
+use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
@@ -98,10 +99,16 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let queues = Arc::new(ArcSwap::from_pointee(Queues::new(config)));
     let (reloaded, reloaded_rx) = watch::channel(0u64);
     let logins = config.identity.as_ref().map(Logins::load).transpose()?;
+    let durability = Arc::new(Durability::new(
+        control.clone(),
+        tokens.revoked().clone(),
+        metrics.clone(),
+    ));
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
         store.clone(),
+        durability.clone(),
         tokens.clone(),
         credentials,
         metrics.clone(),
@@ -169,9 +176,11 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         metrics: metrics.clone(),
         queues: queues.clone(),
         reloaded: reloaded_rx,
+        durability,
     };
     server.add_service(background_service("admission", Admission(shared.clone())));
     server.add_service(background_service("cleanup", Cleanup(shared.clone())));
+    server.add_service(background_service("watch", Watch(shared.clone())));
     server.add_service(background_service("sampler", Sampler(shared.clone())));
     server.add_service(background_service(
         "probe",

@@ -718,8 +718,8 @@ fn load_sweep(c: &mut redis::Connection) -> String {
         .unwrap()
 }
 
-/// The bucket and length (ARGV[3] and ARGV[4], after the script's 8 keys
-/// and 2 settings) of each call of the sweep `sha` among MONITOR's `lines`.
+/// The bucket and length (ARGV[4] and ARGV[5], after the script's 8 keys
+/// and 3 settings) of each call of the sweep `sha` among MONITOR's `lines`.
 fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
     lines
         .iter()
@@ -727,7 +727,7 @@ fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
         .map(|l| {
             let args: Vec<&str> = l.split("\" \"").collect();
             let arg = |i: usize| args.get(i).unwrap_or(&"?").to_string();
-            (arg(13), arg(14))
+            (arg(14), arg(15))
         })
         .collect()
 }
@@ -771,6 +771,7 @@ fn sweep_call(
         .key("queue:{baseball}:dues")
         .arg(500)
         .arg(timeout_ms)
+        .arg(10_000)
         .arg(bucket)
         .arg(length)
         .arg(taken)

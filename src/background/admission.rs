@@ -10,7 +10,7 @@ use pingora::services::background::BackgroundService;
 
 use super::shared::{run_per_queue, FailureLog, Shared, RETRY};
 use crate::queues::Queue;
-use crate::store::AdmitOutcome;
+use crate::store::{AdmitOutcome, StoreError};
 
 pub struct Admission(pub Shared);
 
@@ -25,6 +25,10 @@ impl BackgroundService for Admission {
 /// operator shortened live takes effect within a second.
 const MAX_SLEEP: Duration = Duration::from_secs(1);
 
+/// The pause before the gate is called again once the state Redis lost
+/// has been written back.
+const LOST_RETRY: Duration = Duration::from_millis(20);
+
 /// How often to look again while the queue is empty, so that the first
 /// arrival after a quiet spell is admitted promptly.
 fn idle_tick(interval: Duration) -> Duration {
@@ -35,9 +39,10 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
     let interval = queue.admission.interval;
     let mut log = FailureLog::new("admission");
     loop {
+        let seen = shared.durability.seen(&queue).await;
         let pause = match shared
             .store
-            .admit(&queue.keys, &queue.admission, &queue.heartbeat)
+            .admit(&queue.keys, &queue.admission, &queue.heartbeat, seen)
             .await
         {
             Ok(a) => {
@@ -64,6 +69,16 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                     _ => (to_next + jitter(interval)).min(MAX_SLEEP),
                 }
             }
+            // Redis lost the queue's state: what this instance knows is
+            // written back, then the gate is called again.
+            Err(StoreError::Lost) => match shared.durability.look(&queue).await {
+                Ok(()) => LOST_RETRY,
+                Err(e) => {
+                    shared.metrics.redis_error("watch");
+                    log.failed(&queue.name, &e);
+                    RETRY.min(interval)
+                }
+            },
             Err(e) => {
                 shared.metrics.redis_error("admit");
                 log.failed(&queue.name, &e);

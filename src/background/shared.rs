@@ -10,6 +10,7 @@ use pingora::server::ShutdownWatch;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::durability::Durability;
 use crate::metrics::Metrics;
 use crate::queues::{Queue, Queues};
 use crate::store::Store;
@@ -22,6 +23,8 @@ pub struct Shared {
     /// Replaced whole by a reload, which then bumps `reloaded`.
     pub queues: Arc<ArcSwap<Queues>>,
     pub reloaded: watch::Receiver<u64>,
+    /// What keeps each queue's state through Redis incidents.
+    pub durability: Arc<Durability>,
 }
 
 /// Runs `job` once per queue until shutdown, and again for the new queues

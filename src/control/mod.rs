@@ -224,7 +224,7 @@ impl ControlApi {
             // would otherwise write a line per try.
             // A change sent to a Redis that stalls is applied when it
             // wakes: unknown, not "not made" (the client is told so too).
-            StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
+            StoreError::Unavailable(_) | StoreError::Lost => crate::logging::warn_limited_noting(
                 "admin",
                 "the admin change was not confirmed in time (it may still be made)",
                 &error,

@@ -70,6 +70,14 @@ impl Revoked {
         len
     }
 
+    /// The revocations of `queue`: (user, revoked at ms).
+    pub fn entries(&self, queue: &str) -> Vec<(String, u64)> {
+        let map = self.map.read().unwrap_or_else(|p| p.into_inner());
+        map.get(queue).map_or_else(Vec::new, |users| {
+            users.iter().map(|(u, at)| (u.to_string(), *at)).collect()
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
     }

@@ -558,7 +558,12 @@ routes:
         let api = Arc::new(QueueApi::new(
             &config,
             Arc::new(ArcSwap::from_pointee(Queues::new(&config))),
-            store,
+            store.clone(),
+            Arc::new(crate::durability::Durability::new(
+                store,
+                tokens.revoked().clone(),
+                metrics.clone(),
+            )),
             tokens.clone(),
             Credentials::new(&secret),
             metrics.clone(),

@@ -57,6 +57,9 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
         .dropout(&queue.keys, who.user.as_str(), arrival)
         .await
         .map_err(|e| about(api.unavailable(Endpoint::Dropout, e)))?;
+    if removed != Dropout::CredentialMismatch {
+        api.note_spent(&queue, who.user.as_str(), arrival).await;
+    }
     let reply = outcome(removed)
         .map_err(about)?
         .about(&queue.name, who.user.as_str());

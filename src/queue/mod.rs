@@ -14,6 +14,7 @@ pub mod input;
 pub mod page;
 pub mod rank;
 pub mod register;
+mod reseat;
 pub mod token;
 mod who;
 
@@ -27,6 +28,7 @@ use crate::browser::origin;
 use crate::browser::Caller;
 use crate::config::{BrowserConfig, Config};
 use crate::control::revoke;
+use crate::durability::Durability;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
 use crate::error::ApiError;
@@ -60,6 +62,10 @@ pub struct QueueApi {
     browsers: Arc<ArcSwap<BrowserConfig>>,
     /// The store's register, rank and token calls, coalesced.
     calls: calls::Calls,
+    /// Writes back a queue's state when Redis lost it (a call refused as
+    /// lost is made again after), and seats again the users whose places
+    /// went with it.
+    durability: Arc<Durability>,
 }
 
 impl QueueApi {
@@ -67,12 +73,14 @@ impl QueueApi {
         config: &Config,
         queues: Arc<ArcSwap<Queues>>,
         store: Arc<Store>,
+        durability: Arc<Durability>,
         tokens: Arc<Tokens>,
         credentials: Credentials,
         metrics: Arc<Metrics>,
         logins: Option<Logins>,
     ) -> QueueApi {
         QueueApi {
+            durability,
             calls: calls::Calls::new(store.clone(), config.redis.coalesce),
             queues,
             store,
@@ -232,11 +240,13 @@ impl QueueApi {
                             match &e {
                                 // A backend releasing users during an
                                 // outage would otherwise write a line each.
-                                StoreError::Unavailable(_) => crate::logging::warn_limited_noting(
-                                    "release",
-                                    "only this instance refuses the released users' tokens",
-                                    &e,
-                                ),
+                                StoreError::Unavailable(_) | StoreError::Lost => {
+                                    crate::logging::warn_limited_noting(
+                                        "release",
+                                        "only this instance refuses the released users' tokens",
+                                        &e,
+                                    )
+                                }
                                 StoreError::Failed(_) => {
                                     tracing::error!(queue = %queue.name, user = &*user, %e, "release failed: redis; only this instance refuses the user's tokens")
                                 }
@@ -265,7 +275,11 @@ impl QueueApi {
         self.metrics.redis_error(endpoint.name());
         match &error {
             // An outage fails every request: one line a second says so.
-            StoreError::Unavailable(_) => crate::logging::warn_limited(endpoint.name(), &error),
+            // The state being written back after Redis lost it is as
+            // short an outage.
+            StoreError::Unavailable(_) | StoreError::Lost => {
+                crate::logging::warn_limited(endpoint.name(), &error)
+            }
             // So can Redis refusing every call (a password it no longer
             // takes): at `error`, as often.
             StoreError::Failed(_) => crate::logging::error_limited(endpoint.name(), &error),

@@ -248,9 +248,11 @@ impl QueueApi {
     /// `None` when it has none (the heartbeat ran out, or the user is
     /// active under an earlier registration than this cookie's).
     async fn poll(&self, queue: &Arc<Queue>, c: &QueueCookie) -> Result<Option<Visit>, ApiError> {
+        let arrival = self
+            .credentials()
+            .check(&queue.name, c.user.as_str(), &c.credential);
         let position = self
-            .calls
-            .rank(queue, c.user.as_str())
+            .rank_or_reseat(queue, c.user.as_str(), arrival)
             .await
             .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
         Ok(match position {

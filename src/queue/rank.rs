@@ -40,9 +40,14 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
             .check(&queue.name, who.user.as_str(), presented)
             .ok_or_else(|| about(ApiError::CredentialMismatch))?;
     }
+    // A credential of the user's, when one came, lets a place Redis lost
+    // be seated again.
+    let arrival = who
+        .credential
+        .as_deref()
+        .and_then(|c| api.credentials().check(&queue.name, who.user.as_str(), c));
     let position = api
-        .calls
-        .rank(&queue, who.user.as_str())
+        .rank_or_reseat(&queue, who.user.as_str(), arrival)
         .await
         .map_err(|e| about(api.unavailable(Endpoint::Rank, e)))?;
     outcome(&queue, &who.user, position)

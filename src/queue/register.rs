@@ -176,8 +176,7 @@ impl QueueApi {
         user: &UserId,
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
         let registration = self
-            .calls
-            .register(queue, user.as_str())
+            .register_call(queue, user.as_str())
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
         let mut issued = None;

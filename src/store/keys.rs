@@ -32,6 +32,10 @@ pub struct QueueKeys {
     pub prequeue: String,
     /// ZSET userId -> revoked at (ms): whose tokens are refused.
     pub revoked: String,
+    /// ZSET userId -> the latest arrival of theirs that may not be seated
+    /// again after a loss of state: one they left, or were seated at once
+    /// already (see `lua/reseat.lua`).
+    pub spent: String,
 }
 
 impl QueueKeys {
@@ -48,6 +52,7 @@ impl QueueKeys {
             control: key("control"),
             prequeue: key("prequeue"),
             revoked: key("revoked"),
+            spent: key("spent"),
         }
     }
 }
@@ -69,5 +74,6 @@ mod tests {
         assert_eq!(k.control, "queue:{baseball}:control");
         assert_eq!(k.prequeue, "queue:{baseball}:prequeue");
         assert_eq!(k.revoked, "queue:{baseball}:revoked");
+        assert_eq!(k.spent, "queue:{baseball}:spent");
     }
 }

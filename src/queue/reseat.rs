@@ -1,0 +1,83 @@
+//! The queue API's calls that Redis may refuse as made on lost state
+//! (see `durability`): the state is written back and the call made again;
+//! and the seating again of a user whose place Redis lost, when they come
+//! back with their credential (a rank poll, a page load).
+
+use std::sync::Arc;
+
+use super::QueueApi;
+use crate::queues::Queue;
+use crate::store::{Position, Registration, StoreError};
+
+impl QueueApi {
+    /// Registers `user`; when Redis refuses as lost, after writing back
+    /// what this instance knows.
+    pub(super) async fn register_call(
+        &self,
+        queue: &Arc<Queue>,
+        user: &str,
+    ) -> Result<Registration, StoreError> {
+        match self.calls.register(queue, user).await {
+            Err(StoreError::Lost) => {
+                self.durability.look(queue).await?;
+                self.calls.register(queue, user).await
+            }
+            other => other,
+        }
+    }
+
+    /// Where `user` stands. When they are not queued and `arrival` (from a
+    /// credential of theirs that checked) names a registration Redis lost,
+    /// they are seated again there (`lua/reseat.lua` says when).
+    pub(super) async fn rank_or_reseat(
+        &self,
+        queue: &Arc<Queue>,
+        user: &str,
+        arrival: Option<u64>,
+    ) -> Result<Position, StoreError> {
+        let position = self.calls.rank(queue, user).await?;
+        match (position, arrival) {
+            (Position::NotQueued, Some(arrival)) => self.reseat(queue, user, arrival).await,
+            _ => Ok(position),
+        }
+    }
+
+    async fn reseat(
+        &self,
+        queue: &Queue,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Position, StoreError> {
+        let call = || {
+            self.store.reseat(
+                &queue.keys,
+                user,
+                arrival,
+                &queue.admission,
+                &queue.heartbeat,
+            )
+        };
+        let position = match call().await {
+            Err(StoreError::Lost) => {
+                self.durability.look(queue).await?;
+                call().await?
+            }
+            other => other?,
+        };
+        if position != Position::NotQueued {
+            self.durability.spent(queue, user, arrival).await;
+            self.metrics
+                .reseated
+                .with_label_values(&[&queue.name])
+                .inc();
+            tracing::info!(queue = %queue.name, user, arrival, "seated again at the credential's arrival after redis lost the place");
+        }
+        Ok(position)
+    }
+
+    /// Remembers a registration that left through this instance, so that
+    /// a loss of state cannot bring it back.
+    pub(super) async fn note_spent(&self, queue: &Queue, user: &str, arrival: u64) {
+        self.durability.spent(queue, user, arrival).await;
+    }
+}
