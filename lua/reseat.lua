@@ -30,7 +30,8 @@
 --
 -- Returns {code, rank, wait_ms, advice} as rank.lua does for one user:
 -- 1 seated (rank users ahead; wait_ms -1 while paused), 4 back in the
--- pre-queue (rank: opens in ms), 0 refused; or WAITGATE_LOST while the
+-- pre-queue, or seated before a scheduled open (rank: opens in ms),
+-- 0 refused; or WAITGATE_LOST while the
 -- queue has no state (the instance writes back what it knows first).
 local user, arrival = ARGV[1], tonumber(ARGV[2])
 local interval, batch = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -72,8 +73,9 @@ if prequeued and phase == 'prequeue' then
   local opens_in = math.max(0, control.open_at - now_ms)
   return {4, opens_in, 0, beats.poll_after(opens_in)}
 end
-if phase ~= 'open' then
-  -- Registration not open, or the pre-queue being placed: later.
+if phase == 'placing' or (prequeued and phase ~= 'open') then
+  -- The pre-queue being placed, or a pre-queue registration while another
+  -- event is scheduled: later, or never.
   return refused
 end
 
@@ -112,6 +114,15 @@ local rank = redis.call('ZRANK', KEYS[1], user)
 local wait = -1
 if not control.paused then
   wait = estimate(rank)
+end
+if phase ~= 'open' then
+  -- Waiting from before a scheduled open: polls are told when it opens,
+  -- as rank.lua tells them.
+  local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
+  local advice = beats.poll_after(opens_in)
+  beats.set(user, advice, place)
+  beats.flush()
+  return {4, opens_in, 0, advice}
 end
 local advice = beats.poll_after(wait)
 beats.set(user, advice, place)

@@ -107,8 +107,10 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
-        store.clone(),
-        durability.clone(),
+        crate::queue::Redis {
+            store: store.clone(),
+            durability: durability.clone(),
+        },
         tokens.clone(),
         credentials,
         metrics.clone(),

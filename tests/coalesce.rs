@@ -202,6 +202,7 @@ fn coalesced_registrations_keep_each_clients_order() {
 /// `script` (a `register.lua` with the library before it) called on queue
 /// `q` with `users`, with the settings the tests use; its flat answer.
 fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str]) -> Vec<i64> {
+    give_state(c, q);
     let mut call = redis::cmd("EVAL");
     call.arg(script).arg(9);
     for key in [

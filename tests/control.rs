@@ -125,7 +125,10 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
         Some(r#"{"openAt":"2001-01-01T00:00:00Z"}"#),
     );
     assert_eq!(bad.status, 400, "{bad:?}");
-    let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
+    let mut control: std::collections::HashMap<String, String> =
+        redis.conn().hgetall(CONTROL).unwrap();
+    // The state's own id, which every instance gives it from its start.
+    control.remove("incarnation");
     assert!(control.is_empty(), "bad input changes nothing: {control:?}");
     let listing = admin(&wg, "GET", "/admin/v1/queues", None);
     assert_eq!(listing.json()["queues"][0]["queue"], "baseball");
@@ -574,6 +577,7 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
 /// as an instance would (60 s windows of 1, the default heartbeats): the
 /// script's answer.
 fn register_script(c: &mut redis::Connection, user: &str) -> Vec<i64> {
+    give_state(c, "baseball");
     redis::Script::new(&format!(
         "{}{}",
         include_str!("../lua/lib.lua"),
@@ -631,6 +635,8 @@ fn registering_again_after_the_open_names_a_placed_users_prequeue_arrival() {
         .key(PREQUEUE)
         .key("queue:{baseball}:admission")
         .key("queue:{baseball}:due")
+        .key("queue:{baseball}:spent")
+        .key(CONTROL)
         .arg(&user)
         .arg(answer[3].to_string())
         .invoke(&mut c)
@@ -1392,7 +1398,9 @@ fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
         r#"{"userId":"a","userId":"b"}"#,
     );
     assert_eq!(r.status, 400, "{r:?}");
-    let control: std::collections::HashMap<String, String> = redis.conn().hgetall(CONTROL).unwrap();
+    let mut control: std::collections::HashMap<String, String> =
+        redis.conn().hgetall(CONTROL).unwrap();
+    control.remove("incarnation");
     assert!(
         control.is_empty(),
         "refused input changes nothing: {control:?}"
@@ -1494,6 +1502,7 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
 /// would: windows of `interval` ms, a batch of 1, `seed` and `step` for a
 /// placing; the default heartbeat timeout and poll advice. Its answer.
 fn admission_script(c: &mut redis::Connection, interval: u64, seed: &str, step: u64) -> Vec<i64> {
+    give_state(c, "baseball");
     redis::Script::new(&format!(
         "{}{}",
         include_str!("../lua/lib.lua"),
@@ -1517,6 +1526,9 @@ fn admission_script(c: &mut redis::Connection, interval: u64, seed: &str, step: 
     .arg(30_000)
     .arg(1_000)
     .arg(30_000)
+    // What the instance has seen of the state: nothing yet.
+    .arg(0)
+    .arg(0)
     .invoke(c)
     .unwrap()
 }

@@ -28,7 +28,7 @@
  *       polls rank at the advised pollAfterMs (never faster than 0.1 s), calls
  *       onUpdate(answer) on each answer, and once ACTIVE exchanges it for a
  *       token and resolves with the token answer. A 502/503/504 or a request
- *       that got no answer is retried after 1 s, 2 s, 4 s ... up to 30 s
+ *       that got no answer is retried after 1 s, 2 s, 4 s, then every 8 s
  *       (never sooner than Retry-After), each give or take a fifth at random
  *       so that the pages of a whole queue do not come back at once, with
  *       onUpdate({ status: "RECONNECTING", retryInMs }) first.
@@ -46,7 +46,10 @@
   // The advice is followed as given (the server promises the place for it
   // plus its heartbeat timeout); this floor only guards against a hot loop.
   const MIN_ADVICE_MS = 100;
-  const MAX_RETRY_MS = 30000;
+  // The longest wait between tries: waitgate keeps a place through an
+  // outage and gives clients heartbeat.outage-grace-ms (10 s by default)
+  // to come back after it, so a client must try at least this often.
+  const MAX_RETRY_MS = 8000;
 
   class WaitgateClient {
     constructor({ base = "", queue, userId, queueCredential, credentials = "same-origin",

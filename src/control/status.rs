@@ -37,6 +37,31 @@ pub struct QueueStatus {
     admitted_total: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     event: Option<Event>,
+    /// The last Redis incident recorded for the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_incident: Option<LastIncident>,
+    /// Slots of max-active held for tokens issued before Redis lost the
+    /// queue's state (`POST .../resume` ends the hold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<Hold>,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct LastIncident {
+    /// `outage`, `failover` or `data_loss`.
+    kind: String,
+    at: String,
+    /// How long Redis was out of reach (0 when not known or none).
+    out_of_reach_ms: u64,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct Hold {
+    slots: u64,
+    until: String,
+    reason: &'static str,
 }
 
 #[derive(Serialize, Debug, Clone, Copy)]
@@ -111,6 +136,8 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         rate_per_second: None,
         admitted_total: None,
         event: None,
+        last_incident: None,
+        hold: None,
     };
     let Ok(read) = store.status(&queue.keys).await else {
         return status;
@@ -145,5 +172,18 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         placed: number("placed_count"),
         placed_at: number("placed_at").map(rfc3339),
     });
+    status.last_incident = read.incident.as_ref().map(|i| LastIncident {
+        kind: i.kind.clone(),
+        at: rfc3339(i.at_ms),
+        out_of_reach_ms: i.length_ms,
+    });
+    status.hold = match (number("held"), number("held_until")) {
+        (Some(slots), Some(until)) if slots > 0 && until > read.now_ms => Some(Hold {
+            slots,
+            until: rfc3339(until),
+            reason: "tokens issued before redis lost the queue's state",
+        }),
+        _ => None,
+    };
     status
 }

@@ -558,12 +558,14 @@ routes:
         let api = Arc::new(QueueApi::new(
             &config,
             Arc::new(ArcSwap::from_pointee(Queues::new(&config))),
-            store.clone(),
-            Arc::new(crate::durability::Durability::new(
-                store,
-                tokens.revoked().clone(),
-                metrics.clone(),
-            )),
+            crate::queue::Redis {
+                store: store.clone(),
+                durability: Arc::new(crate::durability::Durability::new(
+                    store,
+                    tokens.revoked().clone(),
+                    metrics.clone(),
+                )),
+            },
             tokens.clone(),
             Credentials::new(&secret),
             metrics.clone(),

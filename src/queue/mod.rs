@@ -44,6 +44,13 @@ use credential::Credentials;
 const RELEASE_ATTEMPTS: u32 = 5;
 const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// What the queue API reaches Redis through: the store its calls go to,
+/// and what writes a queue's state back when Redis lost it.
+pub struct Redis {
+    pub store: Arc<Store>,
+    pub durability: Arc<Durability>,
+}
+
 /// The queue API: the queues and the store behind them.
 pub struct QueueApi {
     /// Replaced whole by a reload.
@@ -72,13 +79,13 @@ impl QueueApi {
     pub fn new(
         config: &Config,
         queues: Arc<ArcSwap<Queues>>,
-        store: Arc<Store>,
-        durability: Arc<Durability>,
+        redis: Redis,
         tokens: Arc<Tokens>,
         credentials: Credentials,
         metrics: Arc<Metrics>,
         logins: Option<Logins>,
     ) -> QueueApi {
+        let Redis { store, durability } = redis;
         QueueApi {
             durability,
             calls: calls::Calls::new(store.clone(), config.redis.coalesce),

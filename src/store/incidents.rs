@@ -8,9 +8,11 @@ use std::sync::LazyLock;
 
 use redis::{FromRedisValue, Script, Value};
 
-use super::{count, place, QueueKeys, Resend, Store, StoreError};
+use super::answers::{place, Position};
+use super::connection::{Resend, Store};
+use super::error::{count, unexpected, StoreError};
+use super::keys::QueueKeys;
 use crate::config::{AdmissionConfig, HeartbeatConfig};
-use crate::store::Position;
 
 static WATCH: LazyLock<Script> = script!("watch.lua");
 static RECOVER: LazyLock<Script> = script!("recover.lua");
@@ -230,8 +232,10 @@ impl Store {
             .arg(user)
             .arg(arrival)
             .arg(admission.interval.as_millis() as u64)
-            .arg(admission.batch_size);
-        super::heartbeat_args(&mut invocation, heartbeat);
+            .arg(admission.batch_size)
+            .arg(heartbeat.timeout.as_millis() as u64)
+            .arg(heartbeat.poll_min.as_millis() as u64)
+            .arg(heartbeat.poll_max.as_millis() as u64);
         let (code, rank, wait_ms, advice): (i64, i64, i64, i64) =
             self.run_write(invocation, &keys.waiting).await?;
         Ok(match code {
@@ -241,7 +245,7 @@ impl Store {
                 poll_after_ms: count(advice)?,
             },
             0 => Position::NotQueued,
-            _ => return Err(super::unexpected("reseat", code)),
+            _ => return Err(unexpected("reseat", code)),
         })
     }
 }

@@ -9,6 +9,7 @@
 //! hung or slow turns into [`StoreError::Unavailable`] within that time, and
 //! the caller answers 503 instead of queueing work behind it.
 
+mod answers;
 pub mod coalesce;
 mod connection;
 mod error;
@@ -25,6 +26,8 @@ use ranks::NearHead;
 
 use crate::config::{AdmissionConfig, HeartbeatConfig};
 
+use answers::place;
+pub use answers::{Place, Position, Registration};
 use connection::Resend;
 pub use connection::Store;
 pub use error::StoreError;
@@ -75,56 +78,6 @@ static TOKEN: LazyLock<Script> = read_only_script!("token.lua");
 
 mod incidents;
 pub use incidents::{Incident, Recovered, Recovery, Watched};
-
-/// A waiting user's place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Place {
-    /// Users ahead (0-based).
-    pub rank: u64,
-    /// Expected wait, from the gate's observed rate (see `lua/lib.lua`);
-    /// `None` while admission is paused.
-    pub wait_ms: Option<u64>,
-    /// When to poll again: the heartbeat promises the user is not removed
-    /// before this plus the heartbeat timeout (see `lua/lib.lua`).
-    pub poll_after_ms: u64,
-}
-
-/// The outcome of `register`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Registration {
-    /// Added at the tail at `arrival` (its score in the waiting set), which
-    /// the queueCredential signs.
-    New { place: Place, arrival: u64 },
-    /// Was already waiting, since `arrival`; place and credential unchanged.
-    AlreadyWaiting { place: Place, arrival: u64 },
-    /// Is active until this time (Redis clock, ms since the epoch), admitted
-    /// from the registration at `arrival` (0 if unknown).
-    Active { expires_at_ms: u64, arrival: u64 },
-    /// Is in the pre-queue of a scheduled open, which opens in
-    /// `opens_in_ms` (0: being placed now). `arrival` is set when this call
-    /// pre-queued the user, for its credential.
-    Prequeued {
-        opens_in_ms: u64,
-        arrival: Option<u64>,
-        poll_after_ms: u64,
-    },
-    /// Registration opens at this time (Redis clock, ms).
-    NotOpen { opens_at_ms: u64 },
-}
-
-/// The outcome of `rank`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Position {
-    Waiting(Place),
-    Active {
-        expires_at_ms: u64,
-    },
-    Prequeued {
-        opens_in_ms: u64,
-        poll_after_ms: u64,
-    },
-    NotQueued,
-}
 
 /// The outcome of one admission call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,6 +218,8 @@ pub struct Status {
     pub admitted_total: u64,
     /// Redis time of the read (ms).
     pub now_ms: u64,
+    /// The last Redis incident recorded for the queue.
+    pub incident: Option<Incident>,
 }
 
 /// Pre-queued users placed per admission call at a scheduled open: bounds
@@ -1148,7 +1103,10 @@ impl Store {
             .zcard(&keys.prequeue)
             .hget(&keys.admission, "rate")
             .hget(&keys.admission, "total")
-            .cmd("TIME");
+            .cmd("TIME")
+            .cmd("HMGET")
+            .arg(&keys.admission)
+            .arg(&["incident", "incident_at", "incident_ms"][..]);
         type Raw = (
             std::collections::HashMap<String, String>,
             u64,
@@ -1157,6 +1115,7 @@ impl Store {
             Option<f64>,
             Option<u64>,
             (u64, u64),
+            (Option<String>, Option<u64>, Option<u64>),
         );
         let pipe = &pipe;
         let result = self
@@ -1164,8 +1123,17 @@ impl Store {
                 pipe.query_async::<Raw>(&mut connection).await
             })
             .await;
-        let (control, waiting, active, prequeued, rate, total, (secs, micros)) = result?;
+        let (control, waiting, active, prequeued, rate, total, (secs, micros), incident) = result?;
+        let incident = match incident {
+            (Some(kind), at, length) => Some(Incident {
+                kind,
+                at_ms: at.unwrap_or(0),
+                length_ms: length.unwrap_or(0),
+            }),
+            _ => None,
+        };
         Ok(Status {
+            incident,
             control,
             waiting,
             active,
@@ -1587,13 +1555,4 @@ fn one<T>(script: &'static str, mut answers: Vec<T>) -> Result<T, StoreError> {
         (Some(answer), true) => Ok(answer),
         _ => Err(StoreError::Failed(format!("{script}: not one answer"))),
     }
-}
-
-fn place(rank: i64, wait_ms: i64, poll_after_ms: i64) -> Result<Place, StoreError> {
-    Ok(Place {
-        rank: count(rank)?,
-        // -1: paused, no estimate.
-        wait_ms: (wait_ms >= 0).then_some(wait_ms as u64),
-        poll_after_ms: count(poll_after_ms)?,
-    })
 }

@@ -81,7 +81,8 @@ fn handout_range() -> (u16, u16) {
     }
 }
 
-fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+/// Waits until `ready` holds, failing with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while start.elapsed() < timeout {
         if ready() {
@@ -1163,6 +1164,18 @@ pub fn admit_by_hand(c: &mut redis::Connection, user: &str, until_ms: u64) {
     .invoke(c)
     .unwrap();
     assert_eq!(moved, 1, "{user} was not waiting");
+}
+
+/// Gives queue `queue` the incarnation an instance gives the state it
+/// finds (see `lua/recover.lua`), for tests that call the scripts
+/// themselves: register and admit refuse a queue without one.
+pub fn give_state(c: &mut redis::Connection, queue: &str) {
+    let _: () = redis::cmd("HSETNX")
+        .arg(format!("queue:{{{queue}}}:control"))
+        .arg("incarnation")
+        .arg("0123abcd")
+        .query(c)
+        .unwrap();
 }
 
 /// A credential as waitgate issues it (with the test secret) for a

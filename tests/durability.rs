@@ -1,0 +1,488 @@
+//! A place survives Redis incidents: an outage longer than the heartbeat
+//! timeout (Redis killed and restarted from its AOF, or hung), with one
+//! instance or two and an instance restarted meanwhile; a Redis that lost
+//! its data; and no heartbeat outlives its place.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Queue `baseball` for the outage tests: a short heartbeat timeout and
+/// quick cleanup, so that an outage of a few seconds is many timeouts long;
+/// the grace covers the test clients' longest back-off (2 s); nobody is
+/// admitted (the harness's holder fills `max-active: 1`).
+const SHORT_HEARTBEATS: &str = "baseball:
+  heartbeat: {timeout-ms: 1000, poll-min-ms: 200, poll-max-ms: 400, cleanup-interval-ms: 200, outage-grace-ms: 3000}
+  admission: {max-active: 1, interval-ms: 200}";
+
+/// What a client that behaves like the page saw.
+#[derive(Default, Debug)]
+struct Seen {
+    ok: usize,
+    unavailable: usize,
+    not_queued: usize,
+    other: Vec<u16>,
+}
+
+/// A waiting client that polls rank at the advised `pollAfterMs`, with its
+/// credential, from each of `addrs` in turn, and backs off on 503 or no
+/// answer (0.25, 0.5, 1, then 2 s), as the page and the JS client do (they
+/// wait at most 8 s).
+struct Poller {
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Poller {
+    fn start(addrs: Vec<SocketAddr>, user: String, credential: String) -> Poller {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut failures = 0u32;
+            let mut turn = 0usize;
+            while !st.load(Ordering::Relaxed) {
+                let addr = addrs[turn % addrs.len()];
+                turn += 1;
+                let answer = request(
+                    addr,
+                    "GET",
+                    &format!("/api/v1/queue/rank?userId={user}"),
+                    &[("X-Queue-Credential", credential.as_str())],
+                    None,
+                );
+                let wait = match answer {
+                    Ok(r) if r.status == 200 => {
+                        failures = 0;
+                        s.lock().unwrap().ok += 1;
+                        Duration::from_millis(r.json()["pollAfterMs"].as_u64().unwrap_or(200))
+                    }
+                    Ok(r) if r.status == 404 => {
+                        s.lock().unwrap().not_queued += 1;
+                        Duration::from_millis(200)
+                    }
+                    Ok(r) if r.status != 503 => {
+                        s.lock().unwrap().other.push(r.status);
+                        Duration::from_millis(200)
+                    }
+                    _ => {
+                        s.lock().unwrap().unavailable += 1;
+                        failures += 1;
+                        Duration::from_millis(250 << failures.min(4).saturating_sub(1))
+                            .min(Duration::from_secs(2))
+                    }
+                };
+                std::thread::sleep(wait);
+            }
+        });
+        Poller {
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// Stops every poller at once (one by one, the first stopped would go
+/// silent while the others finish), and reads the places at that moment:
+/// what each saw, and the waiting set.
+fn stop_all(pollers: Vec<Poller>, redis: &Redis) -> (Vec<Seen>, Vec<(String, u64)>) {
+    for p in &pollers {
+        p.stop.store(true, Ordering::Relaxed);
+    }
+    let places = waiting(redis);
+    (pollers.into_iter().map(Poller::finish).collect(), places)
+}
+
+/// The waiting set in order: (user, arrival).
+fn waiting(redis: &Redis) -> Vec<(String, u64)> {
+    let all: Vec<(String, f64)> =
+        redis::Commands::zrange_withscores(&mut redis.conn(), WAITING_KEY, 0, -1).unwrap();
+    all.into_iter().map(|(u, s)| (u, s as u64)).collect()
+}
+
+/// Registers `n` users through `addr`: their names and credentials, in the
+/// order they joined.
+fn join(addr: SocketAddr, prefix: &str, n: usize) -> Vec<(String, String)> {
+    (0..n)
+        .map(|i| {
+            let user = format!("{prefix}{i:02}");
+            let body = serde_json::json!({ "queue": "baseball", "userId": user }).to_string();
+            // The first call after Redis restarted may meet the connection
+            // that died with it (the probe drops it within a second).
+            let mut r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
+            let started = Instant::now();
+            while r.status == 503 && started.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(100));
+                r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
+            }
+            let Some(credential) = r.json()["queueCredential"].as_str().map(String::from) else {
+                panic!("{user} got no credential: {r:?} {}", r.text());
+            };
+            (user, credential)
+        })
+        .collect()
+}
+
+/// A metric's value on an instance's /metrics (0 when absent).
+fn metric(wg: &Waitgate, series: &str) -> f64 {
+    let text = get(wg.admin, "/metrics").unwrap().text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Redis with an AOF written at every change is killed and started again
+/// after an outage of 8 heartbeat timeouts; meanwhile one of the two
+/// instances is killed and started anew. Clients that poll as advised and
+/// back off keep every place, in the same order, and never hear 404.
+#[test]
+fn an_outage_many_timeouts_long_loses_no_place_with_two_instances_and_one_restarted() {
+    let mut redis = Redis::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    // The harness's holder keeps everyone waiting.
+    let _: () = redis::cmd("ZADD")
+        .arg(ACTIVE_KEY)
+        .arg("32503680000000")
+        .arg(HOLDER)
+        .query(&mut redis.conn())
+        .unwrap();
+    let upstream = free_port();
+    let ports = Ports::new();
+    let config = config_with(&redis.url(), &ports, upstream, SHORT_HEARTBEATS);
+    let first = start_with_admin(&config, &ports);
+    let ports2 = Ports::new();
+    let config2 = config_with(&redis.url(), &ports2, upstream, SHORT_HEARTBEATS);
+    let mut second = Waitgate::start(&config2, &ports2);
+    let users = join(first.addr, "w", 30);
+    let before = waiting(&redis);
+    assert_eq!(before.len(), 30);
+    let pollers: Vec<Poller> = users
+        .iter()
+        .map(|(u, c)| Poller::start(vec![first.addr, second.addr], u.clone(), c.clone()))
+        .collect();
+    // A few rounds of polls, then the outage.
+    std::thread::sleep(Duration::from_secs(2));
+    redis.kill();
+    std::thread::sleep(Duration::from_secs(3));
+    // An instance killed and started again while Redis is down knows
+    // nothing of the outage but what Redis holds.
+    second.signal("KILL");
+    let _ = second.wait_exit(Duration::from_secs(5));
+    second = Waitgate::start(&config2, &ports2);
+    std::thread::sleep(Duration::from_secs(5));
+    redis.restart();
+    // The grace and the timeout after the clients come back, twice over.
+    std::thread::sleep(Duration::from_secs(8));
+    let (seen, after) = stop_all(pollers, &redis);
+    for (s, (user, _)) in seen.iter().zip(&users) {
+        assert_eq!(s.not_queued, 0, "{user} was told its place was gone: {s:?}");
+        assert!(s.other.is_empty(), "{user}: {s:?}");
+        assert!(s.unavailable > 0, "{user} saw no outage: {s:?}");
+    }
+    assert_eq!(after, before, "every place kept, at the same arrival");
+    let removed = metric(
+        &first,
+        "waitgate_cleanup_removed_total{queue=\"baseball\",reason=\"heartbeat_timeout\"}",
+    ) + metric(
+        &second,
+        "waitgate_cleanup_removed_total{queue=\"baseball\",reason=\"heartbeat_timeout\"}",
+    );
+    assert_eq!(removed, 0.0);
+    assert!(metric(&first, "waitgate_redis_incidents_total{kind=\"outage\"}") >= 1.0);
+    let status = admin_status(&first);
+    assert_eq!(status["lastIncident"]["kind"], "outage", "{status}");
+    assert!(
+        status["lastIncident"]["outOfReachMs"].as_u64().unwrap() >= 8_000,
+        "{status}"
+    );
+
+    // The grace does not keep the silent: a user who stops polling now goes
+    // within the timeout, the advice and a few cleanup passes.
+    let (quiet, _) = &users[0];
+    let started = Instant::now();
+    wait_until("the silent user removed", Duration::from_secs(6), || {
+        waiting(&redis).iter().all(|(u, _)| u != quiet)
+    });
+    println!(
+        "a silent user went {:?} after the clients stopped",
+        started.elapsed()
+    );
+}
+
+/// A Redis that hangs (SIGSTOP) for many timeouts: no place lost either.
+#[test]
+fn a_hung_redis_loses_no_place() {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(
+        &config_with(&redis.url(), &ports, free_port(), SHORT_HEARTBEATS),
+        &ports,
+    );
+    let users = join(wg.addr, "h", 10);
+    let _ = &users;
+    let before = waiting(&redis);
+    let pollers: Vec<Poller> = users
+        .iter()
+        .map(|(u, c)| Poller::start(vec![wg.addr], u.clone(), c.clone()))
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    redis.signal("STOP");
+    std::thread::sleep(Duration::from_secs(6));
+    redis.signal("CONT");
+    std::thread::sleep(Duration::from_secs(7));
+    let (seen, after) = stop_all(pollers, &redis);
+    for s in &seen {
+        assert_eq!(s.not_queued, 0, "{s:?}");
+        assert!(s.unavailable > 0, "{s:?}");
+    }
+    assert_eq!(after, before);
+    assert!(metric(&wg, "waitgate_redis_incidents_total{kind=\"outage\"}") >= 1.0);
+}
+
+/// The admin API's view of queue `baseball`.
+fn admin_status(wg: &Waitgate) -> serde_json::Value {
+    let r = admin(wg, "GET", "/admin/v1/queues/baseball", None);
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+/// Starts waitgate with the admin API on.
+fn start_with_admin(config: &str, ports: &Ports) -> Waitgate {
+    Waitgate::start_env(config, ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
+}
+
+/// Two queues: `baseball` for the operator's settings and the places,
+/// `soccer` for an event schedule.
+const OPERATED: &str = "baseball:
+  heartbeat: {timeout-ms: 5000, poll-min-ms: 200, poll-max-ms: 1000, cleanup-interval-ms: 200}
+  admission: {interval-ms: 200, batch-size: 2, active-ttl-ms: 60000}
+soccer: {}";
+
+/// Waits until the admin API shows a data loss for `queue`.
+fn wait_for_data_loss(wg: &Waitgate, queue: &str) -> serde_json::Value {
+    let mut status = serde_json::Value::Null;
+    wait_until("the data loss noticed", Duration::from_secs(5), || {
+        let r = admin(wg, "GET", &format!("/admin/v1/queues/{queue}"), None);
+        status = r.json();
+        status["lastIncident"]["kind"] == "data_loss"
+    });
+    status
+}
+
+/// Waits until the queue API answers again after Redis restarted: its
+/// first call may meet the connection that died with the old Redis (the
+/// probe drops it within a second).
+fn wait_for_the_api(wg: &Waitgate) {
+    wait_until("the queue API answers", Duration::from_secs(3), || {
+        get(wg.addr, "/api/v1/queue/rank?queue=baseball&userId=nobody")
+            .is_ok_and(|r| r.status == 404)
+    });
+}
+
+/// A dropout from queue `baseball`.
+fn leave(addr: SocketAddr, user: &str, credential: &str) -> Response {
+    delete(
+        addr,
+        &format!("/api/v1/queue/dropout?queue=baseball&userId={user}"),
+        &[("X-Queue-Credential", credential)],
+    )
+    .unwrap()
+}
+
+/// A rank poll of queue `baseball` with a credential.
+fn rank_with(addr: SocketAddr, user: &str, credential: &str) -> Response {
+    request(
+        addr,
+        "GET",
+        &format!("/api/v1/queue/rank?queue=baseball&userId={user}"),
+        &[("X-Queue-Credential", credential)],
+        None,
+    )
+    .unwrap()
+}
+
+/// Redis restarts empty. What the operator set (a pause, a live batch size,
+/// an event, a revocation) is written back before anybody is admitted, and
+/// the waiting users who come back with their credential are seated again
+/// in their order, ahead of everyone who joined since, once each; a user
+/// who left, a tampered credential and a stranger are not.
+#[test]
+fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too() {
+    let mut redis = Redis::start_free();
+    let ports = Ports::new();
+    let wg = start_with_admin(
+        &config_with(&redis.url(), &ports, free_port(), OPERATED),
+        &ports,
+    );
+    assert_eq!(
+        admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
+        200
+    );
+    let r = admin(
+        &wg,
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(r#"{"batchSize":1}"#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let open_at = "2099-01-01T10:00:00Z";
+    let r = admin(
+        &wg,
+        "PUT",
+        "/admin/v1/queues/soccer/event",
+        Some(&format!(
+            r#"{{"prequeueFrom":"2099-01-01T09:00:00Z","openAt":"{open_at}","shuffle":true}}"#
+        )),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let r = admin(
+        &wg,
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        Some(r#"{"userId":"mallory"}"#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let waiting_before = join(wg.addr, "w", 4);
+    let (gone, gone_credential) = &waiting_before[3];
+    assert_eq!(leave(wg.addr, gone, gone_credential).status, 204);
+    let order_before: Vec<String> = waiting(&redis).into_iter().map(|(u, _)| u).collect();
+    assert_eq!(order_before, ["w00", "w01", "w02"]);
+    // The instance's look each second learns all of it.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    redis.restart();
+    let status = wait_for_data_loss(&wg, "baseball");
+    assert_eq!(status["paused"], true, "{status}");
+    assert_eq!(status["admission"]["batchSize"], 1, "{status}");
+    let soccer = admin_status(&wg);
+    let soccer_status = wait_for_data_loss(&wg, "soccer");
+    wait_for_the_api(&wg);
+    assert_eq!(
+        soccer_status["event"]["openAt"], "2099-01-01T10:00:00.000Z",
+        "{soccer_status}"
+    );
+    assert_eq!(soccer["paused"], true);
+    let revoked: Option<f64> =
+        redis::Commands::zscore(&mut redis.conn(), "queue:{baseball}:revoked", "mallory").unwrap();
+    assert!(revoked.is_some(), "the revocation is written back");
+    let r = post_json(
+        wg.addr,
+        "/api/v1/queue/register",
+        r#"{"queue":"soccer","userId":"early"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (r.status, &r.json()["error"]),
+        (403, &serde_json::json!("queue_not_open"))
+    );
+    assert!(wg.log().contains("redis lost the queue's state"));
+
+    // Still paused: newcomers wait.
+    let newcomers = join(wg.addr, "n", 4);
+    std::thread::sleep(Duration::from_millis(1000));
+    let active: u64 = redis::Commands::zcard(&mut redis.conn(), ACTIVE_KEY).unwrap();
+    assert_eq!(active, 0, "nobody admitted while paused");
+
+    // The ones who waited come back with their credentials: ahead of the
+    // newcomers, in their order.
+    for (i, (user, credential)) in waiting_before[..3].iter().enumerate() {
+        let r = rank_with(wg.addr, user, credential);
+        assert_eq!(r.status, 200, "{user}: {r:?}");
+        assert_eq!(r.json()["rank"], i, "{user}: {r:?}");
+    }
+    let order: Vec<String> = waiting(&redis).into_iter().map(|(u, _)| u).collect();
+    let mut expected: Vec<String> = order_before.clone();
+    expected.extend(newcomers.iter().map(|(u, _)| u.clone()));
+    assert_eq!(order, expected);
+    assert_eq!(
+        metric(&wg, "waitgate_reseated_total{queue=\"baseball\"}"),
+        3.0
+    );
+
+    // Not seated: the one who left, a tampered credential, a stranger with
+    // none; each is told what a stranger is told.
+    let stranger = get(wg.addr, "/api/v1/queue/rank?queue=baseball&userId=w09").unwrap();
+    assert_eq!(stranger.status, 404);
+    let r = rank_with(wg.addr, gone, gone_credential);
+    assert_eq!(
+        (r.status, r.error_code()),
+        (404, stranger.error_code()),
+        "{r:?}"
+    );
+    let mut tampered = waiting_before[0].1.clone().into_bytes();
+    tampered[30] = if tampered[30] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let r = rank_with(wg.addr, "w09", &tampered);
+    assert_eq!(r.status, 404, "{r:?}");
+    // Once each: w00 leaves, and its credential seats it no more.
+    let (first, first_credential) = &waiting_before[0];
+    assert_eq!(leave(wg.addr, first, first_credential).status, 204);
+    let r = rank_with(wg.addr, first, first_credential);
+    assert_eq!(r.status, 404, "{r:?}");
+}
+
+/// Redis restarts empty while three tokens of `max-active: 3` are out: no
+/// one more is admitted while they may be in use (the hold shows in the
+/// admin API and the metrics) until an operator resumes.
+#[test]
+fn a_redis_that_lost_its_data_keeps_the_cap_until_resumed() {
+    let mut redis = Redis::start_free();
+    let ports = Ports::new();
+    let wg = start_with_admin(
+        &config_with(
+            &redis.url(),
+            &ports,
+            free_port(),
+            "baseball:
+  admission: {interval-ms: 200, batch-size: 3, max-active: 3, active-ttl-ms: 60000}",
+        ),
+        &ports,
+    );
+    let admitted = join(wg.addr, "a", 3);
+    wait_until("three admitted", Duration::from_secs(5), || {
+        redis::Commands::zcard::<_, u64>(&mut redis.conn(), ACTIVE_KEY).unwrap() == 3
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.restart();
+    let status = wait_for_data_loss(&wg, "baseball");
+    assert_eq!(status["hold"]["slots"], 3, "{status}");
+    let later = join(wg.addr, "b", 4);
+    std::thread::sleep(Duration::from_secs(2));
+    let active: u64 = redis::Commands::zcard(&mut redis.conn(), ACTIVE_KEY).unwrap();
+    assert_eq!(active, 0, "the cap holds the slots of the tokens out");
+    assert_eq!(
+        metric(&wg, "waitgate_admission_held_slots{queue=\"baseball\"}"),
+        3.0
+    );
+    assert!(metric(&wg, "waitgate_redis_incidents_total{kind=\"data_loss\"}") >= 1.0);
+    // An admitted user's credential seats nobody: the frontier was kept.
+    let (user, credential) = &admitted[0];
+    let r = rank_with(wg.addr, user, credential);
+    assert_eq!(r.status, 404, "{r:?}");
+
+    assert_eq!(
+        admin(&wg, "POST", "/admin/v1/queues/baseball/resume", None).status,
+        200
+    );
+    wait_until("admitted after the resume", Duration::from_secs(3), || {
+        redis::Commands::zcard::<_, u64>(&mut redis.conn(), ACTIVE_KEY).unwrap() == 3
+    });
+    let first: Vec<String> = redis::Commands::zrange(&mut redis.conn(), ACTIVE_KEY, 0, -1).unwrap();
+    let mut first = first;
+    first.sort();
+    let expected: Vec<String> = later[..3].iter().map(|(u, _)| u.clone()).collect();
+    assert_eq!(first, expected, "first come, first served");
+    assert!(admin_status(&wg).get("hold").is_none());
+}
