@@ -28,12 +28,13 @@
 -- found stale, each once (at most 10,000; none when the script reads)
 --
 -- Returns {removed_waiting, removed_active, next_bucket, next_length,
--- cutoff, looked}: the next bucket past the timeout ('' for none), how
--- many candidates it holds, the time (ms) before which a heartbeat is past
--- the timeout (counted as `outage_cutoff` counts it), and how many
--- candidates were looked at, by the instance or here; or {-1} while an
--- earlier version's heartbeats exist (then cleanup.lua does the whole
--- work, reading both).
+-- cutoff, looked, strays}: the next bucket past the timeout ('' for none),
+-- how many candidates it holds, the time (ms) before which a heartbeat is
+-- past the timeout (counted as `outage_cutoff` counts it), how many
+-- candidates were looked at, by the instance or here, and how many
+-- heartbeats with no place behind them went (see `still_stale`); or {-1}
+-- while an earlier version's heartbeats exist (then cleanup.lua does the
+-- whole work, reading both).
 local batch, timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local bucket = ARGV[4]
 local here = ARGV[5] == ''
@@ -55,43 +56,65 @@ local cutoff = outage_cutoff(KEYS[6], now_ms, timeout, grace)
 -- cutoff (one that polled since has a later one; one with none has left),
 -- as cleanup.lua reads it; each once (a user filed twice in a bucket is
 -- stale twice or not at all).
+--
+-- And the heartbeats among them that have no place behind them (strays:
+-- a poll far back whose plain write reached a new master that never had
+-- the user, see `poll_many` in src/store/mod.rs): every user with a
+-- heartbeat is waiting, so these go, heartbeat only. A stray that keeps
+-- polling keeps filing candidates, so one is looked at in every bucket.
 local function still_stale(users, first)
-  local stale, seen = {}, {}
+  local stale, seen, fresh = {}, {}, {}
   for i = first, #users, 500 do
     local last = math.min(i + 499, #users)
     local hashed = redis.call('HMGET', KEYS[7], unpack(users, i, last))
     for j = i, last do
       local value, user = hashed[j - i + 1], users[j]
       if value and not seen[user] then
+        seen[user] = true
         local colon = string.find(value, ':', 1, true)
         local due = tonumber(colon and string.sub(value, 1, colon - 1) or value) or 0
         if due < cutoff then
           stale[#stale + 1] = user
-          seen[user] = true
+        else
+          fresh[#fresh + 1] = user
         end
       end
     end
   end
-  return stale
+  local strays = {}
+  for i = 1, #fresh, 500 do
+    local last = math.min(i + 499, #fresh)
+    local scores = redis.call('ZMSCORE', KEYS[1], unpack(fresh, i, last))
+    for j = i, last do
+      if not scores[j - i + 1] then
+        strays[#strays + 1] = fresh[j]
+      end
+    end
+  end
+  return stale, strays
 end
 
-local removed, looked = 0, read
+local removed, looked, strayed = 0, read, 0
 if bucket ~= '' then
   local list = KEYS[8] .. ':' .. bucket
-  local stale
+  local stale, strays
   if here then
     local candidates = read > 0 and redis.call('LRANGE', list, 0, read - 1) or {}
     looked = #candidates
-    stale = still_stale(candidates, 1)
+    stale, strays = still_stale(candidates, 1)
     if looked > 0 then
       redis.call('LTRIM', list, looked, -1)
     end
   else
-    stale = still_stale(ARGV, 7)
+    stale, strays = still_stale(ARGV, 7)
   end
   if #stale > 0 then
     in_chunks(stale, function(...) redis.call('HDEL', KEYS[7], ...) end)
     removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale)
+  end
+  if #strays > 0 then
+    in_chunks(strays, function(...) redis.call('HDEL', KEYS[7], ...) end)
+    strayed = #strays
   end
   -- The candidates the instance read go, unless someone else moved the
   -- bucket on since.
@@ -106,6 +129,7 @@ end
 local expired = expire_active(KEYS[4], KEYS[3], now_ms, batch)
 local ends = past_bucket(KEYS[8], cutoff)
 if not ends then
-  return {removed, expired, '', 0, cutoff, looked}
+  return {removed, expired, '', 0, cutoff, looked, strayed}
 end
-return {removed, expired, ends, redis.call('LLEN', KEYS[8] .. ':' .. ends), cutoff, looked}
+return {removed, expired, ends, redis.call('LLEN', KEYS[8] .. ':' .. ends), cutoff, looked,
+  strayed}

@@ -82,6 +82,8 @@ pub const REVOKED_BY_RELEASE: &str = "release";
 /// Label values of `waitgate_cleanup_removed_total{reason}`.
 pub const CLEANUP_HEARTBEAT: &str = "heartbeat_timeout";
 pub const CLEANUP_EXPIRED: &str = "active_expired";
+/// A heartbeat with no place behind it (see `lua/sweep.lua`).
+pub const CLEANUP_STRAY: &str = "stray_heartbeat";
 
 /// Label values of `waitgate_registrations_total{result}`.
 pub const REGISTERED_NEW: &str = "new";
@@ -353,7 +355,7 @@ impl Metrics {
             for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
                 self.revocations.with_label_values(&[q, source]);
             }
-            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
+            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED, CLEANUP_STRAY] {
                 self.cleanup_removed.with_label_values(&[q, reason]);
             }
             for result in REGISTERED {
@@ -383,7 +385,7 @@ impl Metrics {
             for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
                 let _ = self.revocations.remove_label_values(&[q, source]);
             }
-            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED] {
+            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED, CLEANUP_STRAY] {
                 let _ = self.cleanup_removed.remove_label_values(&[q, reason]);
             }
             for result in REGISTERED {

@@ -486,3 +486,233 @@ fn a_redis_that_lost_its_data_keeps_the_cap_until_resumed() {
     assert_eq!(first, expected, "first come, first served");
     assert!(admin_status(&wg).get("hold").is_none());
 }
+
+/// What a property case does, in order.
+#[derive(Debug, Clone)]
+enum Step {
+    Register(usize),
+    Dropout(usize),
+    Admit,
+    /// A replica's copy of everything, for a later failover.
+    Snapshot,
+    /// The replica of the last snapshot becomes the master.
+    Failover,
+    /// A poll far back read the user's heartbeat on the old master, and
+    /// its plain write reached the new one (see `Store::poll_many`).
+    FailoverMidPoll(usize),
+    /// The user left between such a poll's read and its write, and the
+    /// check after the write never came (its call failed).
+    LeftMidPoll(usize),
+    /// A cleanup pass.
+    Pass,
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..6usize).prop_map(Step::Register),
+        1 => (0..6usize).prop_map(Step::Dropout),
+        1 => Just(Step::Admit),
+        2 => Just(Step::Snapshot),
+        1 => Just(Step::Failover),
+        2 => (0..6usize).prop_map(Step::FailoverMidPoll),
+        2 => (0..6usize).prop_map(Step::LeftMidPoll),
+        1 => Just(Step::Pass),
+    ]
+}
+
+const DUE: &str = "queue:{baseball}:due";
+const DUES: &str = "queue:{baseball}:dues";
+
+/// A poll far back as the instance makes it in plain commands: given the
+/// heartbeat it read, writes the next one (due `advice_ms` on, the same
+/// arrival) and files the user in that time's bucket. Nothing checks that
+/// the user still waits.
+fn far_write(c: &mut redis::Connection, user: &str, read: &str, advice_ms: u64) {
+    let arrival = read.split_once(':').map_or("0", |(_, a)| a);
+    let now: (u64, u64) = redis::cmd("TIME").query(c).unwrap();
+    let due = now.0 * 1000 + now.1 / 1000 + advice_ms;
+    let bucket = (due / 20 + 1) * 20;
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg(format!("{DUES}:{bucket}"))
+        .arg(user)
+        .ignore()
+        .cmd("ZADD")
+        .arg(DUES)
+        .arg(bucket)
+        .arg(bucket)
+        .ignore()
+        .cmd("HSET")
+        .arg(DUE)
+        .arg(user)
+        .arg(format!("{due}:{arrival}"))
+        .ignore()
+        .query(c)
+        .unwrap();
+}
+
+/// Every key, as a replica would hold it.
+fn snapshot(c: &mut redis::Connection) -> Vec<(String, Vec<u8>)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    keys.into_iter()
+        .filter_map(|k| {
+            let dump: Option<Vec<u8>> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
+            dump.map(|d| (k, d))
+        })
+        .collect()
+}
+
+fn fail_over(c: &mut redis::Connection, replica: &[(String, Vec<u8>)]) {
+    let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
+    for (key, dump) in replica {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(dump)
+            .query(c)
+            .unwrap();
+    }
+}
+
+/// Failovers to replicas that were behind, interleaved with registrations,
+/// dropouts, admissions, polls far back whose read and write straddle a
+/// failover or a departure, and cleanup passes: afterwards, while everyone
+/// who still has a heartbeat keeps polling as the instance does far back
+/// (trusting the heartbeat), one cleanup pass past the timeout leaves no
+/// heartbeat without a place behind it.
+#[test]
+fn no_heartbeat_outlives_its_place_across_failovers() {
+    use proptest::test_runner::{Config as Cases, TestRunner};
+    use waitgate::config::Config;
+    use waitgate::queues::Queues;
+    use waitgate::store::Store;
+
+    let redis = Redis::start_free();
+    let config = Config::from_yaml(&format!(
+        "redis: {{url: '{}'}}
+queues:
+  baseball:
+    heartbeat: {{timeout-ms: 40, poll-min-ms: 20, poll-max-ms: 40, cleanup-interval-ms: 10}}
+    admission: {{interval-ms: 10, batch-size: 1}}
+upstreams: {{}}
+routes: []
+",
+        redis.url()
+    ))
+    .unwrap();
+    let queues = Queues::new(&config);
+    let queue = queues.iter().next().unwrap().clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(async { Store::new(&config.redis).unwrap() });
+    let conn = std::cell::RefCell::new(redis.conn());
+    let mut runner = TestRunner::new(Cases {
+        cases: 40,
+        ..Cases::default()
+    });
+    let pass = |crowd_first: bool| {
+        runtime.block_on(async {
+            let (mut from, mut crowd) = (None, crowd_first);
+            loop {
+                let done = store
+                    .cleanup(&queue.keys, &queue.heartbeat, from, crowd)
+                    .await
+                    .unwrap();
+                if !done.more {
+                    break;
+                }
+                (from, crowd) = (done.next, done.crowd);
+            }
+        })
+    };
+    runner
+        .run(
+            &(
+                proptest::collection::vec(step(), 1..30),
+                proptest::bool::ANY,
+            ),
+            |(steps, crowd)| {
+                let mut c = conn.borrow_mut();
+                let c = &mut *c;
+                let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
+                give_state(c, "baseball");
+                let mut replica = snapshot(c);
+                let user = |i: usize| format!("p{i}");
+                for step in &steps {
+                    match step {
+                        Step::Register(i) => {
+                            runtime
+                                .block_on(store.register_many(
+                                    &queue.keys,
+                                    &[&user(*i)],
+                                    &queue.admission,
+                                    &queue.heartbeat,
+                                ))
+                                .unwrap();
+                        }
+                        Step::Dropout(i) => {
+                            let arrival: Option<f64> =
+                                redis::Commands::zscore(c, WAITING_KEY, user(*i)).unwrap();
+                            if let Some(arrival) = arrival {
+                                runtime
+                                    .block_on(store.dropout(&queue.keys, &user(*i), arrival as u64))
+                                    .unwrap();
+                            }
+                        }
+                        Step::Admit => {
+                            let _ = runtime.block_on(store.admit(
+                                &queue.keys,
+                                &queue.admission,
+                                &queue.heartbeat,
+                                (0, 0),
+                            ));
+                        }
+                        Step::Snapshot => replica = snapshot(c),
+                        Step::Failover => fail_over(c, &replica),
+                        Step::FailoverMidPoll(i) => {
+                            let read: Option<String> =
+                                redis::Commands::hget(c, DUE, user(*i)).unwrap();
+                            fail_over(c, &replica);
+                            if let Some(read) = read {
+                                far_write(c, &user(*i), &read, 40);
+                            }
+                        }
+                        Step::LeftMidPoll(i) => {
+                            let read: Option<String> =
+                                redis::Commands::hget(c, DUE, user(*i)).unwrap();
+                            let arrival: Option<f64> =
+                                redis::Commands::zscore(c, WAITING_KEY, user(*i)).unwrap();
+                            if let (Some(read), Some(arrival)) = (read, arrival) {
+                                runtime
+                                    .block_on(store.dropout(&queue.keys, &user(*i), arrival as u64))
+                                    .unwrap();
+                                far_write(c, &user(*i), &read, 40);
+                            }
+                        }
+                        Step::Pass => pass(false),
+                    }
+                }
+                // Everyone with a heartbeat polls on, as far back, for
+                // longer than the advice, the timeout and a bucket; the
+                // cleanup passes meanwhile.
+                let started = Instant::now();
+                while started.elapsed() < Duration::from_millis(200) {
+                    let polled: Vec<(String, String)> = redis::Commands::hgetall(c, DUE).unwrap();
+                    for (u, read) in polled {
+                        far_write(c, &u, &read, 40);
+                    }
+                    pass(crowd);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let hearts: Vec<String> = redis::Commands::hkeys(c, DUE).unwrap();
+                let places: Vec<String> = redis::Commands::zrange(c, WAITING_KEY, 0, -1).unwrap();
+                let strays: Vec<&String> = hearts.iter().filter(|u| !places.contains(u)).collect();
+                proptest::prop_assert!(strays.is_empty(), "heartbeats with no place: {strays:?}");
+                Ok(())
+            },
+        )
+        .unwrap();
+}

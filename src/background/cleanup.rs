@@ -13,7 +13,7 @@ use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
 use super::shared::{run_per_queue, FailureLog, Shared};
-use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT};
+use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT, CLEANUP_STRAY};
 use crate::queues::Queue;
 use crate::store::NextBucket;
 
@@ -77,6 +77,11 @@ async fn cleanup_call(
                 .inc_by(removed.stale_waiting);
             m.with_label_values(&[&queue.name, CLEANUP_EXPIRED])
                 .inc_by(removed.expired_active);
+            m.with_label_values(&[&queue.name, CLEANUP_STRAY])
+                .inc_by(removed.strays);
+            if removed.strays > 0 {
+                tracing::info!(queue = %queue.name, strays = removed.strays, "removed heartbeats with no place behind them (a write that reached a new master)");
+            }
             if removed.stale_waiting + removed.expired_active > 0 {
                 tracing::debug!(
                     queue = %queue.name,

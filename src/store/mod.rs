@@ -155,6 +155,8 @@ pub enum Refused {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Cleanup {
     pub stale_waiting: u64,
+    /// Heartbeats found with no place behind them, removed.
+    pub strays: u64,
     /// Silent users may be left that the call had no room to look at.
     pub more: bool,
     pub expired_active: u64,
@@ -772,6 +774,7 @@ impl Store {
     ) -> Result<Cleanup, StoreError> {
         let mut done = Cleanup {
             stale_waiting: 0,
+            strays: 0,
             expired_active: 0,
             more: false,
             next: None,
@@ -788,6 +791,7 @@ impl Store {
                     return self.cleanup_script(keys, heartbeat).await;
                 };
                 done.stale_waiting = first.removed;
+                done.strays = first.strays;
                 done.expired_active = first.expired;
                 let Some(next) = first.next else {
                     return Ok(done);
@@ -813,6 +817,7 @@ impl Store {
         let swept =
             swept.ok_or_else(|| StoreError::Failed("sweep: earlier heartbeats appeared".into()))?;
         done.stale_waiting += swept.removed;
+        done.strays += swept.strays;
         done.expired_active += swept.expired;
         done.more = swept.next.is_some();
         done.next = swept.next;
@@ -848,19 +853,29 @@ impl Store {
                 read.query_async::<(u64, Vec<String>)>(&mut c).await
             })
             .await?;
+        // The stale, and the heartbeats with no place behind them (a
+        // stray keeps polling, so it is never stale: see sweep.lua).
         let mut stale: Vec<&str> = Vec::new();
         if !candidates.is_empty() {
-            let mut hmget = redis::cmd("HMGET");
-            hmget.arg(&keys.due).arg(&candidates);
-            let hmget = &hmget;
-            let values: Vec<Option<String>> = self
+            let mut look = redis::pipe();
+            look.cmd("HMGET")
+                .arg(&keys.due)
+                .arg(&candidates)
+                .cmd("ZMSCORE")
+                .arg(&keys.waiting)
+                .arg(&candidates);
+            let look = &look;
+            type Looked = (Vec<Option<String>>, Vec<Option<f64>>);
+            let (values, places): Looked = self
                 .call(Resend::Safe, |mut c| async move {
-                    hmget.query_async::<Vec<Option<String>>>(&mut c).await
+                    look.query_async::<Looked>(&mut c).await
                 })
                 .await?;
             let mut seen = std::collections::HashSet::new();
-            for (user, value) in candidates.iter().zip(&values) {
-                if value.as_deref().is_some_and(|v| stale_heartbeat(v, cutoff))
+            for ((user, value), place) in candidates.iter().zip(&values).zip(&places) {
+                if value
+                    .as_deref()
+                    .is_some_and(|v| place.is_none() || stale_heartbeat(v, cutoff))
                     && seen.insert(user.as_str())
                 {
                     stale.push(user);
@@ -911,7 +926,7 @@ impl Store {
         match reply.as_slice() {
             [legacy] if number(legacy)? == -1 => Ok(None),
             // The bucket's length is read again with its candidates.
-            [removed, expired, next, _length, cutoff, looked] => {
+            [removed, expired, next, _length, cutoff, looked, strays] => {
                 let cutoff = number(cutoff)?;
                 let next = match next {
                     redis::Value::BulkString(b) if b.is_empty() => None,
@@ -926,6 +941,7 @@ impl Store {
                     expired: count(number(expired)?)?,
                     next,
                     looked: count(number(looked)?)?,
+                    strays: count(number(strays)?)?,
                 }))
             }
             _ => Err(StoreError::Failed("sweep: a short answer".into())),
@@ -944,6 +960,7 @@ impl Store {
             self.run_write(invocation, &keys.waiting).await?;
         Ok(Cleanup {
             stale_waiting: count(stale)?,
+            strays: 0,
             expired_active: count(expired)?,
             more: more == 1,
             next: None,
@@ -1405,6 +1422,8 @@ struct Swept {
     next: Option<NextBucket>,
     /// Candidates looked at, by the instance or the script.
     looked: u64,
+    /// Heartbeats with no place behind them, removed.
+    strays: u64,
 }
 
 /// What a `lua/sweep.lua` call is given of a bucket.
