@@ -183,8 +183,19 @@ impl ServeHttp for AdminApp {
                 }
             }
             // Redis, asked now.
+            // Up, and what it cannot keep (warnings, not a failure).
             "/healthz/redis" => match self.store.ping().await {
-                Ok(()) => json(200, r#"{"redis":"up"}"#),
+                Ok(()) => {
+                    let warnings = self
+                        .control
+                        .durability_warnings()
+                        .await
+                        .unwrap_or_else(|e| {
+                            vec![format!("could not ask redis what it keeps: {e}")]
+                        });
+                    let body = serde_json::json!({ "redis": "up", "warnings": warnings });
+                    json(200, &body.to_string())
+                }
                 Err(e) => {
                     self.metrics.redis_error("ping");
                     tracing::debug!(%e, "redis health check failed");

@@ -716,3 +716,33 @@ routes: []
         )
         .unwrap();
 }
+
+/// A Redis that keeps nothing across a restart is named at start and by
+/// `/healthz/redis` (still up: a warning, not a failure); one with an AOF
+/// is not.
+#[test]
+fn a_redis_that_keeps_nothing_is_named_at_start_and_by_its_health_check() {
+    let forgetful = Redis::start();
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&forgetful.url(), &ports, free_port()), &ports);
+    wg.wait_for_log("redis keeps no data across a restart", 1);
+    let r = get(wg.admin, "/healthz/redis").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let warnings = r.json()["warnings"].clone();
+    assert!(
+        warnings[0]
+            .as_str()
+            .unwrap()
+            .contains("keeps no data across a restart"),
+        "{warnings}"
+    );
+
+    let keeping = Redis::start_with(&["--appendonly", "yes"]);
+    let ports = Ports::new();
+    let wg = Waitgate::start(&config(&keeping.url(), &ports, free_port()), &ports);
+    let r = get(wg.admin, "/healthz/redis").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["warnings"], serde_json::json!([]), "{r:?}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!wg.log().contains("redis cannot keep"), "{}", wg.log());
+}

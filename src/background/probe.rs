@@ -1,5 +1,6 @@
 //! The Redis probe: a `PING` every second, kept in `waitgate_redis_up`,
-//! and a check of the queue API's own connection.
+//! and a check of the queue API's own connection. When Redis first
+//! answers, what it cannot keep (no persistence, no replica) is logged.
 //!
 //! Redis health is its own signal, not readiness: while Redis is down the
 //! queue API answers 503, but admitted users' tokens are checked with no
@@ -19,6 +20,7 @@ use pingora::services::background::BackgroundService;
 use tokio::time::MissedTickBehavior;
 
 use super::shared::{FailureLog, Shared};
+use crate::control::durability_warnings;
 use crate::store::Store;
 
 /// How often Redis is probed.
@@ -38,6 +40,8 @@ impl BackgroundService for Probe {
         let mut ticker = tokio::time::interval(PROBE_INTERVAL);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut log = FailureLog::new("probe");
+        // What Redis cannot keep is said once, when it first answers.
+        let mut asked = false;
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
@@ -48,6 +52,18 @@ impl BackgroundService for Probe {
                 Ok(()) => {
                     shared.metrics.redis_up.set(1);
                     log.succeeded("*");
+                    if !asked {
+                        asked = true;
+                        let queues = shared.queues.load_full();
+                        match durability_warnings(&shared.store, &queues).await {
+                            Ok(warnings) => {
+                                for warning in warnings {
+                                    tracing::warn!(%warning, "redis cannot keep every promise (docs/operations.md, Redis for a ticket open)");
+                                }
+                            }
+                            Err(e) => tracing::warn!(%e, "could not ask redis what it keeps"),
+                        }
+                    }
                 }
                 Err(e) => {
                     shared.metrics.redis_up.set(0);

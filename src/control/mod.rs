@@ -76,6 +76,12 @@ impl ControlApi {
 
     /// Whether a request under [`PREFIX`] with these `Authorization`
     /// values may go on: checked before its body is read.
+    /// What the Redis that holds the queues cannot keep, in words (see
+    /// `Store::durability_warnings`).
+    pub async fn durability_warnings(&self) -> Result<Vec<String>, StoreError> {
+        durability_warnings(&self.store, &self.queues.load()).await
+    }
+
     pub fn authorize(&self, authorization: &[&[u8]]) -> Result<(), Reply> {
         let Some(token) = &self.token else {
             return Err(Reply::from(ApiError::NotFound));
@@ -233,6 +239,16 @@ impl ControlApi {
         }
         Reply::from(ApiError::AdminUnconfirmed)
     }
+}
+
+/// What the Redis that holds `queues` cannot keep, in words.
+pub async fn durability_warnings(
+    store: &Store,
+    queues: &Queues,
+) -> Result<Vec<String>, StoreError> {
+    let named: Vec<(&str, &crate::store::QueueKeys)> =
+        queues.iter().map(|q| (q.name.as_str(), &q.keys)).collect();
+    store.durability_warnings(&named).await
 }
 
 /// Ends `user`'s active state and refuses the user's tokens: on every

@@ -242,6 +242,14 @@ impl redis::aio::ConnectionLike for Conn {
 }
 
 impl Store {
+    /// Whether Redis fails over on its own: Sentinel or Cluster.
+    pub(super) fn fails_over(&self) -> bool {
+        matches!(
+            self.backend,
+            Backend::Sentinel { .. } | Backend::Cluster { .. }
+        )
+    }
+
     /// The longest one call can take when Redis does not answer: a
     /// connection attempt, the script (and its reload after NOSCRIPT), and,
     /// for a write with `wait-replicas`, the wait for a free connection and

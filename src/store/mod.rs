@@ -76,6 +76,7 @@ static REVOKE: LazyLock<Script> = script!("revoke.lua");
 pub const REVOKED_CHANNEL: &str = "waitgate:revoked";
 static TOKEN: LazyLock<Script> = read_only_script!("token.lua");
 
+mod health;
 mod incidents;
 pub use incidents::{Incident, Recovered, Recovery, Watched};
 
