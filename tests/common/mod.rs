@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod ha;
 pub mod scripted;
 pub mod tls;
 
