@@ -32,7 +32,8 @@
 --         failover to a replica that was behind), and nobody is admitted
 --         until the instance has written back what it knows
 --
--- Returns {admitted, window, why, now_ms, next_ms}: why = 0 decided now,
+-- Returns {admitted, window, why, now_ms, next_ms}, and when why is 0 the
+-- users admitted in all and the two frontiers too: why = 0 decided now,
 -- 1 this window was already decided (by any instance), 2 nobody waits,
 -- 3 the max-active cap left no room, 4 admission is paused, 5 the queue has
 -- not opened yet, 6 placed a step of the pre-queue (call again at once),
@@ -251,9 +252,13 @@ if rate then
   record[#record + 1] = string.format('%.4f', rate)
 end
 redis.call('HSET', KEYS[4], unpack(record))
-redis.call('HINCRBY', KEYS[4], 'total', admitted)
+local total = redis.call('HINCRBY', KEYS[4], 'total', admitted)
 
 if room == 0 then
   return {0, window, 3, now_ms, next_ms}
 end
-return {admitted, window, 0, now_ms, next_ms}
+-- The deciding instance learns the gate's record at once: should Redis
+-- lose it, that instance knows the latest (see lua/recover.lua).
+local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
+return {admitted, window, 0, now_ms, next_ms, total, tonumber(frontier[1]) or 0,
+  tonumber(frontier[2]) or 0}

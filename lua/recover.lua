@@ -9,7 +9,9 @@
 --
 -- KEYS[1] control HASH, KEYS[2] admission HASH, KEYS[3] revoked ZSET,
 -- KEYS[4] spent ZSET (userId -> the latest arrival that may not be seated
---         again: see lua/reseat.lua)
+--         again: see lua/reseat.lua), KEYS[5] waiting ZSET, KEYS[6] active
+--         ZSET, KEYS[7] credential HASH, KEYS[8] due HASH, KEYS[9] prequeue
+--         ZSET
 -- ARGV[1] the incarnation the instance knew ('' for none)
 -- ARGV[2] a fresh incarnation (hex), taken if the state has none
 -- ARGV[3] 'fresh': the instance knows nothing of the queue (its start);
@@ -35,7 +37,7 @@ local known, fresh_id, why = ARGV[1], ARGV[2], ARGV[3]
 local cap, ttl = whole(ARGV[4]), whole(ARGV[5])
 local known_active, known_at, known_total = whole(ARGV[6]), whole(ARGV[7]), whole(ARGV[8])
 local batch, interval = whole(ARGV[9]), whole(ARGV[10])
-if #KEYS ~= 4 or #ARGV < 14 or not string.match(fresh_id, '^%x+$') or #fresh_id > 64
+if #KEYS ~= 9 or #ARGV < 14 or not string.match(fresh_id, '^%x+$') or #fresh_id > 64
     or (why ~= 'fresh' and why ~= 'lost') or not cap or not ttl or ttl < 1
     or not known_active or not known_at or not known_total or not batch or not interval
     or interval < 1 then
@@ -195,6 +197,35 @@ if recorded == 1 then
   end
 end
 redis.call('HSET', KEYS[2], unpack(record))
+
+-- A Redis that was behind may still have waiting users the gate had
+-- admitted (at or before the frontier written back): they are active
+-- again, with their admitted registration's arrival, so that their token
+-- exchange works, and are not admitted twice. The slots held for what was
+-- lost then hold fewer.
+if recorded == 1 or current ~= known then
+  local frontier = redis.call('HGET', KEYS[2], 'frontier')
+  if frontier then
+    local admitted = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', frontier, 'WITHSCORES',
+      'LIMIT', 0, 10000)
+    local expiry = int(now_ms + ttl)
+    for i = 1, #admitted, 2 do
+      local user = admitted[i]
+      local arrival = redis.call('ZSCORE', KEYS[9], user) or admitted[i + 1]
+      redis.call('ZREM', KEYS[5], user)
+      redis.call('ZREM', KEYS[9], user)
+      redis.call('HDEL', KEYS[8], user)
+      redis.call('ZADD', KEYS[6], expiry, user)
+      redis.call('HSET', KEYS[7], user, int(tonumber(arrival)))
+    end
+    if #admitted > 0 then
+      if held > 0 then
+        held = math.max(0, held - #admitted / 2)
+        redis.call('HSET', KEYS[1], 'held', held)
+      end
+    end
+  end
+end
 
 -- Revocations in force and spent places: the later of each.
 for _, p in ipairs(revoked) do

@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 use common::ha::*;
 use common::*;
 
-
-
 /// What a stream of registrations and polls saw across a failover.
 struct Run {
     acknowledged: Vec<String>,
@@ -207,7 +205,6 @@ fn waitgate_config(ports: &Ports, redis_section: &str, queues: &str) -> String {
         ports.listen, ports.admin
     )
 }
-
 
 /// A master, `replicas` replicas and three Sentinels; waitgate on top.
 /// Kills the master under load and reports, for `wait_replicas`.
@@ -520,7 +517,6 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         register(wg.addr, "afterwards").status == 200
     });
 }
-
 
 fn cluster_failover(wait_replicas: u64, replicas: usize) {
     let mut cluster = Cluster::start(replicas);

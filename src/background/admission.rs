@@ -47,6 +47,9 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
         {
             Ok(a) => {
                 log.succeeded(&queue.name);
+                if let Some(record) = a.record {
+                    shared.durability.admitted(&queue, record).await;
+                }
                 if a.admitted > 0 {
                     shared
                         .metrics

@@ -38,7 +38,7 @@ use lru::LruCache;
 use crate::edge::revoked::Revoked;
 use crate::metrics::Metrics;
 use crate::queues::Queue;
-use crate::store::{Incident, Recovery, Store, StoreError, Watched};
+use crate::store::{GateRecord, Incident, Recovery, Store, StoreError, Watched};
 
 /// Registrations this instance saw spent (dropouts and seatings it made),
 /// per queue, to write back after a loss: the oldest are forgotten past
@@ -132,6 +132,25 @@ impl Durability {
         let memory = self.memory(&queue.name);
         let m = memory.lock().await;
         (m.version, m.total)
+    }
+
+    /// Remembers the gate's record as this instance's admission left it:
+    /// the latest there is, should Redis lose it before the next look.
+    pub async fn admitted(&self, queue: &Queue, record: GateRecord) {
+        let memory = self.memory(&queue.name);
+        let mut m = memory.lock().await;
+        m.total = m.total.max(record.total);
+        for (field, value) in [
+            ("total", record.total),
+            ("frontier", record.frontier),
+            ("frontier_prequeue", record.frontier_prequeue),
+        ] {
+            match m.admission.iter_mut().find(|(f, _)| f == field) {
+                Some((_, v)) if v.parse::<u64>().is_ok_and(|known| known >= value) => {}
+                Some((_, v)) => *v = value.to_string(),
+                None => m.admission.push((field.to_string(), value.to_string())),
+            }
+        }
     }
 
     /// Remembers a registration this instance saw spent (a dropout, a

@@ -91,6 +91,19 @@ pub struct Admission {
     /// caller sleeps by Redis's clock.
     pub now_ms: u64,
     pub next_ms: u64,
+    /// The gate's record after a decision: what the deciding instance
+    /// remembers in case Redis loses it (see `durability`).
+    pub record: Option<GateRecord>,
+}
+
+/// Users admitted in all, and the frontiers: every place at or before
+/// `frontier` (every pre-queue arrival at or before `frontier_prequeue`, of
+/// a pre-queue placed in arrival order) was admitted or left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateRecord {
+    pub total: u64,
+    pub frontier: u64,
+    pub frontier_prequeue: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -731,8 +744,18 @@ impl Store {
             .arg(PLACE_STEP);
         heartbeat_args(&mut invocation, heartbeat);
         invocation.arg(seen.0).arg(seen.1);
-        let (admitted, window, why, now_ms, next_ms): (i64, i64, i64, i64, i64) =
-            self.run_write(invocation, &keys.waiting).await?;
+        let reply: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
+        let (&[admitted, window, why, now_ms, next_ms], record) = reply
+            .split_first_chunk::<5>()
+            .ok_or_else(|| StoreError::Failed("admit: a short answer".into()))?;
+        let record = match *record {
+            [total, frontier, frontier_prequeue] => Some(GateRecord {
+                total: count(total)?,
+                frontier: count(frontier)?,
+                frontier_prequeue: count(frontier_prequeue)?,
+            }),
+            _ => None,
+        };
         let outcome = match why {
             0 => AdmitOutcome::Decided,
             1 => AdmitOutcome::AlreadyDecided,
@@ -746,6 +769,7 @@ impl Store {
             _ => return Err(unexpected("admit", why)),
         };
         Ok(Admission {
+            record,
             admitted: count(admitted)?,
             window: count(window)?,
             outcome,
