@@ -159,6 +159,11 @@ pub struct Cluster {
 impl Cluster {
     /// Three masters with `replicas` replicas each.
     pub fn start(replicas: usize) -> Cluster {
+        Cluster::start_with_timeout(replicas, 1000)
+    }
+
+    /// With `cluster-node-timeout` at `node_timeout_ms`.
+    pub fn start_with_timeout(replicas: usize, node_timeout_ms: u64) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<Node> = (0..3 * (1 + replicas))
             .map(|_| {
@@ -182,7 +187,7 @@ impl Cluster {
                         "--cluster-config-file".into(),
                         format!("nodes-{port}.conf"),
                         "--cluster-node-timeout".into(),
-                        "1000".into(),
+                        node_timeout_ms.to_string(),
                         // Fail over however long a replica was cut off: the
                         // test checks what was lost, rather than refusing.
                         "--cluster-replica-validity-factor".into(),
