@@ -21,7 +21,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -60,13 +60,25 @@ struct Fate {
     last_ok: Option<(Duration, u64)>,
 }
 
-/// One HTTP/1.1 GET with `Connection: close`: the status and body.
-async fn get_async(addr: SocketAddr, target: &str, credential: &str) -> Option<(u16, String)> {
+/// One HTTP/1.1 request with `Connection: close` (a GET with the
+/// credential, or a POST of `body`): the status and body.
+async fn ask(
+    addr: SocketAddr,
+    target: &str,
+    credential: &str,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let request = format!(
-            "GET {target} HTTP/1.1\r\nHost: {addr}\r\nX-Queue-Credential: {credential}\r\nConnection: close\r\n\r\n"
-        );
+        let request = match body {
+            None => format!(
+                "GET {target} HTTP/1.1\r\nHost: {addr}\r\nX-Queue-Credential: {credential}\r\nConnection: close\r\n\r\n"
+            ),
+            Some(body) => format!(
+                "POST {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        };
         stream.write_all(request.as_bytes()).await.ok()?;
         let mut answer = Vec::new();
         stream.read_to_end(&mut answer).await.ok()?;
@@ -81,11 +93,13 @@ async fn get_async(addr: SocketAddr, target: &str, credential: &str) -> Option<(
         .flatten()
 }
 
-/// A client that polls as the page does until admitted or stopped.
+/// A client that joins (within the first `spread`), then polls as the page
+/// does until admitted or stopped.
 async fn client(
     addrs: Vec<SocketAddr>,
     user: String,
-    credential: String,
+    spread: Duration,
+    joined: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     start: Instant,
 ) -> Fate {
@@ -93,7 +107,20 @@ async fn client(
         user: user.clone(),
         ..Fate::default()
     };
-    // Spread over the first poll interval, as a crowd that joined over time.
+    tokio::time::sleep(Duration::from_millis(rand_ms(spread.as_millis() as u64))).await;
+    let body = serde_json::json!({ "queue": "baseball", "userId": user }).to_string();
+    let credential = loop {
+        if let Some((200, answer)) = ask(addrs[0], "/api/v1/queue/register", "", Some(&body)).await
+        {
+            let v: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+            break v["queueCredential"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    joined.fetch_add(1, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_millis(rand_ms(1000))).await;
     let mut failures = 0u32;
     let mut turn = rand_ms(1000) as usize;
@@ -101,7 +128,7 @@ async fn client(
         let addr = addrs[turn % addrs.len()];
         turn += 1;
         let target = format!("/api/v1/queue/rank?queue=baseball&userId={user}");
-        let wait = match get_async(addr, &target, &credential).await {
+        let wait = match ask(addr, &target, &credential, None).await {
             Some((200, body)) => {
                 failures = 0;
                 let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
@@ -135,24 +162,6 @@ fn rand_ms(max: u64) -> u64 {
     h.finish() % max.max(1)
 }
 
-/// Registers `n` users through `addr` (retrying a 503): (user, credential).
-fn crowd(addr: SocketAddr, n: usize) -> Vec<(String, String)> {
-    (0..n)
-        .map(|i| {
-            let user = format!("d{i:05}");
-            let body = serde_json::json!({ "queue": "baseball", "userId": user }).to_string();
-            loop {
-                let r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
-                if let Some(c) = r.json()["queueCredential"].as_str() {
-                    return (user, c.to_string());
-                }
-                assert_eq!(r.status, 503, "{r:?}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-        .collect()
-}
-
 /// The figures of a drill.
 struct Figures {
     lost: usize,
@@ -175,26 +184,34 @@ fn drill(
     after: Duration,
     state: impl Fn() -> redis::Connection,
 ) -> Figures {
-    let users = crowd(wg.addr, clients);
     let stop = Arc::new(AtomicBool::new(false));
+    let joined = Arc::new(AtomicUsize::new(0));
+    // A thousand join a second, and each polls from when it joined.
+    let spread = Duration::from_millis(clients as u64);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let start = Instant::now();
-    let tasks: Vec<_> = users
-        .iter()
-        .map(|(u, c)| {
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| {
             runtime.spawn(client(
                 vec![wg.addr],
-                u.clone(),
-                c.clone(),
+                format!("d{i:05}"),
+                spread,
+                joined.clone(),
                 stop.clone(),
                 start,
             ))
         })
         .collect();
+    wait_for(
+        "the crowd to join",
+        spread + Duration::from_secs(60),
+        || joined.load(Ordering::Relaxed) == clients,
+    );
+    println!("{clients} joined in {:.1} s", start.elapsed().as_secs_f64());
     std::thread::sleep(Duration::from_secs(3));
     let incident_at = start.elapsed();
     incident();
@@ -237,7 +254,8 @@ fn drill(
         let now: (u64, u64) = redis::cmd("TIME").query(&mut c).unwrap();
         println!("lost, for example: {gone:?}; cleanup: {removed:?}; incident at {incident_at:?}, stopped at {:?}; redis now {} {marks:?}", start.elapsed(), now.0 * 1000 + now.1 / 1000);
     }
-    let told_active: BTreeSet<&String> = fates.iter().filter(|f| f.active).map(|f| &f.user).collect();
+    let told_active: BTreeSet<&String> =
+        fates.iter().filter(|f| f.active).map(|f| &f.user).collect();
     let ever_active: BTreeSet<&String> = told_active.iter().copied().chain(active.iter()).collect();
     let metrics = get(wg.admin, "/metrics").unwrap().text();
     let counted = metrics
@@ -301,7 +319,10 @@ fn drill_a_standalone_redis_restarted_from_its_aof() {
     let wg = Waitgate::start(
         &config(
             &ports,
-            &format!("redis:\n  url: {}\n  command-timeout-ms: 300\n", redis.url()),
+            &format!(
+                "redis:\n  url: {}\n  command-timeout-ms: 300\n",
+                redis.url()
+            ),
         ),
         &ports,
     );
@@ -316,7 +337,12 @@ fn drill_a_standalone_redis_restarted_from_its_aof() {
             redis.restart();
         },
         Duration::from_secs(18),
-        || redis::Client::open(url.as_str()).unwrap().get_connection().unwrap(),
+        || {
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        },
     );
     judge(&figures, &wg.log());
 }
@@ -331,12 +357,16 @@ fn drill_a_sentinel_failover() {
     let sentinels: Vec<Node> = (0..3)
         .map(|_| Node::sentinel_after(dir.path(), master.port, down_after))
         .collect();
-    wait_for("sentinels to see the replica", Duration::from_secs(15), || {
-        sentinels.iter().all(|s| {
-            s.cmd(&["SENTINEL", "replicas", "waitgate"])
-                .is_some_and(|r| r.contains(&replicas[0].port.to_string()))
-        })
-    });
+    wait_for(
+        "sentinels to see the replica",
+        Duration::from_secs(15),
+        || {
+            sentinels.iter().all(|s| {
+                s.cmd(&["SENTINEL", "replicas", "waitgate"])
+                    .is_some_and(|r| r.contains(&replicas[0].port.to_string()))
+            })
+        },
+    );
     let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
     let ports = Ports::new();
     let wg = Waitgate::start(
@@ -402,8 +432,9 @@ fn drill_a_cluster_master_killed() {
             .nodes
             .iter()
             .position(|n| {
-                n.cmd(&["INFO", "replication"])
-                    .is_some_and(|i| i.contains(&format!("master_port:{}", cluster.nodes[victim].port)))
+                n.cmd(&["INFO", "replication"]).is_some_and(|i| {
+                    i.contains(&format!("master_port:{}", cluster.nodes[victim].port))
+                })
             })
             .unwrap_or_else(|| panic!("no replica of {id}"))
     };
