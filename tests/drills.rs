@@ -21,7 +21,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,8 @@ struct Fate {
     failed_at: Vec<Duration>,
     /// Its last answered poll, from the drill's start, and the advice.
     last_ok: Option<(Duration, u64)>,
+    /// Its first answered poll after the incident began.
+    back_at: Option<Duration>,
 }
 
 /// One HTTP/1.1 request with `Connection: close` (a GET with the
@@ -102,6 +104,7 @@ async fn client(
     joined: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     start: Instant,
+    incident_ms: Arc<AtomicU64>,
 ) -> Fate {
     let mut fate = Fate {
         user: user.clone(),
@@ -137,7 +140,12 @@ async fn client(
                     return fate;
                 }
                 let advice = v["pollAfterMs"].as_u64().unwrap_or(1000);
-                fate.last_ok = Some((start.elapsed(), advice));
+                let now = start.elapsed();
+                fate.last_ok = Some((now, advice));
+                let incident = incident_ms.load(Ordering::Relaxed);
+                if fate.back_at.is_none() && incident > 0 && now.as_millis() as u64 > incident {
+                    fate.back_at = Some(now);
+                }
                 advice
             }
             Some((404, _)) => {
@@ -169,6 +177,8 @@ struct Figures {
     over_cap: i64,
     /// From the incident to the last failed request.
     failing_for: Duration,
+    /// From the incident to the first answered poll after it.
+    back_after: Duration,
     failed_requests: usize,
 }
 
@@ -186,6 +196,7 @@ fn drill(
 ) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let joined = Arc::new(AtomicUsize::new(0));
+    let incident_ms = Arc::new(AtomicU64::new(0));
     // A thousand join a second, and each polls from when it joined.
     let spread = Duration::from_millis(clients as u64);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -203,6 +214,7 @@ fn drill(
                 joined.clone(),
                 stop.clone(),
                 start,
+                incident_ms.clone(),
             ))
         })
         .collect();
@@ -214,6 +226,7 @@ fn drill(
     println!("{clients} joined in {:.1} s", start.elapsed().as_secs_f64());
     std::thread::sleep(Duration::from_secs(3));
     let incident_at = start.elapsed();
+    incident_ms.store(incident_at.as_millis() as u64, Ordering::Relaxed);
     incident();
     std::thread::sleep(after);
     // The places as the clients stop (they finish their last wait after).
@@ -275,7 +288,16 @@ fn drill(
         .iter()
         .max()
         .map_or(Duration::ZERO, |last| last.saturating_sub(incident_at));
+    // Among the clients that waited through it, the first answer after it
+    // began; answers within the first half second were in flight already.
+    let back_after = fates
+        .iter()
+        .filter_map(|f| f.back_at)
+        .filter(|at| *at > incident_at + Duration::from_millis(500))
+        .min()
+        .map_or(Duration::ZERO, |at| at - incident_at);
     let figures = Figures {
+        back_after,
         lost,
         admitted_twice,
         over_cap,
@@ -283,11 +305,12 @@ fn drill(
         failed_requests: failed.len(),
     };
     println!(
-        "DRILL {name}: {clients} waiting clients; places lost {}, users admitted twice {}, cap exceeded by {} ({} admitted of max-active {MAX_ACTIVE}), requests failing for {:.1} s after the incident began ({} failed requests); {} still waiting, {} told ACTIVE",
+        "DRILL {name}: {clients} waiting clients; places lost {}, users admitted twice {}, cap exceeded by {} ({} admitted of max-active {MAX_ACTIVE}); the queue API answered again {:.1} s after the incident began, and the last failed request was at {:.1} s ({} failed requests); {} still waiting, {} told ACTIVE",
         figures.lost,
         figures.admitted_twice,
         figures.over_cap,
         ever_active.len(),
+        figures.back_after.as_secs_f64(),
         figures.failing_for.as_secs_f64(),
         figures.failed_requests,
         waiting.len(),

@@ -746,3 +746,61 @@ fn a_redis_that_keeps_nothing_is_named_at_start_and_by_its_health_check() {
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!wg.log().contains("redis cannot keep"), "{}", wg.log());
 }
+
+/// A shuffled pre-queue was placed at the open, then Redis lost its data:
+/// each pre-queued user who comes back is seated where the open placed
+/// them (recomputed from the recorded seed), so the order is the same, and
+/// a newcomer stands behind them all.
+#[test]
+fn a_placed_shuffled_prequeue_comes_back_in_the_same_order() {
+    let mut redis = Redis::start_free();
+    let ports = Ports::new();
+    let wg = start_with_admin(
+        &config_with(
+            &redis.url(),
+            &ports,
+            free_port(),
+            "baseball:\n  admission: {interval-ms: 200, batch-size: 1}",
+        ),
+        &ports,
+    );
+    assert_eq!(
+        admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
+        200
+    );
+    let now = redis.now_ms();
+    let at = |ms: u64| waitgate::time::rfc3339(ms);
+    let r = admin(
+        &wg,
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        Some(&format!(
+            r#"{{"prequeueFrom":"{}","openAt":"{}","shuffle":true}}"#,
+            at(now),
+            at(now + 2_000)
+        )),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let prequeued = join(wg.addr, "p", 12);
+    wait_until("the pre-queue placed", Duration::from_secs(10), || {
+        admin_status(&wg)["event"]["placed"].as_u64() == Some(12)
+    });
+    let placed: Vec<String> = waiting(&redis).into_iter().map(|(u, _)| u).collect();
+    assert_eq!(placed.len(), 12);
+    let by_arrival: Vec<String> = prequeued.iter().map(|(u, _)| u.clone()).collect();
+    assert_ne!(placed, by_arrival, "shuffled");
+    std::thread::sleep(Duration::from_millis(1500));
+
+    redis.restart();
+    wait_for_data_loss(&wg, "baseball");
+    wait_for_the_api(&wg);
+    let newcomer = join(wg.addr, "n", 1);
+    for (user, credential) in &prequeued {
+        let r = rank_with(wg.addr, user, credential);
+        assert_eq!(r.status, 200, "{user}: {r:?}");
+    }
+    let order: Vec<String> = waiting(&redis).into_iter().map(|(u, _)| u).collect();
+    let mut expected = placed.clone();
+    expected.push(newcomer[0].0.clone());
+    assert_eq!(order, expected);
+}
