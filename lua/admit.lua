@@ -13,7 +13,8 @@
 -- KEYS[6] control HASH (live settings and the event, see lib.lua)
 -- KEYS[7] prequeue ZSET (userId -> arrival)
 -- KEYS[8] due HASH, KEYS[9] dues ZSET (KEYS[2] and these: see `heartbeats`
---         in lib.lua)
+--         in lib.lua), KEYS[10] spent ZSET (after a loss of state, each
+--         admitted registration is marked spent: see lua/reseat.lua)
 -- ARGV[1] interval (ms): windows are floor(TIME / interval)
 -- ARGV[2] batch size
 -- ARGV[3] active TTL (ms)
@@ -38,7 +39,9 @@
 -- 3 the max-active cap left no room, 4 admission is paused, 5 the queue has
 -- not opened yet, 6 placed a step of the pre-queue (call again at once),
 -- 7 the queue's state is missing (no incarnation: see `read_control` in
--- lib.lua), 8 Redis has less than the instance saw (7 and 8 write nothing).
+-- lib.lua), 8 Redis has less than the instance saw (7 and 8 write nothing),
+-- 9 the queue's state was lost and its waiting users are still coming back
+-- to be seated again (`rebuild_until`): nobody is admitted meanwhile.
 --
 -- The gate also records the frontier: the highest waiting score admitted,
 -- and of placed pre-queue users the highest pre-queue arrival. Admission
@@ -51,7 +54,7 @@ local ttl, max_active = tonumber(ARGV[3]), tonumber(ARGV[4])
 local seed, step = ARGV[5], tonumber(ARGV[6])
 local timeout, pmin, pmax = heartbeat_args(7)
 local seen_version, seen_total = tonumber(ARGV[10]), tonumber(ARGV[11])
-if #KEYS ~= 9 or #ARGV ~= 11 or not timeout or not interval or interval < 1 or not batch
+if #KEYS ~= 10 or #ARGV ~= 11 or not timeout or not interval or interval < 1 or not batch
     or batch < 1
     or not ttl or ttl < 1 or not max_active or max_active < 0
     or not string.match(seed, '^%x+$') or #seed > 64 or not step or step < 1
@@ -146,6 +149,9 @@ end
 if control.paused then
   return {0, window, 4, now_ms, now_ms}
 end
+if now_ms < control.rebuild_until then
+  return {0, window, 9, now_ms, now_ms}
+end
 
 local gate = redis.call('HMGET', KEYS[4], 'window', 'rate', 'next', 'window_ms')
 local next_ms = (window + 1) * interval
@@ -232,6 +238,15 @@ if room > 0 then
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
   heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax).forget(users)
   in_chunks(arrivals, function(...) redis.call('HSET', KEYS[5], ...) end)
+  if control.lost_at then
+    -- (userId, arrival) pairs as spent wants them: (arrival, userId).
+    local spent = {}
+    for i = 1, #arrivals, 2 do
+      spent[#spent + 1] = arrivals[i + 1]
+      spent[#spent + 1] = arrivals[i]
+    end
+    in_chunks(spent, function(...) redis.call('ZADD', KEYS[10], 'GT', ...) end)
+  end
 end
 
 -- The observed rate, for wait estimates: an average of users admitted per

@@ -22,6 +22,12 @@ if #KEYS ~= 3 or not action then
 end
 local now_ms = math.floor(now_us() / 1000)
 local control = read_control(KEYS[1])
+if not control.incarnation then
+  -- A change made over a lost state would be taken for the operator's
+  -- latest and outvote what the instances write back: they write back
+  -- first, then the change is made.
+  return lost_reply()
+end
 local phase = event_phase(control, now_ms)
 
 local function number_or_mark(s, min)
@@ -35,8 +41,10 @@ end
 if action == 'pause' and #ARGV == 1 then
   redis.call('HSET', KEYS[1], 'paused', '1')
 elseif action == 'resume' and #ARGV == 1 then
-  -- A resume also ends a hold kept after a loss of state (lua/recover.lua).
-  redis.call('HDEL', KEYS[1], 'paused', 'held', 'held_until')
+  -- A resume also ends the holds kept after a loss of state
+  -- (lua/recover.lua): the slots held, and the wait for the waiting users
+  -- to come back.
+  redis.call('HDEL', KEYS[1], 'paused', 'held', 'held_until', 'rebuild_until')
 elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_mark(ARGV[2], 1)
     and number_or_mark(ARGV[3], 1) and number_or_mark(ARGV[4], 0) then
   for i, field in ipairs({'batch', 'interval', 'max_active'}) do

@@ -349,12 +349,16 @@ end
 -- the queue's state, absent when Redis has lost it (or never had it: until
 -- an instance writes one, register and admit refuse with WAITGATE_LOST);
 -- version, counting the operator's changes; lost_at (ms), when the state
--- was last found lost; held and held_until (ms), slots of max-active held
--- for tokens issued before a loss.
+-- was last found lost (registrations older than it may be seated again,
+-- until reseat_until, if they are after lost_frontier, the admission
+-- frontier then: see lua/reseat.lua); held and held_until (ms), slots of
+-- max-active held for tokens issued before a loss; rebuild_until (ms):
+-- after a loss nobody is admitted before it, while the waiting users come
+-- back to be seated again in their order.
 local function read_control(key)
   local c = redis.call('HMGET', key, 'paused', 'batch', 'interval', 'max_active',
     'prequeue_from', 'open_at', 'placed', 'floor', 'incarnation', 'version', 'lost_at',
-    'held', 'held_until')
+    'held', 'held_until', 'rebuild_until', 'reseat_until', 'lost_frontier')
   return {
     paused = c[1] == '1',
     batch = tonumber(c[2]),
@@ -369,6 +373,9 @@ local function read_control(key)
     lost_at = tonumber(c[11]),
     held = tonumber(c[12]) or 0,
     held_until = tonumber(c[13]) or 0,
+    rebuild_until = tonumber(c[14]) or 0,
+    reseat_until = tonumber(c[15]) or 0,
+    lost_frontier = tonumber(c[16]),
   }
 end
 
@@ -496,7 +503,8 @@ end
 -- reach Redis does not count, nor the `grace` after it that clients take
 -- to come back (they back off on 503, up to 8 s). Every instance stamps the
 -- queue as seen (`alive` in the admission HASH) each second, and cleanup at
--- each step; a gap of more than OUTAGE_GAP_MS between two stamps is an
+-- each step; a gap of more than OUTAGE_GAP_MS (or the heartbeat timeout,
+-- if shorter, but at least 1.5 s) between two stamps is an
 -- outage (Redis down, hung, restarting or failing over, or no instance
 -- running), recorded as the window [last stamp, now + grace] in `outages`
 -- (`<start>-<end>` by start, comma-separated). Windows that meet merge.
@@ -554,7 +562,10 @@ local function outage_cutoff(admission_key, now_ms, timeout, grace, extra)
   local g = redis.call('HMGET', admission_key, 'alive', 'outages')
   local alive, list = tonumber(g[1]), read_outages(g[2])
   local changed, gap = false, 0
-  if alive and now_ms - alive > OUTAGE_GAP_MS then
+  -- (With a timeout shorter than 3 s, a shorter gap is one already; never
+  -- under 1.5 s, the stamps being a second apart.)
+  local gap_ms = math.max(1500, math.min(OUTAGE_GAP_MS, timeout))
+  if alive and now_ms - alive > gap_ms then
     gap = now_ms - alive
     local last = list[#list]
     if last and last[2] >= alive then

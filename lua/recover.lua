@@ -21,7 +21,10 @@
 -- ARGV[6] active users then, ARGV[7] when (ms; 0: never looked), ARGV[8]
 --         users admitted in all by then, ARGV[9] the batch size and
 --         ARGV[10] the interval (ms) in effect
--- ARGV[11] n, then n pairs: the control HASH as the instance last read it
+-- ARGV[11] how long after the loss nobody is admitted, while waiting users
+--         come back to be seated again (the outage grace, ms), ARGV[12] how
+--         long after it a registration it took may be seated again (ms)
+-- ARGV[13] n, then n pairs: the control HASH as the instance last read it
 -- then m and m pairs: the admission HASH's fields it read
 -- then r and r pairs: revocations in force (userId, revoked at ms)
 -- then s and s pairs: spent places (userId, arrival)
@@ -37,14 +40,15 @@ local known, fresh_id, why = ARGV[1], ARGV[2], ARGV[3]
 local cap, ttl = whole(ARGV[4]), whole(ARGV[5])
 local known_active, known_at, known_total = whole(ARGV[6]), whole(ARGV[7]), whole(ARGV[8])
 local batch, interval = whole(ARGV[9]), whole(ARGV[10])
-if #KEYS ~= 9 or #ARGV < 14 or not string.match(fresh_id, '^%x+$') or #fresh_id > 64
+local rebuild_ms, reseat_ms = whole(ARGV[11]), whole(ARGV[12])
+if #KEYS ~= 9 or #ARGV < 16 or not rebuild_ms or not reseat_ms or not string.match(fresh_id, '^%x+$') or #fresh_id > 64
     or (why ~= 'fresh' and why ~= 'lost') or not cap or not ttl or ttl < 1
     or not known_active or not known_at or not known_total or not batch or not interval
     or interval < 1 then
   return redis.error_reply('ERR waitgate recover: bad arguments')
 end
 -- The four lists of pairs, each checked before the first write.
-local lists, at = {}, 11
+local lists, at = {}, 13
 for i = 1, 4 do
   local n = whole(ARGV[at])
   if not n or at + 2 * n > #ARGV then
@@ -67,21 +71,32 @@ local current = redis.call('HGET', KEYS[1], 'incarnation')
 if why == 'fresh' then
   if not current then
     current = fresh_id
-    redis.call('HSET', KEYS[1], 'incarnation', current)
+    -- When it was made: an instance that knew an older state and finds
+    -- this one knows it as a loss (an instance that knew nothing, a new
+    -- one, may have been first to find the state gone).
+    redis.call('HSET', KEYS[1], 'incarnation', current, 'born_at', int(now_ms))
     redis.call('HSETNX', KEYS[2], 'alive', int(now_ms))
   end
   return {current, 0, 0, 0}
 end
 
 -- Lost. The first call to find no incarnation, or this instance's own
--- incarnation with less in it than the instance saw, records the loss;
--- one that finds another incarnation (another instance recorded it) only
+-- incarnation with less in it than the instance saw, records the loss; so
+-- does one that finds an incarnation made, after this instance last
+-- looked, by an instance that knew nothing (no loss recorded since it was
+-- made). One that finds another incarnation with the loss recorded only
 -- merges.
 local recorded = 0
 if not current then
   current, recorded = fresh_id, 1
 elseif current == known then
   recorded = 1
+else
+  local made = redis.call('HMGET', KEYS[1], 'born_at', 'lost_at')
+  local born_at = tonumber(made[1]) or 0
+  if born_at > known_at and (tonumber(made[2]) or 0) < born_at then
+    recorded = 1
+  end
 end
 
 -- The control HASH. The operator's settings come from whichever side has
@@ -112,9 +127,15 @@ if (tonumber(snapshot.version) or 0) > (control.version or 0) then
   end
   put('version', snapshot.version)
 end
+-- Where a pre-queue is still there to place (a replica that was behind
+-- in the middle of a placing), the placing goes on from where Redis is:
+-- its progress is not written back, only what places users.
+local progress = {placed = true, placed_at = true, placed_count = true, cursor = true}
+local placing = redis.call('EXISTS', KEYS[9]) == 1
 for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'seed', 'base',
     'opened_at', 'prequeued', 'shuffle_bits'}) do
-  if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0 then
+  if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0
+      and not (placing and progress[field]) then
     put(field, snapshot[field])
   end
 end
@@ -150,9 +171,22 @@ if held > 0 then
 else
   until_ms = 0
 end
+-- The time of the loss: registrations older than it may be seated again
+-- (on this server's clock, which may lag the old one's: at least a second
+-- after this instance's last look), until reseat_until; nobody is
+-- admitted before rebuild_until, while waiting users come back.
 local lost_at = math.max(control.lost_at or 0, tonumber(snapshot.lost_at) or 0)
 if recorded == 1 then
-  lost_at = now_ms
+  lost_at = math.max(now_ms, known_at + 1000)
+  put('reseat_until', int(now_ms + rebuild_ms + reseat_ms))
+  put('rebuild_until', int(now_ms + rebuild_ms))
+else
+  for _, field in ipairs({'reseat_until', 'rebuild_until', 'lost_frontier',
+      'lost_frontier_prequeue'}) do
+    if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0 then
+      put(field, snapshot[field])
+    end
+  end
 end
 put('lost_at', int(lost_at))
 if #deletes > 0 then
@@ -197,32 +231,45 @@ if recorded == 1 then
   end
 end
 redis.call('HSET', KEYS[2], unpack(record))
+if recorded == 1 then
+  -- The frontier as the loss left it, which seating again compares with.
+  local frontier = redis.call('HMGET', KEYS[2], 'frontier', 'frontier_prequeue')
+  redis.call('HSET', KEYS[1], 'lost_frontier', frontier[1] or '0',
+    'lost_frontier_prequeue', frontier[2] or '0')
+end
 
 -- A Redis that was behind may still have waiting users the gate had
 -- admitted (at or before the frontier written back): they are active
 -- again, with their admitted registration's arrival, so that their token
 -- exchange works, and are not admitted twice. The slots held for what was
 -- lost then hold fewer.
+-- (A pre-queue user seated again in arrival order sits at the pre-queue
+-- arrival, below the placed ones: admitted only if that arrival is at or
+-- before the pre-queue's frontier.)
+-- The frontier is what this instance knew (Redis's own, once admission
+-- goes on after the loss, passes users seated again who came back late).
 if recorded == 1 or current ~= known then
-  local frontier = redis.call('HGET', KEYS[2], 'frontier')
-  if frontier then
-    local admitted = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', frontier, 'WITHSCORES',
-      'LIMIT', 0, 10000)
+  local by_arrival = redis.call('HGET', KEYS[1], 'shuffle') ~= '1'
+  local frontier_prequeue = tonumber(read.frontier_prequeue) or 0
+  if tonumber(read.frontier) then
+    local admitted = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', read.frontier, 'WITHSCORES')
     local expiry = int(now_ms + ttl)
+    local made_active = 0
     for i = 1, #admitted, 2 do
       local user = admitted[i]
-      local arrival = redis.call('ZSCORE', KEYS[9], user) or admitted[i + 1]
-      redis.call('ZREM', KEYS[5], user)
-      redis.call('ZREM', KEYS[9], user)
-      redis.call('HDEL', KEYS[8], user)
-      redis.call('ZADD', KEYS[6], expiry, user)
-      redis.call('HSET', KEYS[7], user, int(tonumber(arrival)))
-    end
-    if #admitted > 0 then
-      if held > 0 then
-        held = math.max(0, held - #admitted / 2)
-        redis.call('HSET', KEYS[1], 'held', held)
+      local prequeued = tonumber(redis.call('ZSCORE', KEYS[9], user))
+      if not (prequeued and by_arrival and prequeued > frontier_prequeue) then
+        redis.call('ZREM', KEYS[5], user)
+        redis.call('ZREM', KEYS[9], user)
+        redis.call('HDEL', KEYS[8], user)
+        redis.call('ZADD', KEYS[6], expiry, user)
+        redis.call('HSET', KEYS[7], user, int(prequeued or tonumber(admitted[i + 1])))
+        made_active = made_active + 1
       end
+    end
+    if made_active > 0 and held > 0 then
+      held = math.max(0, held - made_active)
+      redis.call('HSET', KEYS[1], 'held', held)
     end
   end
 end

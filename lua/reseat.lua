@@ -5,13 +5,17 @@
 --
 -- Refused (nothing is written) unless all of these hold:
 -- - the credential's registration is older than the last loss of state
---   (`lost_at`): without a loss, a user not queued has left;
+--   (`lost_at`), and the loss recent (`reseat_until`: the time its users
+--   need to come back): without a loss, a user not queued has left;
 -- - the user is not waiting, pre-queued or active now;
--- - the place is after the admission frontier (admission is first come,
---   first served: every place at or before it was admitted or left);
+-- - the place is after the admission frontier at the loss
+--   (`lost_frontier`; admission is first come, first served: every place
+--   at or before it was admitted or left; one admitted since is marked
+--   spent by admit.lua);
 -- - the registration is not spent: the user did not leave it (a dropout
---   marks it), and it was not seated again already (this marks it), so a
---   credential seats at most once.
+--   marks it) and was not admitted from a later one. Seated again, the
+--   user waits, so the credential seats nobody else while they do, and
+--   whatever ends the wait marks it spent or is another loss.
 --
 -- Where the registration stood: a user who registered in a scheduled
 -- open's pre-queue is placed where the open placed them (shuffled: from the
@@ -48,7 +52,7 @@ if not control.incarnation then
   return lost_reply()
 end
 local refused = {0, 0, 0, 0}
-if not control.lost_at or arrival >= control.lost_at * 1000 then
+if not control.lost_at or arrival >= control.lost_at * 1000 or now_ms > control.reseat_until then
   return refused
 end
 if redis.call('ZSCORE', KEYS[1], user) or redis.call('ZSCORE', KEYS[6], user) then
@@ -69,7 +73,6 @@ local prequeued = control.prequeue_from and control.open_at
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
 if prequeued and phase == 'prequeue' then
   redis.call('ZADD', KEYS[6], ARGV[2], user)
-  redis.call('ZADD', KEYS[9], 'GT', ARGV[2], user)
   local opens_in = math.max(0, control.open_at - now_ms)
   return {4, opens_in, 0, beats.poll_after(opens_in)}
 end
@@ -80,7 +83,11 @@ if phase == 'placing' or (prequeued and phase ~= 'open') then
 end
 
 local gate = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
-local place, frontier = arrival, tonumber(gate[1]) or 0
+local lost = redis.call('HMGET', KEYS[5], 'lost_frontier', 'lost_frontier_prequeue')
+-- The frontier as the loss found it: one that moved since passed users who
+-- had not come back yet.
+local place = arrival
+local frontier = tonumber(lost[1]) or tonumber(gate[1]) or 0
 if prequeued then
   local c = redis.call('HMGET', KEYS[5], 'seed', 'base', 'shuffle', 'shuffle_bits')
   local base, bits = tonumber(c[2]), tonumber(c[4]) or 44
@@ -91,7 +98,7 @@ if prequeued then
       / 2 ^ (44 - bits))
   else
     -- In arrival order: admitted placed users are a prefix by arrival.
-    frontier = tonumber(gate[2]) or 0
+    frontier = tonumber(lost[2]) or tonumber(gate[2]) or 0
   end
 end
 if place <= frontier then
@@ -105,7 +112,6 @@ redis.call('ZADD', KEYS[1], int(place), user)
 if prequeued then
   redis.call('ZADD', KEYS[6], ARGV[2], user)
 end
-redis.call('ZADD', KEYS[9], 'GT', ARGV[2], user)
 -- Seated anywhere but at the tail: a derived rank may be off by one more.
 counted(KEYS[4], 'added', 1)
 interval = control.interval or interval

@@ -8,7 +8,9 @@
 -- KEYS[1] admission HASH, KEYS[2] control HASH, KEYS[3] active ZSET,
 -- KEYS[4] spent ZSET (userId -> the latest arrival of theirs that may not
 --         be seated again: see lua/reseat.lua), KEYS[5] prequeue ZSET
--- ARGV[1] heartbeat timeout (ms), ARGV[2] outage grace (ms)
+-- ARGV[1] heartbeat timeout (ms), ARGV[2] outage grace (ms), ARGV[3] how
+--         long after a failover a registration it lost may be seated again
+--         (ms: see lua/reseat.lua)
 --
 -- Returns {now_ms, incarnation, gap, incident, incident_at, incident_ms,
 -- active, control, admission}:
@@ -22,8 +24,9 @@
 --   admission    the admission HASH's total, frontier, frontier_prequeue,
 --                window, next, window_ms and rate, as field, value, ...
 --                (those present)
-local timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 5 or #ARGV ~= 2 or not timeout or timeout < 1 or not grace or grace < 0 then
+local timeout, grace, reseat_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if #KEYS ~= 5 or #ARGV ~= 3 or not timeout or timeout < 1 or not grace or grace < 0
+    or not reseat_ms or reseat_ms < 0 then
   return redis.error_reply('ERR waitgate watch: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -48,6 +51,14 @@ if seen and replid and replid ~= seen and promoted then
   if gap == 0 then
     redis.call('HSET', KEYS[1], 'incident_ms', 0)
   end
+  -- A replica may be promoted without the last writes it had not yet
+  -- received: registrations made before now (and a second more, for a
+  -- clock that lags the old master's) may be seated again for a while, if
+  -- after the frontier as it stands.
+  local frontier = redis.call('HMGET', KEYS[1], 'frontier', 'frontier_prequeue')
+  redis.call('HSET', KEYS[2], 'lost_at', int(now_ms + 1000), 'reseat_until',
+    int(now_ms + reseat_ms), 'lost_frontier', frontier[1] or '0', 'lost_frontier_prequeue',
+    frontier[2] or '0')
 end
 
 local fields = {'total', 'frontier', 'frontier_prequeue', 'window', 'next', 'window_ms', 'rate'}

@@ -123,6 +123,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         queues.clone(),
         tokens.clone(),
         metrics.clone(),
+        durability.clone(),
     );
     let trusted = TrustedProxies::new(config.trusted_proxies.clone());
     let direct = config.direct_lane.then(|| {

@@ -129,6 +129,7 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
         redis.conn().hgetall(CONTROL).unwrap();
     // The state's own id, which every instance gives it from its start.
     control.remove("incarnation");
+    control.remove("born_at");
     assert!(control.is_empty(), "bad input changes nothing: {control:?}");
     let listing = admin(&wg, "GET", "/admin/v1/queues", None);
     assert_eq!(listing.json()["queues"][0]["queue"], "baseball");
@@ -1401,6 +1402,7 @@ fn admin_bodies_must_be_json_with_each_field_once_as_on_the_queue_api() {
     let mut control: std::collections::HashMap<String, String> =
         redis.conn().hgetall(CONTROL).unwrap();
     control.remove("incarnation");
+    control.remove("born_at");
     assert!(
         control.is_empty(),
         "refused input changes nothing: {control:?}"
@@ -1517,6 +1519,7 @@ fn admission_script(c: &mut redis::Connection, interval: u64, seed: &str, step: 
     .key(PREQUEUE)
     .key("queue:{baseball}:due")
     .key("queue:{baseball}:dues")
+    .key("queue:{baseball}:spent")
     .arg(interval)
     .arg(1)
     .arg(600_000)

@@ -241,9 +241,13 @@ fn drill(
         }
         fates
     });
+    // (One admitted as the clients stopped, not told yet, is in `active`.)
     let lost = fates
         .iter()
-        .filter(|f| f.told_gone > 0 || (!f.active && !waiting.contains(&f.user)))
+        .filter(|f| {
+            f.told_gone > 0
+                || (!f.active && !waiting.contains(&f.user) && !active.contains(&f.user))
+        })
         .count();
     let removed = get(wg.admin, "/metrics")
         .unwrap()
@@ -254,7 +258,10 @@ fn drill(
         .collect::<Vec<_>>();
     let gone: Vec<&Fate> = fates
         .iter()
-        .filter(|f| f.told_gone > 0 || (!f.active && !waiting.contains(&f.user)))
+        .filter(|f| {
+            f.told_gone > 0
+                || (!f.active && !waiting.contains(&f.user) && !active.contains(&f.user))
+        })
         .take(5)
         .collect();
     if !gone.is_empty() {

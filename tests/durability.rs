@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -366,14 +367,12 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
     let status = wait_for_data_loss(&wg, "baseball");
     assert_eq!(status["paused"], true, "{status}");
     assert_eq!(status["admission"]["batchSize"], 1, "{status}");
-    let soccer = admin_status(&wg);
     let soccer_status = wait_for_data_loss(&wg, "soccer");
     wait_for_the_api(&wg);
     assert_eq!(
         soccer_status["event"]["openAt"], "2099-01-01T10:00:00.000Z",
         "{soccer_status}"
     );
-    assert_eq!(soccer["paused"], true);
     let revoked: Option<f64> =
         redis::Commands::zscore(&mut redis.conn(), "queue:{baseball}:revoked", "mallory").unwrap();
     assert!(revoked.is_some(), "the revocation is written back");
@@ -421,11 +420,11 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
         (404, stranger.error_code()),
         "{r:?}"
     );
-    let mut tampered = waiting_before[0].1.clone().into_bytes();
+    let mut tampered = gone_credential.clone().into_bytes();
     tampered[30] = if tampered[30] == b'A' { b'B' } else { b'A' };
     let tampered = String::from_utf8(tampered).unwrap();
-    let r = rank_with(wg.addr, "w09", &tampered);
-    assert_eq!(r.status, 404, "{r:?}");
+    let r = rank_with(wg.addr, gone, &tampered);
+    assert_eq!(r.status, 404, "a tampered credential seats nobody: {r:?}");
     // Once each: w00 leaves, and its credential seats it no more.
     let (first, first_credential) = &waiting_before[0];
     assert_eq!(leave(wg.addr, first, first_credential).status, 204);
@@ -593,7 +592,7 @@ fn no_heartbeat_outlives_its_place_across_failovers() {
         "redis: {{url: '{}'}}
 queues:
   baseball:
-    heartbeat: {{timeout-ms: 40, poll-min-ms: 20, poll-max-ms: 40, cleanup-interval-ms: 10}}
+    heartbeat: {{timeout-ms: 40, poll-min-ms: 20, poll-max-ms: 40, cleanup-interval-ms: 10, outage-grace-ms: 0}}
     admission: {{interval-ms: 10, batch-size: 1}}
 upstreams: {{}}
 routes: []
@@ -803,4 +802,70 @@ fn a_placed_shuffled_prequeue_comes_back_in_the_same_order() {
     let mut expected = placed.clone();
     expected.push(newcomer[0].0.clone());
     assert_eq!(order, expected);
+}
+
+/// Redis restarts empty with admission running (no pause, no cap): nobody
+/// is admitted while the waiting users come back, each is seated again in
+/// their order ahead of the newcomers, one who comes back late is still
+/// seated where they were, those admitted before the loss are not, and
+/// then admission goes on first come, first served, nobody twice.
+#[test]
+fn after_a_data_loss_the_waiting_come_back_in_order_while_admission_runs() {
+    let mut redis = Redis::start_free();
+    let ports = Ports::new();
+    let wg = start_with_admin(
+        &config_with(
+            &redis.url(),
+            &ports,
+            free_port(),
+            "baseball:
+  heartbeat: {timeout-ms: 5000, poll-min-ms: 200, poll-max-ms: 1000, outage-grace-ms: 2000}
+  admission: {interval-ms: 500, batch-size: 1}",
+        ),
+        &ports,
+    );
+    let users = join(wg.addr, "w", 8);
+    std::thread::sleep(Duration::from_millis(1500));
+    let admitted_before: BTreeSet<String> =
+        redis::Commands::zrange(&mut redis.conn(), ACTIVE_KEY, 0, -1).unwrap();
+    let waiting_before: Vec<(String, String)> = users
+        .iter()
+        .filter(|(u, _)| !admitted_before.contains(u))
+        .cloned()
+        .collect();
+    assert!(waiting_before.len() >= 3, "{admitted_before:?}");
+    assert!(!admitted_before.is_empty());
+
+    redis.restart();
+    let lost_at = Instant::now();
+    wait_for_data_loss(&wg, "baseball");
+    wait_for_the_api(&wg);
+    let newcomers = join(wg.addr, "n", 2);
+    let (late, early) = waiting_before.split_last().unwrap();
+    for (user, credential) in early {
+        let r = rank_with(wg.addr, user, credential);
+        assert_eq!(r.status, 200, "{user}: {r:?}");
+    }
+    for user in &admitted_before {
+        let credential = &users.iter().find(|(u, _)| u == user).unwrap().1;
+        let r = rank_with(wg.addr, user, credential);
+        assert_eq!(r.status, 404, "{user} was admitted before the loss: {r:?}");
+    }
+    let active: u64 = redis::Commands::zcard(&mut redis.conn(), ACTIVE_KEY).unwrap();
+    assert_eq!(active, 0, "nobody admitted while the waiting come back");
+    // The late one comes back once admission has gone on.
+    wait_until("admission going on", Duration::from_secs(6), || {
+        redis::Commands::zcard::<_, u64>(&mut redis.conn(), ACTIVE_KEY).unwrap() >= 1
+    });
+    println!("admission went on {:?} after the loss", lost_at.elapsed());
+    let r = rank_with(wg.addr, &late.0, &late.1);
+    assert_eq!(r.status, 200, "the late one: {r:?}");
+    wait_until("everyone admitted", Duration::from_secs(15), || {
+        redis::Commands::zcard::<_, u64>(&mut redis.conn(), WAITING_KEY).unwrap() == 0
+    });
+    // By admission time (the expiry is admission time plus the TTL).
+    let order: Vec<String> = redis::Commands::zrange(&mut redis.conn(), ACTIVE_KEY, 0, -1).unwrap();
+    let mut expected: Vec<String> = waiting_before.iter().map(|(u, _)| u.clone()).collect();
+    expected.extend(newcomers.iter().map(|(u, _)| u.clone()));
+    assert_eq!(order, expected, "first come, first served, each once");
 }

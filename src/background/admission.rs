@@ -48,7 +48,7 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
             Ok(a) => {
                 log.succeeded(&queue.name);
                 if let Some(record) = a.record {
-                    shared.durability.admitted(&queue, record).await;
+                    shared.durability.admitted(&queue, record, a.next_ms).await;
                 }
                 if a.admitted > 0 {
                     shared

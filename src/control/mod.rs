@@ -22,6 +22,7 @@ use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{MAX_BATCH, MAX_DURATION_MS, MIN_INTERVAL_MS};
+use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_ADMIN};
@@ -46,6 +47,8 @@ pub struct ControlApi {
     queues: Arc<ArcSwap<Queues>>,
     tokens: Arc<Tokens>,
     metrics: Arc<Metrics>,
+    /// Writes a queue's state back when Redis lost it, before a change.
+    durability: Arc<Durability>,
 }
 
 /// One admin request, as the listener read it.
@@ -64,8 +67,10 @@ impl ControlApi {
         queues: Arc<ArcSwap<Queues>>,
         tokens: Arc<Tokens>,
         metrics: Arc<Metrics>,
+        durability: Arc<Durability>,
     ) -> ControlApi {
         ControlApi {
+            durability,
             token,
             store,
             queues,
@@ -181,11 +186,22 @@ impl ControlApi {
         action: &str,
         change: Change,
     ) -> Result<Reply, Reply> {
-        match self.store.control(&queue.keys, &change).await {
+        let mut made = self.store.control(&queue.keys, &change).await;
+        if let Err(StoreError::Lost) = made {
+            // Redis lost the queue's state: written back first.
+            if let Err(e) = self.durability.look(&queue).await {
+                return Err(self.unavailable(e));
+            }
+            made = self.store.control(&queue.keys, &change).await;
+        }
+        match made {
             Ok(Ok(())) => {}
             Ok(Err(refused)) => return Err(Reply::from(refusal(refused))),
             Err(e) => return Err(self.unavailable(e)),
         }
+        // This instance remembers the change at once, should Redis lose it
+        // before the next look (a failure here is the next look's to mend).
+        let _ = self.durability.look(&queue).await;
         tracing::info!(queue = %queue.name, action, ?change, "admin change");
         self.metrics
             .admin_changes

@@ -44,6 +44,11 @@ pub struct QueueStatus {
     /// queue's state (`POST .../resume` ends the hold).
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<Hold>,
+    /// After Redis lost the queue's state, nobody is admitted before this,
+    /// while the waiting users come back to be seated again (a resume ends
+    /// it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rebuild_until: Option<String>,
 }
 
 #[derive(Serialize, Debug)]
@@ -138,6 +143,7 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         event: None,
         last_incident: None,
         hold: None,
+        rebuild_until: None,
     };
     let Ok(read) = store.status(&queue.keys).await else {
         return status;
@@ -185,5 +191,8 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         }),
         _ => None,
     };
+    status.rebuild_until = number("rebuild_until")
+        .filter(|&until| until > read.now_ms)
+        .map(rfc3339);
     status
 }

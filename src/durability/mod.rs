@@ -62,6 +62,9 @@ struct Memory {
     /// The time of the last incident this instance logged (`None` before
     /// its first look, which logs none it finds recorded already).
     incident_at_ms: Option<u64>,
+    /// When the last look ended: a call refused as lost before then needs
+    /// no look of its own.
+    looked: Option<std::time::Instant>,
 }
 
 impl Memory {
@@ -76,6 +79,7 @@ impl Memory {
             total: 0,
             spent: LruCache::new(NonZeroUsize::new(SPENT_KEPT).expect("not zero")),
             incident_at_ms: None,
+            looked: None,
         }
     }
 
@@ -136,7 +140,7 @@ impl Durability {
 
     /// Remembers the gate's record as this instance's admission left it:
     /// the latest there is, should Redis lose it before the next look.
-    pub async fn admitted(&self, queue: &Queue, record: GateRecord) {
+    pub async fn admitted(&self, queue: &Queue, record: GateRecord, next_ms: u64) {
         let memory = self.memory(&queue.name);
         let mut m = memory.lock().await;
         m.total = m.total.max(record.total);
@@ -144,6 +148,8 @@ impl Durability {
             ("total", record.total),
             ("frontier", record.frontier),
             ("frontier_prequeue", record.frontier_prequeue),
+            // No window is decided again before it.
+            ("next", next_ms),
         ] {
             match m.admission.iter_mut().find(|(f, _)| f == field) {
                 Some((_, v)) if v.parse::<u64>().is_ok_and(|known| known >= value) => {}
@@ -167,8 +173,24 @@ impl Durability {
     /// remembers what it saw. The queue API and the admission loop call it
     /// too when a script refuses as lost, and call again.
     pub async fn look(&self, queue: &Queue) -> Result<(), StoreError> {
+        self.look_after(queue, None).await
+    }
+
+    /// A look, unless one ended after `asked` (when a call that Redis
+    /// refused as lost was made): a crowd of refused calls waits for one
+    /// look rather than making one each.
+    pub async fn look_after(
+        &self,
+        queue: &Queue,
+        asked: Option<std::time::Instant>,
+    ) -> Result<(), StoreError> {
         let memory = self.memory(&queue.name);
         let mut m = memory.lock().await;
+        if let (Some(asked), Some(looked)) = (asked, m.looked) {
+            if looked > asked {
+                return Ok(());
+            }
+        }
         let w = self.store.watch(&queue.keys, &queue.heartbeat).await?;
         let lost = match (&w.incarnation, &m.incarnation) {
             (None, None) => Some(Why::Fresh),
@@ -194,6 +216,7 @@ impl Durability {
         };
         self.note_incident(queue, &mut m, &w);
         m.learn(&w);
+        m.looked = Some(std::time::Instant::now());
         let held = match (w.control_number("held"), w.control_number("held_until")) {
             (Some(held), Some(until)) if until > w.now_ms => held,
             _ => 0,
@@ -232,7 +255,10 @@ impl Durability {
             revoked: &revoked,
             spent: &spent,
         };
-        let done = self.store.recover(&queue.keys, &recovery).await?;
+        let done = self
+            .store
+            .recover(&queue.keys, &queue.heartbeat, &recovery)
+            .await?;
         if matches!(why, Why::Fresh) {
             if w.incarnation.is_none() {
                 tracing::info!(queue = %queue.name, incarnation = %done.incarnation, "queue state started in redis");

@@ -248,11 +248,8 @@ impl QueueApi {
     /// `None` when it has none (the heartbeat ran out, or the user is
     /// active under an earlier registration than this cookie's).
     async fn poll(&self, queue: &Arc<Queue>, c: &QueueCookie) -> Result<Option<Visit>, ApiError> {
-        let arrival = self
-            .credentials()
-            .check(&queue.name, c.user.as_str(), &c.credential);
         let position = self
-            .rank_or_reseat(queue, c.user.as_str(), arrival)
+            .rank_or_reseat(queue, c.user.as_str(), Some(&c.credential))
             .await
             .map_err(|e| self.unavailable(super::Endpoint::Rank, e))?;
         Ok(match position {

@@ -42,12 +42,8 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
     }
     // A credential of the user's, when one came, lets a place Redis lost
     // be seated again.
-    let arrival = who
-        .credential
-        .as_deref()
-        .and_then(|c| api.credentials().check(&queue.name, who.user.as_str(), c));
     let position = api
-        .rank_or_reseat(&queue, who.user.as_str(), arrival)
+        .rank_or_reseat(&queue, who.user.as_str(), who.credential.as_deref())
         .await
         .map_err(|e| about(api.unavailable(Endpoint::Rank, e)))?;
     outcome(&queue, &who.user, position)

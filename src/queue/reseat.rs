@@ -4,6 +4,7 @@
 //! back with their credential (a rank poll, a page load).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::QueueApi;
 use crate::queues::Queue;
@@ -17,28 +18,32 @@ impl QueueApi {
         queue: &Arc<Queue>,
         user: &str,
     ) -> Result<Registration, StoreError> {
+        let asked = Instant::now();
         match self.calls.register(queue, user).await {
             Err(StoreError::Lost) => {
-                self.durability.look(queue).await?;
+                self.durability.look_after(queue, Some(asked)).await?;
                 self.calls.register(queue, user).await
             }
             other => other,
         }
     }
 
-    /// Where `user` stands. When they are not queued and `arrival` (from a
-    /// credential of theirs that checked) names a registration Redis lost,
-    /// they are seated again there (`lua/reseat.lua` says when).
+    /// Where `user` stands. When they are not queued and `credential` is
+    /// theirs (checked only then) and names a registration Redis lost, they
+    /// are seated again there (`lua/reseat.lua` says when).
     pub(super) async fn rank_or_reseat(
         &self,
         queue: &Arc<Queue>,
         user: &str,
-        arrival: Option<u64>,
+        credential: Option<&str>,
     ) -> Result<Position, StoreError> {
         let position = self.calls.rank(queue, user).await?;
-        match (position, arrival) {
-            (Position::NotQueued, Some(arrival)) => self.reseat(queue, user, arrival).await,
-            _ => Ok(position),
+        if position != Position::NotQueued {
+            return Ok(position);
+        }
+        match credential.and_then(|c| self.credentials().check(&queue.name, user, c)) {
+            Some(arrival) => self.reseat(queue, user, arrival).await,
+            None => Ok(position),
         }
     }
 
@@ -57,9 +62,10 @@ impl QueueApi {
                 &queue.heartbeat,
             )
         };
+        let asked = Instant::now();
         let position = match call().await {
             Err(StoreError::Lost) => {
-                self.durability.look(queue).await?;
+                self.durability.look_after(queue, Some(asked)).await?;
                 call().await?
             }
             other => other?,

@@ -125,7 +125,8 @@ impl Store {
             .key(&keys.spent)
             .key(&keys.prequeue)
             .arg(heartbeat.timeout.as_millis() as u64)
-            .arg(heartbeat.outage_grace.as_millis() as u64);
+            .arg(heartbeat.outage_grace.as_millis() as u64)
+            .arg(reseat_window(heartbeat).as_millis() as u64);
         // Its writes are the stamp and the marks of an incident: sent twice,
         // the second finds them made.
         let reply: Vec<Value> = self.run(invocation, Resend::Safe).await?;
@@ -167,6 +168,7 @@ impl Store {
     pub async fn recover(
         &self,
         keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
         recovery: &Recovery<'_>,
     ) -> Result<Recovered, StoreError> {
         let mut invocation = RECOVER.prepare_invoke();
@@ -189,7 +191,9 @@ impl Store {
             .arg(recovery.looked_at_ms)
             .arg(recovery.total)
             .arg(recovery.batch)
-            .arg(recovery.interval_ms.max(1));
+            .arg(recovery.interval_ms.max(1))
+            .arg(heartbeat.outage_grace.as_millis() as u64)
+            .arg(reseat_window(heartbeat).as_millis() as u64);
         for list in [recovery.control, recovery.admission] {
             invocation.arg(list.len());
             for (field, value) in list {
@@ -241,8 +245,11 @@ impl Store {
             .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.poll_min.as_millis() as u64)
             .arg(heartbeat.poll_max.as_millis() as u64);
+        // Not waited for by replicas, even with `wait-replicas`: most calls
+        // refuse and write nothing, and a seating that a failover loses is
+        // made again at the next poll.
         let (code, rank, wait_ms, advice): (i64, i64, i64, i64) =
-            self.run_write(invocation, &keys.waiting).await?;
+            self.run(invocation, Resend::Never).await?;
         Ok(match code {
             1 => Position::Waiting(place(rank, wait_ms, advice)?),
             4 => Position::Prequeued {
@@ -253,6 +260,13 @@ impl Store {
             _ => return Err(unexpected("reseat", code)),
         })
     }
+}
+
+/// How long after a loss of state a registration it took may be seated
+/// again: the time its user needs to come back (the outage grace), poll
+/// (the longest advice) and be late (the heartbeat timeout).
+fn reseat_window(heartbeat: &HeartbeatConfig) -> std::time::Duration {
+    heartbeat.outage_grace + heartbeat.poll_max + heartbeat.timeout
 }
 
 fn failed<E: std::fmt::Display>(script: &'static str) -> impl Fn(E) -> StoreError {

@@ -736,6 +736,7 @@ impl Store {
             .key(&keys.prequeue)
             .key(&keys.due)
             .key(&keys.dues)
+            .key(&keys.spent)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
@@ -761,7 +762,8 @@ impl Store {
             1 => AdmitOutcome::AlreadyDecided,
             2 => AdmitOutcome::Empty,
             3 => AdmitOutcome::AtCapacity,
-            4 => AdmitOutcome::Paused,
+            // (9: still seating again the users of a lost state.)
+            4 | 9 => AdmitOutcome::Paused,
             5 => AdmitOutcome::NotOpen,
             6 => AdmitOutcome::Placing,
             // Nothing was written: the state is written back first.
