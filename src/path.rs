@@ -44,7 +44,9 @@ impl PathReject {
                 "The request path contains a control or non-ASCII byte (escaped letters excepted)."
             }
             PathReject::EmptySegment => "The request path contains an empty segment (//).",
-            PathReject::DotSegment => "The request path contains a . or .. segment.",
+            PathReject::DotSegment => {
+                "The request path contains a . or .. segment, or one a server could read as one."
+            }
             PathReject::Backslash => "The request path contains a backslash.",
             PathReject::Semicolon => "The request path contains a semicolon.",
             PathReject::EncodedSeparator => {
@@ -112,11 +114,8 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
         i += 1;
     }
     // Segment checks on the raw path: every segment sits between two `/`s.
-    for segment in path[1..].split(|&b| b == b'/') {
-        match segment {
-            b"." | b".." => return Err(PathReject::DotSegment),
-            _ => {}
-        }
+    if path[1..].split(|&b| b == b'/').any(reads_as_dots) {
+        return Err(PathReject::DotSegment);
     }
     // `/` alone is fine; otherwise an empty segment means `//` (or a trailing
     // `/`, which is allowed: `/a/` is a distinct, unambiguous resource).
@@ -124,6 +123,32 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
         return Err(PathReject::EmptySegment);
     }
     Ok(())
+}
+
+/// Whether a segment is, or is read by some server as, `.` or `..`: made
+/// of dots and spaces only (raw or escaped) up to an escaped `;`. IIS and
+/// Windows trim trailing spaces and dots from a name (`..%20`, `...`),
+/// some stacks trim leading ones (`%20..`), and servlet containers cut a
+/// path parameter (`..%3B`, decoded before the cut). Called on a path whose
+/// escapes are already checked.
+fn reads_as_dots(segment: &[u8]) -> bool {
+    let mut dots = false;
+    let mut i = 0;
+    while i < segment.len() {
+        let mut b = segment[i];
+        if b == b'%' {
+            b = escaped(segment, i).unwrap_or(0);
+            i += 2;
+        }
+        match b {
+            b'.' => dots = true,
+            b' ' => {}
+            b';' => break,
+            _ => return false,
+        }
+        i += 1;
+    }
+    dots
 }
 
 /// The byte the escape at `path[at]` (a `%`) stands for.
@@ -308,6 +333,7 @@ mod tests {
             "/api/v1/follow-up/",
             "/api/v1/follow-up/access?x=1&y=%2F",
             "/a/b.c/d..e/.well-known",
+            "/a/..x/%20/.b%20/a%3B..",
             "/a/%41%7e",
             "/a?b=/../c",
             // What the `http` crate's parser accepts unencoded, and so Pingora.
@@ -361,6 +387,13 @@ mod tests {
             (b"/a/./b", DotSegment),
             (b"/a/..", DotSegment),
             (b"/.", DotSegment),
+            (b"/a/..%20/b", DotSegment),
+            (b"/a/%20../b", DotSegment),
+            (b"/a/.%20/b", DotSegment),
+            (b"/a/..%3B/b", DotSegment),
+            (b"/a/..%3bjsessionid=x/b", DotSegment),
+            (b"/a/.../b", DotSegment),
+            (b"/a/%20.%20.", DotSegment),
             (b"/a//b", EmptySegment),
             (b"//a", EmptySegment),
             (b"/a\\b", Backslash),

@@ -759,6 +759,14 @@ fn dot_segments_are_400() {
         b"/api/v1/follow-up/./x",
         b"/api/v1/follow-up/..",
         b"/api/v1/follow-up/x/../../queue/register",
+        // What IIS, Windows or a servlet container reads as `..`: trailing
+        // or leading spaces, trailing dots, an escaped path parameter.
+        b"/api/v1/follow-up/x/..%20/..%20/queue/register",
+        b"/api/v1/follow-up/x/%20../queue",
+        b"/api/v1/follow-up/.%20/x",
+        b"/api/v1/follow-up/x/..%3B/..%3B/queue/register",
+        b"/api/v1/follow-up/x/..%3bjsessionid=1/y",
+        b"/api/v1/follow-up/x/.../y",
     ]);
 }
 

@@ -389,6 +389,66 @@ fn http11_needs_exactly_one_host() {
     assert!(host.starts_with("127.0.0.1:"), "{}", seen[0].head);
 }
 
+/// An HTTP/1.0 client that asks to keep its connection gets no chunked
+/// body, which it cannot read (RFC 9112 §6.1): a body without a length
+/// (chunked from the upstream, or until its close) reaches it whole and
+/// ends with the connection, which says `close`.
+#[test]
+fn an_http10_client_never_gets_a_chunked_body() {
+    use std::io::{Read, Write};
+    let env = setup(echo_or(|p| {
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+        let until_close = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello world";
+        let old = b"HTTP/1.0 200 OK\r\n\r\nhello world";
+        match p.rsplit('/').next()? {
+            "chunked" => Some(vec![Step::Send(chunked.to_vec())]),
+            "until-close" => Some(vec![Step::Send(until_close.to_vec()), Step::Close]),
+            "old" => Some(vec![Step::Send(old.to_vec()), Step::Close]),
+            _ => None,
+        }
+    }));
+    let auth = format!("Authorization: Bearer {}\r\n", env.token);
+    for kind in ["chunked", "until-close", "old"] {
+        for method in ["GET", "POST"] {
+            let body = if method == "POST" {
+                "Content-Length: 2\r\n\r\nhi"
+            } else {
+                "\r\n"
+            };
+            let request = format!(
+                "{method} {PROTECTED}/h10/{kind} HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\n{auth}{body}"
+            );
+            let mut c = std::net::TcpStream::connect(env.wg.addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c.write_all(request.as_bytes()).unwrap();
+            let mut all = Vec::new();
+            c.read_to_end(&mut all)
+                .unwrap_or_else(|e| panic!("{kind} {method}: not closed ({e}): {all:?}"));
+            let text = String::from_utf8_lossy(&all).to_string();
+            let (head, body) = text.split_once("\r\n\r\n").expect(&text);
+            let lower = head.to_ascii_lowercase();
+            assert!(head.starts_with("HTTP/1.1 200"), "{kind} {method}: {text}");
+            assert!(
+                !lower.contains("transfer-encoding"),
+                "{kind} {method}: {text}"
+            );
+            assert!(
+                lower.contains("connection: close"),
+                "{kind} {method}: {text}"
+            );
+            assert_eq!(body, "hello world", "{kind} {method}");
+        }
+    }
+    // An HTTP/1.1 client still gets the chunked body, on a connection kept.
+    let (head, body) = env.call(Via::Get, &path("/h10/chunked"), "");
+    assert_eq!(
+        head.header("transfer-encoding"),
+        Some("chunked"),
+        "{head:?}"
+    );
+    assert_eq!(body, b"hello world");
+}
+
 #[test]
 fn targets_that_parsers_could_read_two_ways_are_400_on_both_paths() {
     let env = setup(echo_or(|_| None));
@@ -656,13 +716,30 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
     );
 }
 
+/// Forwarding headers a client may not write, each in two spellings.
+const SPOOFED: &str = "Forwarded: for=6.6.6.6;proto=https;host=evil.example\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nX-Forwarded-Prefix: /admin\r\nX_Forwarded_Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
+
+/// Their names as a CGI backend reads them (the case and `_` folded).
+const FORWARDING: [&str; 8] = [
+    "x-real-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-original-url",
+    "x-rewrite-url",
+];
+
 #[test]
 fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
     let env = setup(echo_or(|_| None));
-    let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: chosen-by-client\r\nX_Forwarded_For: 5.6.7.8\r\n";
+    let sent = format!(
+        "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: chosen-by-client\r\nX_Forwarded_For: 5.6.7.8\r\n{SPOOFED}"
+    );
     for via in BOTH {
         let p = format!("{PROTECTED}/fwd-{via:?}");
-        let (head, _) = env.call(via, &p, sent);
+        let (head, _) = env.call(via, &p, &sent);
         assert_eq!(head.status, 200);
         let seen = &env.upstream.seen_at(&p)[0];
         assert_eq!(
@@ -671,6 +748,20 @@ fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
             "{via:?}"
         );
         assert_eq!(seen.as_cgi_reads("x-forwarded-proto"), ["http"], "{via:?}");
+        // Every other forwarding header of the client's is gone, in every
+        // spelling; `Forwarded` is waitgate's.
+        for name in FORWARDING {
+            assert_eq!(
+                seen.as_cgi_reads(name),
+                Vec::<&str>::new(),
+                "{via:?} {name}"
+            );
+        }
+        assert_eq!(
+            seen.as_cgi_reads("forwarded"),
+            ["for=127.0.0.1;proto=http"],
+            "{via:?}"
+        );
         let id = seen.header("x-request-id").unwrap();
         assert_eq!(id.len(), 32, "{id}");
         assert!(id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
@@ -685,7 +776,7 @@ fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
 #[test]
 fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
     let env = setup_with("trusted-proxies: ['127.0.0.0/8']\n", "", echo_or(|_| None));
-    let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: lb-42\r\n";
+    let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: lb-42\r\nX-Real-IP: 1.2.3.4\r\nX-Forwarded-Host: tickets.example\r\nX-Forwarded-Port: 443\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
     for via in BOTH {
         let p = format!("{PROTECTED}/trusted-{via:?}");
         let (head, _) = env.call(via, &p, sent);
@@ -695,7 +786,27 @@ fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
         assert_eq!(seen.as_cgi_reads("x-forwarded-proto"), ["https"]);
         assert_eq!(seen.as_cgi_reads("x-request-id"), ["lb-42"]);
         assert_eq!(head.header("x-request-id"), Some("lb-42"));
+        // What the balancer saw of the client passes; a path to route on
+        // other than the one checked never does.
+        assert_eq!(seen.as_cgi_reads("x-real-ip"), ["1.2.3.4"]);
+        assert_eq!(seen.as_cgi_reads("x-forwarded-host"), ["tickets.example"]);
+        assert_eq!(seen.as_cgi_reads("x-forwarded-port"), ["443"]);
+        assert_eq!(seen.as_cgi_reads("x-original-url"), Vec::<&str>::new());
+        assert_eq!(seen.as_cgi_reads("x-rewrite-url"), Vec::<&str>::new());
+        // `Forwarded` from the balancer's hops, then waitgate's.
+        assert_eq!(
+            seen.as_cgi_reads("forwarded"),
+            ["for=1.2.3.4;proto=https, for=127.0.0.1;proto=http"]
+        );
     }
+    // A balancer's own `Forwarded` is kept in front of waitgate's.
+    let p = format!("{PROTECTED}/trusted-forwarded");
+    let (head, _) = env.call(Via::Get, &p, "Forwarded: for=192.0.2.60;proto=https\r\n");
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        env.upstream.seen_at(&p)[0].as_cgi_reads("forwarded"),
+        ["for=192.0.2.60;proto=https, for=127.0.0.1;proto=http"]
+    );
     let _ = &env.redis;
 }
 

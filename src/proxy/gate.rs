@@ -331,8 +331,9 @@ impl ProxyHttp for Gate {
             "http"
         };
         let proto = forward::forwarded_proto(ctx.peer, scheme, client.iter().copied());
+        let forwarded = forward::forwarded(&ctx.peer, scheme, client.iter().copied());
         let dropped: Vec<HeaderName> = {
-            let hop = Hop::new(client.iter().copied(), ctx.upgrade);
+            let hop = Hop::new(client.iter().copied(), ctx.upgrade, ctx.peer.trusted);
             upstream_request
                 .headers
                 .keys()
@@ -348,6 +349,7 @@ impl ProxyHttp for Gate {
             &identity.queue,
             &forwarded_for,
             proto,
+            &forwarded,
             &ctx.request_id,
         ) {
             upstream_request.insert_header(name, value)?;
@@ -391,7 +393,7 @@ impl ProxyHttp for Gate {
         }
         let switching = shape.body == rules::response::Body::Tunnel;
         let dropped: Vec<HeaderName> = {
-            let hop = Hop::new(fields(&response.headers).into_iter(), switching);
+            let hop = Hop::new(fields(&response.headers).into_iter(), switching, false);
             response
                 .headers
                 .keys()
@@ -409,6 +411,29 @@ impl ProxyHttp for Gate {
         response.set_version(Version::HTTP_11);
         // Draining: this reply ends its connection (see `InFlight::draining`).
         if self.in_flight.draining() {
+            session.set_keepalive(None);
+        }
+        Ok(())
+    }
+
+    /// The head as the client gets it, after Pingora's own changes: an
+    /// HTTP/1.0 client cannot read a chunked body, which Pingora gives a
+    /// response without a length to keep the connection (see
+    /// [`rules::response::reads_chunked`]).
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        response: &mut ResponseHeader,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        let version = session.req_header().version;
+        let http10 = version == Version::HTTP_10 || version == Version::HTTP_09;
+        if !rules::response::reads_chunked(!http10)
+            && response
+                .headers
+                .contains_key(http::header::TRANSFER_ENCODING)
+        {
+            response.remove_header(&http::header::TRANSFER_ENCODING);
             session.set_keepalive(None);
         }
         Ok(())

@@ -206,9 +206,10 @@ fn upstream_head<'a>(
     identity: &Identity,
     request_id: &str,
 ) -> Vec<u8> {
-    let hop = Hop::new(fields.clone(), false);
+    let hop = Hop::new(fields.clone(), false, peer.trusted);
     let forwarded_for = forward::forwarded_for(&peer, fields.clone());
     let proto = forward::forwarded_proto(peer, "http", fields.clone());
+    let forwarded = forward::forwarded(&peer, "http", fields.clone());
     let mut head = Vec::with_capacity(512);
     head.extend_from_slice(method.as_bytes());
     head.push(b' ');
@@ -224,6 +225,7 @@ fn upstream_head<'a>(
         &identity.queue,
         &forwarded_for,
         proto,
+        &forwarded,
         request_id,
     ) {
         push_field(&mut head, (name.as_bytes(), value.as_bytes()));

@@ -79,7 +79,7 @@ fn judge(
     )
     .map_err(|refusal| Refused(Some(refusal.message())))?;
 
-    let hop = Hop::new(fields(), false);
+    let hop = Hop::new(fields(), false, false);
     let mut head = Vec::with_capacity(consumed + 64);
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(itoa(status).as_bytes());

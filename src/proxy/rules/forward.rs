@@ -17,14 +17,21 @@
 //! `X-Forwarded-For` is the client's address; a value sent by the client is
 //! kept in front of it only when the peer is a trusted proxy
 //! (`trusted-proxies`), as are its `X-Forwarded-Proto` and `X-Request-Id`.
-//! Anyone else could write anything there.
+//! Anyone else could write anything there. The other forwarding headers
+//! ([`Forwarding`]) follow the same rule: `Forwarded` is waitgate's own,
+//! after what a trusted peer said; the client's address, scheme, host,
+//! port or prefix (`X-Real-IP`, `X-Forwarded-Host`, ...) pass from a
+//! trusted peer only; a path to route on instead of the request's
+//! (`X-Original-URL`, `X-Rewrite-URL`) never passes. Spring, for one,
+//! believes `Forwarded` over everything else, and IIS and Symfony route on
+//! `X-Original-URL`: from a client, either would undo what was checked.
 
 use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
-use super::name::{Name, Own};
+use super::name::{Forwarding, Name, Own};
 use super::{elements, is, Field};
 
 /// The headers waitgate sets on every forwarded request, in the spelling it
@@ -34,6 +41,7 @@ pub const QUEUE_HEADER: &str = "X-Waitgate-Queue";
 pub const FORWARDED_FOR: &str = "X-Forwarded-For";
 pub const FORWARDED_PROTO: &str = "X-Forwarded-Proto";
 pub const REQUEST_ID: &str = "X-Request-Id";
+pub const FORWARDED: &str = "Forwarded";
 
 /// The peers whose forwarding headers are believed: `trusted-proxies`.
 #[derive(Debug, Clone, Default)]
@@ -197,6 +205,82 @@ pub fn forwarded_proto<'a>(
     scheme
 }
 
+/// `Forwarded` (RFC 7239) as sent upstream: what a trusted peer said of
+/// the hops before it, then waitgate's own hop, `for=<peer>;proto=<scheme
+/// of the listener>`. A trusted peer's own `Forwarded` is kept as it sent
+/// it; without one, its `X-Forwarded-For` hops are written as `for=`
+/// elements, the first with the scheme it named in `X-Forwarded-Proto`, so
+/// that a backend which believes `Forwarded` first reads what one reading
+/// `X-Forwarded-*` would.
+pub fn forwarded<'a>(
+    peer: &Peer,
+    scheme: &'static str,
+    fields: impl Iterator<Item = Field<'a>> + Clone,
+) -> String {
+    use std::fmt::Write;
+    let mut value = String::new();
+    if peer.trusted {
+        for (_, sent) in fields.clone().filter(|(name, _)| {
+            Name::of(name)
+                == Name::Forwarding {
+                    kind: Forwarding::Forwarded,
+                    alias: false,
+                }
+        }) {
+            let sent = sent.trim_ascii();
+            if !sent.is_empty() && sent.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
+                if !value.is_empty() {
+                    value.push_str(", ");
+                }
+                value.push_str(&String::from_utf8_lossy(sent));
+            }
+        }
+        if value.is_empty() {
+            let proto = forwarded_proto(*peer, scheme, fields.clone());
+            let hops = fields.filter(|(name, _)| is(name, "x-forwarded-for"));
+            for hop in hops.flat_map(|(_, sent)| elements(sent)) {
+                let hop = std::str::from_utf8(hop).unwrap_or("");
+                let node = hop
+                    .parse::<IpAddr>()
+                    .map(|ip| SocketAddr::new(ip, 0))
+                    .or_else(|_| hop.parse::<SocketAddr>());
+                if !value.is_empty() {
+                    value.push_str(", ");
+                }
+                match node {
+                    Ok(a) if a.port() == 0 => push_node(&mut value, a.ip()),
+                    Ok(a) => {
+                        let _ = write!(value, "for=\"{a}\"");
+                    }
+                    Err(_) => value.push_str("for=unknown"),
+                }
+                if !value.contains(";proto=") {
+                    let _ = write!(value, ";proto={proto}");
+                }
+            }
+        }
+        if !value.is_empty() {
+            value.push_str(", ");
+        }
+    }
+    match peer.ip {
+        Some(ip) => push_node(&mut value, ip),
+        None => value.push_str("for=unknown"),
+    }
+    let _ = write!(value, ";proto={scheme}");
+    value
+}
+
+/// `for=` an address, as RFC 7239 writes a node: an IPv6 one in brackets
+/// and quotes.
+fn push_node(value: &mut String, ip: IpAddr) {
+    use std::fmt::Write;
+    let _ = match ip.to_canonical() {
+        IpAddr::V4(v4) => write!(value, "for={v4}"),
+        IpAddr::V6(v6) => write!(value, "for=\"[{v6}]\""),
+    };
+}
+
 /// The connection-scoped headers of one request: the names its
 /// `Connection` header lists, and whether it may switch protocols.
 #[derive(Debug, Default)]
@@ -204,10 +288,15 @@ pub struct Hop<'a> {
     listed: Vec<&'a [u8]>,
     /// Keep `Upgrade` and `Connection` (a route with `websocket: true`).
     upgrade: bool,
+    /// The peer is a trusted proxy: the forwarding headers that describe
+    /// the client pass.
+    trusted: bool,
 }
 
 impl<'a> Hop<'a> {
-    pub fn new(fields: impl Iterator<Item = Field<'a>>, upgrade: bool) -> Hop<'a> {
+    /// The hop of a request from a peer (`trusted`: a trusted proxy), or of
+    /// a response (`false`).
+    pub fn new(fields: impl Iterator<Item = Field<'a>>, upgrade: bool, trusted: bool) -> Hop<'a> {
         let mut listed = Vec::new();
         for (name, value) in fields {
             if Name::of(name) != Name::Connection {
@@ -224,7 +313,11 @@ impl<'a> Hop<'a> {
                 }
             }
         }
-        Hop { listed, upgrade }
+        Hop {
+            listed,
+            upgrade,
+            trusted,
+        }
     }
 
     /// Whether a client's header goes on to the upstream. Every spelling of
@@ -234,6 +327,11 @@ impl<'a> Hop<'a> {
             Name::ContentLength | Name::TransferEncoding | Name::Host => true,
             Name::Connection | Name::Upgrade => self.upgrade,
             Name::Hop | Name::Own(_) | Name::OwnAlias => false,
+            Name::Forwarding {
+                kind: Forwarding::Describes,
+                alias: false,
+            } => self.trusted && !self.is_listed(name),
+            Name::Forwarding { .. } => false,
             _ => !self.is_listed(name),
         }
     }
@@ -263,13 +361,15 @@ pub fn added<'v>(
     queue: &'v str,
     forwarded_for: &'v str,
     proto: &'v str,
+    forwarded: &'v str,
     request_id: &'v str,
-) -> [(&'static str, &'v str); 5] {
+) -> [(&'static str, &'v str); 6] {
     [
         (USER_HEADER, user),
         (QUEUE_HEADER, queue),
         (FORWARDED_FOR, forwarded_for),
         (FORWARDED_PROTO, proto),
+        (FORWARDED, forwarded),
         (REQUEST_ID, request_id),
     ]
 }
@@ -312,7 +412,7 @@ mod tests {
     #[test]
     fn connection_scoped_headers_stop_here_but_framing_and_host_never_do() {
         let pairs = [("Connection", "close, X-Secret, Content-Length, host")];
-        let hop = Hop::new(fields(&pairs), false);
+        let hop = Hop::new(fields(&pairs), false, false);
         for name in [
             "connection",
             "Keep-Alive",
@@ -326,7 +426,7 @@ mod tests {
         for name in ["content-length", "Transfer-Encoding", "Host", "X-Other"] {
             assert!(hop.forwards(name.as_bytes()), "{name}");
         }
-        let switching = Hop::new(fields(&[("Connection", "Upgrade")]), true);
+        let switching = Hop::new(fields(&[("Connection", "Upgrade")]), true, false);
         assert!(switching.forwards(b"upgrade"));
         assert!(switching.forwards(b"connection"));
     }
@@ -334,7 +434,7 @@ mod tests {
     #[test]
     fn responses_lose_connection_headers_date_and_the_upstreams_request_id() {
         let pairs = [("Connection", "keep-alive, X-Hop")];
-        let hop = Hop::new(fields(&pairs), false);
+        let hop = Hop::new(fields(&pairs), false, false);
         for name in [
             "Connection",
             "Keep-Alive",
@@ -402,6 +502,81 @@ mod tests {
             assert_eq!(client(proxy, fields(&sent)), ip("10.1.2.3"), "{junk}");
         }
         assert_eq!(client(proxy, fields(&[])), ip("10.1.2.3"));
+    }
+
+    #[test]
+    fn forwarding_headers_pass_from_trusted_peers_only_and_reroutes_never() {
+        let describes = [
+            "X-Real-IP",
+            "True-Client-IP",
+            "X-Client-IP",
+            "X-Forwarded-Host",
+            "X-Forwarded-Port",
+            "X-Forwarded-Prefix",
+            "CF-Connecting-IP",
+        ];
+        let never = [
+            "Forwarded",
+            "X-Original-URL",
+            "X-Rewrite-URL",
+            "x_real_ip",
+            "X_Forwarded_Host",
+        ];
+        let stranger = Hop::new(fields(&[]), false, false);
+        let proxy = Hop::new(fields(&[("Connection", "X-Forwarded-Port")]), false, true);
+        for name in describes.iter().chain(&never) {
+            assert!(!stranger.forwards(name.as_bytes()), "{name}");
+        }
+        for name in never {
+            assert!(!proxy.forwards(name.as_bytes()), "{name}");
+        }
+        for name in describes.iter().filter(|n| **n != "X-Forwarded-Port") {
+            assert!(proxy.forwards(name.as_bytes()), "{name}");
+        }
+        // Named in `Connection`: stops here, as any header so named.
+        assert!(!proxy.forwards(b"x-forwarded-port"));
+        // Responses carry them as any other header.
+        assert!(stranger.relays(b"X-Real-IP"));
+    }
+
+    #[test]
+    fn forwarded_is_waitgates_after_a_trusted_peers() {
+        let trust = trusted(&["10.0.0.0/8"]);
+        let stranger = peer("192.0.2.7", &trust);
+        let proxy = peer("10.1.2.3", &trust);
+        let spoof = [
+            ("Forwarded", "for=6.6.6.6;proto=https;host=evil"),
+            ("X-Forwarded-For", "6.6.6.6"),
+        ];
+        assert_eq!(
+            forwarded(&stranger, "http", fields(&spoof)),
+            "for=192.0.2.7;proto=http"
+        );
+        assert_eq!(
+            forwarded(&proxy, "https", fields(&spoof)),
+            "for=6.6.6.6;proto=https;host=evil, for=10.1.2.3;proto=https"
+        );
+        let hops = [
+            (
+                "X-Forwarded-For",
+                "1.2.3.4, 2001:db8::1, [2001:db8::2]:443, junk",
+            ),
+            ("X-Forwarded-Proto", "https"),
+        ];
+        assert_eq!(
+            forwarded(&proxy, "http", fields(&hops)),
+            "for=1.2.3.4;proto=https, for=\"[2001:db8::1]\", for=\"[2001:db8::2]:443\", for=unknown, for=10.1.2.3;proto=http"
+        );
+        let v6 = peer("2001:db8::9", &trust);
+        assert_eq!(
+            forwarded(&v6, "https", fields(&[])),
+            "for=\"[2001:db8::9]\";proto=https"
+        );
+        let unix = Peer::new(None, &trust);
+        assert_eq!(
+            forwarded(&unix, "http", fields(&[])),
+            "for=unknown;proto=http"
+        );
     }
 
     #[test]

@@ -32,8 +32,47 @@ pub enum Name {
     /// `X-Waitgate-Release`: the backend gives the user's slot back. Read
     /// on upstream responses, never relayed.
     Release,
+    /// A header that tells a backend about the client or the request's way
+    /// to it, which only a proxy in front may say (see [`Forwarding`]).
+    /// `alias`: spelt with `_` for `-` somewhere.
+    Forwarding {
+        kind: Forwarding,
+        alias: bool,
+    },
     Other,
 }
+
+/// The forwarding headers other than waitgate's own, by what waitgate does
+/// with a client's (`rules::forward`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forwarding {
+    /// `Forwarded` (RFC 7239): waitgate sets it, after a trusted peer's.
+    Forwarded,
+    /// The client's address, or the scheme, host, port or prefix the
+    /// client used: `X-Real-IP`, `True-Client-IP`, `X-Client-IP`,
+    /// `X-Cluster-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP` and
+    /// every `X-Forwarded-*` but `-For` and `-Proto`. Kept from a trusted
+    /// peer only.
+    Describes,
+    /// A path other than the request's, which some stacks route on
+    /// (`X-Original-URL`, `X-Original-URI`, `X-Rewrite-URL`): never
+    /// forwarded, since waitgate checked the request's own.
+    Reroutes,
+}
+
+/// The forwarding headers by name (lower case), bar `X-Forwarded-*`.
+const FORWARDING: [(&str, Forwarding); 10] = [
+    ("forwarded", Forwarding::Forwarded),
+    ("x-real-ip", Forwarding::Describes),
+    ("x-client-ip", Forwarding::Describes),
+    ("true-client-ip", Forwarding::Describes),
+    ("cf-connecting-ip", Forwarding::Describes),
+    ("fastly-client-ip", Forwarding::Describes),
+    ("x-cluster-client-ip", Forwarding::Describes),
+    ("x-original-url", Forwarding::Reroutes),
+    ("x-original-uri", Forwarding::Reroutes),
+    ("x-rewrite-url", Forwarding::Reroutes),
+];
 
 /// The headers waitgate sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,10 +104,52 @@ impl Name {
             18 if eq("proxy-authenticate") => Name::Hop,
             18 if eq("x-waitgate-release") => Name::Release,
             19 if eq("proxy-authorization") => Name::Hop,
-            12 | 15 | 16 | 17 => own(name),
-            _ => Name::Other,
+            12 | 15 | 16 | 17 => match own(name) {
+                Name::Other => forwarding(name),
+                own => own,
+            },
+            _ => forwarding(name),
         }
     }
+}
+
+/// Names of the forwarding headers, in any case and with `_` for `-`.
+fn forwarding(name: &[u8]) -> Name {
+    // Most names are none of them: one length check and one byte for those.
+    if name.len() < 9 || !matches!(fold(name[0]), b'f' | b'x' | b't' | b'c') {
+        return Name::Other;
+    }
+    for (spelling, kind) in FORWARDING {
+        if spelling.len() == name.len() {
+            if let Some(alias) = folded_eq(name, spelling) {
+                return Name::Forwarding { kind, alias };
+            }
+        }
+    }
+    // Every other `X-Forwarded-*` (`-For` and `-Proto` are waitgate's own).
+    match name.len() > 12 {
+        true => match folded_eq(&name[..12], "x-forwarded-") {
+            Some(alias) => Name::Forwarding {
+                kind: Forwarding::Describes,
+                alias: alias || name[12..].contains(&b'_'),
+            },
+            None => Name::Other,
+        },
+        false => Name::Other,
+    }
+}
+
+/// Whether `name` reads as `spelling` (lower case, same length) with `_`
+/// for `-`: `Some(true)` where it used a `_`.
+fn folded_eq(name: &[u8], spelling: &str) -> Option<bool> {
+    let mut alias = false;
+    for (&a, b) in name.iter().zip(spelling.bytes()) {
+        if fold(a) != b {
+            return None;
+        }
+        alias |= a == b'_';
+    }
+    Some(alias)
 }
 
 /// Names of the lengths of waitgate's own headers.
@@ -80,17 +161,10 @@ fn own(name: &[u8]) -> Name {
         16 => (Own::Queue, "x-waitgate-queue"),
         _ => (Own::ForwardedProto, "x-forwarded-proto"),
     };
-    let mut alias = false;
-    for (&a, b) in name.iter().zip(spelling.bytes()) {
-        if fold(a) != b {
-            return Name::Other;
-        }
-        alias |= a == b'_';
-    }
-    if alias {
-        Name::OwnAlias
-    } else {
-        Name::Own(own)
+    match folded_eq(name, spelling) {
+        None => Name::Other,
+        Some(true) => Name::OwnAlias,
+        Some(false) => Name::Own(own),
     }
 }
 
@@ -105,6 +179,10 @@ fn fold(b: u8) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn forwarding(kind: Forwarding, alias: bool) -> Name {
+        Name::Forwarding { kind, alias }
+    }
 
     #[test]
     fn names_are_recognised_in_any_case() {
@@ -133,8 +211,31 @@ mod tests {
             ("x-waitgate_queue", Name::OwnAlias),
             ("X_Forwarded_For", Name::OwnAlias),
             ("x_request_id", Name::OwnAlias),
+            ("Forwarded", forwarding(Forwarding::Forwarded, false)),
+            ("X-Real-IP", forwarding(Forwarding::Describes, false)),
+            ("x_real_ip", forwarding(Forwarding::Describes, true)),
+            ("True-Client-IP", forwarding(Forwarding::Describes, false)),
+            ("X-Forwarded-Host", forwarding(Forwarding::Describes, false)),
+            ("X-FORWARDED-PORT", forwarding(Forwarding::Describes, false)),
+            (
+                "X-Forwarded-Prefix",
+                forwarding(Forwarding::Describes, false),
+            ),
+            (
+                "x-forwarded_prefix",
+                forwarding(Forwarding::Describes, true),
+            ),
+            (
+                "X-Forwarded-Server",
+                forwarding(Forwarding::Describes, false),
+            ),
+            ("X-Original-URL", forwarding(Forwarding::Reroutes, false)),
+            ("x-rewrite-url", forwarding(Forwarding::Reroutes, false)),
+            ("X-Forwarded-", Name::Other),
+            ("X-Forwarded", Name::Other),
+            ("Forwarded-For", Name::Other),
             ("X-Waitgate-Users", Name::Other),
-            ("X-Forwarded-Fox", Name::Other),
+            ("X-Forwarded-Fox", forwarding(Forwarding::Describes, false)),
             ("Content-Type", Name::Other),
             ("Hostx", Name::Other),
             ("", Name::Other),
@@ -154,6 +255,13 @@ mod tests {
             if own.contains(&folded.as_str()) {
                 proptest::prop_assert!(matches!(got, Name::Own(_) | Name::OwnAlias));
                 proptest::prop_assert_eq!(got == Name::OwnAlias, name.contains('_'));
+            } else if folded.starts_with("x-forwarded-") && folded.len() > 12 {
+                let describes = matches!(got, Name::Forwarding { kind: Forwarding::Describes, .. });
+                proptest::prop_assert!(describes, "{}", name);
+                proptest::prop_assert_eq!(got == Name::Forwarding { kind: Forwarding::Describes, alias: true }, name.contains('_'));
+            } else if super::FORWARDING.iter().any(|(n, _)| *n == folded) {
+                let forwarding = matches!(got, Name::Forwarding { .. });
+                proptest::prop_assert!(forwarding, "{}", name);
             } else if lower == "content-length" {
                 proptest::prop_assert_eq!(got, Name::ContentLength);
             } else if ["te", "trailer", "keep-alive", "proxy-connection", "proxy-authorization", "proxy-authenticate", "http2-settings"].contains(&lower.as_str()) {

@@ -64,6 +64,16 @@ impl Refusal {
     }
 }
 
+/// Whether a client can be sent a chunked body: not one that spoke
+/// HTTP/1.0 (RFC 9112 §6.1), which would read the chunk sizes as the body
+/// and, behind a proxy of its age, the next response on the connection as
+/// part of this one. Such a client gets the body delimited by the close of
+/// the connection. The direct lane takes HTTP/1.1 requests only; the
+/// Pingora proxy asks this of every HTTP/1 response.
+pub fn reads_chunked(client_http11: bool) -> bool {
+    client_http11
+}
+
 /// The framing of a response head. `http11`: the upstream spoke HTTP/1.1
 /// (1.0 closes unless it says keep-alive); `head_request`: the request was
 /// HEAD; `switch_asked`: the request asked to switch protocols on a route
