@@ -31,14 +31,11 @@ local function spend()
   redis.call('ZADD', KEYS[8], 'GT', ARGV[2], user)
 end
 
--- A placed pre-queue user's credential names its pre-queue arrival; anyone
--- else's, its score in waiting.
-local prequeued = redis.call('ZSCORE', KEYS[5], user)
-local waiting = redis.call('ZSCORE', KEYS[1], user)
-if waiting or prequeued then
-  if tonumber(prequeued or waiting) ~= arrival then
-    return -1
-  end
+local found = registration_of(KEYS[1], KEYS[5], KEYS[3], user, arrival)
+if found == 'earlier' then
+  return -1
+end
+if found == 'waiting' then
   counted(KEYS[6], 'removed', redis.call('ZREM', KEYS[1], user))
   redis.call('ZREM', KEYS[2], user)
   redis.call('HDEL', KEYS[7], user)
@@ -47,16 +44,12 @@ if waiting or prequeued then
   return 1
 end
 
-local admitted = redis.call('HGET', KEYS[3], user)
-if not admitted then
+if not found then
   local lost_at = tonumber(redis.call('HGET', KEYS[9], 'lost_at'))
   if lost_at and arrival < lost_at * 1000 then
     spend()
   end
   return 0
-end
-if tonumber(admitted) ~= arrival then
-  return -1
 end
 -- An active user who leaves gives its slot back (it counts toward max-active).
 redis.call('ZREM', KEYS[4], user)

@@ -604,3 +604,29 @@ local function outage_cutoff(admission_key, now_ms, timeout, grace, extra)
   redis.call('HSET', admission_key, unpack(record))
   return cutoff, gap
 end
+
+-- Which registration of `user` a credential naming `arrival` (µs) is, as
+-- dropout.lua and current.lua read it: 'waiting' (the current one, waiting
+-- or pre-queued), 'active' (the one admitted), 'earlier' (the user's
+-- current registration is another), or nil (not queued). A placed
+-- pre-queue user's credential names its pre-queue arrival (`prequeue`
+-- keeps it until admission); anyone else's, its score in waiting; an
+-- admitted one's, the arrival `credential` recorded at admission.
+local function registration_of(waiting, prequeue, credential, user, arrival)
+  local prequeued = redis.call('ZSCORE', prequeue, user)
+  local waits = redis.call('ZSCORE', waiting, user)
+  if waits or prequeued then
+    if tonumber(prequeued or waits) ~= arrival then
+      return 'earlier'
+    end
+    return 'waiting'
+  end
+  local admitted = redis.call('HGET', credential, user)
+  if not admitted then
+    return nil
+  end
+  if tonumber(admitted) ~= arrival then
+    return 'earlier'
+  end
+  return 'active'
+end

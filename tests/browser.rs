@@ -15,6 +15,7 @@ use serde_json::json;
 const PAGE: &str = "/waiting-room/baseball";
 /// A body naming queue `baseball` and nothing else (two queues are
 /// configured).
+const Q_BOB: &str = r#"{"userId":"bob","queue":"baseball"}"#;
 const Q: &str = r#"{"queue":"baseball"}"#;
 const HTML: (&str, &str) = ("Accept", "text/html,application/xhtml+xml,*/*;q=0.8");
 const SAME_ORIGIN: (&str, &str) = ("Sec-Fetch-Site", "same-origin");
@@ -746,6 +747,54 @@ fn without_identity_binding_a_squatter_takes_anothers_place() {
     // and keeps it alive with rank, which needs no credential.
     let r = room.get("/api/v1/queue/rank?userId=bob&queue=baseball", &[]);
     assert_eq!(r.status, 200);
+}
+
+/// With `require-credential`, rank takes the credential of the user's
+/// current registration only: one of a registration that left (a dropout,
+/// then a new registration) polls nothing and keeps nothing alive.
+#[test]
+fn rank_with_require_credential_refuses_an_earlier_registrations_credential() {
+    let queues = "  baseball: {require-credential: true}\n  soccer: {}\n";
+    let room = Room::start_with(queues, "", &[]);
+    let register = || {
+        let r = room.send("POST", "/api/v1/queue/register", &[], Some(Q_BOB));
+        assert_eq!(r.status, 200, "{r:?}");
+        r.json()["queueCredential"].as_str().unwrap().to_string()
+    };
+    let rank = |credential: &str| {
+        room.get(
+            "/api/v1/queue/rank?userId=bob&queue=baseball",
+            &[("X-Queue-Credential", credential)],
+        )
+    };
+    let earlier = register();
+    assert_eq!(rank(&earlier).status, 200);
+    let r = room.send(
+        "DELETE",
+        "/api/v1/queue/dropout?userId=bob&queue=baseball",
+        &[("X-Queue-Credential", &earlier)],
+        None,
+    );
+    assert_eq!(r.status, 204, "{r:?}");
+    std::thread::sleep(Duration::from_millis(5));
+    let current = register();
+    assert_ne!(current, earlier);
+    let before = room.heartbeat("bob").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let r = rank(&earlier);
+    assert_eq!(
+        (r.status, r.error_code().as_str()),
+        (403, "credential_mismatch"),
+        "{r:?}"
+    );
+    assert_eq!(
+        room.heartbeat("bob").unwrap(),
+        before,
+        "no heartbeat written"
+    );
+    let r = rank(&current);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["rank"], 0);
 }
 
 #[test]

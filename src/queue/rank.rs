@@ -6,7 +6,7 @@ use crate::browser::Caller;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
-use crate::store::Position;
+use crate::store::{Current, Position};
 use crate::user::UserId;
 
 /// The reply to a rank request with this query string (without the `?`),
@@ -36,9 +36,20 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
                 "This queue needs the queueCredential with rank: send X-Queue-Credential.",
             )))
         })?;
-        api.credentials()
+        let arrival = api
+            .credentials()
             .check(&queue.name, who.user.as_str(), presented)
             .ok_or_else(|| about(ApiError::CredentialMismatch))?;
+        // Of the registration that stands: one of an earlier registration
+        // polls nobody's place (a second call, on such queues only).
+        let current = api
+            .store()
+            .current(&queue.keys, who.user.as_str(), arrival)
+            .await
+            .map_err(|e| about(api.unavailable(Endpoint::Rank, e)))?;
+        if current == Current::Earlier {
+            return Err(about(ApiError::CredentialMismatch));
+        }
     }
     // A credential of the user's, when one came, lets a place Redis lost
     // be seated again.

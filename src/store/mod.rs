@@ -75,6 +75,7 @@ static REVOKE: LazyLock<Script> = script!("revoke.lua");
 /// instance subscribes, see `edge::revoked`).
 pub const REVOKED_CHANNEL: &str = "waitgate:revoked";
 static TOKEN: LazyLock<Script> = read_only_script!("token.lua");
+static CURRENT: LazyLock<Script> = read_only_script!("current.lua");
 
 mod health;
 mod incidents;
@@ -263,6 +264,16 @@ pub enum Dropout {
     Removed,
     NotQueued,
     CredentialMismatch,
+}
+
+/// The outcome of `current`: is a credential's registration the user's
+/// current one?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Current {
+    Yes,
+    NotQueued,
+    /// The user registered again since.
+    Earlier,
 }
 
 /// The typed calls: each builds its script call, runs it through the
@@ -1036,6 +1047,30 @@ impl Store {
             0 => Ok(Dropout::NotQueued),
             -1 => Ok(Dropout::CredentialMismatch),
             _ => Err(unexpected("dropout", code)),
+        }
+    }
+
+    /// Whether the registration at `arrival` (a credential's) is `user`'s
+    /// current one (`lua/current.lua`).
+    pub async fn current(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Current, StoreError> {
+        let mut invocation = CURRENT.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.prequeue)
+            .key(&keys.credential)
+            .arg(user)
+            .arg(arrival);
+        let code: i64 = self.run(invocation, Resend::Safe).await?;
+        match code {
+            1 => Ok(Current::Yes),
+            0 => Ok(Current::NotQueued),
+            -1 => Ok(Current::Earlier),
+            _ => Err(unexpected("current", code)),
         }
     }
 
