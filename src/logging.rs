@@ -90,7 +90,7 @@ pub fn init(config: &LogConfig) {
     };
     let installed = tracing_subscriber::registry()
         .with(filter)
-        .with(format.with_filter(Handshakes))
+        .with(format)
         .try_init()
         .is_ok();
     if installed {
@@ -115,60 +115,6 @@ pub fn reload(config: &LogConfig) {
             }
         }
         Err(e) => tracing::warn!(error = %e, "log.filter not applied"),
-    }
-}
-
-/// Pingora logs every failed TLS handshake on the listener at ERROR, one
-/// line each: a scanner, a plain-HTTP client, a load balancer's TCP check
-/// or a loop of connect-and-close fills the log at will (34,210 lines in
-/// 3 s, measured). Those lines pass at most once a second; the others of
-/// the module (a failing `accept`) all pass.
-struct Handshakes;
-
-const LISTENING: &str = "pingora_core::services::listening";
-
-impl<S> tracing_subscriber::layer::Filter<S> for Handshakes {
-    fn enabled(
-        &self,
-        _: &tracing::Metadata<'_>,
-        _: &tracing_subscriber::layer::Context<'_, S>,
-    ) -> bool {
-        true
-    }
-
-    fn event_enabled(
-        &self,
-        event: &tracing::Event<'_>,
-        _: &tracing_subscriber::layer::Context<'_, S>,
-    ) -> bool {
-        // Pingora's lines come through the `log` bridge: their own target is
-        // the `log.target` field.
-        if event.metadata().level() != &tracing::Level::ERROR {
-            return true;
-        }
-        #[derive(Default)]
-        struct Seen {
-            listening: bool,
-            handshake: bool,
-        }
-        impl tracing::field::Visit for Seen {
-            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-                if field.name() == "log.target" {
-                    self.listening |= value == LISTENING;
-                }
-            }
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.handshake |= format!("{value:?}").contains("handshake");
-                }
-            }
-        }
-        let mut seen = Seen {
-            listening: event.metadata().target() == LISTENING,
-            ..Seen::default()
-        };
-        event.record(&mut seen);
-        !(seen.listening && seen.handshake) || due("tls handshake", Instant::now()).is_some()
     }
 }
 

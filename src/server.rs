@@ -26,7 +26,7 @@ use crate::edge::jwt::Tokens;
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
 use crate::metrics::Metrics;
-use crate::proxy::connections::{Guarded, Limits};
+use crate::proxy::connections::{Guarded, Limits, TlsListener};
 use crate::proxy::lane::DirectLane;
 use crate::proxy::routes::Maintenance;
 use crate::proxy::routes::RouteTable;
@@ -156,21 +156,40 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let mut options = HttpServerOptions::default();
     options.h2_idle_timeout = Some(config.clients.header_timeout);
     http.server_options = Some(options);
-    let guarded = Guarded::new(http, limits, metrics.clone(), direct.clone());
+    // The TLS listener accepts plain TCP: the handshake is made by the
+    // connection loop, under its cap and deadline (`proxy::connections`).
+    let tls = match &config.listen_tls {
+        Some(tls) => {
+            let mut settings = TlsSettings::intermediate(
+                &tls.cert_file.to_string_lossy(),
+                &tls.key_file.to_string_lossy(),
+            )
+            .map_err(|e| StartError::Tls(e.to_string()))?;
+            // ALPN: h2, then http/1.1.
+            settings.enable_h2();
+            // The config's check loaded this pair (`config::check_tls_pair`);
+            // the build loads it again, and panics where it cannot.
+            let acceptor =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || settings.build()))
+                    .map_err(|_| {
+                        StartError::Tls("the certificate or key could not be loaded".into())
+                    })?;
+            Some(TlsListener {
+                address: tls.address,
+                acceptor,
+            })
+        }
+        None => None,
+    };
+    let tls_address = tls.as_ref().map(|t| t.address);
+    let guarded = Guarded::new(http, limits, metrics.clone(), direct.clone(), tls);
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(
         ListenerConfig::tcp(config.listen.to_string())
             .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER)),
     );
-    if let Some(tls) = &config.listen_tls {
-        let mut settings = TlsSettings::intermediate(
-            &tls.cert_file.to_string_lossy(),
-            &tls.key_file.to_string_lossy(),
-        )
-        .map_err(|e| StartError::Tls(e.to_string()))?;
-        // ALPN: h2, then http/1.1.
-        settings.enable_h2();
-        proxy.add_tls_with_settings(&tls.address.to_string(), None, settings);
+    if let Some(address) = tls_address {
+        proxy.add_tcp(&address.to_string());
     }
     server.add_service(proxy);
 

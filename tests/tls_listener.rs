@@ -494,7 +494,7 @@ fn failed_tls_handshakes_do_not_flood_the_log() {
     let log = tls.wg.log();
     let lines = log
         .lines()
-        .filter(|l| l.contains("Downstream handshake"))
+        .filter(|l| l.contains("TLS handshake failed"))
         .count();
     assert!(made >= 100, "{made}");
     assert!(
@@ -502,6 +502,77 @@ fn failed_tls_handshakes_do_not_flood_the_log() {
         "{lines} lines for {made} handshakes:\n{log}"
     );
     // The listener still serves.
+    let r = curl(
+        tls.dir.path(),
+        tls.port,
+        "--http2",
+        "GET",
+        "/api/v1/queue/rank?userId=nobody",
+        &[],
+        None,
+    );
+    assert_eq!(r.status, 404);
+}
+
+/// A TLS connection counts toward `max-connections` from its accept, and
+/// its handshake has `client-header-timeout-ms`: bare connections that
+/// never start one fill the cap (the gauge says so, a plain-listener
+/// request past it gets 503, more TLS connections are closed at once) and
+/// are closed at the deadline, after which both listeners serve again.
+/// (Pingora's listener made the handshake before any cap, with 60 s for
+/// it: the gauge read 0 and every descriptor could be taken.)
+#[test]
+fn tls_handshakes_count_toward_the_cap_and_have_the_header_deadline() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    use std::time::Instant;
+    let tls = Tls::start("max-connections: 20\nclient-header-timeout-ms: 1500\n");
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    let mut held: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(("127.0.0.1", tls.port)).unwrap())
+        .collect();
+    wait_until("the gauge counts 20", Duration::from_secs(1), || {
+        let text = get(tls.wg.admin, "/metrics").unwrap().text();
+        text.contains("waitgate_connections 20\n")
+    });
+    let r = get(tls.wg.addr, "/api/v1/queue/rank?userId=a").unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+    // One more TLS connection is closed before any handshake.
+    let mut extra = TcpStream::connect(("127.0.0.1", tls.port)).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(extra.read(&mut byte), Ok(0) | Err(_))
+            && started.elapsed() < Duration::from_millis(1400),
+        "the connection past the cap was not closed at once"
+    );
+    // The held ones are closed at the deadline.
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(4))).unwrap();
+        assert!(
+            matches!(s.read(&mut byte), Ok(0)),
+            "still open after {:?}",
+            started.elapsed()
+        );
+    }
+    let closed = started.elapsed();
+    assert!(closed >= Duration::from_millis(1400), "{closed:?}");
+    assert!(closed < Duration::from_millis(3500), "{closed:?}");
+    wait_until("the gauge is back to 0", Duration::from_secs(1), || {
+        get(tls.wg.admin, "/metrics")
+            .unwrap()
+            .text()
+            .contains("waitgate_connections 0\n")
+    });
+    assert_eq!(
+        get(tls.wg.addr, "/api/v1/queue/rank?userId=a")
+            .unwrap()
+            .status,
+        404
+    );
     let r = curl(
         tls.dir.path(),
         tls.port,

@@ -9,7 +9,14 @@
 //!   previous reply), or the connection is closed; the same deadline bounds
 //!   an idle keep-alive connection;
 //! - past `max-connections` open connections, a new one gets a 503 and is
-//!   closed without being read.
+//!   closed without being read;
+//! - on the TLS listener, the handshake is this loop's too, under the same
+//!   cap and the same deadline: a connection is counted from its accept,
+//!   one past the cap is closed before any handshake (a 503 would need
+//!   one), and one whose handshake is not done within
+//!   `client-header-timeout-ms` is closed. Left to Pingora's listener, the
+//!   handshake came before any cap and had 60 s: 19,960 bare connections
+//!   took every file descriptor while `waitgate_connections` read 0.
 //!
 //! The loop reads the whole request head itself, under that deadline,
 //! before either HTTP path sees it ([`read_head`]). The head is then offered
@@ -26,6 +33,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::listeners::tls::Acceptor;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::l4::stream::Stream as TcpStream;
 use pingora::protocols::{Stream, ALPN};
@@ -114,6 +122,53 @@ pub struct Limits {
     pub header_timeout: Duration,
 }
 
+/// The TLS listener: its address, and the acceptor that makes the
+/// handshake with its certificate.
+pub struct TlsListener {
+    pub address: std::net::SocketAddr,
+    pub acceptor: Acceptor,
+}
+
+impl TlsListener {
+    /// Whether a connection accepted at `local` came in on this listener.
+    fn accepted(&self, local: std::net::SocketAddr) -> bool {
+        local.port() == self.address.port()
+            && (self.address.ip().is_unspecified()
+                || local.ip().to_canonical() == self.address.ip().to_canonical())
+    }
+}
+
+/// What a TLS handshake came to.
+enum Handshake {
+    Done(Stream),
+    /// Failed, or not done in time: the connection is gone.
+    Failed,
+}
+
+/// Makes the TLS handshake of a connection accepted on the TLS listener,
+/// within `limit`. A failure is one log line a second at most (a scanner,
+/// a plain-HTTP client or a balancer's TCP check can repeat one at will).
+async fn handshake(tls: &TlsListener, stream: Stream, limit: Duration) -> Handshake {
+    let peer = stream
+        .get_socket_digest()
+        .and_then(|d| d.peer_addr().cloned());
+    // Accepted on a TCP listener: the stream is Pingora's TCP stream, which
+    // its acceptor takes as it is.
+    let Ok(tcp) = stream.into_any().downcast::<TcpStream>() else {
+        return Handshake::Failed;
+    };
+    let failed = match pingora::time::timeout(limit, tls.acceptor.tls_handshake(*tcp)).await {
+        Ok(Ok(tls)) => return Handshake::Done(Box::new(tls)),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("not done within client-header-timeout-ms ({limit:?})"),
+    };
+    if let Some(count) = crate::logging::limited("tls handshake") {
+        let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+        tracing::info!(count, peer, error = %failed, "TLS handshake failed");
+    }
+    Handshake::Failed
+}
+
 /// The proxy application with connection limits in front.
 pub struct Guarded<A> {
     inner: Arc<A>,
@@ -123,14 +178,18 @@ pub struct Guarded<A> {
     /// For the requests this loop answers itself.
     metrics: Arc<Metrics>,
     direct: Option<Arc<DirectLane>>,
+    tls: Option<TlsListener>,
 }
 
 impl<A> Guarded<A> {
+    /// `tls`: the TLS listener, whose connections are accepted as plain
+    /// TCP and given their handshake here.
     pub fn new(
         inner: A,
         limits: Limits,
         metrics: Arc<Metrics>,
         direct: Option<Arc<DirectLane>>,
+        tls: Option<TlsListener>,
     ) -> Guarded<A> {
         Guarded {
             inner: Arc::new(inner),
@@ -138,7 +197,17 @@ impl<A> Guarded<A> {
             open: metrics.connections.clone(),
             metrics,
             direct,
+            tls,
         }
+    }
+
+    /// The TLS listener, when `stream` came in on it.
+    fn tls_for(&self, stream: &Stream) -> Option<&TlsListener> {
+        let tls = self.tls.as_ref()?;
+        let local = stream
+            .get_socket_digest()
+            .and_then(|d| d.local_addr().and_then(|a| a.as_inet()).copied())?;
+        tls.accepted(local).then_some(tls)
     }
 }
 
@@ -251,11 +320,22 @@ where
     ) -> Option<Stream> {
         self.open.inc();
         let _open = Open(self.open.clone());
+        let tls = self.tls_for(&stream);
         if self.open.get() as usize > self.limits.max_connections {
-            // Boxed: its 4 KB drain buffer would otherwise be part of every
-            // connection's future.
-            Box::pin(refuse(&mut stream)).await;
+            // Over TLS, a reply would need a handshake first: closed.
+            if tls.is_none() {
+                // Boxed: its 4 KB drain buffer would otherwise be part of
+                // every connection's future.
+                Box::pin(refuse(&mut stream)).await;
+            }
             return None;
+        }
+        if let Some(tls) = tls {
+            // Boxed: the handshake's future is only needed while it runs.
+            match Box::pin(handshake(tls, stream, self.limits.header_timeout)).await {
+                Handshake::Done(secure) => stream = secure,
+                Handshake::Failed => return None,
+            }
         }
 
         let mut stream = stream;
