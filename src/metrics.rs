@@ -29,8 +29,10 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     pub http_requests: IntCounterVec,
     pub http_duration: HistogramVec,
-    /// Open client connections on the proxy listener.
+    /// Open client connections on the proxy listeners (plain and TLS).
     pub connections: IntGauge,
+    /// Open connections on the admin listener.
+    pub admin_connections: IntGauge,
     /// 1 while Redis answers the probe, 0 while it does not.
     pub redis_up: IntGauge,
     /// SIGHUP reloads, by result (`ok`, `refused`).
@@ -159,6 +161,14 @@ impl Metrics {
         .expect("static metric");
         registry
             .register(Box::new(connections.clone()))
+            .expect("registered once");
+        let admin_connections = IntGauge::new(
+            "waitgate_admin_connections",
+            "Open connections on the admin listener.",
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(admin_connections.clone()))
             .expect("registered once");
 
         let redis_up = IntGauge::new(
@@ -313,6 +323,7 @@ impl Metrics {
             admission_rate,
             http_duration,
             connections,
+            admin_connections,
             redis_up,
         };
         m.add_queues(config.queues.keys().map(String::as_str));

@@ -241,9 +241,17 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         },
     ));
 
+    // The admin listener gets the proxy's head deadline and a small cap of
+    // its own: probes, scrapes and operators need a few connections, and
+    // it shares the process's file descriptors with the proxy.
+    let admin_app = AdminApp::new(control.clone(), metrics.clone(), Arc::new(control_api));
+    let admin_limits = Limits {
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        header_timeout: config.clients.header_timeout,
+    };
     let mut admin = Service::new(
         "waitgate admin".to_string(),
-        AdminApp::new(control.clone(), metrics.clone(), Arc::new(control_api)),
+        Guarded::admin(admin_app, admin_limits, metrics.clone()),
     );
     admin.add_tcp(&config.admin_listen.to_string());
     // One thread is plenty for scrapes and probes.
@@ -256,6 +264,11 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     ));
     Ok(server)
 }
+
+/// Open connections the admin listener takes; past them, a new one gets a
+/// 503. Kubernetes probes and a few Prometheus scrapers hold one or two
+/// each.
+pub const ADMIN_MAX_CONNECTIONS: usize = 128;
 
 /// Read buffer of each client connection. Pingora's default (64 KiB) suits
 /// TLS records; waitgate's clients send small plaintext requests (a request

@@ -143,3 +143,59 @@ fn past_max_connections_new_connections_get_503() {
         404
     );
 }
+
+/// The admin listener has the proxy's head deadline (a head trickled in a
+/// byte a second is cut off at `client-header-timeout-ms`) and a cap of its
+/// own (128 connections; past it a 503), so that it cannot be held open,
+/// nor its connections take the proxy's descriptors. Probes still answer
+/// once the crowd is gone, and the proxy never noticed it.
+#[test]
+fn the_admin_listener_has_the_head_deadline_and_a_cap_of_its_own() {
+    let (_redis, wg) = start_with("client-header-timeout-ms: 1000\n");
+    let mut slow = TcpStream::connect(wg.admin).unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
+    let started = Instant::now();
+    let mut cut = None;
+    while started.elapsed() < Duration::from_secs(6) {
+        if slow.write_all(b"s").is_err() {
+            cut = Some(started.elapsed());
+            break;
+        }
+        if let Some(after) = closed_after(&mut slow, Duration::from_millis(300)) {
+            cut = Some(started.elapsed().min(after + started.elapsed()));
+            break;
+        }
+    }
+    let cut = cut.expect("the admin listener held a trickling head for 6 s");
+    assert!(cut < Duration::from_millis(2500), "{cut:?}");
+
+    // 128 idle connections fill its cap; the next one gets a 503, the
+    // proxy listener serves all along.
+    let held: Vec<TcpStream> = (0..128)
+        .map(|_| TcpStream::connect(wg.admin).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let r = get(wg.admin, "/healthz").unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.error_code(), "too_many_connections");
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/rank?userId=a").unwrap().status,
+        404
+    );
+    drop(held);
+    wait_until(
+        "the admin listener answers again",
+        Duration::from_secs(2),
+        || get(wg.admin, "/healthz").is_ok_and(|r| r.status == 200),
+    );
+    // Counted apart: the scrape's own connection, on the admin gauge only.
+    wait_until(
+        "the admin gauge counts the scrape alone",
+        Duration::from_secs(2),
+        || {
+            let metrics = get(wg.admin, "/metrics").unwrap().text();
+            metrics.contains("waitgate_admin_connections 1\n")
+                && metrics.contains("waitgate_connections 0\n")
+        },
+    );
+}

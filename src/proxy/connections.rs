@@ -201,6 +201,20 @@ impl<A> Guarded<A> {
         }
     }
 
+    /// The admin listener's loop: the same head deadline, and a cap of its
+    /// own, counted apart (`waitgate_admin_connections`), so that a crowd
+    /// on it cannot take the proxy's connections, nor the proxy's its.
+    pub fn admin(inner: A, limits: Limits, metrics: Arc<Metrics>) -> Guarded<A> {
+        Guarded {
+            inner: Arc::new(inner),
+            limits,
+            open: metrics.admin_connections.clone(),
+            metrics,
+            direct: None,
+            tls: None,
+        }
+    }
+
     /// The TLS listener, when `stream` came in on it.
     fn tls_for(&self, stream: &Stream) -> Option<&TlsListener> {
         let tls = self.tls.as_ref()?;
