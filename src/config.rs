@@ -109,6 +109,12 @@ pub struct TlsListener {
     /// The certificate chain and its key (PEM).
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    /// The streams an HTTP/2 connection may have open at once.
+    pub h2_max_streams: u32,
+    /// HTTP/2 flow control: the request body bytes a connection, and each
+    /// of its streams, may have sent ahead of what waitgate read; and the
+    /// response bytes each stream buffers toward a slow reader.
+    pub h2_window_bytes: u32,
 }
 
 /// The logs.
@@ -518,6 +524,10 @@ struct RawTlsListener {
     address: String,
     cert_file: PathBuf,
     key_file: PathBuf,
+    #[serde(default = "defaults::h2_max_streams")]
+    h2_max_streams: u64,
+    #[serde(default = "defaults::h2_window_bytes")]
+    h2_window_bytes: u64,
 }
 
 #[derive(Deserialize)]
@@ -795,6 +805,16 @@ mod defaults {
     pub fn max_connections() -> u64 {
         10_000
     }
+    /// Measured (tests/h2_budget.rs): a connection with this many requests
+    /// waiting for their bodies costs about three HTTP/1.1 connections
+    /// with one each; browsers open six connections a host over HTTP/1.1.
+    pub fn h2_max_streams() -> u64 {
+        6
+    }
+    /// HTTP/2's initial window (RFC 9113 §6.9.2).
+    pub fn h2_window_bytes() -> u64 {
+        65_535
+    }
     pub fn direct_lane() -> bool {
         true
     }
@@ -902,6 +922,20 @@ impl RawConfig {
                     address,
                     cert_file: tls.cert_file,
                     key_file: tls.key_file,
+                    h2_max_streams: ranged(
+                        "listen-tls.h2-max-streams",
+                        tls.h2_max_streams,
+                        1,
+                        1000,
+                    )? as u32,
+                    // The protocol's own bounds: at least its initial
+                    // window, at most 2^31 - 1.
+                    h2_window_bytes: ranged(
+                        "listen-tls.h2-window-bytes",
+                        tls.h2_window_bytes,
+                        65_535,
+                        (1 << 31) - 1,
+                    )? as u32,
                 })
             }
         };

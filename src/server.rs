@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
 use pingora::listeners::ListenerConfig;
+use pingora::protocols::http::v2::server::{default_h2_options, H2Options};
 use pingora::protocols::l4::stream::L4BufferSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server};
@@ -156,6 +157,9 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let mut options = HttpServerOptions::default();
     options.h2_idle_timeout = Some(config.clients.header_timeout);
     http.server_options = Some(options);
+    if let Some(tls) = &config.listen_tls {
+        http.h2_options = Some(h2_options(tls));
+    }
     // The TLS listener accepts plain TCP: the handshake is made by the
     // connection loop, under its cap and deadline (`proxy::connections`).
     let tls = match &config.listen_tls {
@@ -263,6 +267,24 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         Drain::new(in_flight, config.grace_period, crate::logging::flush),
     ));
     Ok(server)
+}
+
+/// What an HTTP/2 connection may hold: each stream open is a request in
+/// flight, with all it costs (Pingora's session and the request's state,
+/// about 34 KiB while a body is awaited, measured), so the streams open at
+/// once are what bounds a connection's memory; Pingora's default of 100
+/// made one connection cost 46 HTTP/1.1 ones (tests/h2_budget.rs). The
+/// window bounds the body bytes buffered ahead of the reader, each way.
+/// Header blocks get the limit an HTTP/1.1 head has.
+fn h2_options(tls: &crate::config::TlsListener) -> H2Options {
+    let mut options = default_h2_options();
+    options
+        .max_concurrent_streams(tls.h2_max_streams)
+        .initial_window_size(tls.h2_window_bytes)
+        .initial_connection_window_size(tls.h2_window_bytes)
+        .max_send_buffer_size(tls.h2_window_bytes as usize)
+        .max_header_list_size(crate::proxy::head::MAX_HEAD as u32);
+    options
 }
 
 /// Open connections the admin listener takes; past them, a new one gets a
