@@ -351,6 +351,16 @@ fn corpus(token: &str) -> Vec<Case> {
                 vec!["GET"],
             )
         });
+        // HTTP/1.0, keeping its connection: never a chunked body.
+        add(&mut cases, &|id| {
+            (
+                format!(
+                    "GET {} HTTP/1.0\r\nHost: tickets\r\nConnection: keep-alive\r\n{auth}\r\n",
+                    base(id)
+                ),
+                vec!["GET"],
+            )
+        });
         // A body: always the Pingora proxy's.
         add(&mut cases, &|id| {
             (
@@ -449,6 +459,20 @@ fn corpus(token: &str) -> Vec<Case> {
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n".into(), vec!["GET"]),
         ("\r\nGET {P}?a#frag HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nGARBAGE\r\n\r\n".into(), vec!["GET", "GET"]),
+        // Dot segments a server could read behind spaces, dots or an
+        // escaped `;`.
+        ("GET {P}/..%20/x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/%20../x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/.%20/x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/..%3B/x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        ("GET {P}/.../x HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
+        // Forwarding headers a client may not write.
+        ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nForwarded: for=6.6.6.6;proto=https\r\nX-Real-IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Port: 1\r\nX-Forwarded-Prefix: /x\r\nX-Original-URL: /admin\r\nX_Rewrite_URL: /admin\r\n\r\n".into(), vec!["GET"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nForwarded: for=6.6.6.6\r\nX-Original-URL: /admin\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),
+        // A signed length.
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: +2\r\n\r\nhi".into(), vec!["POST"]),
+        // HTTP/1.0 keeping its connection.
+        ("GET {P} HTTP/1.0\r\nConnection: keep-alive\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nPOST {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["GET", "POST"]),
     ];
     for (template, methods) in hostile {

@@ -605,7 +605,11 @@ fn a_flood_of_bare_tls_connections_takes_no_more_descriptors_than_the_cap() {
     let tls = Tls::start(&format!(
         "max-connections: {cap}\nclient-header-timeout-ms: 3000\n"
     ));
-    let fds = |pid: u32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let fds = |pid: u32| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
     let before = fds(tls.wg.pid());
     let started = std::time::Instant::now();
     let mut held = Vec::with_capacity(flood);
@@ -626,9 +630,11 @@ fn a_flood_of_bare_tls_connections_takes_no_more_descriptors_than_the_cap() {
     assert_eq!(health.status, 200);
     assert!(during <= before + cap + 50, "{during} descriptors");
     drop(held);
-    wait_until("the plain listener serves again", Duration::from_secs(5), || {
-        get(tls.wg.addr, "/api/v1/queue/rank?userId=a").is_ok_and(|r| r.status == 404)
-    });
+    wait_until(
+        "the plain listener serves again",
+        Duration::from_secs(5),
+        || get(tls.wg.addr, "/api/v1/queue/rank?userId=a").is_ok_and(|r| r.status == 404),
+    );
 }
 
 /// An HTTP/2 client that gives up on a request (it cancels the stream and

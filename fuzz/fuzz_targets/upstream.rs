@@ -7,10 +7,13 @@
 //! reads, and must write the body on in well-formed chunks of its own. A
 //! watched exchange must not panic, must reach the same verdict however
 //! the response is split, and may refuse only a head the lane refuses too.
+//! Whatever the head, an HTTP/1.0 client is never given a chunked body, and
+//! an HTTP/1.1 one a body it can tell the end of without the close.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use waitgate::proxy::rules::chunked::ChunkedEnd;
+use waitgate::proxy::rules::response::{client_body, Body, ClientBody};
 use waitgate::proxy::lane::response::parse;
 use waitgate::proxy::watched::Exchange;
 
@@ -82,6 +85,14 @@ fuzz_target!(|data: &[u8]| {
     let head_request = control & 1 == 1;
     if let Ok(Some(response)) = parse(bytes, head_request) {
         assert!(response.consumed <= bytes.len());
+        // The body toward each kind of client.
+        let old = client_body(response.body, false);
+        let new = client_body(response.body, true);
+        assert_ne!(old, ClientBody::Chunked, "{:?} to HTTP/1.0", response.body);
+        assert_ne!(new, ClientBody::UntilClose, "{:?} to HTTP/1.1", response.body);
+        if let Body::Length(n) = response.body {
+            assert_eq!((old, new), (ClientBody::Length(n), ClientBody::Length(n)));
+        }
         let head = String::from_utf8_lossy(&response.head).into_owned();
         assert!(head.starts_with("HTTP/1.1 "), "{head:?}");
         assert!(head.ends_with("\r\n"), "{head:?}");

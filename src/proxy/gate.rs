@@ -68,6 +68,8 @@ pub struct RequestCtx {
     pub failed_after_start: Option<bool>,
     /// Whom a queue API reply was for (the access log's queue and user).
     pub subject: Option<Box<crate::reply::Subject>>,
+    /// How the upstream framed its response's body, once its head came.
+    pub upstream_body: Option<rules::response::Body>,
     /// Held for the life of the request; dropping it ends the request for
     /// the shutdown drain, whichever way the request ends.
     _in_flight: InFlightGuard,
@@ -196,6 +198,7 @@ impl ProxyHttp for Gate {
             status: None,
             failed_after_start: None,
             subject: None,
+            upstream_body: None,
             _in_flight: self.in_flight.enter(),
         }
     }
@@ -391,6 +394,9 @@ impl ProxyHttp for Gate {
                 self.api.release(identity);
             }
         }
+        if !shape.interim {
+            ctx.upstream_body = Some(shape.body);
+        }
         let switching = shape.body == rules::response::Body::Tunnel;
         let dropped: Vec<HeaderName> = {
             let hop = Hop::new(fields(&response.headers).into_iter(), switching, false);
@@ -416,23 +422,26 @@ impl ProxyHttp for Gate {
         Ok(())
     }
 
-    /// The head as the client gets it, after Pingora's own changes: an
-    /// HTTP/1.0 client cannot read a chunked body, which Pingora gives a
-    /// response without a length to keep the connection (see
-    /// [`rules::response::reads_chunked`]).
+    /// The head as the client gets it, after Pingora's own changes: a body
+    /// without a length goes chunked to an HTTP/1.1 client (Pingora's doing)
+    /// and until the close to an HTTP/1.0 one, which cannot read chunks
+    /// ([`rules::response::client_body`]).
     async fn response_filter(
         &self,
         session: &mut Session,
         response: &mut ResponseHeader,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
         let version = session.req_header().version;
-        let http10 = version == Version::HTTP_10 || version == Version::HTTP_09;
-        if !rules::response::reads_chunked(!http10)
-            && response
-                .headers
-                .contains_key(http::header::TRANSFER_ENCODING)
-        {
+        let http1 = matches!(
+            version,
+            Version::HTTP_09 | Version::HTTP_10 | Version::HTTP_11
+        );
+        let Some(body) = ctx.upstream_body.filter(|_| http1) else {
+            return Ok(());
+        };
+        let http11 = version == Version::HTTP_11;
+        if rules::response::client_body(body, http11) == rules::response::ClientBody::UntilClose {
             response.remove_header(&http::header::TRANSFER_ENCODING);
             session.set_keepalive(None);
         }

@@ -50,16 +50,12 @@ use tokio::net::TcpStream;
 
 use super::rules::chunked::ChunkedEnd;
 use super::rules::pool::Pool;
-use super::rules::response::{self, shape, Body};
+use super::rules::response::{self, Body, Unread};
 
 /// The largest request or response head watched; a longer one is passed
 /// through unwatched and its connection is not kept (Pingora's client
 /// refuses response heads of 1 MiB and more anyway).
 const MAX_HEAD: usize = 1_048_576;
-
-/// Header slots for parsing a watched head; one with more is passed through
-/// unwatched and its connection is not kept.
-const MAX_HEADERS: usize = 256;
 
 /// The read error of a socket taken from the pool that failed before any
 /// byte of a response came: the upstream closed it as it was taken. A
@@ -480,9 +476,10 @@ impl Watched {
     }
 }
 
-/// Header slots tried first for a head; one with more is parsed again with
-/// [`REQUEST_HEADERS`] or [`MAX_HEADERS`] (a few dozen slots on the stack
-/// cost less than zeroing hundreds on every head).
+/// Header slots tried first for a request head; one with more is parsed
+/// again with [`REQUEST_HEADERS`] (a few dozen slots on the stack cost less
+/// than zeroing hundreds on every head). Response heads are read by the
+/// rules' reader (`response::read_head`).
 const FEW_HEADERS: usize = 48;
 
 /// Header slots for a request head Pingora writes: its client's limit, and
@@ -522,9 +519,8 @@ fn request_framing(
     let mut chunked = false;
     for h in parsed.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
+            let n = super::rules::length::content_length(h.value)
+                .bytes()
                 .ok_or(())?;
             if length.is_some_and(|l| l != n) {
                 return Err(());
@@ -547,63 +543,25 @@ fn request_framing(
 /// 1xx), and whether the socket may not be kept after it. `Err` for a head
 /// the rules refuse.
 fn response_head(head: &[u8], head_request: bool) -> Result<Option<(usize, Side, bool)>, Refused> {
-    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
-    match response_head_with(&mut few, head, head_request) {
-        Err(httparse::Error::TooManyHeaders) => {
-            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
-            response_head_with(&mut many, head, head_request).unwrap_or(Ok(Some((
-                head.len(),
-                Side::Lost,
-                true,
-            ))))
-        }
-        // Not HTTP, or more headers than Pingora's client takes: it refuses
-        // the head itself, with the same 502.
-        Err(_) => Ok(Some((head.len(), Side::Lost, true))),
-        Ok(judged) => judged,
-    }
-}
-
-/// The outer `Result` is httparse's, the inner one the rules'.
-#[allow(clippy::type_complexity)]
-fn response_head_with<'b>(
-    slots: &mut [httparse::Header<'b>],
-    head: &'b [u8],
-    head_request: bool,
-) -> Result<Result<Option<(usize, Side, bool)>, Refused>, httparse::Error> {
-    let mut parsed = httparse::Response::new(slots);
-    let Some(consumed) = response::parse_head(&mut parsed, head)? else {
-        return Ok(Ok(None));
-    };
-    Ok(judge(&parsed, consumed, head_request))
-}
-
-fn judge(
-    parsed: &httparse::Response<'_, '_>,
-    consumed: usize,
-    head_request: bool,
-) -> Result<Option<(usize, Side, bool)>, Refused> {
-    let Some(status) = parsed.code else {
-        return Ok(Some((consumed, Side::Lost, true)));
-    };
     // Whether a 101 was asked for is the proxy's to judge (it refuses one
     // that was not); here a 101 only means a tunnel, never kept.
-    let judged = shape(
-        status,
-        parsed.version == Some(1),
-        head_request,
-        true,
-        parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value)),
-    )
-    .map_err(|refusal| Refused(refusal.message()))?;
-    let close = judged.upstream_close;
-    Ok(Some(match judged.body {
-        _ if judged.interim => (consumed, Side::head(), false),
-        Body::Empty | Body::Length(0) => (consumed, Side::Done, close),
-        Body::Length(n) => (consumed, Side::Length(n), close),
-        Body::Chunked => (consumed, Side::Chunked(ChunkedEnd::default()), close),
-        Body::UntilClose | Body::Tunnel => (consumed, Side::Lost, true),
-    }))
+    let judged = response::read_head(head, head_request, true, |_, consumed, judged| {
+        let close = judged.upstream_close;
+        match judged.body {
+            _ if judged.interim => (consumed, Side::head(), false),
+            Body::Empty | Body::Length(0) => (consumed, Side::Done, close),
+            Body::Length(n) => (consumed, Side::Length(n), close),
+            Body::Chunked => (consumed, Side::Chunked(ChunkedEnd::default()), close),
+            Body::UntilClose | Body::Tunnel => (consumed, Side::Lost, true),
+        }
+    });
+    match judged {
+        Ok(read) => Ok(read),
+        // Not HTTP, or more headers than Pingora's client takes: it refuses
+        // the head itself, with the same 502.
+        Err(Unread::NotHttp) => Ok(Some((head.len(), Side::Lost, true))),
+        Err(Unread::Refused(refusal)) => Err(Refused(refusal.message())),
+    }
 }
 
 impl AsyncRead for Watched {

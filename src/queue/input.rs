@@ -11,6 +11,7 @@ use pingora::proxy::Session;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::proxy::rules::length::{content_length, Length};
 use crate::reply::Reply;
 use crate::user::UserId;
 
@@ -64,9 +65,12 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
 pub fn declares_more_than(headers: &http::HeaderMap, limit: usize) -> bool {
     headers
         .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .is_some_and(|n| n > limit as u64)
+        .map(|v| content_length(v.as_bytes()))
+        .is_some_and(|length| match length {
+            Length::Bytes(n) => n > limit as u64,
+            Length::TooLarge => true,
+            Length::Invalid => false,
+        })
 }
 
 /// Whether a head asks for `100 Continue` before its body is sent.

@@ -25,7 +25,7 @@ use super::response::{self, push_field, Response, MAX_RESPONSE_HEAD};
 use crate::proxy::rules::failure::{why, Failure, Logged};
 use crate::proxy::rules::forward::REQUEST_ID;
 use crate::proxy::rules::pool::Pool;
-use crate::proxy::rules::response::Body;
+use crate::proxy::rules::response::{client_body, Body, ClientBody};
 use crate::shutdown::InFlight;
 
 use crate::proxy::rules::chunked::{self, ChunkedEnd};
@@ -93,7 +93,9 @@ pub async fn forward(
     // that the two paths' replies are the same bytes.
     let mut out = response.head;
     push_field(&mut out, (REQUEST_ID.as_bytes(), request_id.as_bytes()));
-    if response.body == Body::UntilClose {
+    // The lane's clients speak HTTP/1.1; a chunked upstream's own
+    // `Transfer-Encoding` was relayed.
+    if response.body != Body::Chunked && client_body(response.body, true) == ClientBody::Chunked {
         push_field(&mut out, (b"Transfer-Encoding", b"chunked"));
     }
     let date = pingora::protocols::http::date::get_cached_date();

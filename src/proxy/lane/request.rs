@@ -14,7 +14,7 @@ use crate::edge::jwt::{self, Identity, Tokens};
 use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
 use crate::proxy::rules::name::Name;
-use crate::proxy::rules::Field;
+use crate::proxy::rules::{self, Field};
 use crate::queue::{input, Endpoint};
 
 use super::response::push_field;
@@ -109,14 +109,11 @@ pub fn take(
         }
         match Name::of(name) {
             Name::ContentLength if post && body.is_none() => {
-                if value.is_empty() || value.len() > 4 || !value.iter().all(u8::is_ascii_digit) {
+                let length = rules::length::content_length(value).bytes()?;
+                if length > input::MAX_BODY as u64 {
                     return None;
                 }
-                let length: usize = std::str::from_utf8(value).ok()?.parse().ok()?;
-                if length > input::MAX_BODY {
-                    return None;
-                }
-                body = Some(length);
+                body = Some(length as usize);
             }
             Name::ContentLength | Name::TransferEncoding | Name::Upgrade | Name::Expect => {
                 return None

@@ -2,13 +2,8 @@
 //! by the shared rules (`crate::proxy::rules::response`).
 
 use crate::proxy::rules::forward::Hop;
-use crate::proxy::rules::response::{self, Body};
+use crate::proxy::rules::response::{self, Body, Unread};
 use crate::proxy::rules::Field;
-
-/// Header slots tried first; a response with more is parsed again with
-/// Pingora's own limit, so that both paths accept the same heads.
-const FEW_HEADERS: usize = 64;
-const MAX_HEADERS: usize = 256;
 
 /// The largest response head accepted, as in Pingora's client (1 MiB - 1).
 pub const MAX_RESPONSE_HEAD: usize = 1_048_575;
@@ -36,70 +31,39 @@ pub struct Response {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refused(pub Option<&'static str>);
 
-/// Parses a response head, if a whole one is in `buf`.
+/// Parses a response head, if a whole one is in `buf`, as the rules read
+/// and judge it, and writes the head the client gets.
 pub fn parse(buf: &[u8], head_request: bool) -> Result<Option<Response>, Refused> {
-    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
-    match parse_with(&mut few, buf, head_request) {
-        Err(httparse::Error::TooManyHeaders) => {
-            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
-            parse_with(&mut many, buf, head_request).map_err(|_| Refused(None))?
-        }
-        parsed => parsed.map_err(|_| Refused(None))?,
-    }
-}
-
-/// Parses with the given header slots; the outer `Result` is httparse's,
-/// the inner one the rules'.
-fn parse_with<'b>(
-    slots: &mut [httparse::Header<'b>],
-    buf: &'b [u8],
-    head_request: bool,
-) -> Result<Result<Option<Response>, Refused>, httparse::Error> {
-    let mut parsed = httparse::Response::new(slots);
-    let Some(consumed) = response::parse_head(&mut parsed, buf)? else {
-        return Ok(Ok(None));
-    };
-    Ok(judge(&parsed, consumed, head_request))
-}
-
-fn judge(
-    parsed: &httparse::Response<'_, '_>,
-    consumed: usize,
-    head_request: bool,
-) -> Result<Option<Response>, Refused> {
-    let status = parsed.code.ok_or(Refused(None))?;
-    let fields = || parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     // The lane never carries a request that asked to switch protocols.
-    let shape = response::shape(
-        status,
-        parsed.version == Some(1),
-        head_request,
-        false,
-        fields(),
-    )
-    .map_err(|refusal| Refused(Some(refusal.message())))?;
-
-    let hop = Hop::new(fields(), false, false);
-    let mut head = Vec::with_capacity(consumed + 64);
-    head.extend_from_slice(b"HTTP/1.1 ");
-    head.extend_from_slice(itoa(status).as_bytes());
-    head.push(b' ');
-    head.extend_from_slice(parsed.reason.unwrap_or("").as_bytes());
-    head.extend_from_slice(b"\r\n");
-    for (name, value) in fields() {
-        if hop.relays(name) {
-            push_field(&mut head, (name, &response::field_value(value)));
+    response::read_head(buf, head_request, false, |parsed, consumed, shape| {
+        let status = parsed.code.unwrap_or_default();
+        let fields = || parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+        let hop = Hop::new(fields(), false, false);
+        let mut head = Vec::with_capacity(consumed + 64);
+        head.extend_from_slice(b"HTTP/1.1 ");
+        head.extend_from_slice(itoa(status).as_bytes());
+        head.push(b' ');
+        head.extend_from_slice(parsed.reason.unwrap_or("").as_bytes());
+        head.extend_from_slice(b"\r\n");
+        for (name, value) in fields() {
+            if hop.relays(name) {
+                push_field(&mut head, (name, &response::field_value(value)));
+            }
         }
-    }
-    Ok(Some(Response {
-        status,
-        consumed,
-        interim: shape.interim,
-        body: shape.body,
-        upstream_close: shape.upstream_close,
-        release: shape.release,
-        head,
-    }))
+        Response {
+            status,
+            consumed,
+            interim: shape.interim,
+            body: shape.body,
+            upstream_close: shape.upstream_close,
+            release: shape.release,
+            head,
+        }
+    })
+    .map_err(|unread| match unread {
+        Unread::NotHttp => Refused(None),
+        Unread::Refused(refusal) => Refused(Some(refusal.message())),
+    })
 }
 
 fn itoa(status: u16) -> String {

@@ -17,6 +17,7 @@
 //! 400 and its connection closed, so nothing after it on that connection is
 //! read.
 
+use super::length::Length;
 use super::name::Name;
 use super::Field;
 use crate::error::ApiError;
@@ -130,13 +131,12 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
         match Name::of(name) {
             Name::ContentLength => {
                 lengths += 1;
-                let digits = value.trim_ascii();
-                if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
-                    return Err(bad("The Content-Length header is not a number."));
-                }
-                let length = std::str::from_utf8(digits)
-                    .ok()
-                    .and_then(|d| d.parse().ok());
+                let length = match super::length::content_length(value) {
+                    Length::Invalid => {
+                        return Err(bad("The Content-Length header is not a number."))
+                    }
+                    length => length.bytes().and_then(|n| usize::try_from(n).ok()),
+                };
                 shape.body = Body::Length(length.unwrap_or(usize::MAX));
             }
             Name::TransferEncoding => {

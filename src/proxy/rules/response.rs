@@ -64,14 +64,33 @@ impl Refusal {
     }
 }
 
-/// Whether a client can be sent a chunked body: not one that spoke
-/// HTTP/1.0 (RFC 9112 §6.1), which would read the chunk sizes as the body
-/// and, behind a proxy of its age, the next response on the connection as
-/// part of this one. Such a client gets the body delimited by the close of
-/// the connection. The direct lane takes HTTP/1.1 requests only; the
-/// Pingora proxy asks this of every HTTP/1 response.
-pub fn reads_chunked(client_http11: bool) -> bool {
-    client_http11
+/// How a reply's body is framed toward the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientBody {
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until waitgate closes the connection.
+    UntilClose,
+    Tunnel,
+}
+
+/// How the client gets a body the upstream framed as `upstream`:
+/// a body that ends with the upstream's close goes chunked to an HTTP/1.1
+/// client, so that its connection is kept (Pingora's proxy does so, and
+/// the direct lane the same); to an HTTP/1.0 client, which cannot read
+/// chunks (RFC 9112 §6.1) and behind a proxy of its age would read the
+/// next response on the connection as part of this one, a body without a
+/// length, chunked or not, goes until the close. The direct lane takes
+/// HTTP/1.1 requests only; the Pingora proxy asks this of every response.
+pub fn client_body(upstream: Body, client_http11: bool) -> ClientBody {
+    match upstream {
+        Body::Empty => ClientBody::Empty,
+        Body::Length(n) => ClientBody::Length(n),
+        Body::Tunnel => ClientBody::Tunnel,
+        Body::Chunked | Body::UntilClose if client_http11 => ClientBody::Chunked,
+        Body::Chunked | Body::UntilClose => ClientBody::UntilClose,
+    }
 }
 
 /// The framing of a response head. `http11`: the upstream spoke HTTP/1.1
@@ -99,7 +118,8 @@ pub fn shape<'a>(
     for (name, value) in fields {
         match Name::of(name) {
             Name::ContentLength => {
-                let n = plain_length(value)
+                let n = super::length::content_length(value)
+                    .bytes()
                     .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
                 if length.is_some_and(|l| l != n) {
                     return Err(Refusal::Ambiguous("two different Content-Lengths"));
@@ -184,6 +204,66 @@ pub fn parse_head<'h, 'b>(
     })
 }
 
+/// Header slots tried first when a response head is read; a head with more
+/// is read again with [`MAX_HEADERS`].
+const FEW_HEADERS: usize = 64;
+
+/// The most headers a response head may have: Pingora's client's limit,
+/// so that every reader takes the same heads.
+pub const MAX_HEADERS: usize = 256;
+
+/// Why a response head was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unread {
+    /// Not an HTTP/1.x head, or more than [`MAX_HEADERS`] headers: what
+    /// Pingora's client refuses on its own.
+    NotHttp,
+    /// A head the rules refuse ([`shape`]).
+    Refused(Refusal),
+}
+
+/// Reads a response head at the start of `buf`, as Pingora's client reads
+/// one ([`parse_head`]), and judges it ([`shape`]): `Ok(None)` while the
+/// head is not whole. `then` gets the parsed head, its length and its
+/// shape. The one reader of response heads: the direct lane's and the
+/// upstream watcher's (`super::super::watched`) both call it.
+pub fn read_head<R>(
+    buf: &[u8],
+    head_request: bool,
+    switch_asked: bool,
+    then: impl FnOnce(&httparse::Response<'_, '_>, usize, Shape) -> R,
+) -> Result<Option<R>, Unread> {
+    let judge = |parsed: &httparse::Response<'_, '_>, consumed: usize| {
+        let status = parsed.code.ok_or(Unread::NotHttp)?;
+        let fields = parsed.headers.iter().map(|h| (h.name.as_bytes(), h.value));
+        let shape = shape(
+            status,
+            parsed.version == Some(1),
+            head_request,
+            switch_asked,
+            fields,
+        )
+        .map_err(Unread::Refused)?;
+        Ok(Some(then(parsed, consumed, shape)))
+    };
+    let mut few = [httparse::EMPTY_HEADER; FEW_HEADERS];
+    let mut parsed = httparse::Response::new(&mut few);
+    match parse_head(&mut parsed, buf) {
+        Ok(Some(consumed)) => judge(&parsed, consumed),
+        Ok(None) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            let mut many = vec![httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut parsed = httparse::Response::new(&mut many);
+            match parse_head(&mut parsed, buf) {
+                Ok(Some(consumed)) => judge(&parsed, consumed),
+                Ok(None) => Ok(None),
+                Err(_) => Err(Unread::NotHttp),
+            }
+        }
+        Err(_) => Err(Unread::NotHttp),
+    }
+}
+
 /// A header value as relayed to the client. An obsolete line fold (RFC
 /// 9112 §5.2) becomes one space, and a stray CR or NUL a space, before the
 /// value goes on: clients would read a folded line in different ways. This
@@ -196,17 +276,6 @@ pub fn field_value(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     } else {
         std::borrow::Cow::Borrowed(value)
     }
-}
-
-/// 1 to 19 ASCII digits, around optional whitespace, at most `i64::MAX`
-/// (the largest length Pingora's client accepts).
-fn plain_length(value: &[u8]) -> Option<u64> {
-    let digits = value.trim_ascii();
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
-    (n <= i64::MAX as u64).then_some(n)
 }
 
 #[cfg(test)]
