@@ -599,11 +599,17 @@ fn a_flood_of_bare_tls_connections_takes_no_more_descriptors_than_the_cap() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(600);
-    let cap = if flood > 1000 { 10_000 } else { 200 };
+    // The defaults for a big flood (a connection is held for its whole
+    // deadline); a small cap and deadline otherwise.
+    let (cap, deadline_ms) = if flood > 1000 {
+        (10_000, 10_000)
+    } else {
+        (200, 3_000)
+    };
     // The client's own descriptors: one a connection.
     let _ = rlimit::increase_nofile_limit(flood as u64 + 1000);
     let tls = Tls::start(&format!(
-        "max-connections: {cap}\nclient-header-timeout-ms: 3000\n"
+        "max-connections: {cap}\nclient-header-timeout-ms: {deadline_ms}\n"
     ));
     let fds = |pid: u32| {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -632,7 +638,7 @@ fn a_flood_of_bare_tls_connections_takes_no_more_descriptors_than_the_cap() {
     drop(held);
     wait_until(
         "the plain listener serves again",
-        Duration::from_secs(5),
+        Duration::from_millis(deadline_ms + 3_000),
         || get(tls.wg.addr, "/api/v1/queue/rank?userId=a").is_ok_and(|r| r.status == 404),
     );
 }
