@@ -204,6 +204,9 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
             "X-Waitgate-User: mallory",
             "x_waitgate_user: mallory",
             "X-Forwarded-Proto: gopher",
+            "Forwarded: for=6.6.6.6",
+            "X-Real-IP: 6.6.6.6",
+            "X-Original-URL: /admin",
         ],
         None,
     );
@@ -213,6 +216,9 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     assert_eq!(seen.headers_named("x-waitgate-user"), ["h2_user"]);
     assert!(seen.header("x_waitgate_user").is_none());
     assert_eq!(seen.headers_named("x-forwarded-proto"), ["https"]);
+    assert_eq!(seen.headers_named("forwarded"), ["for=127.0.0.1;proto=https"]);
+    assert!(seen.header("x-real-ip").is_none());
+    assert!(seen.header("x-original-url").is_none());
 
     // Path safety.
     let r = curl(
