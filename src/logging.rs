@@ -90,7 +90,7 @@ pub fn init(config: &LogConfig) {
     };
     let installed = tracing_subscriber::registry()
         .with(filter)
-        .with(format)
+        .with(format.with_filter(Handshakes))
         .try_init()
         .is_ok();
     if installed {
@@ -115,6 +115,62 @@ pub fn reload(config: &LogConfig) {
             }
         }
         Err(e) => tracing::warn!(error = %e, "log.filter not applied"),
+    }
+}
+
+/// Pingora logs every failed HTTP/2 handshake at ERROR, one line each
+/// (`H2 handshake error`, from its application loop): a client that
+/// chooses HTTP/2, sends the preface and a bogus frame, and goes, repeats
+/// one at will (74 lines for 100 connections, measured). Those lines pass
+/// at most once a second; Pingora's other lines all pass. (TLS handshakes
+/// are waitgate's own, logged once a second in `proxy::connections`.)
+struct Handshakes;
+
+/// Where Pingora logs a failed handshake from.
+const HANDSHAKE_TARGETS: [&str; 2] = ["pingora_core::apps", "pingora_core::services::listening"];
+
+impl<S> tracing_subscriber::layer::Filter<S> for Handshakes {
+    fn enabled(
+        &self,
+        _: &tracing::Metadata<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        true
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        // Pingora's lines come through the `log` bridge: their own target is
+        // the `log.target` field.
+        if event.metadata().level() != &tracing::Level::ERROR {
+            return true;
+        }
+        #[derive(Default)]
+        struct Seen {
+            pingora: bool,
+            handshake: bool,
+        }
+        impl tracing::field::Visit for Seen {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "log.target" {
+                    self.pingora |= HANDSHAKE_TARGETS.contains(&value);
+                }
+            }
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.handshake |= format!("{value:?}").contains("handshake");
+                }
+            }
+        }
+        let mut seen = Seen {
+            pingora: HANDSHAKE_TARGETS.contains(&event.metadata().target()),
+            ..Seen::default()
+        };
+        event.record(&mut seen);
+        !(seen.pingora && seen.handshake) || due("pingora handshake", Instant::now()).is_some()
     }
 }
 
@@ -213,6 +269,39 @@ mod tests {
         ] {
             assert_eq!(guarded(kept), kept);
         }
+    }
+
+    /// Pingora's failed-handshake lines (as a client that opens HTTP/2
+    /// and goes makes them) pass once a second; its other errors, and
+    /// waitgate's, all pass.
+    #[test]
+    fn pingoras_handshake_errors_pass_once_a_second() {
+        use std::sync::atomic::{AtomicUsize, Ordering as Counted};
+        use std::sync::Arc;
+        use tracing_subscriber::layer::SubscriberExt;
+        struct Count(Arc<AtomicUsize>);
+        impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Count {
+            fn on_event(
+                &self,
+                _: &tracing::Event<'_>,
+                _: tracing_subscriber::layer::Context<'_, S>,
+            ) {
+                self.0.fetch_add(1, Counted::Relaxed);
+            }
+        }
+        let written = Arc::new(AtomicUsize::new(0));
+        let subscriber =
+            tracing_subscriber::registry().with(Count(written.clone()).with_filter(Handshakes));
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..100 {
+                tracing::error!(target: "pingora_core::apps", "H2 handshake error  HandshakeError");
+            }
+            assert_eq!(written.load(Counted::Relaxed), 1);
+            tracing::error!(target: "pingora_core::apps", "H2 error, connection closed");
+            tracing::error!(target: "waitgate::proxy", "handshake of our own");
+            tracing::warn!(target: "pingora_core::apps", "H2 handshake warning");
+            assert_eq!(written.load(Counted::Relaxed), 4);
+        });
     }
 
     #[test]

@@ -126,11 +126,13 @@ pub fn classify(target: &[u8]) -> Result<(), PathReject> {
 }
 
 /// Whether a segment is, or is read by some server as, `.` or `..`: made
-/// of dots and spaces only (raw or escaped) up to an escaped `;`. IIS and
-/// Windows trim trailing spaces and dots from a name (`..%20`, `...`),
-/// some stacks trim leading ones (`%20..`), and servlet containers cut a
-/// path parameter (`..%3B`, decoded before the cut). Called on a path whose
-/// escapes are already checked.
+/// of dots and spaces only (raw or escaped) up to an escaped `;`, `?` or
+/// `#`. IIS and Windows trim trailing spaces and dots from a name
+/// (`..%20`, `...`), some stacks trim leading ones (`%20..`), servlet
+/// containers cut a path parameter (`..%3B`, decoded before the cut), and
+/// a proxy that decodes the path before passing it on (nginx's `$uri`)
+/// makes `..%3F` a `..` and a query. Called on a path whose escapes are
+/// already checked.
 fn reads_as_dots(segment: &[u8]) -> bool {
     let mut dots = false;
     let mut i = 0;
@@ -143,7 +145,7 @@ fn reads_as_dots(segment: &[u8]) -> bool {
         match b {
             b'.' => dots = true,
             b' ' => {}
-            b';' => break,
+            b';' | b'?' | b'#' => break,
             _ => return false,
         }
         i += 1;
@@ -333,7 +335,7 @@ mod tests {
             "/api/v1/follow-up/",
             "/api/v1/follow-up/access?x=1&y=%2F",
             "/a/b.c/d..e/.well-known",
-            "/a/..x/%20/.b%20/a%3B..",
+            "/a/..x/%20/.b%20/a%3B../a%3F%23",
             "/a/%41%7e",
             "/a?b=/../c",
             // What the `http` crate's parser accepts unencoded, and so Pingora.
@@ -393,6 +395,8 @@ mod tests {
             (b"/a/..%3B/b", DotSegment),
             (b"/a/..%3bjsessionid=x/b", DotSegment),
             (b"/a/.../b", DotSegment),
+            (b"/a/..%3F/b", DotSegment),
+            (b"/a/..%23x", DotSegment),
             (b"/a/%20.%20.", DotSegment),
             (b"/a//b", EmptySegment),
             (b"//a", EmptySegment),

@@ -767,6 +767,8 @@ fn dot_segments_are_400() {
         b"/api/v1/follow-up/x/..%3B/..%3B/queue/register",
         b"/api/v1/follow-up/x/..%3bjsessionid=1/y",
         b"/api/v1/follow-up/x/.../y",
+        b"/api/v1/follow-up/x/..%3F/..%3F/queue/register",
+        b"/api/v1/follow-up/x/..%23",
     ]);
 }
 

@@ -339,6 +339,36 @@ fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
     assert_eq!(seen[0].header("x-waitgate-user"), Some("fan"));
 }
 
+/// An HTTP/1.0 request's `Upgrade` is ignored (RFC 9110 §7.8), even on a
+/// route that switches protocols: it is forwarded without `Upgrade`, and an
+/// upstream that switches anyway gets the 502 of a switch nobody asked for,
+/// never a tunnel behind an HTTP/1.0 client.
+#[test]
+fn an_http10_request_never_switches_protocols() {
+    let env = setup_with(
+        "",
+        WEBSOCKET_ROUTE,
+        echo_or(|p| {
+            p.starts_with("/ws").then(|| {
+                vec![Step::Send(
+                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                        .to_vec(),
+                )]
+            })
+        }),
+    );
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&format!(
+        "GET /ws/old HTTP/1.0\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+        env.token
+    ));
+    let (head, _) = c.response();
+    assert_eq!(head.status, 502, "{head:?}");
+    let seen = env.upstream.seen_at("/ws/old");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("upgrade"), None, "{}", seen[0].head);
+}
+
 #[test]
 fn identity_headers_are_dropped_in_every_spelling_a_backend_reads_alike() {
     let env = setup(echo_or(|_| None));
@@ -438,6 +468,18 @@ fn an_http10_client_never_gets_a_chunked_body() {
             );
             assert_eq!(body, "hello world", "{kind} {method}");
         }
+    }
+    // Not even the header, on a reply without a body (to HEAD).
+    for kind in ["chunked", "until-close"] {
+        let request = format!("HEAD {PROTECTED}/h10/{kind} HTTP/1.0\r\nHost: t\r\n{auth}\r\n");
+        let mut c = std::net::TcpStream::connect(env.wg.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(request.as_bytes()).unwrap();
+        let mut all = Vec::new();
+        let _ = c.read_to_end(&mut all);
+        let text = String::from_utf8_lossy(&all).to_ascii_lowercase();
+        assert!(text.starts_with("http/1.1 200"), "HEAD {kind}: {text}");
+        assert!(!text.contains("transfer-encoding"), "HEAD {kind}: {text}");
     }
     // An HTTP/1.1 client still gets the chunked body, on a connection kept.
     let (head, body) = env.call(Via::Get, &path("/h10/chunked"), "");
@@ -717,10 +759,14 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
 }
 
 /// Forwarding headers a client may not write, each in two spellings.
-const SPOOFED: &str = "Forwarded: for=6.6.6.6;proto=https;host=evil.example\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nX-Forwarded-Prefix: /admin\r\nX_Forwarded_Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
+const SPOOFED: &str = "Forwarded: for=6.6.6.6;proto=https;host=evil.example\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nX-Forwarded-Prefix: /admin\r\nX_Forwarded_Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nClient-IP: 6.6.6.6\r\nX-Scheme: https\r\nX-Host: evil.example\r\nX-Envoy-Original-Path: /admin\r\n";
 
 /// Their names as a CGI backend reads them (the case and `_` folded).
-const FORWARDING: [&str; 8] = [
+const FORWARDING: [&str; 12] = [
+    "client-ip",
+    "x-scheme",
+    "x-host",
+    "x-envoy-original-path",
     "x-real-ip",
     "true-client-ip",
     "x-client-ip",
@@ -799,14 +845,19 @@ fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
             ["for=1.2.3.4;proto=https, for=127.0.0.1;proto=http"]
         );
     }
-    // A balancer's own `Forwarded` is kept in front of waitgate's.
-    let p = format!("{PROTECTED}/trusted-forwarded");
-    let (head, _) = env.call(Via::Get, &p, "Forwarded: for=192.0.2.60;proto=https\r\n");
-    assert_eq!(head.status, 200);
-    assert_eq!(
-        env.upstream.seen_at(&p)[0].as_cgi_reads("forwarded"),
-        ["for=192.0.2.60;proto=https, for=127.0.0.1;proto=http"]
-    );
+    // A `Forwarded` that came through the balancer (most pass a client's
+    // on unchanged) is not believed: the chain is `X-Forwarded-For`'s.
+    for via in BOTH {
+        let p = format!("{PROTECTED}/trusted-forwarded-{via:?}");
+        let sent =
+            "X-Forwarded-For: 192.0.2.60\r\nForwarded: for=6.6.6.6;host=evil;proto=https\r\n";
+        let (head, _) = env.call(via, &p, sent);
+        assert_eq!(head.status, 200);
+        assert_eq!(
+            env.upstream.seen_at(&p)[0].as_cgi_reads("forwarded"),
+            ["for=192.0.2.60;proto=http, for=127.0.0.1;proto=http"]
+        );
+    }
     let _ = &env.redis;
 }
 

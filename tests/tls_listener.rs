@@ -216,7 +216,10 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     assert_eq!(seen.headers_named("x-waitgate-user"), ["h2_user"]);
     assert!(seen.header("x_waitgate_user").is_none());
     assert_eq!(seen.headers_named("x-forwarded-proto"), ["https"]);
-    assert_eq!(seen.headers_named("forwarded"), ["for=127.0.0.1;proto=https"]);
+    assert_eq!(
+        seen.headers_named("forwarded"),
+        ["for=127.0.0.1;proto=https"]
+    );
     assert!(seen.header("x-real-ip").is_none());
     assert!(seen.header("x-original-url").is_none());
 

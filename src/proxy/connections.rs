@@ -132,10 +132,22 @@ pub struct TlsListener {
 impl TlsListener {
     /// Whether a connection accepted at `local` came in on this listener.
     fn accepted(&self, local: std::net::SocketAddr) -> bool {
-        local.port() == self.address.port()
-            && (self.address.ip().is_unspecified()
-                || local.ip().to_canonical() == self.address.ip().to_canonical())
+        accepted_by(self.address, local)
     }
+}
+
+/// Whether a connection accepted at `local` came in on a listener at
+/// `address`. The config refuses a `listen` that `listen-tls` could cover by
+/// the same rule (`config::overlap`): `0.0.0.0` covers IPv4 addresses only
+/// (an IPv6 `listen` on the same port is another socket), `::` all.
+fn accepted_by(address: std::net::SocketAddr, local: std::net::SocketAddr) -> bool {
+    let local_ip = local.ip().to_canonical();
+    let covered = match address.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => local_ip.is_ipv4(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => true,
+        ours => ours.to_canonical() == local_ip,
+    };
+    local.port() == address.port() && covered
 }
 
 /// What a TLS handshake came to.
@@ -334,6 +346,9 @@ where
     ) -> Option<Stream> {
         self.open.inc();
         let _open = Open(self.open.clone());
+        // The first request's wait counts from here: a TLS handshake takes
+        // from the same time (`client-header-timeout-ms` from the accept).
+        let accepted = Instant::now();
         let tls = self.tls_for(&stream);
         if self.open.get() as usize > self.limits.max_connections {
             // Over TLS, a reply would need a handshake first: closed.
@@ -368,7 +383,7 @@ where
                 // be (Pingora would wait for it as long as the client
                 // likes); Pingora reads it again from the stream.
                 let mut preface = BytesMut::with_capacity(H2_PREFACE.len());
-                let deadline = Instant::now() + self.limits.header_timeout;
+                let deadline = accepted + self.limits.header_timeout;
                 while preface.len() < H2_PREFACE.len() {
                     let read = tokio::select! {
                         read = read_more(&mut stream, &mut preface, deadline) => read,
@@ -399,6 +414,9 @@ where
         let peer = lane.map(|lane| lane.peer(&stream));
         // Bytes read but not yet answered: a head, or a pipelined next one.
         let mut pending = BytesMut::new();
+        // When the wait for the next request began: the accept, then the
+        // end of each reply.
+        let mut waiting_since = accepted;
         // Where the loop itself ends the connection (idle, a head cut off,
         // the client's close, shutdown), it breaks out to close it.
         loop {
@@ -411,8 +429,10 @@ where
             if pending.is_empty() {
                 pending = BytesMut::new();
                 let mut first = [0u8; 1];
+                let wait = (waiting_since + self.limits.header_timeout)
+                    .saturating_duration_since(Instant::now());
                 tokio::select! {
-                    ready = pingora::time::timeout(self.limits.header_timeout, stream.try_peek(&mut first)) => {
+                    ready = pingora::time::timeout(wait, stream.try_peek(&mut first)) => {
                         match ready {
                             Ok(Ok(peeked)) => unpeeked = !peeked,
                             _ => break,
@@ -422,8 +442,13 @@ where
                 }
             }
             // The whole head within the header timeout of its first byte
-            // (of the wait for it, where the stream cannot be peeked).
-            let deadline = Instant::now() + self.limits.header_timeout;
+            // (of the wait for it, where the stream cannot be peeked: over
+            // TLS, of the accept or the end of the previous reply).
+            let deadline = if unpeeked {
+                waiting_since + self.limits.header_timeout
+            } else {
+                Instant::now() + self.limits.header_timeout
+            };
             let head = if unpeeked {
                 tokio::select! {
                     head = read_head(&mut stream, &mut pending, deadline) => head,
@@ -460,7 +485,10 @@ where
                 // the protected GET 13% of its throughput (measured); its
                 // large parts, the queue API's calls, are boxed inside.
                 match lane.serve(&mut stream, &mut pending, closing, peer).await {
-                    Lane::Served => continue,
+                    Lane::Served => {
+                        waiting_since = Instant::now();
+                        continue;
+                    }
                     Lane::Closed => return None,
                     Lane::Pass => {}
                 }
@@ -493,6 +521,7 @@ where
             let lent;
             (lent, settings) = reused?.consume();
             (stream, pending) = fenced::take_back(lent);
+            waiting_since = Instant::now();
         }
         if !plain {
             close_notify(&mut stream).await;
@@ -502,5 +531,29 @@ where
 
     async fn cleanup(&self) {
         self.inner.http_cleanup().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_is_the_tls_listeners_by_the_config_rule() {
+        let at = |address: &str, local: &str| {
+            let address: std::net::SocketAddr = address.parse().unwrap();
+            let local: std::net::SocketAddr = local.parse().unwrap();
+            accepted_by(address, local)
+        };
+        assert!(at("0.0.0.0:8443", "10.0.0.1:8443"));
+        assert!(at("0.0.0.0:8443", "[::ffff:10.0.0.1]:8443"));
+        assert!(
+            !at("0.0.0.0:8443", "[::1]:8443"),
+            "an IPv6 listen on the same port"
+        );
+        assert!(!at("0.0.0.0:8443", "10.0.0.1:8080"));
+        assert!(at("[::]:8443", "[::1]:8443"));
+        assert!(at("127.0.0.1:8443", "127.0.0.1:8443"));
+        assert!(!at("127.0.0.1:8443", "127.0.0.2:8443"));
     }
 }

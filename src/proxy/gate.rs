@@ -440,9 +440,13 @@ impl ProxyHttp for Gate {
         let Some(body) = ctx.upstream_body.filter(|_| http1) else {
             return Ok(());
         };
-        let http11 = version == Version::HTTP_11;
-        if rules::response::client_body(body, http11) == rules::response::ClientBody::UntilClose {
-            response.remove_header(&http::header::TRANSFER_ENCODING);
+        if version == Version::HTTP_11 {
+            return Ok(());
+        }
+        // No `Transfer-Encoding` to an HTTP/1.0 client at all (RFC 9112
+        // §6.1), not even on a reply without a body (to HEAD).
+        response.remove_header(&http::header::TRANSFER_ENCODING);
+        if rules::response::client_body(body, false) == rules::response::ClientBody::UntilClose {
             session.set_keepalive(None);
         }
         Ok(())

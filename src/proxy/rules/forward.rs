@@ -19,7 +19,8 @@
 //! (`trusted-proxies`), as are its `X-Forwarded-Proto` and `X-Request-Id`.
 //! Anyone else could write anything there. The other forwarding headers
 //! ([`Forwarding`]) follow the same rule: `Forwarded` is waitgate's own,
-//! after what a trusted peer said; the client's address, scheme, host,
+//! written from the `X-Forwarded-For` chain it believes; the client's
+//! address, scheme, host,
 //! port or prefix (`X-Real-IP`, `X-Forwarded-Host`, ...) pass from a
 //! trusted peer only; a path to route on instead of the request's
 //! (`X-Original-URL`, `X-Rewrite-URL`) never passes. Spring, for one,
@@ -205,13 +206,15 @@ pub fn forwarded_proto<'a>(
     scheme
 }
 
-/// `Forwarded` (RFC 7239) as sent upstream: what a trusted peer said of
-/// the hops before it, then waitgate's own hop, `for=<peer>;proto=<scheme
-/// of the listener>`. A trusted peer's own `Forwarded` is kept as it sent
-/// it; without one, its `X-Forwarded-For` hops are written as `for=`
-/// elements, the first with the scheme it named in `X-Forwarded-Proto`, so
-/// that a backend which believes `Forwarded` first reads what one reading
-/// `X-Forwarded-*` would.
+/// `Forwarded` (RFC 7239) as sent upstream, always waitgate's own: the
+/// hops a trusted peer named in `X-Forwarded-For`, as `for=` elements (the
+/// first with the scheme its `X-Forwarded-Proto` named), then waitgate's
+/// hop, `for=<peer>;proto=<scheme of the listener>`. A `Forwarded` sent to
+/// waitgate is never kept, even from a trusted peer: many balancers append
+/// to `X-Forwarded-For` but pass a client's `Forwarded` through unchanged,
+/// and a backend that believes `Forwarded` first would read the client's
+/// word. So `Forwarded` says what `X-Forwarded-For` says, element for
+/// element, and what waitgate's log says of the client.
 pub fn forwarded<'a>(
     peer: &Peer,
     scheme: &'static str,
@@ -220,43 +223,25 @@ pub fn forwarded<'a>(
     use std::fmt::Write;
     let mut value = String::new();
     if peer.trusted {
-        for (_, sent) in fields.clone().filter(|(name, _)| {
-            Name::of(name)
-                == Name::Forwarding {
-                    kind: Forwarding::Forwarded,
-                    alias: false,
-                }
-        }) {
-            let sent = sent.trim_ascii();
-            if !sent.is_empty() && sent.iter().all(|&b| b == b' ' || b.is_ascii_graphic()) {
-                if !value.is_empty() {
-                    value.push_str(", ");
-                }
-                value.push_str(&String::from_utf8_lossy(sent));
+        let proto = forwarded_proto(*peer, scheme, fields.clone());
+        let hops = fields.filter(|(name, _)| is(name, "x-forwarded-for"));
+        for hop in hops.flat_map(|(_, sent)| elements(sent)) {
+            let first = value.is_empty();
+            if !first {
+                value.push_str(", ");
             }
-        }
-        if value.is_empty() {
-            let proto = forwarded_proto(*peer, scheme, fields.clone());
-            let hops = fields.filter(|(name, _)| is(name, "x-forwarded-for"));
-            for hop in hops.flat_map(|(_, sent)| elements(sent)) {
-                let hop = std::str::from_utf8(hop).unwrap_or("");
-                let node = hop
-                    .parse::<IpAddr>()
-                    .map(|ip| SocketAddr::new(ip, 0))
-                    .or_else(|_| hop.parse::<SocketAddr>());
-                if !value.is_empty() {
-                    value.push_str(", ");
-                }
-                match node {
-                    Ok(a) if a.port() == 0 => push_node(&mut value, a.ip()),
+            let hop = std::str::from_utf8(hop).unwrap_or("");
+            match hop.parse::<IpAddr>() {
+                Ok(ip) => push_node(&mut value, ip),
+                Err(_) => match hop.parse::<SocketAddr>() {
                     Ok(a) => {
                         let _ = write!(value, "for=\"{a}\"");
                     }
                     Err(_) => value.push_str("for=unknown"),
-                }
-                if !value.contains(";proto=") {
-                    let _ = write!(value, ";proto={proto}");
-                }
+                },
+            }
+            if first {
+                let _ = write!(value, ";proto={proto}");
             }
         }
         if !value.is_empty() {
@@ -540,7 +525,7 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_is_waitgates_after_a_trusted_peers() {
+    fn forwarded_is_waitgates_from_the_chain_it_believes() {
         let trust = trusted(&["10.0.0.0/8"]);
         let stranger = peer("192.0.2.7", &trust);
         let proxy = peer("10.1.2.3", &trust);
@@ -552,9 +537,17 @@ mod tests {
             forwarded(&stranger, "http", fields(&spoof)),
             "for=192.0.2.7;proto=http"
         );
+        // From a trusted peer, its `X-Forwarded-For` is the chain; a
+        // `Forwarded` it passed on is not (nor can its quotes swallow
+        // waitgate's own element).
         assert_eq!(
             forwarded(&proxy, "https", fields(&spoof)),
-            "for=6.6.6.6;proto=https;host=evil, for=10.1.2.3;proto=https"
+            "for=6.6.6.6;proto=https, for=10.1.2.3;proto=https"
+        );
+        let quoted = [("Forwarded", "for=\"6.6.6.6;host=evil")];
+        assert_eq!(
+            forwarded(&proxy, "http", fields(&quoted)),
+            "for=10.1.2.3;proto=http"
         );
         let hops = [
             (

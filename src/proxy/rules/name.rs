@@ -50,28 +50,46 @@ pub enum Forwarding {
     Forwarded,
     /// The client's address, or the scheme, host, port or prefix the
     /// client used: `X-Real-IP`, `True-Client-IP`, `X-Client-IP`,
-    /// `X-Cluster-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP` and
-    /// every `X-Forwarded-*` but `-For` and `-Proto`. Kept from a trusted
-    /// peer only.
+    /// `CF-Connecting-IP`, `X-Scheme`, `X-Host` and the others of
+    /// [`FORWARDING`], and every `X-Forwarded-*` but `-For` and `-Proto`.
+    /// Kept from a trusted peer only.
     Describes,
     /// A path other than the request's, which some stacks route on
-    /// (`X-Original-URL`, `X-Original-URI`, `X-Rewrite-URL`): never
-    /// forwarded, since waitgate checked the request's own.
+    /// (`X-Original-URL`, `X-Original-URI`, `X-Rewrite-URL`,
+    /// `X-Envoy-Original-Path`): never forwarded, since waitgate checked
+    /// the request's own.
     Reroutes,
 }
 
-/// The forwarding headers by name (lower case), bar `X-Forwarded-*`.
-const FORWARDING: [(&str, Forwarding); 10] = [
+/// The forwarding headers by name (lower case), bar `X-Forwarded-*`: the
+/// client's address as balancers, CDNs and servers write it, the scheme or
+/// host it used, and the paths some stacks route on.
+const FORWARDING: [(&str, Forwarding); 25] = [
     ("forwarded", Forwarding::Forwarded),
+    ("x-forwarded", Forwarding::Describes),
     ("x-real-ip", Forwarding::Describes),
     ("x-client-ip", Forwarding::Describes),
+    ("client-ip", Forwarding::Describes),
     ("true-client-ip", Forwarding::Describes),
     ("cf-connecting-ip", Forwarding::Describes),
     ("fastly-client-ip", Forwarding::Describes),
     ("x-cluster-client-ip", Forwarding::Describes),
+    ("proxy-client-ip", Forwarding::Describes),
+    ("wl-proxy-client-ip", Forwarding::Describes),
+    ("x-remote-ip", Forwarding::Describes),
+    ("x-remote-addr", Forwarding::Describes),
+    ("x-originating-ip", Forwarding::Describes),
+    ("x-proxyuser-ip", Forwarding::Describes),
+    ("x-envoy-external-address", Forwarding::Describes),
+    ("x-scheme", Forwarding::Describes),
+    ("x-url-scheme", Forwarding::Describes),
+    ("front-end-https", Forwarding::Describes),
+    ("x-host", Forwarding::Describes),
+    ("x-original-host", Forwarding::Describes),
     ("x-original-url", Forwarding::Reroutes),
     ("x-original-uri", Forwarding::Reroutes),
     ("x-rewrite-url", Forwarding::Reroutes),
+    ("x-envoy-original-path", Forwarding::Reroutes),
 ];
 
 /// The headers waitgate sets.
@@ -116,7 +134,7 @@ impl Name {
 /// Names of the forwarding headers, in any case and with `_` for `-`.
 fn forwarding(name: &[u8]) -> Name {
     // Most names are none of them: one length check and one byte for those.
-    if name.len() < 9 || !matches!(fold(name[0]), b'f' | b'x' | b't' | b'c') {
+    if name.len() < 6 || !matches!(fold(name[0]), b'c' | b'f' | b'p' | b't' | b'w' | b'x') {
         return Name::Other;
     }
     for (spelling, kind) in FORWARDING {
@@ -232,7 +250,21 @@ mod tests {
             ("X-Original-URL", forwarding(Forwarding::Reroutes, false)),
             ("x-rewrite-url", forwarding(Forwarding::Reroutes, false)),
             ("X-Forwarded-", Name::Other),
-            ("X-Forwarded", Name::Other),
+            ("X-Forwarded", forwarding(Forwarding::Describes, false)),
+            ("Client-IP", forwarding(Forwarding::Describes, false)),
+            (
+                "WL-Proxy-Client-IP",
+                forwarding(Forwarding::Describes, false),
+            ),
+            ("X-Host", forwarding(Forwarding::Describes, false)),
+            ("X-Scheme", forwarding(Forwarding::Describes, false)),
+            ("Front-End-Https", forwarding(Forwarding::Describes, false)),
+            (
+                "X-Envoy-Original-Path",
+                forwarding(Forwarding::Reroutes, false),
+            ),
+            ("X-Hosts", Name::Other),
+            ("Cookie", Name::Other),
             ("Forwarded-For", Name::Other),
             ("X-Waitgate-Users", Name::Other),
             ("X-Forwarded-Fox", forwarding(Forwarding::Describes, false)),

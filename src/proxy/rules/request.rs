@@ -169,7 +169,9 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
                     }
                 }
             }
-            Name::Upgrade => shape.upgrade = true,
+            // A server ignores `Upgrade` on an HTTP/1.0 request (RFC 9110
+            // §7.8): such a request is forwarded as a plain one, without it.
+            Name::Upgrade => shape.upgrade = http11,
             _ => {}
         }
     }
