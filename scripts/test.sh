@@ -21,7 +21,7 @@ ensure_packages haproxy promtool systemd-analyze openssl curl chromium
 ensure_python_tools
 
 cargo build --all-targets --locked
-edge_suites=(--test edge --test direct --test faults --test hostile --test integrity --test operations --test reload --test pools --test control --test browser)
+edge_suites=(--test edge --test direct --test faults --test hostile --test integrity --test operations --test reload --test pools --test control --test browser --test slow_clients)
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --locked --no-fail-fast "$@"
   echo "The edge suites again, with the direct lane off:" >&2

@@ -74,8 +74,8 @@ fn rss_kib(pid: u32) -> u64 {
 
 fn connector(dir: &Path, alpn: &[u8]) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(dir.join("ca.pem")).unwrap();
-    for cert in rustls_pemfile::certs(&mut &pem[..]) {
+    use rustls_pki_types::pem::PemObject;
+    for cert in rustls_pki_types::CertificateDer::pem_file_iter(dir.join("ca.pem")).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
