@@ -1,0 +1,212 @@
+//! The queue API's calls: register, dropout, the token exchange's check,
+//! whether a credential names the current registration, and the queue
+//! sizes for the gauges.
+
+use super::answers::{place, Registration};
+use super::connection::{Resend, Store};
+use super::error::{count, unexpected, StoreError};
+use super::keys::QueueKeys;
+use super::scripts::*;
+use crate::config::{AdmissionConfig, HeartbeatConfig};
+
+/// The outcome of `dropout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropout {
+    Removed,
+    NotQueued,
+    CredentialMismatch,
+}
+
+/// The outcome of `current`: is a credential's registration the user's
+/// current one?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Current {
+    Yes,
+    NotQueued,
+    /// The user registered again since.
+    Earlier,
+}
+
+/// Queue sizes, for the gauges.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub waiting: u64,
+    pub active: u64,
+    /// Users admitted per window, as observed; `None` before any admission.
+    pub rate_per_window: Option<f64>,
+    /// The admission interval in effect (a live override, or the config's).
+    pub interval_ms: Option<u64>,
+    pub paused: bool,
+    pub phase: &'static str,
+}
+
+impl Store {
+    pub async fn register(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+    ) -> Result<Registration, StoreError> {
+        one(
+            "register",
+            self.register_many(keys, &[user], admission, heartbeat)
+                .await?,
+        )
+    }
+    /// Registers each of `users` (at most [`MAX_BATCH`]), in this order, in
+    /// one script call.
+    pub async fn register_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+    ) -> Result<Vec<Registration>, StoreError> {
+        let mut invocation = REGISTER.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .key(&keys.admission)
+            .key(&keys.control)
+            .key(&keys.prequeue)
+            .key(&keys.due)
+            .key(&keys.dues)
+            .arg(admission.interval.as_millis() as u64)
+            .arg(admission.batch_size);
+        heartbeat_args(&mut invocation, heartbeat);
+        for user in users {
+            invocation.arg(*user);
+        }
+        let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
+        answers("register", &flat, 5, users.len())?
+            .map(|a| {
+                let (code, value, wait, arrival, advice) = (a[0], a[1], a[2], a[3], a[4]);
+                match code {
+                    1 => Ok(Registration::New {
+                        place: place(value, wait, advice)?,
+                        arrival: count(arrival)?,
+                    }),
+                    2 => Ok(Registration::AlreadyWaiting {
+                        place: place(value, wait, advice)?,
+                        arrival: count(arrival)?,
+                    }),
+                    3 => Ok(Registration::Active {
+                        expires_at_ms: count(value)?,
+                        arrival: count(arrival)?,
+                    }),
+                    4 => Ok(Registration::Prequeued {
+                        opens_in_ms: count(value)?,
+                        arrival: None,
+                        poll_after_ms: count(advice)?,
+                    }),
+                    5 => Ok(Registration::Prequeued {
+                        opens_in_ms: count(value)?,
+                        arrival: Some(count(arrival)?),
+                        poll_after_ms: count(advice)?,
+                    }),
+                    6 => Ok(Registration::NotOpen {
+                        opens_at_ms: count(value)?,
+                    }),
+                    _ => Err(unexpected("register", code)),
+                }
+            })
+            .collect()
+    }
+    /// The sizes and settings of a queue for the gauges: the admin API's
+    /// read, in one round-trip.
+    pub async fn sample(&self, keys: &QueueKeys) -> Result<Sample, StoreError> {
+        let status = self.status(keys).await?;
+        Ok(Sample {
+            waiting: status.waiting,
+            active: status.active,
+            rate_per_window: status.rate_per_window,
+            interval_ms: status.number("interval"),
+            paused: status.paused(),
+            phase: status.phase(),
+        })
+    }
+    /// Takes out the registration at `arrival`, the one a checked
+    /// credential names.
+    pub async fn dropout(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Dropout, StoreError> {
+        let mut invocation = DROPOUT.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.heartbeat)
+            .key(&keys.credential)
+            .key(&keys.active)
+            .key(&keys.prequeue)
+            .key(&keys.admission)
+            .key(&keys.due)
+            .key(&keys.spent)
+            .key(&keys.control)
+            .arg(user)
+            .arg(arrival);
+        let code: i64 = self.run_write(invocation, &keys.waiting).await?;
+        match code {
+            1 => Ok(Dropout::Removed),
+            0 => Ok(Dropout::NotQueued),
+            -1 => Ok(Dropout::CredentialMismatch),
+            _ => Err(unexpected("dropout", code)),
+        }
+    }
+    /// Whether the registration at `arrival` (a credential's) is `user`'s
+    /// current one (`lua/current.lua`).
+    pub async fn current(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Current, StoreError> {
+        let mut invocation = CURRENT.prepare_invoke();
+        invocation
+            .key(&keys.waiting)
+            .key(&keys.prequeue)
+            .key(&keys.credential)
+            .arg(user)
+            .arg(arrival);
+        let code: i64 = self.run(invocation, Resend::Safe).await?;
+        match code {
+            1 => Ok(Current::Yes),
+            0 => Ok(Current::NotQueued),
+            -1 => Ok(Current::Earlier),
+            _ => Err(unexpected("current", code)),
+        }
+    }
+    /// The active-state expiry (Redis clock, ms) when the user is active and
+    /// was admitted from the registration at `arrival`; `None` for either
+    /// failure, alike.
+    pub async fn token(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        arrival: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        one("token", self.token_many(keys, &[(user, arrival)]).await?)
+    }
+    /// For each (user, arrival the credential names), at most
+    /// [`MAX_BATCH`] / 2 of them, the active-state expiry when the user is
+    /// active from that registration: one script call.
+    pub async fn token_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[(&str, u64)],
+    ) -> Result<Vec<Option<u64>>, StoreError> {
+        let mut invocation = TOKEN.prepare_invoke();
+        invocation.key(&keys.active).key(&keys.credential);
+        for (user, arrival) in users {
+            invocation.arg(*user).arg(*arrival);
+        }
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+        Ok(answers("token", &flat, 1, users.len())?
+            .map(|a| u64::try_from(a[0]).ok().filter(|&ms| ms > 0))
+            .collect())
+    }
+}

@@ -1,0 +1,249 @@
+//! The operators' calls: changes to a queue (pause, live settings, an
+//! event), revocations, and the state the admin API reports.
+
+use std::time::Duration;
+
+use super::connection::{Resend, Store};
+use super::error::{count, unexpected, StoreError};
+use super::incidents::Incident;
+use super::keys::QueueKeys;
+use super::scripts::*;
+
+/// An operator's change to a queue (see `lua/control.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Pause,
+    Resume,
+    /// Live admission parameters; `None` leaves one as it is,
+    /// `Some(Setting::Configured)` goes back to the configured value.
+    Admission {
+        batch_size: Option<Setting>,
+        interval_ms: Option<Setting>,
+        max_active: Option<Setting>,
+        /// What `Setting::Configured` means for the interval.
+        configured_interval_ms: u64,
+    },
+    /// A scheduled open (times in ms since the epoch).
+    Event {
+        prequeue_from_ms: Option<u64>,
+        open_at_ms: u64,
+        shuffle: bool,
+    },
+    /// A pending event opens now; a past one is forgotten.
+    EndEvent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Value(u64),
+    Configured,
+}
+
+/// Why Redis refused a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A pre-queue is being placed right now.
+    Placing,
+    /// `openAt` is not in the future by Redis's clock.
+    OpenAtPast,
+    /// `prequeueFrom` is after `openAt`.
+    PrequeueAfterOpen,
+}
+
+/// A queue's event phase, as `lua/lib.lua` decides it: `open` (no event,
+/// or its pre-queue placed), `scheduled` (before `prequeue_from`),
+/// `prequeue`, or `placing`, from the control hash and Redis time.
+pub fn event_phase(
+    control: &std::collections::HashMap<String, String>,
+    now_ms: u64,
+) -> &'static str {
+    let number = |key: &str| control.get(key).and_then(|v| v.parse::<u64>().ok());
+    let placed = control.get("placed").is_some_and(|v| v == "1");
+    match number("open_at") {
+        None => "open",
+        Some(_) if placed => "open",
+        Some(_) if number("prequeue_from").is_some_and(|from| now_ms < from) => "scheduled",
+        Some(open_at) if now_ms < open_at => "prequeue",
+        Some(_) => "placing",
+    }
+}
+
+/// A queue's state as the admin API reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The control hash as stored (see `lua/lib.lua`).
+    pub control: std::collections::HashMap<String, String>,
+    pub waiting: u64,
+    /// Active entries, expired ones not yet cleaned up included.
+    pub active: u64,
+    pub prequeued: u64,
+    pub rate_per_window: Option<f64>,
+    pub admitted_total: u64,
+    /// Redis time of the read (ms).
+    pub now_ms: u64,
+    /// The last Redis incident recorded for the queue.
+    pub incident: Option<Incident>,
+}
+
+impl Status {
+    /// A numeric field of the control hash.
+    pub fn number(&self, field: &str) -> Option<u64> {
+        self.control.get(field).and_then(|v| v.parse().ok())
+    }
+
+    pub fn paused(&self) -> bool {
+        self.control.get("paused").is_some_and(|v| v == "1")
+    }
+
+    pub fn phase(&self) -> &'static str {
+        event_phase(&self.control, self.now_ms)
+    }
+}
+
+impl Store {
+    /// Applies an operator's change; `Ok(Err(_))` when Redis refused it.
+    pub async fn control(
+        &self,
+        keys: &QueueKeys,
+        change: &Change,
+    ) -> Result<Result<(), Refused>, StoreError> {
+        let mut invocation = CONTROL.prepare_invoke();
+        invocation
+            .key(&keys.control)
+            .key(&keys.admission)
+            .key(&keys.prequeue);
+        let setting = |s: &Option<Setting>| match s {
+            None => String::new(),
+            Some(Setting::Configured) => "-".to_string(),
+            Some(Setting::Value(v)) => v.to_string(),
+        };
+        match change {
+            Change::Pause => invocation.arg("pause"),
+            Change::Resume => invocation.arg("resume"),
+            Change::Admission {
+                batch_size,
+                interval_ms,
+                max_active,
+                configured_interval_ms,
+            } => invocation
+                .arg("admission")
+                .arg(setting(batch_size))
+                .arg(setting(interval_ms))
+                .arg(setting(max_active))
+                .arg(configured_interval_ms),
+            Change::Event {
+                prequeue_from_ms,
+                open_at_ms,
+                shuffle,
+            } => invocation
+                .arg("event")
+                .arg(prequeue_from_ms.map(|t| t.to_string()).unwrap_or_default())
+                .arg(open_at_ms)
+                .arg(if *shuffle { "1" } else { "0" }),
+            Change::EndEvent => invocation.arg("end-event"),
+        };
+        let (code, _now): (i64, i64) = self.run_write(invocation, &keys.control).await?;
+        match code {
+            1 => Ok(Ok(())),
+            -1 => Ok(Err(Refused::Placing)),
+            -2 => Ok(Err(Refused::OpenAtPast)),
+            -3 => Ok(Err(Refused::PrequeueAfterOpen)),
+            _ => Err(unexpected("control", code)),
+        }
+    }
+    /// Ends `user`'s active state and refuses its tokens issued until now
+    /// on every instance, remembered for `keep` (the longest a token
+    /// lives). Returns whether the user was active, and the revocation's
+    /// time (Redis clock, ms).
+    pub async fn revoke(
+        &self,
+        keys: &QueueKeys,
+        queue: &str,
+        user: &str,
+        keep: Duration,
+    ) -> Result<(bool, u64), StoreError> {
+        let mut invocation = REVOKE.prepare_invoke();
+        invocation
+            .key(&keys.active)
+            .key(&keys.credential)
+            .key(&keys.revoked)
+            .arg(user)
+            .arg(keep.as_millis() as u64)
+            .arg(REVOKED_CHANNEL)
+            .arg(queue);
+        let (active, at): (i64, i64) = self.run_write(invocation, &keys.revoked).await?;
+        Ok((active == 1, count(at)?))
+    }
+    /// Revocations made at or after `since_ms` (Redis clock): user and time.
+    pub async fn revoked_since(
+        &self,
+        keys: &QueueKeys,
+        since_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut cmd = redis::cmd("ZRANGE");
+        cmd.arg(&keys.revoked)
+            .arg(since_ms)
+            .arg("+inf")
+            .arg("BYSCORE")
+            .arg("WITHSCORES");
+        let cmd = &cmd;
+        let result = self
+            .call(Resend::Safe, |mut connection| async move {
+                cmd.query_async::<Vec<(String, f64)>>(&mut connection).await
+            })
+            .await;
+        Ok(result?
+            .into_iter()
+            .map(|(user, at)| (user, at as u64))
+            .collect())
+    }
+    /// A queue's state for the admin API, read in one round-trip.
+    pub async fn status(&self, keys: &QueueKeys) -> Result<Status, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(&keys.control)
+            .zcard(&keys.waiting)
+            .zcard(&keys.active)
+            .zcard(&keys.prequeue)
+            .hget(&keys.admission, "rate")
+            .hget(&keys.admission, "total")
+            .cmd("TIME")
+            .cmd("HMGET")
+            .arg(&keys.admission)
+            .arg(&["incident", "incident_at", "incident_ms"][..]);
+        type Raw = (
+            std::collections::HashMap<String, String>,
+            u64,
+            u64,
+            u64,
+            Option<f64>,
+            Option<u64>,
+            (u64, u64),
+            (Option<String>, Option<u64>, Option<u64>),
+        );
+        let pipe = &pipe;
+        let result = self
+            .call(Resend::Safe, |mut connection| async move {
+                pipe.query_async::<Raw>(&mut connection).await
+            })
+            .await;
+        let (control, waiting, active, prequeued, rate, total, (secs, micros), incident) = result?;
+        let incident = match incident {
+            (Some(kind), at, length) => Some(Incident {
+                kind,
+                at_ms: at.unwrap_or(0),
+                length_ms: length.unwrap_or(0),
+            }),
+            _ => None,
+        };
+        Ok(Status {
+            incident,
+            control,
+            waiting,
+            active,
+            prequeued,
+            rate_per_window: rate,
+            admitted_total: total.unwrap_or(0),
+            now_ms: secs * 1000 + micros / 1000,
+        })
+    }
+}

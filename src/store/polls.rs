@@ -1,0 +1,673 @@
+//! Rank polls: the batched rank call, ranks far back derived from the
+//! samples (`super::ranks`), heartbeats written far back without a script,
+//! and the samples themselves.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::ScriptInvocation;
+
+use super::answers::{place, Place, Position};
+use super::connection::{Resend, Store};
+use super::error::{count, unexpected, StoreError};
+use super::keys::QueueKeys;
+use super::ranks::{self, NearHead, Samples};
+use super::scripts::*;
+use crate::config::{AdmissionConfig, HeartbeatConfig};
+
+/// A call of rank.lua for `users` with its keys and settings and, with
+/// `derive`, the samples' range of arrivals (from, before) and exact window
+/// (`nearest`) the instance derives ranks for.
+pub(super) fn rank_invocation<'a>(
+    keys: &'a QueueKeys,
+    admission: &AdmissionConfig,
+    heartbeat: &HeartbeatConfig,
+    derive: Derive<'_>,
+    users: &[&str],
+) -> ScriptInvocation<'a> {
+    let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
+    let mut invocation = RANK.prepare_invoke();
+    invocation
+        .key(&keys.waiting)
+        .key(&keys.heartbeat)
+        .key(&keys.active)
+        .key(&keys.admission)
+        .key(&keys.control)
+        .key(&keys.prequeue)
+        .key(&keys.due)
+        .key(&keys.dues)
+        .arg(admission.interval.as_millis() as u64)
+        .arg(admission.batch_size);
+    heartbeat_args(&mut invocation, heartbeat);
+    invocation.arg(from).arg(to).arg(nearest);
+    for user in users {
+        invocation.arg(*user);
+    }
+    invocation
+}
+
+/// The samples' range, when ranks can be derived from them now.
+pub(super) fn derive(samples: Option<&Samples>) -> Derive<'_> {
+    samples.and_then(|s| Some((s, s.range()?)))
+}
+
+/// The most users one batched script call takes (the scripts refuse more):
+/// it bounds how long one call holds Redis.
+pub const MAX_BATCH: usize = 500;
+
+/// An answer to a poll, and whether its rank was walked in the waiting set
+/// (rank.lua's exact path, near the head) rather than derived or decided
+/// far back.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Told {
+    position: Position,
+    walked: bool,
+}
+
+/// rank.lua's answers for `asked` users (`each`, four numbers a user):
+/// `None` where a derived rank could not be told.
+pub(super) fn rank_answers(
+    each: &[i64],
+    batch: &RankBatch,
+    samples: Option<&Samples>,
+    asked: usize,
+) -> Result<Vec<Option<Told>>, StoreError> {
+    let told = |position, walked| Ok(Some(Told { position, walked }));
+    answers("rank", each, 4, asked)?
+        .map(|a| {
+            let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
+            match code {
+                0 => told(Position::NotQueued, false),
+                1 => told(Position::Waiting(place(value, wait, advice)?), true),
+                5 => {
+                    let arrival = count(value)?;
+                    let Some(rank) = samples.and_then(|s| s.rank(arrival, batch.counters)) else {
+                        return Ok(None);
+                    };
+                    told(
+                        Position::Waiting(Place {
+                            rank,
+                            wait_ms: ranks::wait_ms(
+                                rank,
+                                batch.first_ms,
+                                batch.rate,
+                                batch.interval_ms,
+                            ),
+                            poll_after_ms: count(advice)?,
+                        }),
+                        false,
+                    )
+                }
+                3 => told(
+                    Position::Active {
+                        expires_at_ms: count(value)?,
+                    },
+                    false,
+                ),
+                4 => told(
+                    Position::Prequeued {
+                        opens_in_ms: count(value)?,
+                        poll_after_ms: count(advice)?,
+                    },
+                    false,
+                ),
+                _ => Err(unexpected("rank", code)),
+            }
+        })
+        .collect()
+}
+
+/// Decides the polls far back among `read` (their places in the batch
+/// and their users) from their heartbeats (`values`) as rank.lua's pass
+/// far back would, into `told`; returns the heartbeats to write (user,
+/// value, arrival). A user twice in the batch gets one decision.
+pub(super) fn decide_far<'u>(
+    far: &Far,
+    batch: &RankBatch,
+    samples: &Samples,
+    (read, read_users): (&[usize], &[&'u str]),
+    values: &[Option<String>],
+    told: &mut [Option<Told>],
+) -> Vec<(&'u str, String, u64)> {
+    let mut written: Vec<(&str, String, u64)> = Vec::new();
+    let mut decided: HashMap<&str, Told> = HashMap::new();
+    for ((&i, user), value) in read.iter().zip(read_users).zip(values) {
+        if let Some(&again) = decided.get(user) {
+            told[i] = Some(again);
+            continue;
+        }
+        let Some((due, arrival)) = value.as_deref().and_then(far_heartbeat) else {
+            continue;
+        };
+        if !far.holds(due, arrival.1) {
+            continue;
+        }
+        let Some(rank) = samples.rank(arrival.1, batch.counters) else {
+            continue;
+        };
+        let left = due as i64 - batch.now_ms as i64;
+        let advice = if far.keeps(left) {
+            left as u64
+        } else {
+            written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
+            far.advice
+        };
+        let answer = Told {
+            position: Position::Waiting(Place {
+                rank,
+                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
+                poll_after_ms: advice,
+            }),
+            walked: false,
+        };
+        decided.insert(user, answer);
+        told[i] = Some(answer);
+    }
+    written
+}
+
+/// Drops the answers of `again`, everywhere each user is in the batch:
+/// rank.lua answers them instead.
+pub(super) fn forget<'u>(
+    told: &mut [Option<Told>],
+    users: &[&str],
+    again: impl Iterator<Item = &'u str>,
+) {
+    let again: std::collections::HashSet<&str> = again.collect();
+    for (answer, user) in told.iter_mut().zip(users) {
+        if again.contains(user) {
+            *answer = None;
+        }
+    }
+}
+
+/// How long after its read `poll_many` still writes a heartbeat itself:
+/// `heartbeat.poll-min-ms`, at most a second. A heartbeat written so late
+/// promises that much less than the answer said.
+pub(super) fn late_write(heartbeat: &HeartbeatConfig) -> Duration {
+    heartbeat.poll_min.min(Duration::from_secs(1))
+}
+
+/// The numbers rank.lua returns for a whole batch, after each user's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RankBatch {
+    counters: ranks::Counters,
+    first_ms: i64,
+    rate: i64,
+    interval_ms: u64,
+    /// Redis's time (ms).
+    now_ms: u64,
+    /// The arrival from which a poll is decided far back.
+    far_from: u64,
+    /// Whether polls far back are decided from the heartbeat alone.
+    fast: bool,
+}
+
+/// rank.lua's answer: each user's numbers, and the batch's.
+pub(super) fn rank_batch(flat: &[i64]) -> Result<(&[i64], RankBatch), StoreError> {
+    let Some(split) = flat.len().checked_sub(12) else {
+        return Err(StoreError::Failed("rank: no batch numbers".into()));
+    };
+    let (each, b) = flat.split_at(split);
+    Ok((
+        each,
+        RankBatch {
+            counters: counters(&b[..6])?,
+            first_ms: b[6],
+            rate: b[7],
+            interval_ms: count(b[8])?,
+            now_ms: count(b[9])?,
+            far_from: count(b[10])?,
+            fast: b[11] == 1,
+        },
+    ))
+}
+
+/// A heartbeat as `<due>:<arrival>`: the due time, and the arrival as
+/// written and as a number; `None` for any other form (rank.lua's path
+/// reads those).
+pub(super) fn far_heartbeat(value: &str) -> Option<(u64, (&str, u64))> {
+    let (due, arrival) = value.split_once(':')?;
+    Some((due.parse().ok()?, (arrival, arrival.parse().ok()?)))
+}
+
+/// rank.lua's rules for a poll far back (its pass over `fast` users), as
+/// of one batch.
+pub(super) struct Far {
+    /// Heartbeats due before this are past the timeout.
+    oldest: i64,
+    far_from: u64,
+    far_to: u64,
+    /// The time left that a poll keeps, in ms.
+    keep: (i64, i64),
+    /// The advice far back, and the heartbeat a poll that writes leaves.
+    advice: u64,
+    due: u64,
+    /// The end of the candidates' bucket of `due` (`file` in lua/lib.lua).
+    bucket: u64,
+}
+
+impl Far {
+    fn new(batch: &RankBatch, heartbeat: &HeartbeatConfig, far_to: u64) -> Far {
+        let pmin = heartbeat.poll_min.as_millis() as i64;
+        let pmax = heartbeat.poll_max.as_millis() as i64;
+        let due = batch.now_ms + pmax as u64;
+        let span = pmin.clamp(1, 1000) as u64;
+        Far {
+            oldest: batch.now_ms as i64 - heartbeat.timeout.as_millis() as i64,
+            far_from: batch.far_from,
+            far_to,
+            keep: (pmin.max(pmax / 2), pmax.min(pmax + pmax / 4)),
+            advice: pmax as u64,
+            due,
+            bucket: (due / span + 1) * span,
+        }
+    }
+
+    /// Whether a user with this heartbeat and arrival is decided far back.
+    fn holds(&self, due: u64, arrival: u64) -> bool {
+        due as i64 >= self.oldest && arrival >= self.far_from && arrival < self.far_to
+    }
+
+    /// Whether `left` ms until the heartbeat is a fair advice.
+    fn keeps(&self, left: i64) -> bool {
+        left >= self.keep.0 && left <= self.keep.1
+    }
+}
+
+/// The rank counters a script returned (`rank_counters` in `lua/lib.lua`).
+pub(super) fn counters(numbers: &[i64]) -> Result<ranks::Counters, StoreError> {
+    let [epoch, total, removed, added, joined, size] = numbers else {
+        return Err(StoreError::Failed("rank counters: a short answer".into()));
+    };
+    Ok(ranks::Counters {
+        epoch: count(*epoch)?,
+        total: count(*total)?,
+        removed: count(*removed)?,
+        added: count(*added)?,
+        joined: count(*joined)?,
+        size: count(*size)?,
+    })
+}
+
+/// Reads a queue's [`Departures`].
+pub(super) fn departures(keys: &QueueKeys) -> redis::Cmd {
+    let mut hmget = redis::cmd("HMGET");
+    hmget
+        .arg(&keys.admission)
+        .arg(&["epoch", "total", "removed", "added"]);
+    hmget
+}
+
+/// Samples ranks far back are derived from, with their range as read once
+/// for a batch ([`Samples::range`]).
+pub(super) type Derive<'s> = Option<(&'s Samples, (u64, u64))>;
+
+/// The counters of departures from a queue's waiting set, and of users
+/// placed in it anywhere but at the tail, as `HMGET` reads them.
+pub(super) type Departures = Vec<Option<String>>;
+
+impl Store {
+    pub async fn rank(
+        &self,
+        keys: &QueueKeys,
+        user: &str,
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+    ) -> Result<Position, StoreError> {
+        one(
+            "rank",
+            self.rank_many(keys, &[user], admission, heartbeat, samples)
+                .await?,
+        )
+    }
+    /// The places of each of `users` (at most [`MAX_BATCH`]) in one script
+    /// call, keeping those waiting alive. With `samples`, ranks far back are
+    /// derived from them (see [`ranks`]); any that cannot be told within
+    /// 0.1% are asked again, exactly, in a second call.
+    pub async fn rank_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+    ) -> Result<Vec<Position>, StoreError> {
+        let told = self
+            .rank_many_told(keys, users, admission, heartbeat, samples)
+            .await?;
+        Ok(told.into_iter().map(|t| t.position).collect())
+    }
+    /// [`Store::rank_many`], saying of each answer whether its rank was
+    /// walked in the waiting set (near the head).
+    async fn rank_many_told(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+    ) -> Result<Vec<Told>, StoreError> {
+        let (mut told, _) = self
+            .rank_call(keys, users, admission, heartbeat, derive(samples))
+            .await?;
+        let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
+        if !exact.is_empty() {
+            let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
+            let (answers, _) = self
+                .rank_call(keys, &again, admission, heartbeat, None)
+                .await?;
+            for (i, answer) in exact.into_iter().zip(answers) {
+                told[i] = answer;
+            }
+        }
+        told.into_iter()
+            .map(|t| t.ok_or_else(|| StoreError::Failed("rank: a rank not derived".into())))
+            .collect()
+    }
+    /// One call of rank.lua for `users`: each one's answer (`None` where a
+    /// derived rank could not be told), and the batch's numbers.
+    async fn rank_call(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        derive: Derive<'_>,
+    ) -> Result<(Vec<Option<Told>>, RankBatch), StoreError> {
+        let invocation = rank_invocation(keys, admission, heartbeat, derive, users);
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+        let (each, batch) = rank_batch(&flat)?;
+        let samples = derive.map(|(s, _)| s);
+        Ok((rank_answers(each, &batch, samples, users.len())?, batch))
+    }
+    /// The places of `users` as [`Store::rank_many`] tells them, with the
+    /// polls far back decided here, in plain commands: one script call
+    /// reads the batch's numbers while one `HMGET` reads the users'
+    /// heartbeats; a heartbeat that must be written goes with one `RPUSH`,
+    /// `ZADD` and `HSET` for all of them; the others are asked of rank.lua
+    /// as before. The same decisions as rank.lua's pass far back, made with
+    /// Redis's time of the first call. Users `near` names (last answered
+    /// near the head by this instance) are asked of rank.lua in that first
+    /// call, not read: near the head a rank is walked anyway.
+    ///
+    /// Why: a poll far back costs Redis a hash lookup and, for one in two,
+    /// a write. Through a script, every user also passes through Lua as a
+    /// string both ways, which cost more than the lookup and the write
+    /// themselves: `scripts/poll-profile.sh` measured 1.30 µs a user for
+    /// the HMGET from a script against 0.43 as a command, and 1.57 against
+    /// 0.47 for the write.
+    ///
+    /// What it gives up is the script's atomicity between the read and the
+    /// write, for users far back only:
+    /// - A user who leaves between the two (a dropout, cleanup), or joins
+    ///   again at another arrival, would have the write name an arrival
+    ///   that is not theirs. When the set's departure counters moved
+    ///   between the read and the write, the write is checked against the
+    ///   waiting set right after it and put right, and that poll answered
+    ///   exactly (see [`Store::write_far`]).
+    /// - Two instances that write one user's heartbeat at the same moment
+    ///   may leave the earlier of the two times, shorter than the later
+    ///   answer's promise by the time between the two reads: a client that
+    ///   polls two instances within those milliseconds.
+    pub async fn poll_many(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+        near: &NearHead,
+    ) -> Result<Vec<Position>, StoreError> {
+        let told = self
+            .poll_many_told(keys, users, admission, heartbeat, samples, near)
+            .await?;
+        // Near the head: walked, and nearer than ranks are derived. (A rank
+        // is also walked past the last sample, for users who joined since
+        // it was taken: far back, and soon sampled.)
+        let nearest = samples.map_or(0, |s| s.nearest);
+        near.note(users.iter().zip(&told).map(|(u, t)| {
+            let near_head =
+                t.walked && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
+            (*u, near_head)
+        }));
+        Ok(told.into_iter().map(|t| t.position).collect())
+    }
+    async fn poll_many_told(
+        &self,
+        keys: &QueueKeys,
+        users: &[&str],
+        admission: &AdmissionConfig,
+        heartbeat: &HeartbeatConfig,
+        samples: Option<&Samples>,
+        near: &NearHead,
+    ) -> Result<Vec<Told>, StoreError> {
+        let Some((samples, range)) = derive(samples) else {
+            return self
+                .rank_many_told(keys, users, admission, heartbeat, samples)
+                .await;
+        };
+        // Users last answered near the head go to rank.lua in the first
+        // call, beside the batch's numbers; the others' heartbeats are read.
+        let hints = near.hints(users);
+        let (hinted, read): (Vec<usize>, Vec<usize>) = (0..users.len()).partition(|&i| hints[i]);
+        if read.is_empty() {
+            return self
+                .rank_many_told(keys, users, admission, heartbeat, Some(samples))
+                .await;
+        }
+        let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
+        let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
+        // The departure counters, read before the heartbeats: see
+        // `write_far`.
+        let mut pipe = redis::pipe();
+        pipe.add_command(departures(keys))
+            .cmd("HMGET")
+            .arg(&keys.due)
+            .arg(&read_users);
+        // Both at once on the shared connection: one round trip.
+        let pipe = &pipe;
+        let asked = std::time::Instant::now();
+        let ((first, batch), (before, values)) = futures::try_join!(
+            self.rank_call(
+                keys,
+                &first_users,
+                admission,
+                heartbeat,
+                Some((samples, range))
+            ),
+            self.call(Resend::Safe, |mut c| async move {
+                pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
+                    .await
+            }),
+        )?;
+        let mut told: Vec<Option<Told>> = vec![None; users.len()];
+        for (&i, answer) in hinted.iter().zip(first) {
+            told[i] = answer;
+        }
+        if batch.fast && values.len() == read_users.len() {
+            let far = Far::new(&batch, heartbeat, range.1);
+            let written = decide_far(
+                &far,
+                &batch,
+                samples,
+                (&read, &read_users),
+                &values,
+                &mut told,
+            );
+            if asked.elapsed() > late_write(heartbeat) {
+                // Written late (an instance that stalled between its read
+                // and its write), a heartbeat could overwrite a later one
+                // another poll wrote meanwhile with an earlier one; past a
+                // bound, those users are asked of rank.lua instead, which
+                // writes with its own time. (Bytes the network delivers late
+                // after they were sent are not covered: see docs/scale.md.)
+                forget(&mut told, users, written.iter().map(|w| w.0));
+            } else if !written.is_empty() {
+                // Users found moved after the write are asked again, exactly.
+                let moved = self.write_far(keys, &far, &written, &before).await?;
+                forget(&mut told, users, moved.into_iter());
+            }
+        }
+        let rest: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
+        if !rest.is_empty() {
+            let asked: Vec<&str> = rest.iter().map(|&i| users[i]).collect();
+            let answers = self
+                .rank_many_told(keys, &asked, admission, heartbeat, Some(samples))
+                .await?;
+            for (i, answer) in rest.into_iter().zip(answers) {
+                told[i] = Some(answer);
+            }
+        }
+        Ok(told.into_iter().flatten().collect())
+    }
+    /// Writes the heartbeats `poll_many` decided (user, value, arrival):
+    /// the candidates first, as rank.lua files them before the write (see
+    /// `file_all` in lua/lib.lua), then the values. A user who left, or
+    /// joined again at another arrival, between the instance's read and its
+    /// write (a dropout and a new registration within that millisecond)
+    /// has the write put right by `lua/recheck.lua`: a stray heartbeat
+    /// would stay until cleanup passed it, and an old arrival would be the
+    /// one every later rank far back was read off. Anything that changes
+    /// the user after the write writes its own heartbeat over this one.
+    /// Returns the users found moved, whose answers must be asked again.
+    ///
+    /// Who moved is found by each user's score in the waiting set, read
+    /// after the write, but only when the departure counters (`before`,
+    /// read before the heartbeats) moved by then: no user leaves the set,
+    /// or is placed in it anywhere but at the tail, without one of them
+    /// moving (see `counted` in lua/lib.lua), and a registration at the
+    /// tail of a user still waiting changes nothing. Why: `ZMSCORE` on a
+    /// set of a million cost Redis 1.47 µs a poll in `scripts/scale.sh`,
+    /// a third of the time of the rest of the poll, and the counters move
+    /// for a few of the batches only (a cleanup step, an admission).
+    async fn write_far<'u>(
+        &self,
+        keys: &QueueKeys,
+        far: &Far,
+        written: &[(&'u str, String, u64)],
+        before: &Departures,
+    ) -> Result<Vec<&'u str>, StoreError> {
+        let bucket = far.bucket.to_string();
+        let users: Vec<&str> = written.iter().map(|w| w.0).collect();
+        let mut hset = redis::cmd("HSET");
+        hset.arg(&keys.due);
+        for (user, value, _) in written {
+            hset.arg(*user).arg(value);
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("RPUSH")
+            .arg(format!("{}:{bucket}", keys.dues))
+            .arg(&users)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&keys.dues)
+            .arg(&bucket)
+            .arg(&bucket)
+            .ignore()
+            .add_command(hset)
+            .ignore()
+            .add_command(departures(keys));
+        let pipe = &pipe;
+        let (after,): (Departures,) = self
+            .call(Resend::Safe, |mut c| async move {
+                pipe.query_async::<(Departures,)>(&mut c).await
+            })
+            .await?;
+        if &after == before {
+            return Ok(Vec::new());
+        }
+        let mut zmscore = redis::cmd("ZMSCORE");
+        zmscore.arg(&keys.waiting).arg(&users);
+        let zmscore = &zmscore;
+        let scores: Vec<Option<f64>> = self
+            .call(Resend::Safe, |mut c| async move {
+                zmscore.query_async::<Vec<Option<f64>>>(&mut c).await
+            })
+            .await?;
+        let moved: Vec<&(&'u str, String, u64)> = written
+            .iter()
+            .zip(&scores)
+            .filter(|((_, _, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
+            .map(|(w, _)| w)
+            .collect();
+        if moved.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = RECHECK.prepare_invoke();
+        invocation.key(&keys.waiting).key(&keys.due);
+        for (user, value, _) in &moved {
+            invocation.arg(*user).arg(value);
+        }
+        self.run::<i64>(invocation, Resend::Safe).await?;
+        Ok(moved.into_iter().map(|w| w.0).collect())
+    }
+    /// Takes the samples of a queue's waiting set from place `first` on, in
+    /// bounded read-only steps; `None` if the set started anew or changed
+    /// uncounted meanwhile.
+    pub async fn take_samples(
+        &self,
+        keys: &QueueKeys,
+        first: u64,
+    ) -> Result<Option<Samples>, StoreError> {
+        let taken = std::time::Instant::now();
+        let mut points = Vec::new();
+        let mut steps = Vec::new();
+        // Places, counted with those admitted: the first of the first step
+        // is `first` from the head as the sampling starts.
+        let mut next = None;
+        loop {
+            let mut invocation = SAMPLES.prepare_invoke();
+            invocation.key(&keys.waiting).key(&keys.admission);
+            let start = match next {
+                Some(place) => place,
+                None => {
+                    // The first step reads the counters alone.
+                    invocation.arg(u64::MAX);
+                    let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+                    next =
+                        Some(first.saturating_add(counters(flat.get(..6).unwrap_or(&[]))?.total));
+                    continue;
+                }
+            };
+            let mut place = start;
+            let step: Vec<u64> = (0..ranks::STEP)
+                .map(|_| {
+                    let this = place;
+                    place = ranks::after(this);
+                    this
+                })
+                .collect();
+            next = Some(place);
+            for place in &step {
+                invocation.arg(*place);
+            }
+            let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+            let read = counters(flat.get(..6).unwrap_or(&[]))?;
+            steps.push(read);
+            let scores = &flat[6..];
+            for (place, score) in step.iter().zip(scores) {
+                if *score >= 0 {
+                    points.push(ranks::Point {
+                        score: count(*score)?,
+                        lifted: *place,
+                        total: read.total,
+                        removed: read.removed,
+                        added: read.added,
+                    });
+                }
+            }
+            if scores.len() < step.len() {
+                // Past the tail.
+                break;
+            }
+        }
+        // Steps apart in time can disagree where changes came between
+        // them; what is left increasing is what a rank is read off.
+        points.dedup_by(|later, earlier| {
+            later.score <= earlier.score || later.lifted <= earlier.lifted
+        });
+        Ok(ranks::Samples::new(points, &steps, taken).map(|s| s.from_place(first)))
+    }
+}
