@@ -759,10 +759,12 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
 }
 
 /// Forwarding headers a client may not write, each in two spellings.
-const SPOOFED: &str = "Forwarded: for=6.6.6.6;proto=https;host=evil.example\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nX-Forwarded-Prefix: /admin\r\nX_Forwarded_Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nClient-IP: 6.6.6.6\r\nX-Scheme: https\r\nX-Host: evil.example\r\nX-Envoy-Original-Path: /admin\r\n";
+const SPOOFED: &str = "Forwarded: for=6.6.6.6;proto=https;host=evil.example\r\nX-Real-IP: 6.6.6.6\r\nX_Real_IP: 6.6.6.6\r\nTrue-Client-IP: 6.6.6.6\r\nX-Client-IP: 6.6.6.6\r\nX-Forwarded-Host: evil.example\r\nX-Forwarded-Port: 8443\r\nX-Forwarded-Prefix: /admin\r\nX_Forwarded_Prefix: /admin\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\nClient-IP: 6.6.6.6\r\nX-Scheme: https\r\nX-Host: evil.example\r\nX-Envoy-Original-Path: /admin\r\nX-Middleware-Subrequest: middleware\r\nX-Original-Forwarded-For: 6.6.6.6\r\n";
 
 /// Their names as a CGI backend reads them (the case and `_` folded).
-const FORWARDING: [&str; 12] = [
+const FORWARDING: [&str; 14] = [
+    "x-middleware-subrequest",
+    "x-original-forwarded-for",
     "client-ip",
     "x-scheme",
     "x-host",

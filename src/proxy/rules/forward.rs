@@ -225,7 +225,11 @@ pub fn forwarded<'a>(
     if peer.trusted {
         let proto = forwarded_proto(*peer, scheme, fields.clone());
         let hops = fields.filter(|(name, _)| is(name, "x-forwarded-for"));
-        for hop in hops.flat_map(|(_, sent)| elements(sent)) {
+        // The hops `X-Forwarded-For` keeps (`forwarded_for`), and only them.
+        let kept = hops
+            .flat_map(|(_, sent)| elements(sent))
+            .filter(|hop| hop.iter().all(|b| b.is_ascii_graphic()));
+        for hop in kept {
             let first = value.is_empty();
             if !first {
                 value.push_str(", ");
@@ -552,7 +556,7 @@ mod tests {
         let hops = [
             (
                 "X-Forwarded-For",
-                "1.2.3.4, 2001:db8::1, [2001:db8::2]:443, junk",
+                "1.2.3.4, 2001:db8::1, [2001:db8::2]:443, junk, x y",
             ),
             ("X-Forwarded-Proto", "https"),
         ];

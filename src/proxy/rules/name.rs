@@ -56,16 +56,24 @@ pub enum Forwarding {
     Describes,
     /// A path other than the request's, which some stacks route on
     /// (`X-Original-URL`, `X-Original-URI`, `X-Rewrite-URL`,
-    /// `X-Envoy-Original-Path`): never forwarded, since waitgate checked
-    /// the request's own.
+    /// `X-Envoy-Original-Path`), or a claim that the request is a
+    /// framework's own internal one (`X-Middleware-Subrequest`): never
+    /// forwarded, since waitgate checked the request as it came.
     Reroutes,
 }
 
 /// The forwarding headers by name (lower case), bar `X-Forwarded-*`: the
 /// client's address as balancers, CDNs and servers write it, the scheme or
 /// host it used, and the paths some stacks route on.
-const FORWARDING: [(&str, Forwarding); 25] = [
+const FORWARDING: [(&str, Forwarding); 32] = [
     ("forwarded", Forwarding::Forwarded),
+    ("x-original-forwarded-for", Forwarding::Describes),
+    ("fly-client-ip", Forwarding::Describes),
+    ("x-appengine-user-ip", Forwarding::Describes),
+    ("x-azure-clientip", Forwarding::Describes),
+    ("cloudfront-viewer-address", Forwarding::Describes),
+    ("x-real-port", Forwarding::Describes),
+    ("x-middleware-subrequest", Forwarding::Reroutes),
     ("x-forwarded", Forwarding::Describes),
     ("x-real-ip", Forwarding::Describes),
     ("x-client-ip", Forwarding::Describes),
