@@ -20,9 +20,9 @@ use pingora::protocols::http::ServerSession;
 use crate::control::{self, ControlApi};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::queue::input;
 use crate::reply::Reply;
 use crate::store::Store;
+use crate::wire;
 
 pub struct AdminApp {
     store: Arc<Store>,
@@ -66,10 +66,10 @@ const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// passes the limit, and `100 Continue` to a client that waits for it.
 async fn read_body(session: &mut ServerSession, limit: usize) -> Result<Vec<u8>, ApiError> {
     let headers = &session.req_header().headers;
-    if input::declares_more_than(headers, limit) {
+    if wire::body::declares_more_than(headers, limit) {
         return Err(ApiError::BodyTooLarge);
     }
-    if input::expects_continue(headers) && session.write_continue_response().await.is_err() {
+    if wire::body::expects_continue(headers) && session.write_continue_response().await.is_err() {
         return Err(ApiError::InvalidRequest(
             "The request body could not be read.".into(),
         ));

@@ -492,11 +492,47 @@ fn leaf_modules_import_nothing_of_ours() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let tree = Tree::load(&src);
     let edges = tree.edges();
-    for leaf in ["path", "user", "error", "shutdown", "time", "edge::revoked"] {
+    for leaf in [
+        "path",
+        "user",
+        "error",
+        "shutdown",
+        "time",
+        "edge::revoked",
+        "wire::length",
+    ] {
         let module: Module = leaf.split("::").map(String::from).collect();
         let out = edges
             .get(&module)
             .unwrap_or_else(|| panic!("the module {leaf} is missing"));
         assert!(out.is_empty(), "{leaf} imports {out:?}");
     }
+}
+
+/// The same at the top: the crate's top-level modules (`queue`, `control`,
+/// `proxy`, ...), each taken whole, import no module that imports them,
+/// through inline paths (`crate::queue::register::handle(..)`) as much as
+/// through `use`. The crate root (`lib.rs`, which declares them all) is
+/// left out.
+#[test]
+fn no_top_level_module_imports_itself_through_others() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let tree = Tree::load(&src);
+    let mut top: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (from, to) in tree.edges() {
+        let Some(head) = from.first() else { continue };
+        let entry = top.entry(vec![head.clone()]).or_default();
+        for target in to {
+            if let Some(other) = target.first().filter(|t| *t != head) {
+                entry.insert(vec![other.clone()]);
+            }
+        }
+    }
+    let found = cycles(&top);
+    let report: Vec<String> = found.iter().map(|c| show(c)).collect();
+    assert!(
+        found.is_empty(),
+        "top-level import cycles (each line is a set of modules that reach each other):\n{}",
+        report.join("\n")
+    );
 }

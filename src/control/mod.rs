@@ -26,11 +26,11 @@ use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_ADMIN};
-use crate::queue::input;
 use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
 use crate::store::{Change, Refused, Setting, Store, StoreError};
 use crate::user::UserId;
+use crate::wire;
 
 pub use token::{AdminToken, AdminTokenError, ENV as ADMIN_TOKEN_ENV};
 
@@ -213,7 +213,7 @@ impl ControlApi {
     async fn revoke(&self, name: &str, body: &[u8]) -> Result<Reply, Reply> {
         let queue = self.queue(name)?;
         let user = revoke_body(body)?;
-        let (was_active, at_ms) = revoke(
+        let (was_active, at_ms) = crate::revocation::revoke(
             &self.store,
             &self.tokens,
             &self.metrics,
@@ -267,29 +267,6 @@ pub async fn durability_warnings(
     store.durability_warnings(&named).await
 }
 
-/// Ends `user`'s active state and refuses the user's tokens: on every
-/// instance through Redis (push and sync), and on this one at once.
-/// Counted in `waitgate_revocations_total` under `source`. Returns whether
-/// the user was active, and the revocation's time (Redis clock, ms).
-pub async fn revoke(
-    store: &Store,
-    tokens: &Tokens,
-    metrics: &Metrics,
-    queue: &Queue,
-    user: &str,
-    source: &str,
-) -> Result<(bool, u64), StoreError> {
-    let (was_active, at_ms) = store
-        .revoke(&queue.keys, &queue.name, user, tokens.longest_life())
-        .await?;
-    tokens.revoked().insert(&queue.name, user, at_ms);
-    metrics
-        .revocations
-        .with_label_values(&[&queue.name, source])
-        .inc();
-    Ok((was_active, at_ms))
-}
-
 #[derive(Serialize)]
 struct Listing {
     queues: Vec<status::QueueStatus>,
@@ -337,7 +314,7 @@ fn media_type(request: &Request<'_>) -> Result<(), Reply> {
         return Ok(());
     }
     match request.content_type {
-        [one] if input::is_json_value(one) => Ok(()),
+        [one] if wire::body::is_json_value(one) => Ok(()),
         _ => Err(Reply::from(ApiError::UnsupportedMediaType)),
     }
 }
@@ -350,7 +327,7 @@ fn no_body(body: &[u8]) -> Result<(), Reply> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(());
     }
-    match input::parse_json::<NoFields>(body) {
+    match wire::body::parse_json::<NoFields>(body) {
         Ok(NoFields {}) => Ok(()),
         Err(ApiError::InvalidRequest(_)) => Err(invalid("This endpoint takes no fields.")),
         Err(error) => Err(Reply::from(error)),
@@ -402,7 +379,7 @@ struct RevokeBody {
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
 /// the configured value; a field left out stays as it is.
 fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, Reply> {
-    let fields: AdmissionBody = input::parse_json(body)?;
+    let fields: AdmissionBody = wire::body::parse_json(body)?;
     let setting = |key: &str, value: &Option<serde_json::Value>, min: u64, max: u64| match value {
         None => Ok(None),
         Some(serde_json::Value::Null) => Ok(Some(Setting::Configured)),
@@ -435,7 +412,7 @@ fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, 
 /// pre-queue opens now when `prequeueFrom` is left out; `shuffle` defaults
 /// to true.
 fn event_change(body: &[u8]) -> Result<Change, Reply> {
-    let fields: EventBody = input::parse_json(body)?;
+    let fields: EventBody = wire::body::parse_json(body)?;
     let time = |key: &str, value: &Option<serde_json::Value>| -> Result<Option<u64>, Reply> {
         match value {
             None | Some(serde_json::Value::Null) => Ok(None),
@@ -464,7 +441,7 @@ fn event_change(body: &[u8]) -> Result<Change, Reply> {
 }
 
 fn revoke_body(body: &[u8]) -> Result<UserId, Reply> {
-    let fields: RevokeBody = input::parse_json(body)?;
+    let fields: RevokeBody = wire::body::parse_json(body)?;
     match fields.user_id {
         Some(serde_json::Value::String(user)) => {
             Ok(UserId::parse(user).ok_or(ApiError::InvalidUserId)?)

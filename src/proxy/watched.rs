@@ -519,7 +519,7 @@ fn request_framing(
     let mut chunked = false;
     for h in parsed.headers.iter() {
         if h.name.eq_ignore_ascii_case("content-length") {
-            let n = super::rules::length::content_length(h.value)
+            let n = crate::wire::length::content_length(h.value)
                 .bytes()
                 .ok_or(())?;
             if length.is_some_and(|l| l != n) {

@@ -27,7 +27,6 @@ use crate::browser::cookie::CookieJar;
 use crate::browser::origin;
 use crate::browser::Caller;
 use crate::config::{BrowserConfig, Config};
-use crate::control::revoke;
 use crate::durability::Durability;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
@@ -36,6 +35,7 @@ use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
 pub use crate::path::Endpoint;
 use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
+use crate::revocation::revoke;
 use crate::store::{Store, StoreError};
 use credential::Credentials;
 

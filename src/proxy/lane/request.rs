@@ -14,7 +14,7 @@ use crate::edge::jwt::{self, Identity, Tokens};
 use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
 use crate::proxy::rules::name::Name;
-use crate::proxy::rules::{self, Field};
+use crate::proxy::rules::Field;
 use crate::queue::{input, Endpoint};
 
 use super::response::push_field;
@@ -109,7 +109,7 @@ pub fn take(
         }
         match Name::of(name) {
             Name::ContentLength if post && body.is_none() => {
-                let length = rules::length::content_length(value).bytes()?;
+                let length = crate::wire::length::content_length(value).bytes()?;
                 if length > input::MAX_BODY as u64 {
                     return None;
                 }

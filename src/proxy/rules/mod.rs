@@ -14,7 +14,6 @@
 //! - [`response`]: how an upstream response's body is framed, which of its
 //!   headers reach the client, and which responses are refused with a 502;
 //! - [`chunked`]: where a chunked body ends, as Pingora's client reads it;
-//! - [`length`]: the one grammar of `Content-Length`;
 //! - [`pool`]: kept-alive upstream connections, reused only when nothing
 //!   is waiting on them;
 //! - [`failure`]: what the client gets when the upstream fails: a 502 or
@@ -24,7 +23,6 @@
 pub mod chunked;
 pub mod failure;
 pub mod forward;
-pub mod length;
 pub mod name;
 pub mod pool;
 pub mod record;

@@ -17,11 +17,11 @@
 //! 400 and its connection closed, so nothing after it on that connection is
 //! read.
 
-use super::length::Length;
 use super::name::Name;
 use super::Field;
 use crate::error::ApiError;
 use crate::path::PathReject;
+use crate::wire::length::Length;
 
 /// Checks the request line of a raw head: `method SP target SP version`,
 /// single spaces, and a target of visible ASCII without `"`, `<` or `>`
@@ -131,7 +131,7 @@ pub fn check<'a>(http11: bool, fields: impl Iterator<Item = Field<'a>>) -> Resul
         match Name::of(name) {
             Name::ContentLength => {
                 lengths += 1;
-                let length = match super::length::content_length(value) {
+                let length = match crate::wire::length::content_length(value) {
                     Length::Invalid => {
                         return Err(bad("The Content-Length header is not a number."))
                     }

@@ -118,7 +118,7 @@ pub fn shape<'a>(
     for (name, value) in fields {
         match Name::of(name) {
             Name::ContentLength => {
-                let n = super::length::content_length(value)
+                let n = crate::wire::length::content_length(value)
                     .bytes()
                     .ok_or(Refusal::Ambiguous("Content-Length is not plain digits"))?;
                 if length.is_some_and(|l| l != n) {
