@@ -1,0 +1,54 @@
+//! `jwt`: the tokens waitgate issues.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::checks::*;
+
+#[derive(Debug, Clone)]
+pub struct JwtConfig {
+    pub issuer: String,
+    pub audience: String,
+    pub ttl: Duration,
+    pub leeway: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub(super) struct RawJwt {
+    pub(super) issuer: String,
+    pub(super) audience: String,
+    pub(super) ttl_ms: u64,
+    pub(super) leeway_s: u64,
+}
+
+impl Default for RawJwt {
+    fn default() -> Self {
+        RawJwt {
+            issuer: "waitgate".into(),
+            audience: "ticketing".into(),
+            ttl_ms: 600_000,
+            leeway_s: 5,
+        }
+    }
+}
+
+impl RawJwt {
+    pub(super) fn validate(self) -> Result<JwtConfig, ConfigError> {
+        if self.issuer.trim().is_empty() {
+            return Err(invalid("jwt.issuer", "must not be empty"));
+        }
+        if self.audience.trim().is_empty() {
+            return Err(invalid("jwt.audience", "must not be empty"));
+        }
+        let ttl = ranged("jwt.ttl-ms", self.ttl_ms, 1_000, MAX_DURATION_MS)?;
+        let leeway = ranged("jwt.leeway-s", self.leeway_s, 0, 300)?;
+        Ok(JwtConfig {
+            issuer: self.issuer,
+            audience: self.audience,
+            ttl: Duration::from_millis(ttl),
+            leeway: Duration::from_secs(leeway),
+        })
+    }
+}

@@ -1,0 +1,214 @@
+//! `queues`: each queue's admission, heartbeat and page settings, and
+//! the bounds that keep one script call short.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::checks::*;
+
+pub const MAX_BATCH: u64 = 10_000;
+
+/// A window past any queue: every rank exact (and places stay far below
+/// the 2^53 a script's numbers hold exactly).
+pub const MAX_EXACT_RANK_WINDOW: u64 = 1_000_000_000;
+
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    pub heartbeat: HeartbeatConfig,
+    pub admission: AdmissionConfig,
+    pub page: PageConfig,
+    /// `rank` needs the queueCredential too, so that nobody can keep
+    /// another user's place alive or read it.
+    pub require_credential: bool,
+    /// How many places from the head `rank` answers exactly; beyond, ranks
+    /// may be derived from samples of the waiting set, within 0.1% (see
+    /// `store::ranks`), and are from place 10,000 on if this is smaller.
+    pub exact_rank_window: u64,
+}
+
+/// The waiting-room page of a queue.
+#[derive(Debug, Clone, Default)]
+pub struct PageConfig {
+    pub title: Option<String>,
+    /// An operator's template, read and checked at load; the built-in page
+    /// otherwise.
+    pub template: Option<std::sync::Arc<crate::browser::template::Template>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HeartbeatConfig {
+    /// A waiting user is removed once this has passed since the last poll
+    /// plus the poll advice that poll was given.
+    pub timeout: Duration,
+    /// The bounds of the poll advice (`pollAfterMs`): about a quarter of
+    /// the expected wait, within these.
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    pub cleanup_interval: Duration,
+    pub cleanup_batch_size: u32,
+    /// After Redis was out of reach, how long clients are given to come
+    /// back before silence counts again (see `outage_cutoff` in
+    /// `lua/lib.lua`).
+    pub outage_grace: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AdmissionConfig {
+    pub interval: Duration,
+    pub batch_size: u32,
+    /// How long an admitted user stays active (and the latest any token of
+    /// theirs may expire).
+    pub active_ttl: Duration,
+    /// 0 = no cap.
+    pub max_active: u64,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub(super) struct RawQueue {
+    pub(super) heartbeat: RawHeartbeat,
+    pub(super) admission: RawAdmission,
+    pub(super) page: RawPage,
+    pub(super) require_credential: bool,
+    pub(super) exact_rank_window: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub(super) struct RawPage {
+    pub(super) title: Option<String>,
+    pub(super) template: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub(super) struct RawHeartbeat {
+    pub(super) timeout_ms: u64,
+    pub(super) cleanup_interval_ms: u64,
+    pub(super) cleanup_batch_size: u64,
+    pub(super) poll_min_ms: u64,
+    pub(super) poll_max_ms: u64,
+    pub(super) outage_grace_ms: u64,
+}
+
+impl Default for RawHeartbeat {
+    fn default() -> Self {
+        RawHeartbeat {
+            timeout_ms: 30_000,
+            cleanup_interval_ms: 10_000,
+            cleanup_batch_size: 500,
+            poll_min_ms: 1_000,
+            poll_max_ms: 30_000,
+            // The page and the JS client wait at most 8 s between tries.
+            outage_grace_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub(super) struct RawAdmission {
+    pub(super) interval_ms: u64,
+    pub(super) batch_size: u64,
+    pub(super) active_ttl_ms: u64,
+    pub(super) max_active: u64,
+}
+
+impl Default for RawAdmission {
+    fn default() -> Self {
+        RawAdmission {
+            interval_ms: 3_000,
+            batch_size: 100,
+            active_ttl_ms: 600_000,
+            max_active: 0,
+        }
+    }
+}
+
+impl RawQueue {
+    pub(super) fn validate(self, key: &str) -> Result<QueueConfig, ConfigError> {
+        let h = self.heartbeat;
+        let a = self.admission;
+        let heartbeat = HeartbeatConfig {
+            timeout: millis(&format!("{key}.heartbeat.timeout-ms"), h.timeout_ms)?,
+            cleanup_interval: millis(
+                &format!("{key}.heartbeat.cleanup-interval-ms"),
+                h.cleanup_interval_ms,
+            )?,
+            cleanup_batch_size: ranged(
+                &format!("{key}.heartbeat.cleanup-batch-size"),
+                h.cleanup_batch_size,
+                1,
+                MAX_BATCH,
+            )? as u32,
+            poll_min: millis(&format!("{key}.heartbeat.poll-min-ms"), h.poll_min_ms)?,
+            poll_max: millis(&format!("{key}.heartbeat.poll-max-ms"), h.poll_max_ms)?,
+            outage_grace: Duration::from_millis(ranged(
+                &format!("{key}.heartbeat.outage-grace-ms"),
+                h.outage_grace_ms,
+                0,
+                3_600_000,
+            )?),
+        };
+        if heartbeat.poll_max < heartbeat.poll_min {
+            return Err(invalid(
+                format!("{key}.heartbeat.poll-max-ms"),
+                "must be at least poll-min-ms",
+            ));
+        }
+        let admission = AdmissionConfig {
+            interval: millis(&format!("{key}.admission.interval-ms"), a.interval_ms)?,
+            batch_size: ranged(
+                &format!("{key}.admission.batch-size"),
+                a.batch_size,
+                1,
+                MAX_BATCH,
+            )? as u32,
+            active_ttl: millis(&format!("{key}.admission.active-ttl-ms"), a.active_ttl_ms)?,
+            max_active: a.max_active,
+        };
+        let template = match &self.page.template {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        format!("{key}.page.template"),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                let template = crate::browser::template::Template::parse(&text).map_err(|e| {
+                    invalid(
+                        format!("{key}.page.template"),
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                Some(std::sync::Arc::new(template))
+            }
+        };
+        if let Some(title) = &self.page.title {
+            if title.trim().is_empty() || title.chars().count() > 200 {
+                return Err(invalid(
+                    format!("{key}.page.title"),
+                    "must be 1 to 200 characters",
+                ));
+            }
+        }
+        Ok(QueueConfig {
+            heartbeat,
+            admission,
+            page: PageConfig {
+                title: self.page.title,
+                template,
+            },
+            require_credential: self.require_credential,
+            exact_rank_window: ranged(
+                &format!("{key}.exact-rank-window"),
+                self.exact_rank_window.unwrap_or(1_000),
+                0,
+                MAX_EXACT_RANK_WINDOW,
+            )?,
+        })
+    }
+}
