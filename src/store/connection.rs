@@ -13,7 +13,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{FromRedisValue, ScriptInvocation};
 
-use super::error::StoreError;
+use super::error::{classify, gone, no_answer, StoreError};
 use crate::config::{RedisConfig, RedisMode, RedisTls};
 
 /// The store: Redis as one server, a Sentinel-watched master, or a
@@ -809,46 +809,6 @@ fn tls_certificates(tls: &RedisTls) -> Result<redis::TlsCertificates, StoreError
     })
 }
 
-fn classify(e: redis::RedisError) -> StoreError {
-    use redis::{ErrorKind, ServerErrorKind};
-    // A Redis that is loading its AOF after a restart, failing over or busy
-    // with a long script is unavailable for now, not broken.
-    // So is a Sentinel set that names no master (during a failover, or not
-    // by the configured name): no Redis to answer.
-    let transient = matches!(
-        e.kind(),
-        ErrorKind::Io
-            | ErrorKind::MasterNameNotFoundBySentinel
-            | ErrorKind::NoValidReplicasFoundBySentinel
-            | ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-                    | ServerErrorKind::ClusterDown
-            )
-    );
-    // So is one over `maxmemory`, which refuses writes until memory is freed
-    // (cleanup and admission go on: their first writes are removals), and
-    // one still running another client's script past its threshold (BUSY):
-    // logged as an outage is, once a second, not once a call.
-    let full = matches!(e.code(), Some("OOM" | "BUSY"));
-    if e.code() == Some("WAITGATE_LOST") {
-        return StoreError::Lost;
-    }
-    if transient
-        || full
-        || e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-    {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Failed(e.to_string())
-    }
-}
-
 /// Whether a request may be sent again on a new connection after its
 /// connection turned out gone under it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -864,17 +824,6 @@ pub(super) enum Resend {
     /// So a write is not sent twice: it answers 503, and the client's retry
     /// goes on the new connection.
     Never,
-}
-
-/// Whether `e` shows the connection gone (closed, reset, refused, or out of
-/// step with Redis): a new one is needed. Not a timeout, nor an error
-/// answer of Redis, both of which come on a connection that still works.
-fn gone(e: &redis::RedisError) -> bool {
-    e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
-}
-
-fn no_answer(limit: Duration) -> StoreError {
-    StoreError::Unavailable(format!("no answer within {} ms", limit.as_millis()))
 }
 
 #[cfg(test)]
