@@ -1,0 +1,178 @@
+//! A `redis-server` of the test's own, and what tests read of it.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Redis
+
+/// The active entry that holds admission shut in queue `baseball` (see
+/// [`Redis::start`]).
+pub const HOLDER: &str = "~admission-held";
+
+/// A `redis-server` of the test's own, killed on drop.
+pub struct Redis {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    extra: Vec<String>,
+    hold: bool,
+}
+
+impl Redis {
+    /// A Redis in which queue `baseball` admits nobody: the harness config
+    /// sets `max-active: 1` for it, and this puts one never-expiring
+    /// [`HOLDER`] in its active set (again after every restart). Tests that
+    /// are not about admission can then rely on users staying WAITING.
+    pub fn start() -> Redis {
+        Redis::launch(&[], true)
+    }
+
+    /// A Redis with admission free to run.
+    pub fn start_free() -> Redis {
+        Redis::launch(&[], false)
+    }
+
+    /// Starts with extra `redis-server` arguments (e.g. AOF settings), with
+    /// admission free to run.
+    pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::launch(extra, false)
+    }
+
+    fn launch(extra: &[&str], hold: bool) -> Redis {
+        let mut redis = Redis {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            child: None,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            hold,
+        };
+        // A port another test's server took since `free_port` checked it:
+        // this one exits, and another port is tried.
+        for _ in 0..5 {
+            if redis.try_spawn() {
+                return redis;
+            }
+            redis.port = free_port();
+        }
+        panic!("redis-server found no free port in 5 tries");
+    }
+
+    fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "redis-server did not start on {}",
+            self.port
+        );
+    }
+
+    /// Starts redis-server on its port: false if this process is not the
+    /// one that answers there (it exited, the port being taken), so that a
+    /// test never shares another test's Redis.
+    fn try_spawn(&mut self) -> bool {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("redis-server must be installed");
+        let port = self.port;
+        let pid = child.id();
+        let mut ours = false;
+        wait_until("redis-server", Duration::from_secs(10), || {
+            if child.try_wait().ok().flatten().is_some() {
+                return true;
+            }
+            let server = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
+            match server {
+                Ok(info) => {
+                    ours = info.contains(&format!("process_id:{pid}\r\n"));
+                    // Another's: wait for this one to exit.
+                    ours
+                }
+                Err(_) => false,
+            }
+        });
+        if !ours {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        self.child = Some(child);
+        if self.hold {
+            let _: () = redis::cmd("ZADD")
+                .arg("queue:{baseball}:active")
+                .arg("32503680000000")
+                .arg(HOLDER)
+                .query(&mut self.conn())
+                .unwrap();
+        }
+        true
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Redis's clock (`TIME`), in ms: the time the scripts see.
+    pub fn now_ms(&self) -> u64 {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn()).unwrap();
+        s * 1000 + us / 1000
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap()
+    }
+
+    /// SIGKILL: no chance to save or close connections.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port and directory (an AOF, if any, is
+    /// replayed).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let status = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        // A stopped process would ignore SIGKILL until continued on some
+        // kernels' process accounting; continue it first.
+        self.signal("CONT");
+        self.kill();
+    }
+}
