@@ -60,6 +60,6 @@ pub use incidents::{Incident, Recovered, Recovery, Watched};
 
 pub use admission::{Admission, AdmitOutcome, Cleanup, GateRecord, NextBucket, PLACE_STEP};
 pub use api::{Current, Dropout, Sample};
-pub use operator::{event_phase, Change, Refused, Setting, Status};
+pub use operator::{Change, Phase, Refused, Setting, Status};
 pub use polls::MAX_BATCH;
 pub use scripts::REVOKED_CHANNEL;

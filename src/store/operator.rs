@@ -50,21 +50,39 @@ pub enum Refused {
     PrequeueAfterOpen,
 }
 
-/// A queue's event phase, as `lua/lib.lua` decides it: `open` (no event,
-/// or its pre-queue placed), `scheduled` (before `prequeue_from`),
-/// `prequeue`, or `placing`, from the control hash and Redis time.
-pub fn event_phase(
-    control: &std::collections::HashMap<String, String>,
-    now_ms: u64,
-) -> &'static str {
-    let number = |key: &str| control.get(key).and_then(|v| v.parse::<u64>().ok());
-    let placed = control.get("placed").is_some_and(|v| v == "1");
-    match number("open_at") {
-        None => "open",
-        Some(_) if placed => "open",
-        Some(_) if number("prequeue_from").is_some_and(|from| now_ms < from) => "scheduled",
-        Some(open_at) if now_ms < open_at => "prequeue",
-        Some(_) => "placing",
+/// A queue's event phase, as `event_phase` in `lua/lib.lua` decides it
+/// (the one place that rule lives; `lua/status.lua` reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// No event, or its pre-queue placed.
+    Open,
+    /// Before `prequeue_from`.
+    Scheduled,
+    /// Registrations are pre-queued until `open_at`.
+    Prequeue,
+    /// `open_at` has passed; the pre-queue is being placed.
+    Placing,
+}
+
+impl Phase {
+    fn from_lua(name: &str) -> Option<Phase> {
+        Some(match name {
+            "open" => Phase::Open,
+            "scheduled" => Phase::Scheduled,
+            "prequeue" => Phase::Prequeue,
+            "placing" => Phase::Placing,
+            _ => return None,
+        })
+    }
+
+    /// Its name, as the admin API and `waitgate_event_phase` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Open => "open",
+            Phase::Scheduled => "scheduled",
+            Phase::Prequeue => "prequeue",
+            Phase::Placing => "placing",
+        }
     }
 }
 
@@ -83,6 +101,8 @@ pub struct Status {
     pub now_ms: u64,
     /// The last Redis incident recorded for the queue.
     pub incident: Option<Incident>,
+    /// The event's phase at `now_ms`.
+    pub phase: Phase,
 }
 
 impl Status {
@@ -96,7 +116,7 @@ impl Status {
     }
 
     pub fn phase(&self) -> &'static str {
-        event_phase(&self.control, self.now_ms)
+        self.phase.name()
     }
 }
 
@@ -199,17 +219,13 @@ impl Store {
     }
     /// A queue's state for the admin API, read in one round-trip.
     pub async fn status(&self, keys: &QueueKeys) -> Result<Status, StoreError> {
-        let mut pipe = redis::pipe();
-        pipe.hgetall(&keys.control)
-            .zcard(&keys.waiting)
-            .zcard(&keys.active)
-            .zcard(&keys.prequeue)
-            .hget(&keys.admission, "rate")
-            .hget(&keys.admission, "total")
-            .cmd("TIME")
-            .cmd("HMGET")
-            .arg(&keys.admission)
-            .arg(&["incident", "incident_at", "incident_ms"][..]);
+        let mut invocation = STATUS.prepare_invoke();
+        invocation
+            .key(&keys.control)
+            .key(&keys.waiting)
+            .key(&keys.active)
+            .key(&keys.prequeue)
+            .key(&keys.admission);
         type Raw = (
             std::collections::HashMap<String, String>,
             u64,
@@ -217,16 +233,12 @@ impl Store {
             u64,
             Option<f64>,
             Option<u64>,
-            (u64, u64),
+            u64,
             (Option<String>, Option<u64>, Option<u64>),
+            String,
         );
-        let pipe = &pipe;
-        let result = self
-            .call(Resend::Safe, |mut connection| async move {
-                pipe.query_async::<Raw>(&mut connection).await
-            })
-            .await;
-        let (control, waiting, active, prequeued, rate, total, (secs, micros), incident) = result?;
+        let (control, waiting, active, prequeued, rate, total, now_ms, incident, phase): Raw =
+            self.run(invocation, Resend::Safe).await?;
         let incident = match incident {
             (Some(kind), at, length) => Some(Incident {
                 kind,
@@ -243,7 +255,10 @@ impl Store {
             prequeued,
             rate_per_window: rate,
             admitted_total: total.unwrap_or(0),
-            now_ms: secs * 1000 + micros / 1000,
+            now_ms,
+            phase: Phase::from_lua(&phase).ok_or_else(|| {
+                StoreError::Failed(format!("status script returned phase {phase:?}"))
+            })?,
         })
     }
 }

@@ -36,6 +36,8 @@ pub(super) static TOKEN: LazyLock<Script> = read_only_script!("token.lua");
 
 pub(super) static CURRENT: LazyLock<Script> = read_only_script!("current.lua");
 
+pub(super) static STATUS: LazyLock<Script> = read_only_script!("status.lua");
+
 /// The heartbeat settings a script reads (`heartbeat_args` in
 /// `lua/lib.lua`): the timeout and the bounds of the poll advice, in ms.
 pub(super) fn heartbeat_args(invocation: &mut ScriptInvocation<'_>, heartbeat: &HeartbeatConfig) {
