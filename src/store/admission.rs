@@ -5,6 +5,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::connection::{Resend, Store};
 use super::error::{count, unexpected, StoreError};
+use super::heartbeat;
 use super::keys::QueueKeys;
 use super::scripts::*;
 use crate::config::{AdmissionConfig, HeartbeatConfig};
@@ -130,17 +131,6 @@ pub(super) enum Read<'a> {
     },
     /// The bucket alone: the script reads up to `take` candidates itself.
     Here { bucket: &'a str, take: u64 },
-}
-
-/// Whether a candidate's heartbeat may be stale: anything but a due time
-/// in plain digits at or after `cutoff`. The script decides, by its own
-/// reading; this only must not keep a user the script would take.
-pub(super) fn stale_heartbeat(value: &str, cutoff: i64) -> bool {
-    let due = value.split_once(':').map_or(value, |(due, _)| due);
-    if due.is_empty() || !due.bytes().all(|b| b.is_ascii_digit()) {
-        return true;
-    }
-    due.parse::<i64>().map_or(true, |due| due < cutoff)
 }
 
 impl Store {
@@ -330,7 +320,7 @@ impl Store {
             for ((user, value), place) in candidates.iter().zip(&values).zip(&places) {
                 if value
                     .as_deref()
-                    .is_some_and(|v| place.is_none() || stale_heartbeat(v, cutoff))
+                    .is_some_and(|v| place.is_none() || heartbeat::may_be_stale(v, cutoff))
                     && seen.insert(user.as_str())
                 {
                     stale.push(user);

@@ -15,6 +15,7 @@ mod api;
 pub mod coalesce;
 mod connection;
 mod error;
+pub mod heartbeat;
 mod keys;
 mod operator;
 mod polls;

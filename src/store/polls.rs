@@ -10,6 +10,7 @@ use redis::ScriptInvocation;
 use super::answers::{place, Place, Position};
 use super::connection::{Resend, Store};
 use super::error::{count, unexpected, StoreError};
+use super::heartbeat;
 use super::keys::QueueKeys;
 use super::ranks::{self, NearHead, Samples};
 use super::scripts::*;
@@ -136,7 +137,7 @@ pub(super) fn decide_far<'u>(
             told[i] = Some(again);
             continue;
         }
-        let Some((due, arrival)) = value.as_deref().and_then(far_heartbeat) else {
+        let Some((due, arrival)) = value.as_deref().and_then(heartbeat::parse) else {
             continue;
         };
         if !far.holds(due, arrival.1) {
@@ -221,14 +222,6 @@ pub(super) fn rank_batch(flat: &[i64]) -> Result<(&[i64], RankBatch), StoreError
             fast: b[11] == 1,
         },
     ))
-}
-
-/// A heartbeat as `<due>:<arrival>`: the due time, and the arrival as
-/// written and as a number; `None` for any other form (rank.lua's path
-/// reads those).
-pub(super) fn far_heartbeat(value: &str) -> Option<(u64, (&str, u64))> {
-    let (due, arrival) = value.split_once(':')?;
-    Some((due.parse().ok()?, (arrival, arrival.parse().ok()?)))
 }
 
 /// rank.lua's rules for a poll far back (its pass over `fast` users), as
