@@ -31,5 +31,5 @@ pub fn may_be_stale(value: &str, cutoff: i64) -> bool {
     }
     // Past u64, Lua's reading is a float far beyond any cutoff: fresh.
     due.parse::<u64>()
-        .map_or(false, |due| i128::from(due) < i128::from(cutoff))
+        .is_ok_and(|due| i128::from(due) < i128::from(cutoff))
 }
