@@ -8,7 +8,9 @@ use serde::Deserialize;
 
 use super::checks::*;
 
-pub const MAX_BATCH: u64 = 10_000;
+/// The most users one admission window may let in (`batch-size`): one
+/// Lua call pops them all, and Redis runs scripts one at a time.
+pub const MAX_BATCH_SIZE: u64 = 10_000;
 
 /// A window past any queue: every rank exact (and places stay far below
 /// the 2^53 a script's numbers hold exactly).
@@ -141,7 +143,7 @@ impl RawQueue {
                 &format!("{key}.heartbeat.cleanup-batch-size"),
                 h.cleanup_batch_size,
                 1,
-                MAX_BATCH,
+                MAX_BATCH_SIZE,
             )? as u32,
             poll_min: millis(&format!("{key}.heartbeat.poll-min-ms"), h.poll_min_ms)?,
             poll_max: millis(&format!("{key}.heartbeat.poll-max-ms"), h.poll_max_ms)?,
@@ -164,7 +166,7 @@ impl RawQueue {
                 &format!("{key}.admission.batch-size"),
                 a.batch_size,
                 1,
-                MAX_BATCH,
+                MAX_BATCH_SIZE,
             )? as u32,
             active_ttl: millis(&format!("{key}.admission.active-ttl-ms"), a.active_ttl_ms)?,
             max_active: a.max_active,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{MAX_BATCH, MAX_DURATION_MS, MIN_INTERVAL_MS};
+use crate::config::{MAX_BATCH_SIZE, MAX_DURATION_MS, MIN_INTERVAL_MS};
 use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::error::ApiError;
@@ -396,7 +396,7 @@ fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, 
         ));
     }
     Ok(Change::Admission {
-        batch_size: setting("batchSize", &fields.batch_size, 1, MAX_BATCH)?,
+        batch_size: setting("batchSize", &fields.batch_size, 1, MAX_BATCH_SIZE)?,
         interval_ms: setting(
             "intervalMs",
             &fields.interval_ms,

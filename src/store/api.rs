@@ -54,7 +54,7 @@ impl Store {
                 .await?,
         )
     }
-    /// Registers each of `users` (at most [`MAX_BATCH`]), in this order, in
+    /// Registers each of `users` (at most [`MAX_USERS_PER_SCRIPT`]), in this order, in
     /// one script call.
     pub async fn register_many(
         &self,
@@ -192,7 +192,7 @@ impl Store {
         one("token", self.token_many(keys, &[(user, arrival)]).await?)
     }
     /// For each (user, arrival the credential names), at most
-    /// [`MAX_BATCH`] / 2 of them, the active-state expiry when the user is
+    /// [`MAX_USERS_PER_SCRIPT`] / 2 of them, the active-state expiry when the user is
     /// active from that registration: one script call.
     pub async fn token_many(
         &self,

@@ -5,7 +5,7 @@
 //! itself (parsing `EVALSHA`, setting up the script, the round trip), not
 //! the few sorted-set lookups it makes. So calls that arrive while one of
 //! their kind is under way wait for it, and then all go together as the
-//! next call, at most [`MAX_BATCH`] at a time. A call that finds none under
+//! next call, at most [`MAX_USERS_PER_CALL`] at a time. A call that finds none under
 //! way goes at once: nothing is ever held back to wait for company, so a
 //! lone call costs only a task hop more than an uncoalesced one.
 //!
@@ -28,8 +28,8 @@ use tokio::sync::oneshot;
 use super::StoreError;
 
 /// The most requests one coalesced call carries (the scripts take up to
-/// `store::MAX_BATCH` users; fewer keeps each call short).
-pub const MAX_BATCH: usize = 200;
+/// `store::MAX_USERS_PER_SCRIPT` users; fewer keeps each call short).
+pub const MAX_USERS_PER_CALL: usize = 200;
 
 /// One kind of call, made for a batch of requests at once.
 pub trait Batch: Send + Sync + 'static {
@@ -114,7 +114,7 @@ impl<B: Batch> Coalescer<B> {
                     driving.done = true;
                     return;
                 }
-                let n = state.pending.len().min(MAX_BATCH);
+                let n = state.pending.len().min(MAX_USERS_PER_CALL);
                 state.pending.drain(..n).collect()
             };
             let (requests, senders): (Vec<_>, Vec<_>) = taken.into_iter().unzip();
@@ -238,7 +238,11 @@ mod tests {
         }
         let made = calls.load(Ordering::SeqCst) - 1;
         assert!(made <= 5, "500 concurrent calls made {made} calls");
-        assert!(sizes.lock().unwrap().iter().all(|&n| n <= MAX_BATCH));
+        assert!(sizes
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|&n| n <= MAX_USERS_PER_CALL));
     }
 
     #[tokio::test]

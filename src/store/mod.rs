@@ -62,5 +62,5 @@ pub use incidents::{Incident, Recovered, Recovery, Watched};
 pub use admission::{Admission, AdmitOutcome, Cleanup, GateRecord, NextBucket, PLACE_STEP};
 pub use api::{Current, Dropout, Sample};
 pub use operator::{Change, Phase, Refused, Setting, Status};
-pub use polls::MAX_BATCH;
+pub use polls::MAX_USERS_PER_SCRIPT;
 pub use scripts::REVOKED_CHANNEL;

@@ -54,7 +54,7 @@ pub(super) fn derive(samples: Option<&Samples>) -> Derive<'_> {
 
 /// The most users one batched script call takes (the scripts refuse more):
 /// it bounds how long one call holds Redis.
-pub const MAX_BATCH: usize = 500;
+pub const MAX_USERS_PER_SCRIPT: usize = 500;
 
 /// An answer to a poll, and whether its rank was walked in the waiting set
 /// (rank.lua's exact path, near the head) rather than derived or decided
@@ -315,7 +315,7 @@ impl Store {
                 .await?,
         )
     }
-    /// The places of each of `users` (at most [`MAX_BATCH`]) in one script
+    /// The places of each of `users` (at most [`MAX_USERS_PER_SCRIPT`]) in one script
     /// call, keeping those waiting alive. With `samples`, ranks far back are
     /// derived from them (see [`ranks`]); any that cannot be told within
     /// 0.1% are asked again, exactly, in a second call.
