@@ -118,9 +118,9 @@ pub(super) struct Swept {
 }
 
 /// What a `lua/sweep.lua` call is given of a bucket.
-pub(super) enum Read<'a> {
+pub(super) enum SweepInput<'a> {
     /// Nothing: the call that starts a pass only finds the first bucket.
-    Nothing,
+    FirstBucket,
     /// The instance's look: the bucket's length when read, how many
     /// candidates it read from its start, and the stale among them.
     Looked {
@@ -130,7 +130,7 @@ pub(super) enum Read<'a> {
         stale: &'a [&'a str],
     },
     /// The bucket alone: the script reads up to `take` candidates itself.
-    Here { bucket: &'a str, take: u64 },
+    Bucket { bucket: &'a str, take: u64 },
 }
 
 impl Store {
@@ -233,7 +233,8 @@ impl Store {
         let NextBucket { bucket, cutoff } = match from {
             Some(next) => next,
             None => {
-                let Some(first) = self.sweep(keys, heartbeat, Read::Nothing).await? else {
+                let Some(first) = self.sweep(keys, heartbeat, SweepInput::FirstBucket).await?
+                else {
                     return self.cleanup_script(keys, heartbeat).await;
                 };
                 done.stale_waiting = first.removed;
@@ -250,7 +251,7 @@ impl Store {
             self.sweep(
                 keys,
                 heartbeat,
-                Read::Here {
+                SweepInput::Bucket {
                     bucket: &bucket,
                     take,
                 },
@@ -327,7 +328,7 @@ impl Store {
                 }
             }
         }
-        let read = Read::Looked {
+        let read = SweepInput::Looked {
             bucket,
             length,
             read: candidates.len() as u64,
@@ -341,14 +342,14 @@ impl Store {
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
-        read: Read<'_>,
+        read: SweepInput<'_>,
     ) -> Result<Option<Swept>, StoreError> {
         let mut invocation = cleanup_invocation(&SWEEP, keys, heartbeat);
         match read {
-            Read::Nothing => {
+            SweepInput::FirstBucket => {
                 invocation.arg("").arg(0).arg(0);
             }
-            Read::Looked {
+            SweepInput::Looked {
                 bucket,
                 length,
                 read,
@@ -356,7 +357,7 @@ impl Store {
             } => {
                 invocation.arg(bucket).arg(length).arg(read).arg(stale);
             }
-            Read::Here { bucket, take } => {
+            SweepInput::Bucket { bucket, take } => {
                 invocation.arg(bucket).arg("").arg(take);
             }
         }

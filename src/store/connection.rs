@@ -25,9 +25,9 @@ pub struct Store {
     /// every later command until its `WAIT` is answered, so a replica that
     /// falls behind would otherwise hold up every other call on the
     /// connection, polls and other writes alike.
-    waited: Option<Waited>,
+    waited: Option<WaitedWrites>,
     /// Counts the times `failed` forgot the Sentinel master or the Cluster
-    /// map (see `Slot`): a lookup that began before one of them may have
+    /// map (see `KeptConnection`): a lookup that began before one of them may have
     /// found the master that just failed, so it is used for its own call
     /// and not kept; a call whose connection was found before one fails
     /// without forgetting the connection found since.
@@ -50,7 +50,7 @@ enum Backend {
     /// however long after the server came back (it reconnects only then).
     Standalone {
         client: redis::Client,
-        current: Slot<MultiplexedConnection>,
+        current: KeptConnection<MultiplexedConnection>,
         /// One connection attempt at a time: the calls that find none wait
         /// for it rather than each opening their own.
         connecting: tokio::sync::Mutex<()>,
@@ -62,7 +62,7 @@ enum Backend {
     /// the Sentinels are asked again on the next call.
     Sentinel {
         sentinels: tokio::sync::Mutex<SentinelClient>,
-        master: Slot<MultiplexedConnection>,
+        master: KeptConnection<MultiplexedConnection>,
         response: Duration,
     },
     /// A Redis Cluster: the crate follows `MOVED`/`ASK`. Every key of a
@@ -74,7 +74,7 @@ enum Backend {
     /// cluster again from the configured nodes.
     Cluster {
         client: ClusterClient,
-        current: Slot<ClusterConnection>,
+        current: KeptConnection<ClusterConnection>,
         connecting: tokio::sync::Mutex<()>,
         /// Each configured node on its own, for the pub/sub subscription:
         /// a Cluster delivers every PUBLISH to every node, so any one
@@ -88,7 +88,7 @@ enum Backend {
 /// and then its `WAIT`, and is dropped on any error. They never reconnect
 /// on their own (a `WAIT` on a connection other than the write's would
 /// answer at once, for nothing), and at most `WAITED_CONNECTIONS` exist.
-struct Waited {
+struct WaitedWrites {
     /// How to open one; its calls may take the command and wait timeouts.
     backend: Backend,
     idle: Pool<Conn>,
@@ -153,7 +153,7 @@ impl<C> Pool<C> {
 /// nothing was forgotten since. (Once a master fails, the calls in flight
 /// on it fail one after another for up to a command timeout; each would
 /// otherwise forget the new master found after the first.)
-type Slot<C> = std::sync::Mutex<Option<(u64, C)>>;
+type KeptConnection<C> = std::sync::Mutex<Option<(u64, C)>>;
 
 /// Keeps `found` (with the count it was looked up at) in `slot` for the
 /// next calls, unless `Store::failed` forgot a connection since the lookup
@@ -161,7 +161,7 @@ type Slot<C> = std::sync::Mutex<Option<(u64, C)>>;
 /// already holds one keeps it. `failed` counts under the same lock.
 fn keep_unless_forgotten<C: Clone>(
     forgotten: &std::sync::atomic::AtomicU64,
-    slot: &Slot<C>,
+    slot: &KeptConnection<C>,
     found: &(u64, C),
 ) {
     let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
@@ -172,7 +172,11 @@ fn keep_unless_forgotten<C: Clone>(
 
 /// Forgets what `slot` holds, and counts it, if nothing was forgotten since
 /// the failed call's connection was found (`seen`). Whether it counted.
-fn forget_once<C>(forgotten: &std::sync::atomic::AtomicU64, seen: u64, slot: &Slot<C>) -> bool {
+fn forget_once<C>(
+    forgotten: &std::sync::atomic::AtomicU64,
+    seen: u64,
+    slot: &KeptConnection<C>,
+) -> bool {
     let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
     if forgotten.load(Ordering::Acquire) != seen {
         return false;
@@ -270,7 +274,7 @@ impl Store {
             waited: match wait {
                 // A `WAIT` is answered once its own timeout is over: the
                 // command timeout counts from then.
-                Some((_, wait)) => Some(Waited {
+                Some((_, wait)) => Some(WaitedWrites {
                     // A cluster connection that retries would send a
                     // `WAIT` that failed with its master to the next one,
                     // which answers at once for a write it never had.
@@ -478,7 +482,7 @@ impl Store {
     /// a connection was forgotten meanwhile (`keep_unless_forgotten`).
     async fn shared<C, Fut>(
         &self,
-        slot: &Slot<C>,
+        slot: &KeptConnection<C>,
         connecting: &tokio::sync::Mutex<()>,
         open: impl FnOnce() -> Fut,
     ) -> Result<(u64, C), StoreError>

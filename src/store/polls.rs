@@ -23,7 +23,7 @@ pub(super) fn rank_invocation<'a>(
     keys: &'a QueueKeys,
     admission: &AdmissionConfig,
     heartbeat: &HeartbeatConfig,
-    derive: Derive<'_>,
+    derive: FarBackSamples<'_>,
     users: &[&str],
 ) -> ScriptInvocation<'a> {
     let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
@@ -48,7 +48,7 @@ pub(super) fn rank_invocation<'a>(
 }
 
 /// The samples' range, when ranks can be derived from them now.
-pub(super) fn derive(samples: Option<&Samples>) -> Derive<'_> {
+pub(super) fn derive(samples: Option<&Samples>) -> FarBackSamples<'_> {
     samples.and_then(|s| Some((s, s.range()?)))
 }
 
@@ -60,7 +60,7 @@ pub const MAX_USERS_PER_SCRIPT: usize = 500;
 /// (rank.lua's exact path, near the head) rather than derived or decided
 /// far back.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Told {
+pub(super) struct RankAnswer {
     position: Position,
     walked: bool,
 }
@@ -72,8 +72,8 @@ pub(super) fn rank_answers(
     batch: &RankBatch,
     samples: Option<&Samples>,
     asked: usize,
-) -> Result<Vec<Option<Told>>, StoreError> {
-    let told = |position, walked| Ok(Some(Told { position, walked }));
+) -> Result<Vec<Option<RankAnswer>>, StoreError> {
+    let told = |position, walked| Ok(Some(RankAnswer { position, walked }));
     answers("rank", each, 4, asked)?
         .map(|a| {
             let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
@@ -123,15 +123,15 @@ pub(super) fn rank_answers(
 /// far back would, into `told`; returns the heartbeats to write (user,
 /// value, arrival). A user twice in the batch gets one decision.
 pub(super) fn decide_far<'u>(
-    far: &Far,
+    far: &FarBack,
     batch: &RankBatch,
     samples: &Samples,
     (read, read_users): (&[usize], &[&'u str]),
     values: &[Option<String>],
-    told: &mut [Option<Told>],
+    told: &mut [Option<RankAnswer>],
 ) -> Vec<(&'u str, String, u64)> {
     let mut written: Vec<(&str, String, u64)> = Vec::new();
-    let mut decided: HashMap<&str, Told> = HashMap::new();
+    let mut decided: HashMap<&str, RankAnswer> = HashMap::new();
     for ((&i, user), value) in read.iter().zip(read_users).zip(values) {
         if let Some(&again) = decided.get(user) {
             told[i] = Some(again);
@@ -153,7 +153,7 @@ pub(super) fn decide_far<'u>(
             written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
             far.advice
         };
-        let answer = Told {
+        let answer = RankAnswer {
             position: Position::Waiting(Place {
                 rank,
                 wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
@@ -170,7 +170,7 @@ pub(super) fn decide_far<'u>(
 /// Drops the answers of `again`, everywhere each user is in the batch:
 /// rank.lua answers them instead.
 pub(super) fn forget<'u>(
-    told: &mut [Option<Told>],
+    told: &mut [Option<RankAnswer>],
     users: &[&str],
     again: impl Iterator<Item = &'u str>,
 ) {
@@ -226,7 +226,7 @@ pub(super) fn rank_batch(flat: &[i64]) -> Result<(&[i64], RankBatch), StoreError
 
 /// rank.lua's rules for a poll far back (its pass over `fast` users), as
 /// of one batch.
-pub(super) struct Far {
+pub(super) struct FarBack {
     /// Heartbeats due before this are past the timeout.
     oldest: i64,
     far_from: u64,
@@ -240,13 +240,13 @@ pub(super) struct Far {
     bucket: u64,
 }
 
-impl Far {
-    fn new(batch: &RankBatch, heartbeat: &HeartbeatConfig, far_to: u64) -> Far {
+impl FarBack {
+    fn new(batch: &RankBatch, heartbeat: &HeartbeatConfig, far_to: u64) -> FarBack {
         let pmin = heartbeat.poll_min.as_millis() as i64;
         let pmax = heartbeat.poll_max.as_millis() as i64;
         let due = batch.now_ms + pmax as u64;
         let span = pmin.clamp(1, 1000) as u64;
-        Far {
+        FarBack {
             oldest: batch.now_ms as i64 - heartbeat.timeout.as_millis() as i64,
             far_from: batch.far_from,
             far_to,
@@ -294,7 +294,7 @@ pub(super) fn departures(keys: &QueueKeys) -> redis::Cmd {
 
 /// Samples ranks far back are derived from, with their range as read once
 /// for a batch ([`Samples::range`]).
-pub(super) type Derive<'s> = Option<(&'s Samples, (u64, u64))>;
+pub(super) type FarBackSamples<'s> = Option<(&'s Samples, (u64, u64))>;
 
 /// The counters of departures from a queue's waiting set, and of users
 /// placed in it anywhere but at the tail, as `HMGET` reads them.
@@ -341,7 +341,7 @@ impl Store {
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
-    ) -> Result<Vec<Told>, StoreError> {
+    ) -> Result<Vec<RankAnswer>, StoreError> {
         let (mut told, _) = self
             .rank_call(keys, users, admission, heartbeat, derive(samples))
             .await?;
@@ -367,8 +367,8 @@ impl Store {
         users: &[&str],
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
-        derive: Derive<'_>,
-    ) -> Result<(Vec<Option<Told>>, RankBatch), StoreError> {
+        derive: FarBackSamples<'_>,
+    ) -> Result<(Vec<Option<RankAnswer>>, RankBatch), StoreError> {
         let invocation = rank_invocation(keys, admission, heartbeat, derive, users);
         let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         let (each, batch) = rank_batch(&flat)?;
@@ -435,7 +435,7 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
         near: &NearHead,
-    ) -> Result<Vec<Told>, StoreError> {
+    ) -> Result<Vec<RankAnswer>, StoreError> {
         let Some((samples, range)) = derive(samples) else {
             return self
                 .rank_many_told(keys, users, admission, heartbeat, samples)
@@ -475,12 +475,12 @@ impl Store {
                     .await
             }),
         )?;
-        let mut told: Vec<Option<Told>> = vec![None; users.len()];
+        let mut told: Vec<Option<RankAnswer>> = vec![None; users.len()];
         for (&i, answer) in hinted.iter().zip(first) {
             told[i] = answer;
         }
         if batch.fast && values.len() == read_users.len() {
-            let far = Far::new(&batch, heartbeat, range.1);
+            let far = FarBack::new(&batch, heartbeat, range.1);
             let written = decide_far(
                 &far,
                 &batch,
@@ -538,7 +538,7 @@ impl Store {
     async fn write_far<'u>(
         &self,
         keys: &QueueKeys,
-        far: &Far,
+        far: &FarBack,
         written: &[(&'u str, String, u64)],
         before: &Departures,
     ) -> Result<Vec<&'u str>, StoreError> {
