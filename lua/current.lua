@@ -3,7 +3,7 @@
 -- a queue with `require-credential`, so that the credential of an earlier
 -- registration polls nobody's place.
 --
--- waitgate has already checked the credential's MAC (src/queue/credential.rs);
+-- waitgate has already checked the credential's MAC (src/queue_api/credential.rs);
 -- it names the arrival of one registration.
 --
 -- KEYS[1] waiting ZSET, KEYS[2] prequeue ZSET, KEYS[3] credential HASH

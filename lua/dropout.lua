@@ -1,6 +1,6 @@
 -- dropout: a user leaves, proving it with its queueCredential.
 --
--- waitgate has already checked the credential's MAC (src/queue/credential.rs),
+-- waitgate has already checked the credential's MAC (src/queue_api/credential.rs),
 -- which names the arrival of one registration; this script checks that the
 -- registration is still the user's current one.
 --

@@ -21,7 +21,7 @@
 -- advice (ms; 0 where there is no place to poll):
 --         {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
 --                                      waitgate signs the arrival into the
---                                      queueCredential (src/queue/credential.rs)
+--                                      queueCredential (src/queue_api/credential.rs)
 --         {2, rank, wait_ms, arrival}  already waiting: place kept
 --         {3, expiry, 0, arrival}      already active until expiry (ms), with
 --                                      the admitted registration's arrival

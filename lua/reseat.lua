@@ -1,7 +1,7 @@
 -- reseat: seats again a waiting user whose place Redis lost (see
 -- lua/recover.lua), at the arrival their queueCredential records, ahead of
 -- everyone who arrived later. waitgate has checked the credential's MAC
--- (src/queue/credential.rs) and found the user not queued.
+-- (src/queue_api/credential.rs) and found the user not queued.
 --
 -- Refused (nothing is written) unless all of these hold:
 -- - the credential's registration is older than the last loss of state

@@ -1,7 +1,7 @@
 -- token: is this user active, and is the credential of the registration that
 -- was admitted? Read-only: loaded with the `no-writes` flag.
 --
--- waitgate has already checked the credential's MAC (src/queue/credential.rs);
+-- waitgate has already checked the credential's MAC (src/queue_api/credential.rs);
 -- it names the arrival of one registration.
 --
 -- KEYS[1] active ZSET (userId -> active-state expiry, ms)

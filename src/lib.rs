@@ -43,7 +43,7 @@ pub mod logging;
 pub mod metrics;
 pub mod path;
 pub mod proxy;
-pub mod queue;
+pub mod queue_api;
 pub mod queues;
 pub mod reload;
 pub mod reply;

@@ -33,8 +33,8 @@ use crate::proxy::routes::Maintenance;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::rules::forward::TrustedProxies;
 use crate::proxy::Gate;
-use crate::queue::credential::Credentials;
-use crate::queue::QueueApi;
+use crate::queue_api::credential::Credentials;
+use crate::queue_api::QueueApi;
 use crate::queues::Queues;
 use crate::reload::Reloader;
 use crate::shutdown::{Drain, InFlight, Signals};
@@ -108,7 +108,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let api = Arc::new(QueueApi::new(
         config,
         queues.clone(),
-        crate::queue::Redis {
+        crate::queue_api::Redis {
             store: store.clone(),
             durability: durability.clone(),
         },

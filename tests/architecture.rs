@@ -511,7 +511,7 @@ fn leaf_modules_import_nothing_of_ours() {
 
 /// The same at the top: the crate's top-level modules (`queue`, `control`,
 /// `proxy`, ...), each taken whole, import no module that imports them,
-/// through inline paths (`crate::queue::register::handle(..)`) as much as
+/// through inline paths (`crate::queue_api::register::handle(..)`) as much as
 /// through `use`. The crate root (`lib.rs`, which declares them all) is
 /// left out.
 #[test]

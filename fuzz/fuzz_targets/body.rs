@@ -6,9 +6,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use waitgate::edge::secret::Secret;
-use waitgate::queue::credential::Credentials;
-use waitgate::queue::input::{parse_query, user_query};
-use waitgate::queue::{register, token};
+use waitgate::queue_api::credential::Credentials;
+use waitgate::queue_api::input::{parse_query, user_query};
+use waitgate::queue_api::{register, token};
 use waitgate::user::is_valid as is_valid_user_id;
 
 static CREDENTIALS: std::sync::LazyLock<Credentials> = std::sync::LazyLock::new(|| {

@@ -8,7 +8,7 @@
 //!   CORS for other allowed sites;
 //! - [`template`] and [`text`]: the page, in English and Korean.
 //!
-//! The page itself is served by the queue API (`crate::queue::page`), which
+//! The page itself is served by the queue API (`crate::queue_api::page`), which
 //! registers and polls for the visitor. These modules hold rules only, and
 //! import nothing of waitgate's but the path and user-id rules.
 

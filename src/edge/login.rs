@@ -55,7 +55,7 @@ struct Claims {
 /// A verified login token: its user, and whether it has run out (its
 /// signature and claims are good but `exp` has passed). A login that ran
 /// out still says who signed in; what it is good for is the caller's to
-/// say (see `crate::queue::who`).
+/// say (see `crate::queue_api::who`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Login {
     pub user: UserId,

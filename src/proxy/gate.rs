@@ -32,7 +32,7 @@ use crate::browser::{Caller, PagePath};
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::queue::{self, Endpoint, QueueApi};
+use crate::queue_api::{self, Endpoint, QueueApi};
 use crate::reply::Reply;
 use crate::shutdown::{InFlight, InFlightGuard};
 
@@ -131,7 +131,7 @@ impl Gate {
     }
 }
 
-use crate::queue::page::Returns;
+use crate::queue_api::page::Returns;
 
 impl Gate {
     /// The waiting-room page (loading it with a `GET` registers and polls;
@@ -140,7 +140,9 @@ impl Gate {
         let header = session.req_header();
         let method = header.method.as_str();
         match page {
-            PagePath::Asset(asset) if matches!(method, "GET" | "HEAD") => queue::page::asset(asset),
+            PagePath::Asset(asset) if matches!(method, "GET" | "HEAD") => {
+                queue_api::page::asset(asset)
+            }
             PagePath::Page(queue) if matches!(method, "GET" | "HEAD") => {
                 let caller = Caller::from_fields(fields(&header.headers).into_iter())
                     .with_authority(header.uri.authority().map(|a| a.as_str()));
@@ -574,7 +576,7 @@ mod tests {
     use crate::config::Config;
     use crate::edge::jwt::Reject;
     use crate::edge::secret::Secret;
-    use crate::queue::credential::Credentials;
+    use crate::queue_api::credential::Credentials;
     use crate::queues::Queues;
     use crate::store::Store;
 
@@ -596,7 +598,7 @@ routes:
         let api = Arc::new(QueueApi::new(
             &config,
             Arc::new(ArcSwap::from_pointee(Queues::new(&config))),
-            crate::queue::Redis {
+            crate::queue_api::Redis {
                 store: store.clone(),
                 durability: Arc::new(crate::durability::Durability::new(
                     store,

@@ -140,5 +140,5 @@ pub fn give_state(c: &mut redis::Connection, queue: &str) {
 /// refusal can only come from Redis's answer.
 pub fn credential_for(user: &str, arrival: u64) -> String {
     let secret = waitgate::edge::secret::Secret::from_base64(SECRET_B64).unwrap();
-    waitgate::queue::credential::Credentials::new(&secret).issue("baseball", user, arrival)
+    waitgate::queue_api::credential::Credentials::new(&secret).issue("baseball", user, arrival)
 }

@@ -16,11 +16,11 @@
 //!   a `Connection` header, if any, naming only `close` or `keep-alive`;
 //! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
 //!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
-//!   with the proxy's handler (`crate::queue::QueueApi::rank`);
+//!   with the proxy's handler (`crate::queue_api::QueueApi::rank`);
 //! - and `POST /api/v1/queue/register` with one `application/json`
 //!   `Content-Type`, one `Content-Length` of at most 4 KiB in plain digits,
 //!   and the body already read with the head, answered with the proxy's
-//!   handler once the body is read (`crate::queue::QueueApi::register`).
+//!   handler once the body is read (`crate::queue_api::QueueApi::register`).
 //!
 //! What it holds: nothing the proxy path also decides. The decision, the
 //! request and response header rules, the framing rules (with the chunked
@@ -55,7 +55,7 @@ use super::rules::record::Record;
 use super::upstream::Upstream;
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
-use crate::queue::{Endpoint, QueueApi};
+use crate::queue_api::{Endpoint, QueueApi};
 use crate::shutdown::InFlight;
 use io::send;
 use request::{Take, Taken};

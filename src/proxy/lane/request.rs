@@ -15,7 +15,7 @@ use crate::proxy::decision::{decide, Decision, RequestHead};
 use crate::proxy::rules::forward::{self, Hop, Peer};
 use crate::proxy::rules::name::Name;
 use crate::proxy::rules::Field;
-use crate::queue::{input, Endpoint};
+use crate::queue_api::{input, Endpoint};
 
 use super::response::push_field;
 use crate::proxy::routes::RouteTable;
