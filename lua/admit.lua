@@ -42,6 +42,8 @@
 -- lib.lua), 8 Redis has less than the instance saw (7 and 8 write nothing),
 -- 9 the queue's state was lost and its waiting users are still coming back
 -- to be seated again (`rebuild_until`): nobody is admitted meanwhile.
+-- Codes: 0 decided, 1 already-decided, 2 empty, 3 at-capacity, 4 paused, 5 not-open,
+-- Codes: 6 placing, 7 missing, 8 behind, 9 rebuilding
 --
 -- The gate also records the frontier: the highest waiting score admitted,
 -- and of placed pre-queue users the highest pre-queue arrival. Admission

@@ -16,6 +16,7 @@
 -- Returns {code, now_ms}: code 1 done, -1 refused: a pre-queue is being
 -- placed right now, -2 refused: open_at is not in the future (Redis clock),
 -- -3 refused: prequeue_from is after open_at.
+-- Codes: 1 done, -1 placing, -2 open-at-past, -3 prequeue-after-open
 local action = ARGV[1]
 if #KEYS ~= 3 or not action then
   return redis.error_reply('ERR waitgate control: bad arguments')

@@ -11,6 +11,7 @@
 --
 -- Returns 1 the current registration (waiting, pre-queued or admitted),
 -- 0 the user is not queued, -1 the user's current registration is another.
+-- Codes: 1 current, 0 not-queued, -1 earlier
 if #KEYS ~= 3 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate current: bad arguments')

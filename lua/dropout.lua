@@ -19,6 +19,7 @@
 --          0  not queued: nothing is written, but for the spent mark of a
 --             registration that a loss of state took (see lua/reseat.lua)
 --         -1  the credential is of an earlier registration: nothing is written
+-- Codes: 1 removed, 0 not-queued, -1 earlier
 --
 -- A registration that left is marked spent, so that no loss of state can
 -- bring it back.

@@ -1,7 +1,8 @@
 -- health: what the server that holds a queue says of keeping it (see
 -- `durability_warnings` in src/store/health.rs). Read-only.
 --
--- KEYS[1] any key of the queue (routes the call to the queue's node)
+-- KEYS[1] control HASH (unread: any key of the queue would do, it routes
+--         the call to the queue's node)
 --
 -- Returns {aof_enabled, role, connected_replicas}.
 local persistence = redis.call('INFO', 'persistence')

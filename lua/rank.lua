@@ -40,6 +40,7 @@
 -- is `pmax`), and 1 if polls far back are decided from the heartbeat alone
 -- (the queue is open, the instance derives ranks, no earlier version's
 -- heartbeats), else 0.
+-- Codes: 0 not-queued, 1 waiting, 3 active, 4 prequeued, 5 far-back
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
 -- the lookup of the heartbeat, which a poll makes anyway: the script

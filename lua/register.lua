@@ -29,6 +29,8 @@
 --         {5, opens_in_ms, 0, arrival} pre-queued now (0: opening now)
 --         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
 -- wait_ms is -1 while admission is paused.
+-- Codes: 1 new, 2 already-waiting, 3 active, 4 already-prequeued, 5 prequeued-now,
+-- Codes: 6 not-open
 --
 -- A waiting user costs a sorted-set entry, a hash field and a place in a
 -- list.

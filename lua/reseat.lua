@@ -37,6 +37,7 @@
 -- pre-queue, or seated before a scheduled open (rank: opens in ms),
 -- 0 refused; or WAITGATE_LOST while the
 -- queue has no state (the instance writes back what it knows first).
+-- Codes: 0 refused, 1 seated, 4 prequeued
 local user, arrival = ARGV[1], tonumber(ARGV[2])
 local interval, batch = tonumber(ARGV[3]), tonumber(ARGV[4])
 local timeout, pmin, pmax = heartbeat_args(5)

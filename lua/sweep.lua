@@ -16,9 +16,10 @@
 -- must read anyway: it then names the bucket alone, and the candidates are
 -- read, checked and dropped here, in one step.
 --
--- KEYS as cleanup.lua's: [1] waiting ZSET, [2] heartbeat ZSET (of earlier
--- versions), [3] credential HASH, [4] active ZSET, [5] prequeue ZSET,
--- [6] admission HASH, [7] due HASH, [8] dues ZSET
+-- KEYS as cleanup.lua's: KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET (of
+-- earlier versions), KEYS[3] credential HASH, KEYS[4] active ZSET,
+-- KEYS[5] prequeue ZSET, KEYS[6] admission HASH, KEYS[7] due HASH,
+-- KEYS[8] dues ZSET
 -- ARGV[1] batch size (active entries), ARGV[2] heartbeat timeout (ms),
 -- ARGV[3] outage grace (ms: see `outage_cutoff` in lib.lua),
 -- ARGV[4] the bucket the instance read (its end as stored; '' for none),

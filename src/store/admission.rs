@@ -1,10 +1,10 @@
 //! Admission and cleanup: the global gate's call, and the pass that
 //! removes silent users, expired active entries and stray heartbeats.
 
-use redis::{Script, ScriptInvocation};
+use redis::ScriptInvocation;
 
 use super::connection::{Resend, Store};
-use super::error::{count, unexpected, StoreError};
+use super::error::{count, StoreError};
 use super::heartbeat;
 use super::keys::QueueKeys;
 use super::scripts::*;
@@ -85,21 +85,13 @@ pub struct NextBucket {
 
 /// A call of cleanup.lua or sweep.lua, which take the same keys and
 /// settings first.
-pub(super) fn cleanup_invocation<'a>(
-    script: &'a Script,
-    keys: &'a QueueKeys,
+pub(super) fn cleanup_invocation(
+    script: &'static QueueScript,
+    keys: &QueueKeys,
     heartbeat: &HeartbeatConfig,
-) -> ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
+) -> ScriptInvocation<'static> {
+    let mut invocation = script.invoke(keys);
     invocation
-        .key(&keys.waiting)
-        .key(&keys.heartbeat)
-        .key(&keys.credential)
-        .key(&keys.active)
-        .key(&keys.prequeue)
-        .key(&keys.admission)
-        .key(&keys.due)
-        .key(&keys.dues)
         .arg(heartbeat.cleanup_batch_size)
         .arg(heartbeat.timeout.as_millis() as u64)
         .arg(heartbeat.outage_grace.as_millis() as u64);
@@ -145,18 +137,8 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         seen: (u64, u64),
     ) -> Result<Admission, StoreError> {
-        let mut invocation = ADMIT.prepare_invoke();
+        let mut invocation = ADMIT.invoke(keys);
         invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.active)
-            .key(&keys.admission)
-            .key(&keys.credential)
-            .key(&keys.control)
-            .key(&keys.prequeue)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .key(&keys.spent)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size)
             .arg(admission.active_ttl.as_millis() as u64)
@@ -177,18 +159,17 @@ impl Store {
             }),
             _ => None,
         };
-        let outcome = match why {
-            0 => AdmitOutcome::Decided,
-            1 => AdmitOutcome::AlreadyDecided,
-            2 => AdmitOutcome::Empty,
-            3 => AdmitOutcome::AtCapacity,
-            // (9: still seating again the users of a lost state.)
-            4 | 9 => AdmitOutcome::Paused,
-            5 => AdmitOutcome::NotOpen,
-            6 => AdmitOutcome::Placing,
+        let outcome = match AdmitCode::of(why)? {
+            AdmitCode::Decided => AdmitOutcome::Decided,
+            AdmitCode::AlreadyDecided => AdmitOutcome::AlreadyDecided,
+            AdmitCode::Empty => AdmitOutcome::Empty,
+            AdmitCode::AtCapacity => AdmitOutcome::AtCapacity,
+            // Still seating again the users of a lost state.
+            AdmitCode::Paused | AdmitCode::Rebuilding => AdmitOutcome::Paused,
+            AdmitCode::NotOpen => AdmitOutcome::NotOpen,
+            AdmitCode::Placing => AdmitOutcome::Placing,
             // Nothing was written: the state is written back first.
-            7 | 8 => return Err(StoreError::Lost),
-            _ => return Err(unexpected("admit", why)),
+            AdmitCode::Missing | AdmitCode::Behind => return Err(StoreError::Lost),
         };
         Ok(Admission {
             record,

@@ -4,7 +4,7 @@
 
 use super::answers::{place, Registration};
 use super::connection::{Resend, Store};
-use super::error::{count, unexpected, StoreError};
+use super::error::{count, StoreError};
 use super::keys::QueueKeys;
 use super::scripts::*;
 use crate::config::{AdmissionConfig, HeartbeatConfig};
@@ -63,17 +63,8 @@ impl Store {
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Vec<Registration>, StoreError> {
-        let mut invocation = REGISTER.prepare_invoke();
+        let mut invocation = REGISTER.invoke(keys);
         invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.credential)
-            .key(&keys.active)
-            .key(&keys.admission)
-            .key(&keys.control)
-            .key(&keys.prequeue)
-            .key(&keys.due)
-            .key(&keys.dues)
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
@@ -84,33 +75,32 @@ impl Store {
         answers("register", &flat, 5, users.len())?
             .map(|a| {
                 let (code, value, wait, arrival, advice) = (a[0], a[1], a[2], a[3], a[4]);
-                match code {
-                    1 => Ok(Registration::New {
+                match RegisterCode::of(code)? {
+                    RegisterCode::New => Ok(Registration::New {
                         place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
                     }),
-                    2 => Ok(Registration::AlreadyWaiting {
+                    RegisterCode::AlreadyWaiting => Ok(Registration::AlreadyWaiting {
                         place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
                     }),
-                    3 => Ok(Registration::Active {
+                    RegisterCode::Active => Ok(Registration::Active {
                         expires_at_ms: count(value)?,
                         arrival: count(arrival)?,
                     }),
-                    4 => Ok(Registration::Prequeued {
+                    RegisterCode::AlreadyPrequeued => Ok(Registration::Prequeued {
                         opens_in_ms: count(value)?,
                         arrival: None,
                         poll_after_ms: count(advice)?,
                     }),
-                    5 => Ok(Registration::Prequeued {
+                    RegisterCode::PrequeuedNow => Ok(Registration::Prequeued {
                         opens_in_ms: count(value)?,
                         arrival: Some(count(arrival)?),
                         poll_after_ms: count(advice)?,
                     }),
-                    6 => Ok(Registration::NotOpen {
+                    RegisterCode::NotOpen => Ok(Registration::NotOpen {
                         opens_at_ms: count(value)?,
                     }),
-                    _ => Err(unexpected("register", code)),
                 }
             })
             .collect()
@@ -136,26 +126,14 @@ impl Store {
         user: &str,
         arrival: u64,
     ) -> Result<Dropout, StoreError> {
-        let mut invocation = DROPOUT.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.credential)
-            .key(&keys.active)
-            .key(&keys.prequeue)
-            .key(&keys.admission)
-            .key(&keys.due)
-            .key(&keys.spent)
-            .key(&keys.control)
-            .arg(user)
-            .arg(arrival);
+        let mut invocation = DROPOUT.invoke(keys);
+        invocation.arg(user).arg(arrival);
         let code: i64 = self.run_write(invocation, &keys.waiting).await?;
-        match code {
-            1 => Ok(Dropout::Removed),
-            0 => Ok(Dropout::NotQueued),
-            -1 => Ok(Dropout::CredentialMismatch),
-            _ => Err(unexpected("dropout", code)),
-        }
+        Ok(match DropoutCode::of(code)? {
+            DropoutCode::Removed => Dropout::Removed,
+            DropoutCode::NotQueued => Dropout::NotQueued,
+            DropoutCode::Earlier => Dropout::CredentialMismatch,
+        })
     }
     /// Whether the registration at `arrival` (a credential's) is `user`'s
     /// current one (`lua/current.lua`).
@@ -165,20 +143,14 @@ impl Store {
         user: &str,
         arrival: u64,
     ) -> Result<Current, StoreError> {
-        let mut invocation = CURRENT.prepare_invoke();
-        invocation
-            .key(&keys.waiting)
-            .key(&keys.prequeue)
-            .key(&keys.credential)
-            .arg(user)
-            .arg(arrival);
+        let mut invocation = CURRENT.invoke(keys);
+        invocation.arg(user).arg(arrival);
         let code: i64 = self.run(invocation, Resend::Safe).await?;
-        match code {
-            1 => Ok(Current::Yes),
-            0 => Ok(Current::NotQueued),
-            -1 => Ok(Current::Earlier),
-            _ => Err(unexpected("current", code)),
-        }
+        Ok(match CurrentCode::of(code)? {
+            CurrentCode::Current => Current::Yes,
+            CurrentCode::NotQueued => Current::NotQueued,
+            CurrentCode::Earlier => Current::Earlier,
+        })
     }
     /// The active-state expiry (Redis clock, ms) when the user is active and
     /// was admitted from the registration at `arrival`; `None` for either
@@ -199,8 +171,7 @@ impl Store {
         keys: &QueueKeys,
         users: &[(&str, u64)],
     ) -> Result<Vec<Option<u64>>, StoreError> {
-        let mut invocation = TOKEN.prepare_invoke();
-        invocation.key(&keys.active).key(&keys.credential);
+        let mut invocation = TOKEN.invoke(keys);
         for (user, arrival) in users {
             invocation.arg(*user).arg(*arrival);
         }

@@ -4,15 +4,10 @@
 //! `/healthz/redis`; the answer is warnings, not a failure: waitgate works
 //! either way, but an incident then loses what Redis did not keep.
 
-use std::sync::LazyLock;
-
-use redis::Script;
-
 use super::connection::{Resend, Store};
 use super::error::StoreError;
 use super::keys::QueueKeys;
-
-static HEALTH: LazyLock<Script> = read_only_script!("health.lua");
+use super::scripts::HEALTH;
 
 impl Store {
     /// What the Redis that holds `queues` cannot keep, in words (none: it
@@ -42,8 +37,7 @@ impl Store {
         let mut lonely = Vec::new();
         let mut forgetful = false;
         for (name, keys) in queues {
-            let mut invocation = HEALTH.prepare_invoke();
-            invocation.key(&keys.control);
+            let invocation = HEALTH.invoke(keys);
             let (aof, role, replicas): (i64, String, i64) =
                 self.run(invocation, Resend::Safe).await?;
             if aof == 0 && snapshots != Some(true) {

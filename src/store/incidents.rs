@@ -4,19 +4,14 @@
 //! the seating again of a user whose place was lost (`lua/reseat.lua`).
 //! What they are for is told in [`crate::durability`].
 
-use std::sync::LazyLock;
-
-use redis::{FromRedisValue, Script, Value};
+use redis::{FromRedisValue, Value};
 
 use super::answers::{place, Position};
 use super::connection::{Resend, Store};
-use super::error::{count, unexpected, StoreError};
+use super::error::{count, StoreError};
 use super::keys::QueueKeys;
+use super::scripts::{ReseatCode, RECOVER, RESEAT, WATCH};
 use crate::config::{AdmissionConfig, HeartbeatConfig};
-
-static WATCH: LazyLock<Script> = script!("watch.lua");
-static RECOVER: LazyLock<Script> = script!("recover.lua");
-static RESEAT: LazyLock<Script> = script!("reseat.lua");
 
 /// What one look at a queue saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,13 +112,8 @@ impl Store {
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Watched, StoreError> {
-        let mut invocation = WATCH.prepare_invoke();
+        let mut invocation = WATCH.invoke(keys);
         invocation
-            .key(&keys.admission)
-            .key(&keys.control)
-            .key(&keys.active)
-            .key(&keys.spent)
-            .key(&keys.prequeue)
             .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.outage_grace.as_millis() as u64)
             .arg(reseat_window(heartbeat).as_millis() as u64);
@@ -171,17 +161,8 @@ impl Store {
         heartbeat: &HeartbeatConfig,
         recovery: &Recovery<'_>,
     ) -> Result<Recovered, StoreError> {
-        let mut invocation = RECOVER.prepare_invoke();
+        let mut invocation = RECOVER.invoke(keys);
         invocation
-            .key(&keys.control)
-            .key(&keys.admission)
-            .key(&keys.revoked)
-            .key(&keys.spent)
-            .key(&keys.waiting)
-            .key(&keys.active)
-            .key(&keys.credential)
-            .key(&keys.due)
-            .key(&keys.prequeue)
             .arg(recovery.known.unwrap_or(""))
             .arg(format!("{:032x}", rand::random::<u128>()))
             .arg(if recovery.fresh { "fresh" } else { "lost" })
@@ -227,17 +208,8 @@ impl Store {
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Position, StoreError> {
-        let mut invocation = RESEAT.prepare_invoke();
+        let mut invocation = RESEAT.invoke(keys);
         invocation
-            .key(&keys.waiting)
-            .key(&keys.heartbeat)
-            .key(&keys.active)
-            .key(&keys.admission)
-            .key(&keys.control)
-            .key(&keys.prequeue)
-            .key(&keys.due)
-            .key(&keys.dues)
-            .key(&keys.spent)
             .arg(user)
             .arg(arrival)
             .arg(admission.interval.as_millis() as u64)
@@ -250,14 +222,13 @@ impl Store {
         // made again at the next poll.
         let (code, rank, wait_ms, advice): (i64, i64, i64, i64) =
             self.run(invocation, Resend::Never).await?;
-        Ok(match code {
-            1 => Position::Waiting(place(rank, wait_ms, advice)?),
-            4 => Position::Prequeued {
+        Ok(match ReseatCode::of(code)? {
+            ReseatCode::Seated => Position::Waiting(place(rank, wait_ms, advice)?),
+            ReseatCode::Prequeued => Position::Prequeued {
                 opens_in_ms: count(rank)?,
                 poll_after_ms: count(advice)?,
             },
-            0 => Position::NotQueued,
-            _ => return Err(unexpected("reseat", code)),
+            ReseatCode::Refused => Position::NotQueued,
         })
     }
 }

@@ -40,19 +40,72 @@ pub struct QueueKeys {
 
 impl QueueKeys {
     pub fn new(queue: &str) -> QueueKeys {
-        let key = |kind: &str| format!("queue:{{{queue}}}:{kind}");
+        let key = |kind: Key| format!("queue:{{{queue}}}:{}", kind.name());
         QueueKeys {
-            waiting: key("waiting"),
-            heartbeat: key("heartbeat"),
-            due: key("due"),
-            dues: key("dues"),
-            active: key("active"),
-            credential: key("credential"),
-            admission: key("admission"),
-            control: key("control"),
-            prequeue: key("prequeue"),
-            revoked: key("revoked"),
-            spent: key("spent"),
+            waiting: key(Key::Waiting),
+            heartbeat: key(Key::Heartbeat),
+            due: key(Key::Due),
+            dues: key(Key::Dues),
+            active: key(Key::Active),
+            credential: key(Key::Credential),
+            admission: key(Key::Admission),
+            control: key(Key::Control),
+            prequeue: key(Key::Prequeue),
+            revoked: key(Key::Revoked),
+            spent: key(Key::Spent),
+        }
+    }
+}
+
+/// A key of a queue, by the name the scripts' headers give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Waiting,
+    Heartbeat,
+    Due,
+    Dues,
+    Active,
+    Credential,
+    Admission,
+    Control,
+    Prequeue,
+    Revoked,
+    Spent,
+}
+
+impl Key {
+    /// The name in a script's header, and in the key (`queue:{q}:<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Waiting => "waiting",
+            Key::Heartbeat => "heartbeat",
+            Key::Due => "due",
+            Key::Dues => "dues",
+            Key::Active => "active",
+            Key::Credential => "credential",
+            Key::Admission => "admission",
+            Key::Control => "control",
+            Key::Prequeue => "prequeue",
+            Key::Revoked => "revoked",
+            Key::Spent => "spent",
+        }
+    }
+}
+
+impl QueueKeys {
+    pub(super) fn of(&self, key: Key) -> &str {
+        match key {
+            Key::Waiting => &self.waiting,
+            Key::Heartbeat => &self.heartbeat,
+            Key::Due => &self.due,
+            Key::Dues => &self.dues,
+            Key::Active => &self.active,
+            Key::Credential => &self.credential,
+            Key::Admission => &self.admission,
+            Key::Control => &self.control,
+            Key::Prequeue => &self.prequeue,
+            Key::Revoked => &self.revoked,
+            Key::Spent => &self.spent,
         }
     }
 }

@@ -27,33 +27,6 @@ pub use error::StoreError;
 pub use keys::QueueKeys;
 pub use ranks::Samples;
 
-/// The scripts, compiled into the binary so that what runs is what was built.
-/// Each is loaded after `lua/lib.lua`, the helpers they share.
-macro_rules! script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                include_str!("../../lua/lib.lua"),
-                include_str!(concat!("../../lua/", $file))
-            ))
-        })
-    };
-}
-/// Read-only: the `no-writes` flag lets Redis run it on a replica and
-/// refuse it any write.
-macro_rules! read_only_script {
-    ($file:literal) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                "#!lua flags=no-writes\n",
-                include_str!("../../lua/lib.lua"),
-                include_str!(concat!("../../lua/", $file))
-            ))
-        })
-    };
-}
-
-// After the macros, which they use.
 mod health;
 mod incidents;
 mod scripts;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::connection::{Resend, Store};
-use super::error::{count, unexpected, StoreError};
+use super::error::{count, StoreError};
 use super::incidents::Incident;
 use super::keys::QueueKeys;
 use super::scripts::*;
@@ -127,11 +127,7 @@ impl Store {
         keys: &QueueKeys,
         change: &Change,
     ) -> Result<Result<(), Refused>, StoreError> {
-        let mut invocation = CONTROL.prepare_invoke();
-        invocation
-            .key(&keys.control)
-            .key(&keys.admission)
-            .key(&keys.prequeue);
+        let mut invocation = CONTROL.invoke(keys);
         let setting = |s: &Option<Setting>| match s {
             None => String::new(),
             Some(Setting::Configured) => "-".to_string(),
@@ -163,13 +159,12 @@ impl Store {
             Change::EndEvent => invocation.arg("end-event"),
         };
         let (code, _now): (i64, i64) = self.run_write(invocation, &keys.control).await?;
-        match code {
-            1 => Ok(Ok(())),
-            -1 => Ok(Err(Refused::Placing)),
-            -2 => Ok(Err(Refused::OpenAtPast)),
-            -3 => Ok(Err(Refused::PrequeueAfterOpen)),
-            _ => Err(unexpected("control", code)),
-        }
+        Ok(match ControlCode::of(code)? {
+            ControlCode::Done => Ok(()),
+            ControlCode::Placing => Err(Refused::Placing),
+            ControlCode::OpenAtPast => Err(Refused::OpenAtPast),
+            ControlCode::PrequeueAfterOpen => Err(Refused::PrequeueAfterOpen),
+        })
     }
     /// Ends `user`'s active state and refuses its tokens issued until now
     /// on every instance, remembered for `keep` (the longest a token
@@ -182,11 +177,8 @@ impl Store {
         user: &str,
         keep: Duration,
     ) -> Result<(bool, u64), StoreError> {
-        let mut invocation = REVOKE.prepare_invoke();
+        let mut invocation = REVOKE.invoke(keys);
         invocation
-            .key(&keys.active)
-            .key(&keys.credential)
-            .key(&keys.revoked)
             .arg(user)
             .arg(keep.as_millis() as u64)
             .arg(REVOKED_CHANNEL)
@@ -219,13 +211,7 @@ impl Store {
     }
     /// A queue's state for the admin API, read in one round-trip.
     pub async fn status(&self, keys: &QueueKeys) -> Result<Status, StoreError> {
-        let mut invocation = STATUS.prepare_invoke();
-        invocation
-            .key(&keys.control)
-            .key(&keys.waiting)
-            .key(&keys.active)
-            .key(&keys.prequeue)
-            .key(&keys.admission);
+        let invocation = STATUS.invoke(keys);
         type Raw = (
             std::collections::HashMap<String, String>,
             u64,

@@ -9,7 +9,7 @@ use redis::ScriptInvocation;
 
 use super::answers::{place, Place, Position};
 use super::connection::{Resend, Store};
-use super::error::{count, unexpected, StoreError};
+use super::error::{count, StoreError};
 use super::heartbeat;
 use super::keys::QueueKeys;
 use super::ranks::{self, NearHead, Samples};
@@ -27,16 +27,8 @@ pub(super) fn rank_invocation<'a>(
     users: &[&str],
 ) -> ScriptInvocation<'a> {
     let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
-    let mut invocation = RANK.prepare_invoke();
+    let mut invocation = RANK.invoke(keys);
     invocation
-        .key(&keys.waiting)
-        .key(&keys.heartbeat)
-        .key(&keys.active)
-        .key(&keys.admission)
-        .key(&keys.control)
-        .key(&keys.prequeue)
-        .key(&keys.due)
-        .key(&keys.dues)
         .arg(admission.interval.as_millis() as u64)
         .arg(admission.batch_size);
     heartbeat_args(&mut invocation, heartbeat);
@@ -77,10 +69,10 @@ pub(super) fn rank_answers(
     answers("rank", each, 4, asked)?
         .map(|a| {
             let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
-            match code {
-                0 => told(Position::NotQueued, false),
-                1 => told(Position::Waiting(place(value, wait, advice)?), true),
-                5 => {
+            match RankCode::of(code)? {
+                RankCode::NotQueued => told(Position::NotQueued, false),
+                RankCode::Waiting => told(Position::Waiting(place(value, wait, advice)?), true),
+                RankCode::FarBack => {
                     let arrival = count(value)?;
                     let Some(rank) = samples.and_then(|s| s.rank(arrival, batch.counters)) else {
                         return Ok(None);
@@ -99,20 +91,19 @@ pub(super) fn rank_answers(
                         false,
                     )
                 }
-                3 => told(
+                RankCode::Active => told(
                     Position::Active {
                         expires_at_ms: count(value)?,
                     },
                     false,
                 ),
-                4 => told(
+                RankCode::Prequeued => told(
                     Position::Prequeued {
                         opens_in_ms: count(value)?,
                         poll_after_ms: count(advice)?,
                     },
                     false,
                 ),
-                _ => Err(unexpected("rank", code)),
             }
         })
         .collect()
@@ -588,8 +579,7 @@ impl Store {
         if moved.is_empty() {
             return Ok(Vec::new());
         }
-        let mut invocation = RECHECK.prepare_invoke();
-        invocation.key(&keys.waiting).key(&keys.due);
+        let mut invocation = RECHECK.invoke(keys);
         for (user, value, _) in &moved {
             invocation.arg(*user).arg(value);
         }
@@ -611,8 +601,7 @@ impl Store {
         // is `first` from the head as the sampling starts.
         let mut next = None;
         loop {
-            let mut invocation = SAMPLES.prepare_invoke();
-            invocation.key(&keys.waiting).key(&keys.admission);
+            let mut invocation = SAMPLES.invoke(keys);
             let start = match next {
                 Some(place) => place,
                 None => {
