@@ -118,14 +118,14 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         logins,
     ));
     let browsers = api.browser_settings();
-    let control_api = ControlApi::new(
-        AdminToken::from_env()?,
-        control.clone(),
-        queues.clone(),
-        tokens.clone(),
-        metrics.clone(),
-        durability.clone(),
-    );
+    let control_api = ControlApi {
+        token: AdminToken::from_env()?,
+        store: control.clone(),
+        queues: queues.clone(),
+        tokens: tokens.clone(),
+        metrics: metrics.clone(),
+        durability: durability.clone(),
+    };
     let trusted = TrustedProxies::new(config.trusted_proxies.clone());
     let direct = config.direct_lane.then(|| {
         Arc::new(DirectLane::new(
@@ -137,15 +137,15 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             trusted.clone(),
         ))
     });
-    let gate = Gate::new(
+    let gate = Gate {
         api,
-        routes.clone(),
-        tokens.clone(),
-        in_flight.clone(),
-        metrics.clone(),
+        routes: routes.clone(),
+        tokens: tokens.clone(),
+        in_flight: in_flight.clone(),
+        metrics: metrics.clone(),
         trusted,
-        config.clients.body_timeout,
-    );
+        body_timeout: config.clients.body_timeout,
+    };
     let limits = Limits {
         max_connections: config.clients.max_connections,
         header_timeout: config.clients.header_timeout,
@@ -270,11 +270,11 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
 }
 
 /// What an HTTP/2 connection may hold: each stream open is a request in
-/// flight, with all it costs (Pingora's session and the request's state,
-/// about 34 KiB while a body is awaited, measured), so the streams open at
-/// once are what bounds a connection's memory; Pingora's default of 100
-/// made one connection cost 46 HTTP/1.1 ones (tests/h2_budget.rs). The
-/// window bounds the body bytes buffered ahead of the reader, each way.
+/// flight, with all it costs (Pingora's session and the request's state),
+/// so the streams open at once are what bounds a connection's memory; with
+/// Pingora's default of 100 one connection cost 25.34 HTTP/1.1 ones, with 6
+/// it costs 2.43 (tests/h2_budget.rs; docs/performance.md). The window
+/// bounds the body bytes buffered ahead of the reader, each way.
 /// Header blocks get the limit an HTTP/1.1 head has.
 fn h2_options(tls: &crate::config::TlsListener) -> H2Options {
     let mut options = default_h2_options();

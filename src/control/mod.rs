@@ -42,13 +42,14 @@ pub const MAX_BODY: usize = 4096;
 
 /// The admin API: the store and queues it changes.
 pub struct ControlApi {
-    token: Option<AdminToken>,
-    store: Arc<Store>,
-    queues: Arc<ArcSwap<Queues>>,
-    tokens: Arc<Tokens>,
-    metrics: Arc<Metrics>,
+    /// `WAITGATE_ADMIN_TOKEN`; without one the admin API answers 404.
+    pub token: Option<AdminToken>,
+    pub store: Arc<Store>,
+    pub queues: Arc<ArcSwap<Queues>>,
+    pub tokens: Arc<Tokens>,
+    pub metrics: Arc<Metrics>,
     /// Writes a queue's state back when Redis lost it, before a change.
-    durability: Arc<Durability>,
+    pub durability: Arc<Durability>,
 }
 
 /// One admin request, as the listener read it.
@@ -61,24 +62,6 @@ pub struct Request<'a> {
 }
 
 impl ControlApi {
-    pub fn new(
-        token: Option<AdminToken>,
-        store: Arc<Store>,
-        queues: Arc<ArcSwap<Queues>>,
-        tokens: Arc<Tokens>,
-        metrics: Arc<Metrics>,
-        durability: Arc<Durability>,
-    ) -> ControlApi {
-        ControlApi {
-            durability,
-            token,
-            store,
-            queues,
-            tokens,
-            metrics,
-        }
-    }
-
     /// Whether a request under [`PREFIX`] with these `Authorization`
     /// values may go on: checked before its body is read.
     /// What the Redis that holds the queues cannot keep, in words (see
@@ -343,37 +326,36 @@ fn present<'de, D: serde::Deserializer<'de>>(
     serde_json::Value::deserialize(deserializer).map(Some)
 }
 
-/// PATCH `.../admission`. Parsed by the queue API's reader, so that unknown
-/// and repeated fields are refused alike.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct AdmissionBody {
-    #[serde(default, deserialize_with = "present")]
-    batch_size: Option<serde_json::Value>,
-    #[serde(default, deserialize_with = "present")]
-    interval_ms: Option<serde_json::Value>,
-    #[serde(default, deserialize_with = "present")]
-    max_active: Option<serde_json::Value>,
+/// A body of fields that may each be left out, given or `null` (see
+/// [`present`]); unknown fields are refused.
+macro_rules! body_of_present_fields {
+    ($(#[$doc:meta])* $name:ident { $($field:ident),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        struct $name {
+            $(
+                #[serde(default, deserialize_with = "present")]
+                $field: Option<serde_json::Value>,
+            )*
+        }
+    };
 }
 
-/// PUT `.../event`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct EventBody {
-    #[serde(default, deserialize_with = "present")]
-    prequeue_from: Option<serde_json::Value>,
-    #[serde(default, deserialize_with = "present")]
-    open_at: Option<serde_json::Value>,
-    #[serde(default, deserialize_with = "present")]
-    shuffle: Option<serde_json::Value>,
+body_of_present_fields! {
+    /// PATCH `.../admission`. Parsed by the queue API's reader, so that
+    /// unknown and repeated fields are refused alike.
+    AdmissionBody { batch_size, interval_ms, max_active }
 }
 
-/// POST `.../revoke`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RevokeBody {
-    #[serde(default, deserialize_with = "present")]
-    user_id: Option<serde_json::Value>,
+body_of_present_fields! {
+    /// PUT `.../event`.
+    EventBody { prequeue_from, open_at, shuffle }
+}
+
+body_of_present_fields! {
+    /// POST `.../revoke`.
+    RevokeBody { user_id }
 }
 
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for

@@ -77,39 +77,20 @@ pub struct RequestCtx {
 
 /// The proxy: the queue API plus the protected routes.
 pub struct Gate {
-    api: Arc<QueueApi>,
+    pub api: Arc<QueueApi>,
     /// Replaced whole by a reload.
-    routes: Arc<ArcSwap<RouteTable>>,
-    tokens: Arc<Tokens>,
+    pub routes: Arc<ArcSwap<RouteTable>>,
+    pub tokens: Arc<Tokens>,
     /// Counts requests under way, so that SIGTERM can exit as soon as they
     /// are done instead of sleeping out the whole grace period.
-    in_flight: Arc<InFlight>,
-    metrics: Arc<Metrics>,
-    trusted: TrustedProxies,
-    body_timeout: std::time::Duration,
+    pub in_flight: Arc<InFlight>,
+    pub metrics: Arc<Metrics>,
+    pub trusted: TrustedProxies,
+    /// How long a client may take between two reads of its body.
+    pub body_timeout: std::time::Duration,
 }
 
 impl Gate {
-    pub fn new(
-        api: Arc<QueueApi>,
-        routes: Arc<ArcSwap<RouteTable>>,
-        tokens: Arc<Tokens>,
-        in_flight: Arc<InFlight>,
-        metrics: Arc<Metrics>,
-        trusted: TrustedProxies,
-        body_timeout: std::time::Duration,
-    ) -> Gate {
-        Gate {
-            api,
-            routes,
-            tokens,
-            in_flight,
-            metrics,
-            trusted,
-            body_timeout,
-        }
-    }
-
     /// Decides what to do with a request Pingora has parsed, with `routes`.
     /// `target` is the request target as received (see [`request_target`]).
     pub fn decide(
@@ -612,15 +593,15 @@ routes:
             None,
         ));
         let routes = Arc::new(ArcSwap::from_pointee(RouteTable::build(&config).unwrap()));
-        let gate = Gate::new(
+        let gate = Gate {
             api,
             routes,
-            tokens.clone(),
-            Arc::new(InFlight::default()),
+            tokens: tokens.clone(),
+            in_flight: Arc::new(InFlight::default()),
             metrics,
-            TrustedProxies::default(),
-            config.clients.body_timeout,
-        );
+            trusted: TrustedProxies::default(),
+            body_timeout: config.clients.body_timeout,
+        };
         (gate, tokens)
     }
 

@@ -231,6 +231,52 @@ impl Side {
     fn head() -> Side {
         Side::Head(Vec::new(), 0)
     }
+
+    /// Adds `bytes` to a head being read (a `Side::Head`): its length
+    /// before, once it holds a whole head; `None` while it needs more. One
+    /// that grows past [`MAX_HEAD`] is no longer followed (`Side::Lost`).
+    fn grow_head(&mut self, bytes: &[u8]) -> Option<usize> {
+        let Side::Head(head, searched) = self else {
+            return None;
+        };
+        let before = head.len();
+        head.extend_from_slice(bytes);
+        if head_end(head, *searched).is_some() {
+            return Some(before);
+        }
+        *searched = head.len();
+        if head.len() > MAX_HEAD {
+            *self = Side::Lost;
+        }
+        None
+    }
+
+    /// Follows `bytes` of a body (a `Side::Length` or `Side::Chunked`): how
+    /// many of them it took, `Done` once it ended; or where the byte its
+    /// framing refuses stands.
+    fn take_body(&mut self, bytes: &[u8]) -> Result<usize, usize> {
+        match self {
+            Side::Length(left) => {
+                let take = bytes
+                    .len()
+                    .min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= take as u64;
+                if *left == 0 {
+                    *self = Side::Done;
+                }
+                Ok(take)
+            }
+            Side::Chunked(scanner) => match scanner.scan(bytes) {
+                Ok(Some(end)) => {
+                    *self = Side::Done;
+                    Ok(end)
+                }
+                Ok(None) => Ok(bytes.len()),
+                Err(malformed) => Err(malformed.at),
+            },
+            Side::Head(..) | Side::Done | Side::Lost => Ok(0),
+        }
+    }
 }
 
 /// What a watched socket has seen of its one exchange: the request written
@@ -299,22 +345,19 @@ impl Exchange {
     pub fn wrote(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             match &mut self.request {
-                Side::Head(head, searched) => {
+                Side::Head(head, _) => {
                     if head.is_empty() {
                         // The method alone says whether the response has a
                         // body, even for a head this watcher cannot parse.
                         self.head_request = bytes.starts_with(b"HEAD ");
                     }
-                    let before = head.len();
-                    head.extend_from_slice(bytes);
-                    if head_end(head, *searched).is_none() {
-                        *searched = head.len();
-                        if head.len() > MAX_HEAD {
-                            self.spoiled = true;
-                            self.request = Side::Lost;
-                        }
+                    let Some(before) = self.request.grow_head(bytes) else {
+                        self.spoiled |= matches!(self.request, Side::Lost);
                         return;
-                    }
+                    };
+                    let Side::Head(head, searched) = &mut self.request else {
+                        return;
+                    };
                     match request_head(head) {
                         Ok(Some((consumed, body))) => {
                             bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
@@ -331,22 +374,8 @@ impl Exchange {
                         }
                     }
                 }
-                Side::Length(left) => {
-                    let take = bytes
-                        .len()
-                        .min(usize::try_from(*left).unwrap_or(usize::MAX));
-                    *left -= take as u64;
-                    bytes = &bytes[take..];
-                    if *left == 0 {
-                        self.request = Side::Done;
-                    }
-                }
-                Side::Chunked(scanner) => match scanner.scan(bytes) {
-                    Ok(Some(end)) => {
-                        bytes = &bytes[end..];
-                        self.request = Side::Done;
-                    }
-                    Ok(None) => return,
+                Side::Length(_) | Side::Chunked(_) => match self.request.take_body(bytes) {
+                    Ok(took) => bytes = &bytes[took..],
                     Err(_) => {
                         self.spoiled = true;
                         self.request = Side::Lost;
@@ -373,17 +402,14 @@ impl Exchange {
         let all = bytes.len();
         while !bytes.is_empty() {
             match &mut self.response {
-                Side::Head(head, searched) => {
-                    let before = head.len();
-                    head.extend_from_slice(bytes);
-                    if head_end(head, *searched).is_none() {
-                        *searched = head.len();
-                        if head.len() > MAX_HEAD {
-                            self.spoiled = true;
-                            self.response = Side::Lost;
-                        }
+                Side::Head(..) => {
+                    let Some(before) = self.response.grow_head(bytes) else {
+                        self.spoiled |= matches!(self.response, Side::Lost);
                         return Ok(all);
-                    }
+                    };
+                    let Side::Head(head, searched) = &mut self.response else {
+                        return Ok(all);
+                    };
                     let Some((consumed, next, close)) = response_head(head, self.head_request)?
                     else {
                         // An end of line or two before the head itself.
@@ -394,27 +420,13 @@ impl Exchange {
                     bytes = &bytes[consumed.saturating_sub(before).min(bytes.len())..];
                     self.response = next;
                 }
-                Side::Length(left) => {
-                    let take = bytes
-                        .len()
-                        .min(usize::try_from(*left).unwrap_or(usize::MAX));
-                    *left -= take as u64;
-                    bytes = &bytes[take..];
-                    if *left == 0 {
-                        self.response = Side::Done;
-                    }
-                }
-                Side::Chunked(scanner) => match scanner.scan(bytes) {
-                    Ok(Some(end)) => {
-                        bytes = &bytes[end..];
-                        self.response = Side::Done;
-                    }
-                    Ok(None) => return Ok(all),
-                    Err(malformed) => {
+                Side::Length(_) | Side::Chunked(_) => match self.response.take_body(bytes) {
+                    Ok(took) => bytes = &bytes[took..],
+                    Err(at) => {
                         self.spoiled = true;
                         self.cut = true;
                         self.response = Side::Lost;
-                        return Ok(all - bytes.len() + malformed.at);
+                        return Ok(all - bytes.len() + at);
                     }
                 },
                 // Bytes past the end of the response: never asked for.

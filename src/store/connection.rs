@@ -874,6 +874,19 @@ mod tests {
         )
     }
 
+    /// A store of `mode` whose servers nobody listens on, 100 ms bounds.
+    fn unreachable_store(mode: RedisMode) -> Store {
+        Store::new(&RedisConfig {
+            mode,
+            tls: None,
+            command_timeout: Duration::from_millis(100),
+            wait_replicas: 1,
+            wait_timeout: Duration::from_millis(100),
+            coalesce: false,
+        })
+        .unwrap()
+    }
+
     #[test]
     fn only_a_current_failure_that_may_be_a_failover_forgets_the_master_and_the_waited_pool() {
         let modes = [
@@ -886,15 +899,7 @@ mod tests {
             },
         ];
         for mode in modes {
-            let store = Store::new(&RedisConfig {
-                mode: mode.clone(),
-                tls: None,
-                command_timeout: Duration::from_millis(100),
-                wait_replicas: 1,
-                wait_timeout: Duration::from_millis(100),
-                coalesce: false,
-            })
-            .unwrap();
+            let store = unreachable_store(mode.clone());
             let reset = StoreError::Unavailable("connection reset".into());
             store.failed(
                 &StoreError::Failed("ERR a script's own error".into()),
@@ -915,17 +920,9 @@ mod tests {
 
     #[test]
     fn one_server_forgets_its_connection_and_the_waited_pool_only_when_it_is_gone() {
-        let store = Store::new(&RedisConfig {
-            mode: RedisMode::Standalone {
-                url: "redis://127.0.0.1:1/0".into(),
-            },
-            tls: None,
-            command_timeout: Duration::from_millis(100),
-            wait_replicas: 1,
-            wait_timeout: Duration::from_millis(100),
-            coalesce: false,
-        })
-        .unwrap();
+        let store = unreachable_store(RedisMode::Standalone {
+            url: "redis://127.0.0.1:1/0".into(),
+        });
         // A hung or full Redis keeps its connection: it answers on it later.
         store.failed(&no_answer(Duration::from_millis(100)), 0, false);
         store.failed(&StoreError::Unavailable("OOM".into()), 0, false);

@@ -7,6 +7,27 @@ use std::time::Duration;
 use super::failure::Logged;
 use crate::metrics::Metrics;
 
+/// One access line at `$level`: the fields every line has, then `$more`.
+macro_rules! access_line {
+    ($record:ident, $level:ident, $duration_ms:ident, $($more:tt)*) => {
+        tracing::$level!(
+            target: "waitgate::access",
+            request_id = $record.request_id,
+            client = $record.client.map(tracing::field::display),
+            peer = $record.relayed_by().map(tracing::field::display),
+            method = $record.method,
+            path = $record.path,
+            status = $record.status,
+            duration_ms = $duration_ms,
+            route = $record.route,
+            queue = $record.queue,
+            user = $record.user,
+            upstream = $record.upstream.map(tracing::field::display),
+            $($more)*
+        )
+    };
+}
+
 /// What is known of a request once it is over.
 #[derive(Debug)]
 pub struct Record<'a> {
@@ -63,19 +84,10 @@ impl Record<'_> {
             let Some(count) = count else {
                 return;
             };
-            tracing::warn!(
-                target: "waitgate::access",
-                request_id = self.request_id,
-                client = self.client.map(tracing::field::display),
-                peer = self.relayed_by().map(tracing::field::display),
-                method = self.method,
-                path = self.path,
-                status = self.status,
+            access_line!(
+                self,
+                warn,
                 duration_ms,
-                route = self.route,
-                queue = self.queue,
-                user = self.user,
-                upstream = self.upstream.map(tracing::field::display),
                 error,
                 reason,
                 count,
@@ -86,20 +98,6 @@ impl Record<'_> {
         if !crate::logging::access_enabled() {
             return;
         }
-        tracing::info!(
-            target: "waitgate::access",
-            request_id = self.request_id,
-            client = self.client.map(tracing::field::display),
-            peer = self.relayed_by().map(tracing::field::display),
-            method = self.method,
-            path = self.path,
-            status = self.status,
-            duration_ms,
-            route = self.route,
-            queue = self.queue,
-            user = self.user,
-            upstream = self.upstream.map(tracing::field::display),
-            "request"
-        );
+        access_line!(self, info, duration_ms, "request");
     }
 }
