@@ -38,15 +38,9 @@ pub enum IdentityKey {
     JwksFile(PathBuf),
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawCookies {
-    pub(super) secure: bool,
-}
-
-impl Default for RawCookies {
-    fn default() -> Self {
-        RawCookies { secure: true }
+section! {
+    RawCookies {
+        secure: bool = true,
     }
 }
 

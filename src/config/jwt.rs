@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::checks::*;
 
 #[derive(Debug, Clone)]
@@ -14,23 +12,12 @@ pub struct JwtConfig {
     pub leeway: Duration,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawJwt {
-    pub(super) issuer: String,
-    pub(super) audience: String,
-    pub(super) ttl_ms: u64,
-    pub(super) leeway_s: u64,
-}
-
-impl Default for RawJwt {
-    fn default() -> Self {
-        RawJwt {
-            issuer: "waitgate".into(),
-            audience: "ticketing".into(),
-            ttl_ms: 600_000,
-            leeway_s: 5,
-        }
+section! {
+    RawJwt {
+        issuer: String = "waitgate".into(),
+        audience: String = "ticketing".into(),
+        ttl_ms: u64 = 600_000,
+        leeway_s: u64 = 5,
     }
 }
 

@@ -1,7 +1,5 @@
 //! `log`: the access log, the format and the filter.
 
-use serde::Deserialize;
-
 use super::checks::*;
 
 /// The filter when neither `log.filter` nor `RUST_LOG` says otherwise:
@@ -26,21 +24,11 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawLog {
-    pub(super) access: bool,
-    pub(super) format: String,
-    pub(super) filter: String,
-}
-
-impl Default for RawLog {
-    fn default() -> Self {
-        RawLog {
-            access: true,
-            format: "text".into(),
-            filter: DEFAULT_LOG_FILTER.into(),
-        }
+section! {
+    RawLog {
+        access: bool = true,
+        format: String = "text".into(),
+        filter: String = DEFAULT_LOG_FILTER.into(),
     }
 }
 

@@ -12,6 +12,30 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// A section of the file whose keys each have a default: its raw struct
+/// (kebab-case keys, unknown ones refused), each field beside its default,
+/// and the `Default` made of them.
+macro_rules! section {
+    ($(#[$doc:meta])* $name:ident {
+        $($(#[$field_doc:meta])* $field:ident: $ty:ty = $default:expr),* $(,)?
+    }) => {
+        $(#[$doc])*
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+        pub(super) struct $name {
+            $($(#[$field_doc])* pub(super) $field: $ty,)*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    $($field: $default,)*
+                }
+            }
+        }
+    };
+}
+
 mod browser;
 mod checks;
 mod defaults;
@@ -549,39 +573,35 @@ routes: []
         assert_eq!(c.routes[0].prefix, "/api/v1/follow-up");
         assert_eq!(c.upstreams["up"].sni, "127.0.0.1");
 
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /x, upstream: nope, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].upstream:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /x, upstream: up, queue: nope}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].queue:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: x, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].prefix:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /x/, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].prefix:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /a/../b, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].prefix:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /api/v1/queue/x, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[0].prefix:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /x, upstream: up, queue: q}}, {{prefix: /x, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[1].prefix:"), "{e}");
-        let e = error_of(&format!(
-            "{base}routes: [{{prefix: /x, upstream: up, queue: q}}, {{prefix: /x/y, upstream: up, queue: q}}]\n"
-        ));
-        assert!(e.starts_with("routes[1].prefix:"), "{e}");
-        assert!(e.contains("shadowed by routes[0]"), "{e}");
+        let route = |prefix: &str, upstream: &str, queue: &str| {
+            format!("{{prefix: {prefix}, upstream: {upstream}, queue: {queue}}}")
+        };
+        let cases = [
+            (vec![route("/x", "nope", "q")], "routes[0].upstream:"),
+            (vec![route("/x", "up", "nope")], "routes[0].queue:"),
+            (vec![route("x", "up", "q")], "routes[0].prefix:"),
+            (vec![route("/x/", "up", "q")], "routes[0].prefix:"),
+            (vec![route("/a/../b", "up", "q")], "routes[0].prefix:"),
+            (
+                vec![route("/api/v1/queue/x", "up", "q")],
+                "routes[0].prefix:",
+            ),
+            (
+                vec![route("/x", "up", "q"), route("/x", "up", "q")],
+                "routes[1].prefix:",
+            ),
+            (
+                vec![route("/x", "up", "q"), route("/x/y", "up", "q")],
+                "routes[1].prefix: shadowed by routes[0]",
+            ),
+        ];
+        for (routes, expected) in cases {
+            let e = error_of(&format!("{base}routes: [{}]\n", routes.join(", ")));
+            assert!(e.starts_with(expected.split(' ').next().unwrap()), "{e}");
+            if let Some((_, words)) = expected.split_once(' ') {
+                assert!(e.contains(words), "{e}");
+            }
+        }
         // The longer prefix first is fine, and so is a sibling.
         Config::from_yaml(&format!(
             "{base}routes: [{{prefix: /x/y, upstream: up, queue: q}}, {{prefix: /x, upstream: up, queue: q}}, {{prefix: /xy, upstream: up, queue: q}}]\n"

@@ -84,48 +84,24 @@ pub(super) struct RawPage {
     pub(super) template: Option<PathBuf>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawHeartbeat {
-    pub(super) timeout_ms: u64,
-    pub(super) cleanup_interval_ms: u64,
-    pub(super) cleanup_batch_size: u64,
-    pub(super) poll_min_ms: u64,
-    pub(super) poll_max_ms: u64,
-    pub(super) outage_grace_ms: u64,
-}
-
-impl Default for RawHeartbeat {
-    fn default() -> Self {
-        RawHeartbeat {
-            timeout_ms: 30_000,
-            cleanup_interval_ms: 10_000,
-            cleanup_batch_size: 500,
-            poll_min_ms: 1_000,
-            poll_max_ms: 30_000,
-            // The page and the JS client wait at most 8 s between tries.
-            outage_grace_ms: 10_000,
-        }
+section! {
+    RawHeartbeat {
+        timeout_ms: u64 = 30_000,
+        cleanup_interval_ms: u64 = 10_000,
+        cleanup_batch_size: u64 = 500,
+        poll_min_ms: u64 = 1_000,
+        poll_max_ms: u64 = 30_000,
+        // The page and the JS client wait at most 8 s between tries.
+        outage_grace_ms: u64 = 10_000,
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawAdmission {
-    pub(super) interval_ms: u64,
-    pub(super) batch_size: u64,
-    pub(super) active_ttl_ms: u64,
-    pub(super) max_active: u64,
-}
-
-impl Default for RawAdmission {
-    fn default() -> Self {
-        RawAdmission {
-            interval_ms: 3_000,
-            batch_size: 100,
-            active_ttl_ms: 600_000,
-            max_active: 0,
-        }
+section! {
+    RawAdmission {
+        interval_ms: u64 = 3_000,
+        batch_size: u64 = 100,
+        active_ttl_ms: u64 = 600_000,
+        max_active: u64 = 0,
     }
 }
 

@@ -132,21 +132,11 @@ impl<'de> Deserialize<'de> for RawTls {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
-pub(super) struct RawHealthCheck {
-    pub(super) path: String,
-    pub(super) interval_ms: u64,
-    pub(super) timeout_ms: u64,
-}
-
-impl Default for RawHealthCheck {
-    fn default() -> Self {
-        RawHealthCheck {
-            path: "/".into(),
-            interval_ms: 1_000,
-            timeout_ms: 500,
-        }
+section! {
+    RawHealthCheck {
+        path: String = "/".into(),
+        interval_ms: u64 = 1_000,
+        timeout_ms: u64 = 500,
     }
 }
 
