@@ -4,22 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
-
-use super::shared::{run_per_queue, FailureLog, Shared, RETRY};
+use super::shared::{per_queue_service, FailureLog, Shared, RETRY};
 use crate::queues::Queue;
 use crate::store::{AdmitOutcome, StoreError};
 
-pub struct Admission(pub Shared);
-
-#[async_trait]
-impl BackgroundService for Admission {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        run_per_queue(&self.0, shutdown, admit_loop).await;
-    }
-}
+per_queue_service!(Admission, admit_loop);
 
 /// The longest the loop sleeps between two calls, so that a window an
 /// operator shortened live takes effect within a second.

@@ -7,12 +7,7 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
-
-use super::shared::{run_per_queue, FailureLog, Shared};
+use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT, CLEANUP_STRAY};
 use crate::queues::Queue;
 use crate::store::NextBucket;
@@ -24,18 +19,10 @@ use crate::store::NextBucket;
 /// time. This bounds a pass that falls behind, not one that keeps up.
 pub const CALLS_PER_PASS: usize = 10_000;
 
-pub struct Cleanup(pub Shared);
-
-#[async_trait]
-impl BackgroundService for Cleanup {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        run_per_queue(&self.0, shutdown, cleanup_loop).await;
-    }
-}
+per_queue_service!(Cleanup, cleanup_loop);
 
 async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = tokio::time::interval(queue.heartbeat.cleanup_interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut ticker = ticker(queue.heartbeat.cleanup_interval);
     let mut log = FailureLog::new("cleanup");
     let mut crowd = false;
     loop {

@@ -17,9 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
 
-use super::shared::{FailureLog, Shared};
+use super::shared::{ticker, FailureLog, Shared};
 use crate::control::durability_warnings;
 use crate::store::Store;
 
@@ -37,8 +36,7 @@ pub struct Probe {
 impl BackgroundService for Probe {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let shared = &self.shared;
-        let mut ticker = tokio::time::interval(PROBE_INTERVAL);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = ticker(PROBE_INTERVAL);
         let mut log = FailureLog::new("probe");
         // What Redis cannot keep is said once, when it first answers.
         let mut asked = false;

@@ -18,9 +18,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
 
-use super::shared::{FailureLog, Shared, RETRY};
+use super::shared::{ticker, FailureLog, Shared, RETRY};
 use crate::edge::revoked::Revoked;
 use crate::store::REVOKED_CHANNEL;
 
@@ -43,8 +42,7 @@ pub struct Revocations {
 impl BackgroundService for Revocations {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         let push = tokio::spawn(subscribe(self.shared.clone(), self.revoked.clone()));
-        let mut ticker = tokio::time::interval(SYNC_INTERVAL);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut ticker = ticker(SYNC_INTERVAL);
         let mut log = FailureLog::new("revocation sync");
         // Per queue: the newest revocation seen (Redis clock, ms).
         let mut newest: HashMap<String, u64> = HashMap::new();

@@ -4,12 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
-
-use super::shared::{run_per_queue, FailureLog, Shared};
+use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::metrics::EVENT_PHASES;
 use crate::queues::Queue;
 use crate::store::ranks;
@@ -17,14 +12,7 @@ use crate::store::ranks;
 /// How often the gauges are refreshed.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
-pub struct Sampler(pub Shared);
-
-#[async_trait]
-impl BackgroundService for Sampler {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        run_per_queue(&self.0, shutdown, sample_loop).await;
-    }
-}
+per_queue_service!(Sampler, sample_loop);
 
 async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
     tokio::join!(
@@ -37,8 +25,7 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
 /// ranks far back are derived (see `store::ranks`). Without fresh samples
 /// every rank is asked of Redis exactly.
 async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = tokio::time::interval(ranks::REFRESH);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut ticker = ticker(ranks::REFRESH);
     let mut log = FailureLog::new("rank sampler");
     let first = queue.exact_rank_window.max(ranks::FIRST_SAMPLE);
     loop {
@@ -63,8 +50,7 @@ async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
 }
 
 async fn gauge_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut ticker = ticker(SAMPLE_INTERVAL);
     let mut log = FailureLog::new("sampler");
     let configured_interval_ms = queue.admission.interval.as_millis() as u64;
     let m = &shared.metrics;

@@ -27,6 +27,31 @@ pub struct Shared {
     pub durability: Arc<Durability>,
 }
 
+/// A background service that runs its loop once per queue (see
+/// [`run_per_queue`]): `per_queue_service!(Name, job)`.
+macro_rules! per_queue_service {
+    ($(#[$doc:meta])* $name:ident, $job:path) => {
+        $(#[$doc])*
+        pub struct $name(pub Shared);
+
+        #[async_trait::async_trait]
+        impl pingora::services::background::BackgroundService for $name {
+            async fn start(&self, shutdown: pingora::server::ShutdownWatch) {
+                super::shared::run_per_queue(&self.0, shutdown, $job).await;
+            }
+        }
+    };
+}
+pub(super) use per_queue_service;
+
+/// A ticker every `period` that, when a tick is late, waits a whole period
+/// after it rather than bursting to catch up.
+pub(super) fn ticker(period: Duration) -> tokio::time::Interval {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker
+}
+
 /// Runs `job` once per queue until shutdown, and again for the new queues
 /// after each reload. Dropping a set of loops cancels them between two
 /// Redis calls' awaits, never inside a script (a script is one atomic

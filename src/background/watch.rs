@@ -6,12 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
-use tokio::time::MissedTickBehavior;
-
-use super::shared::{run_per_queue, FailureLog, Shared};
+use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::durability::Durability;
 use crate::queues::Queue;
 
@@ -20,19 +15,11 @@ use crate::queues::Queue;
 /// `lua/lib.lua`).
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
-pub struct Watch(pub Shared);
-
-#[async_trait]
-impl BackgroundService for Watch {
-    async fn start(&self, shutdown: ShutdownWatch) {
-        run_per_queue(&self.0, shutdown, watch_loop).await;
-    }
-}
+per_queue_service!(Watch, watch_loop);
 
 async fn watch_loop(shared: Shared, queue: Arc<Queue>) {
     let durability: Arc<Durability> = shared.durability.clone();
-    let mut ticker = tokio::time::interval(WATCH_INTERVAL);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut ticker = ticker(WATCH_INTERVAL);
     let mut log = FailureLog::new("watch");
     loop {
         ticker.tick().await;
