@@ -110,7 +110,7 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
     if let Err(reply) = control.authorize(&authorization) {
         return reply;
     }
-    let body = match read_body(session, control::MAX_BODY).await {
+    let body = match read_body(session, control::MAX_ADMIN_BODY_BYTES).await {
         Ok(body) => body,
         Err(error) => {
             // Where an unread or broken body ends is unknown: whatever

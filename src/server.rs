@@ -190,7 +190,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
     proxy.add_listener(
         ListenerConfig::tcp(config.listen.to_string())
-            .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER)),
+            .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER_BYTES)),
     );
     if let Some(address) = tls_address {
         proxy.add_tcp(&address.to_string());
@@ -283,7 +283,7 @@ fn h2_options(tls: &crate::config::TlsListener) -> H2Options {
         .initial_window_size(tls.h2_window_bytes)
         .initial_connection_window_size(tls.h2_window_bytes)
         .max_send_buffer_size(tls.h2_window_bytes as usize)
-        .max_header_list_size(crate::proxy::head::MAX_HEAD as u32);
+        .max_header_list_size(crate::proxy::head::MAX_REQUEST_HEAD_BYTES as u32);
     options
 }
 
@@ -296,7 +296,7 @@ pub const ADMIN_MAX_CONNECTIONS: usize = 128;
 /// TLS records; waitgate's clients send small plaintext requests (a request
 /// header with a JWT is under 1 KiB, queue API bodies at most 4 KiB), and at
 /// 10,000 idle keep-alive connections 64 KiB each is 640 MiB.
-const CLIENT_READ_BUFFER: usize = 4 * 1024;
+const CLIENT_READ_BUFFER_BYTES: usize = 4 * 1024;
 
 /// Runs until SIGINT (at once) or SIGTERM or SIGQUIT (after draining).
 pub fn run(server: Server) {

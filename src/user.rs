@@ -2,7 +2,7 @@
 //! exchange accept, and what the edge accepts as a token's `sub`.
 
 /// The longest user id.
-pub const MAX_LEN: usize = 128;
+pub const MAX_USER_ID_BYTES: usize = 128;
 
 /// A user id that passed the rule: 1 to 128 characters of
 /// `A-Z a-z 0-9 . _ : @ -`. Parsed once, where it enters; what holds one
@@ -41,7 +41,7 @@ impl AsRef<str> for UserId {
 /// The rule itself, for callers that only need the answer.
 pub fn is_valid(text: &str) -> bool {
     !text.is_empty()
-        && text.len() <= MAX_LEN
+        && text.len() <= MAX_USER_ID_BYTES
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'@' | b'-'))

@@ -21,13 +21,13 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
     );
 }
 
-/// Samples the waiting set every `ranks::REFRESH`, from which the queue's
+/// Samples the waiting set every `ranks::SAMPLES_REFRESH`, from which the queue's
 /// ranks far back are derived (see `store::ranks`). Without fresh samples
 /// every rank is asked of Redis exactly.
 async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = ticker(ranks::REFRESH);
+    let mut ticker = ticker(ranks::SAMPLES_REFRESH);
     let mut log = FailureLog::new("rank sampler");
-    let first = queue.exact_rank_window.max(ranks::FIRST_SAMPLE);
+    let first = queue.exact_rank_window.max(ranks::FIRST_SAMPLED_PLACE);
     loop {
         ticker.tick().await;
         match shared.store.take_samples(&queue.keys, first).await {

@@ -144,7 +144,7 @@ pub(super) fn millis(key: &str, value: u64) -> Result<Duration, ConfigError> {
 /// plain. Braces in particular would break the `{queue}` hash tag.
 pub(super) fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
     let ok = !name.is_empty()
-        && name.len() <= MAX_NAME_LEN
+        && name.len() <= MAX_NAME_BYTES
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
@@ -153,12 +153,12 @@ pub(super) fn check_name(key: &str, name: &str) -> Result<(), ConfigError> {
     } else {
         Err(invalid(
             key,
-            format!("name must be 1..{MAX_NAME_LEN} characters of A-Z a-z 0-9 _ -"),
+            format!("name must be 1..{MAX_NAME_BYTES} characters of A-Z a-z 0-9 _ -"),
         ))
     }
 }
 
-pub(super) const MAX_NAME_LEN: usize = 64;
+pub(super) const MAX_NAME_BYTES: usize = 64;
 
 /// The shortest admission interval (ms): keeps the background loops from
 /// spinning.

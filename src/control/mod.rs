@@ -38,7 +38,7 @@ pub use token::{AdminToken, AdminTokenError, ENV as ADMIN_TOKEN_ENV};
 pub const PREFIX: &str = "/admin/v1/";
 
 /// A request body is a small JSON object.
-pub const MAX_BODY: usize = 4096;
+pub const MAX_ADMIN_BODY_BYTES: usize = 4096;
 
 /// The admin API: the store and queues it changes.
 pub struct ControlApi {

@@ -6,7 +6,7 @@ use subtle::ConstantTimeEq;
 pub const ENV: &str = "WAITGATE_ADMIN_TOKEN";
 
 /// Shorter tokens are refused at start: the admin API can pause an event.
-const MIN_LEN: usize = 16;
+const MIN_ADMIN_TOKEN_BYTES: usize = 16;
 
 /// The token, kept as its SHA-256: comparing two digests of equal length
 /// in constant time tells an attacker nothing about the token's length or
@@ -17,7 +17,7 @@ pub struct AdminToken {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminTokenError {
-    #[error("{ENV} must be at least {MIN_LEN} characters (it is {0})")]
+    #[error("{ENV} must be at least {MIN_ADMIN_TOKEN_BYTES} characters (it is {0})")]
     TooShort(usize),
     #[error("{ENV} must be printable ASCII without spaces")]
     NotPrintable,
@@ -37,7 +37,7 @@ impl AdminToken {
         if !value.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(AdminTokenError::NotPrintable);
         }
-        if value.len() < MIN_LEN {
+        if value.len() < MIN_ADMIN_TOKEN_BYTES {
             return Err(AdminTokenError::TooShort(value.len()));
         }
         Ok(AdminToken {

@@ -43,7 +43,7 @@ use crate::store::{GateRecord, Incident, Recovery, Store, StoreError, Watched};
 /// Registrations this instance saw spent (dropouts and seatings it made),
 /// per queue, to write back after a loss: the oldest are forgotten past
 /// this many (about 100 bytes each).
-const SPENT_KEPT: usize = 100_000;
+const SPENT_MARKS_KEPT: usize = 100_000;
 
 /// What an instance knows of a queue's state, from its last look.
 struct Memory {
@@ -77,7 +77,7 @@ impl Memory {
             looked_at_ms: 0,
             version: 0,
             total: 0,
-            spent: LruCache::new(NonZeroUsize::new(SPENT_KEPT).expect("not zero")),
+            spent: LruCache::new(NonZeroUsize::new(SPENT_MARKS_KEPT).expect("not zero")),
             incident_at_ms: None,
             looked: None,
         }

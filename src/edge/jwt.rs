@@ -31,7 +31,7 @@ use crate::error::ApiError;
 pub const ACTIVE_USER: &str = "ACTIVE_USER";
 
 /// The longest `Authorization` header considered.
-pub const MAX_AUTHORIZATION: usize = 4096;
+pub const MAX_AUTHORIZATION_BYTES: usize = 4096;
 
 /// The claims waitgate signs.
 #[derive(Debug, Serialize)]
@@ -208,7 +208,7 @@ pub struct Tokens {
 }
 
 /// How many verified tokens are remembered (about 300 bytes each).
-pub const VERIFIED_CACHE: usize = 16_384;
+pub const VERIFIED_CACHE_ENTRIES: usize = 16_384;
 
 /// Seconds since the epoch by the proxy's clock (JWT NumericDate).
 pub fn now_s() -> u64 {
@@ -245,7 +245,7 @@ impl Tokens {
             audience: config.audience.clone(),
             ttl_s: (config.ttl.as_millis() / 1000) as u64,
             leeway_s: config.leeway.as_secs(),
-            verified: VerifiedTokens::new(VERIFIED_CACHE),
+            verified: VerifiedTokens::new(VERIFIED_CACHE_ENTRIES),
             revoked: Arc::default(),
         }
     }
@@ -302,7 +302,7 @@ impl Tokens {
         if authorization.next().is_some() {
             return Err(Reject::Duplicate);
         }
-        if value.len() > MAX_AUTHORIZATION {
+        if value.len() > MAX_AUTHORIZATION_BYTES {
             return Err(Reject::TooLarge);
         }
         // A token byte-for-byte equal to one verified before needs none of
@@ -614,7 +614,7 @@ mod tests {
             tokens().check(std::iter::empty(), "baseball", now),
             Err(Reject::Missing)
         );
-        let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION));
+        let huge = format!("Bearer {}", "a".repeat(MAX_AUTHORIZATION_BYTES));
         assert_eq!(check(&huge, now), Err(Reject::TooLarge));
     }
 

@@ -17,14 +17,14 @@ use crate::error::ApiError;
 use crate::user::UserId;
 
 /// The shortest HS256 secret accepted, in bytes.
-pub const MIN_SECRET: usize = 32;
+pub const MIN_LOGIN_SECRET_BYTES: usize = 32;
 
 /// Why the login keys could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum LoginKeyError {
     #[error("{0} is not set (identity.secret-env names it)")]
     MissingSecret(String),
-    #[error("{0} is shorter than {MIN_SECRET} bytes")]
+    #[error("{0} is shorter than {MIN_LOGIN_SECRET_BYTES} bytes")]
     ShortSecret(String),
     #[error("identity.jwks-file: {0}")]
     Jwks(String),
@@ -81,7 +81,7 @@ impl Logins {
             IdentityKey::SecretEnv(name) => {
                 let secret =
                     std::env::var(name).map_err(|_| LoginKeyError::MissingSecret(name.clone()))?;
-                if secret.len() < MIN_SECRET {
+                if secret.len() < MIN_LOGIN_SECRET_BYTES {
                     return Err(LoginKeyError::ShortSecret(name.clone()));
                 }
                 vec![LoginKey {

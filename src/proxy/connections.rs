@@ -42,7 +42,7 @@ use prometheus::IntGauge;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fenced;
-use super::head::{head_end_from, MAX_HEAD};
+use super::head::{head_end_from, MAX_REQUEST_HEAD_BYTES};
 use super::lane::{DirectLane, Lane};
 use super::rules::forward::{self, REQUEST_ID};
 use super::rules::record::Record;
@@ -70,7 +70,7 @@ const MIN_SPARE: usize = 1024;
 enum Head {
     /// The whole head is in the buffer.
     Read,
-    /// More than [`MAX_HEAD`] without its end.
+    /// More than [`MAX_REQUEST_HEAD_BYTES`] without its end.
     TooLarge,
     /// Closed, failed, or no whole head before the deadline.
     Closed,
@@ -83,13 +83,13 @@ async fn read_head(stream: &mut Stream, pending: &mut BytesMut, deadline: Instan
         if let Some(end) = head_end_from(pending, scanned) {
             // One read may take the buffer past the limit and the head's end
             // with it: still too large.
-            return if end > MAX_HEAD {
+            return if end > MAX_REQUEST_HEAD_BYTES {
                 Head::TooLarge
             } else {
                 Head::Read
             };
         }
-        if pending.len() > MAX_HEAD {
+        if pending.len() > MAX_REQUEST_HEAD_BYTES {
             return Head::TooLarge;
         }
         scanned = pending.len();

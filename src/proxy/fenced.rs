@@ -39,13 +39,13 @@ use pingora::protocols::{
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::head::MAX_HEAD;
+use super::head::MAX_REQUEST_HEAD_BYTES;
 use super::rules::chunked::{ChunkedEnd, Malformed};
 use super::rules::request::{self, Body};
 
 /// How much a client may send past the fenced request before it is read no
 /// further until the answer is out: a next head of the longest size taken.
-const HOLD: usize = MAX_HEAD + 4096;
+const HOLD_BYTES: usize = MAX_REQUEST_HEAD_BYTES + 4096;
 
 /// Header slots for finding a request's length: as many as Pingora parses.
 const SLOTS: usize = 256;
@@ -168,8 +168,8 @@ impl Fenced {
     /// held.
     fn hold(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut chunk = [0u8; 4096];
-        while self.held.len() < HOLD {
-            let room = (HOLD - self.held.len()).min(chunk.len());
+        while self.held.len() < HOLD_BYTES {
+            let room = (HOLD_BYTES - self.held.len()).min(chunk.len());
             let mut read = ReadBuf::new(&mut chunk[..room]);
             ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read))?;
             if read.filled().is_empty() {

@@ -7,7 +7,7 @@
 /// 431 and the connection is closed. nginx's default is 32 KiB (four 8 KiB
 /// buffers); a head with a JWT is under 2 KiB. Held per connection only
 /// while a head is being read.
-pub const MAX_HEAD: usize = 64 * 1024;
+pub const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
 
 /// Where a request head ends: the empty line after its last field, with
 /// CRLF or bare LF line ends, after any empty lines before the request line

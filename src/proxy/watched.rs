@@ -55,7 +55,7 @@ use super::rules::response::{self, Body, Unread};
 /// The largest request or response head watched; a longer one is passed
 /// through unwatched and its connection is not kept (Pingora's client
 /// refuses response heads of 1 MiB and more anyway).
-const MAX_HEAD: usize = 1_048_576;
+const MAX_WATCHED_HEAD_BYTES: usize = 1_048_576;
 
 /// The read error of a socket taken from the pool that failed before any
 /// byte of a response came: the upstream closed it as it was taken. A
@@ -234,7 +234,7 @@ impl Side {
 
     /// Adds `bytes` to a head being read (a `Side::Head`): its length
     /// before, once it holds a whole head; `None` while it needs more. One
-    /// that grows past [`MAX_HEAD`] is no longer followed (`Side::Lost`).
+    /// that grows past [`MAX_WATCHED_HEAD_BYTES`] is no longer followed (`Side::Lost`).
     fn grow_head(&mut self, bytes: &[u8]) -> Option<usize> {
         let Side::Head(head, searched) = self else {
             return None;
@@ -245,7 +245,7 @@ impl Side {
             return Some(before);
         }
         *searched = head.len();
-        if head.len() > MAX_HEAD {
+        if head.len() > MAX_WATCHED_HEAD_BYTES {
             *self = Side::Lost;
         }
         None

@@ -36,7 +36,7 @@ const BYTES: usize = ARRIVAL + TAG;
 
 /// The longest credential header value worth looking at; anything longer
 /// cannot be one of ours.
-pub const MAX_LEN: usize = 256;
+pub const MAX_CREDENTIAL_BYTES: usize = 256;
 
 /// Separates the credential key from every other use of `JWT_SECRET`.
 const KEY_LABEL: &[u8] = b"waitgate queue credential v1";
@@ -80,7 +80,7 @@ impl Credentials {
     /// for this queue and user. Whether that registration still exists is for
     /// Redis to say.
     pub fn check(&self, queue: &str, user: &str, presented: &str) -> Option<u64> {
-        if presented.len() > MAX_LEN {
+        if presented.len() > MAX_CREDENTIAL_BYTES {
             return None;
         }
         let mut raw = [0u8; BYTES];
@@ -194,7 +194,7 @@ mod tests {
             &format!("{issued}A"),
             &format!("{issued}===="),
             "********************************",
-            &"A".repeat(MAX_LEN + 1),
+            &"A".repeat(MAX_CREDENTIAL_BYTES + 1),
         ] {
             assert_eq!(c.check("q", "u", bad), None, "{bad:?}");
         }

@@ -103,7 +103,7 @@ fn presented_credential(
         return Err(missing());
     }
     let value = first.to_str().map_err(|_| missing())?.trim();
-    if value.is_empty() || value.len() > credential::MAX_LEN {
+    if value.is_empty() || value.len() > credential::MAX_CREDENTIAL_BYTES {
         return Err(missing());
     }
     Ok(value)
@@ -127,7 +127,7 @@ mod tests {
         let error = presented_credential(headers.get_all(CREDENTIAL_HEADER)).unwrap_err();
         assert_eq!(error.code(), "invalid_request");
         let mut long = HeaderMap::new();
-        let value = "x".repeat(credential::MAX_LEN + 1);
+        let value = "x".repeat(credential::MAX_CREDENTIAL_BYTES + 1);
         long.append(CREDENTIAL_HEADER, HeaderValue::from_str(&value).unwrap());
         assert!(presented_credential(long.get_all(CREDENTIAL_HEADER)).is_err());
     }

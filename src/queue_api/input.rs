@@ -16,14 +16,14 @@ use crate::wire::body::is_json;
 pub use crate::wire::body::{declares_more_than, expects_continue, is_json_value, parse_json};
 
 /// The largest request body the queue API reads.
-pub const MAX_BODY: usize = 4096;
+pub const MAX_QUEUE_BODY_BYTES: usize = 4096;
 
 /// A client's `userId`, checked against the user id rule.
 pub fn user_id(text: impl Into<String>) -> Result<UserId, ApiError> {
     UserId::parse(text).ok_or(ApiError::InvalidUserId)
 }
 
-/// Reads a JSON request body of at most [`MAX_BODY`] bytes.
+/// Reads a JSON request body of at most [`MAX_QUEUE_BODY_BYTES`] bytes.
 ///
 /// 415 unless the body is declared `application/json`; 413 as soon as the
 /// declared or received length passes the cap, without reading the rest (the
@@ -33,7 +33,7 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
     if !is_json(header.headers.get(http::header::CONTENT_TYPE)) {
         return Err(Reply::from(ApiError::UnsupportedMediaType).closing());
     }
-    if declares_more_than(&header.headers, MAX_BODY) {
+    if declares_more_than(&header.headers, MAX_QUEUE_BODY_BYTES) {
         return Err(too_large());
     }
     if expects_continue(&header.headers) {
@@ -49,7 +49,7 @@ pub async fn read_json_body(session: &mut Session) -> Result<Bytes, Reply> {
     loop {
         match session.read_request_body().await {
             Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_BODY {
+                if body.len() + chunk.len() > MAX_QUEUE_BODY_BYTES {
                     return Err(too_large());
                 }
                 body.extend_from_slice(&chunk);

@@ -138,7 +138,7 @@ impl QueueApi {
 
     /// The answer to a register request, for the direct lane, which has
     /// read its `application/json` body (`Content-Length`, at most
-    /// [`input::MAX_BODY`]): the same as [`QueueApi::serve`] gives.
+    /// [`input::MAX_QUEUE_BODY_BYTES`]): the same as [`QueueApi::serve`] gives.
     pub async fn register(&self, body: &[u8], caller: &Caller) -> Reply {
         let reply = match register::registered(self, body, caller).await {
             Ok(reply) | Err(reply) => reply,

@@ -47,7 +47,7 @@ pub fn parse(body: &[u8]) -> Result<Request, ApiError> {
         None => None,
     };
     let credential = match body.queue_credential {
-        Some(c) if c.is_empty() || c.len() > credential::MAX_LEN => {
+        Some(c) if c.is_empty() || c.len() > credential::MAX_CREDENTIAL_BYTES => {
             return Err(ApiError::InvalidRequest(Cow::Borrowed(
                 "queueCredential must be the credential given at registration.",
             )))
@@ -188,7 +188,7 @@ mod tests {
         assert!(browser.user.is_none() && browser.credential.is_none());
         let long = format!(
             r#"{{"userId":"u1","queueCredential":"{}"}}"#,
-            "c".repeat(credential::MAX_LEN + 1)
+            "c".repeat(credential::MAX_CREDENTIAL_BYTES + 1)
         );
         for (body, code) in [
             (

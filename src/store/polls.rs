@@ -614,7 +614,7 @@ impl Store {
                 }
             };
             let mut place = start;
-            let step: Vec<u64> = (0..ranks::STEP)
+            let step: Vec<u64> = (0..ranks::PLACES_PER_SAMPLES_CALL)
                 .map(|_| {
                     let this = place;
                     place = ranks::after(this);

@@ -6,7 +6,7 @@
 //! advice no longer depends on the rank (see `lua/rank.lua`), the script
 //! returns the user's arrival (their score, a dictionary lookup) instead,
 //! and the instance reads the rank off its samples: the scores at places
-//! 0.04% apart, taken every [`REFRESH`] in bounded read-only steps
+//! 0.04% apart, taken every [`SAMPLES_REFRESH`] in bounded read-only steps
 //! (`lua/samples.lua`).
 //!
 //! Every change to the waiting set is counted in the admission HASH (see
@@ -21,7 +21,7 @@
 //! and the set's size must also agree (nothing changed the set uncounted,
 //! as an instance of an earlier version or a hand edit would). So every
 //! rank is within 0.1%, and exact in the first `exact-rank-window` places
-//! (the script derives none nearer; samples start at [`FIRST_SAMPLE`] or at
+//! (the script derives none nearer; samples start at [`FIRST_SAMPLED_PLACE`] or at
 //! the window, if larger).
 
 use std::num::NonZeroUsize;
@@ -32,17 +32,17 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 /// How often an instance takes its samples of a queue.
-pub const REFRESH: Duration = Duration::from_secs(5);
+pub const SAMPLES_REFRESH: Duration = Duration::from_secs(5);
 /// The nearest place sampled, unless the queue's exact-rank-window is
 /// larger: nearer the head the advice needs the rank exactly anyway.
-pub const FIRST_SAMPLE: u64 = 10_000;
+pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
 /// Samples are this fraction of their place apart, so that the gap leaves
 /// more than half of the 0.1% allowed for the changes until the next refresh.
-const GAP: f64 = 0.0004;
+const SAMPLE_GAP_FRACTION: f64 = 0.0004;
 /// Samples older than this are not used (the sampler cannot reach Redis).
-const MAX_AGE: Duration = Duration::from_secs(30);
+const SAMPLES_MAX_AGE: Duration = Duration::from_secs(30);
 /// The places one `samples.lua` call reads.
-pub const STEP: usize = 500;
+pub const PLACES_PER_SAMPLES_CALL: usize = 500;
 
 /// The counters of the waiting set and its size, as a call read them
 /// (`rank_counters` in `lua/lib.lua`).
@@ -110,7 +110,7 @@ impl Samples {
         let last = counters.last()?;
         Some(Samples {
             epoch: first.epoch,
-            nearest: FIRST_SAMPLE,
+            nearest: FIRST_SAMPLED_PLACE,
             points,
             taken,
             uncounted: first.uncounted(),
@@ -134,7 +134,7 @@ impl Samples {
     /// are fresh: from the first sample from which on every rank can still
     /// be told within 0.1%, as of the counters last seen.
     pub fn range(&self) -> Option<(u64, u64)> {
-        if self.taken.elapsed() > MAX_AGE || self.points.len() < 2 {
+        if self.taken.elapsed() > SAMPLES_MAX_AGE || self.points.len() < 2 {
             return None;
         }
         let now = Counters {
@@ -208,7 +208,7 @@ impl Samples {
 
 /// The place sampled after `place`.
 pub fn after(place: u64) -> u64 {
-    place + ((place as f64 * GAP) as u64).max(1)
+    place + ((place as f64 * SAMPLE_GAP_FRACTION) as u64).max(1)
 }
 
 /// The wait a script would estimate for `rank` (see `wait_estimator` in
@@ -223,7 +223,7 @@ pub fn wait_ms(rank: u64, first_ms: i64, rate_millionths: i64, interval_ms: u64)
 }
 
 /// How many users near the head an instance remembers per queue.
-const NEAR_HEAD: usize = 32_768;
+const NEAR_HEAD_USERS_REMEMBERED: usize = 32_768;
 
 /// The users this instance last answered near the head of a queue (their
 /// rank walked by rank.lua, nearer than ranks are derived), the least
@@ -240,7 +240,7 @@ pub struct NearHead(Mutex<LruCache<Box<str>, (), ahash::RandomState>>);
 
 impl Default for NearHead {
     fn default() -> NearHead {
-        let capacity = NonZeroUsize::new(NEAR_HEAD).unwrap_or(NonZeroUsize::MIN);
+        let capacity = NonZeroUsize::new(NEAR_HEAD_USERS_REMEMBERED).unwrap_or(NonZeroUsize::MIN);
         NearHead(Mutex::new(LruCache::with_hasher(
             capacity,
             ahash::RandomState::new(),
@@ -416,7 +416,7 @@ mod tests {
     fn samples_are_a_fixed_fraction_of_their_place_apart() {
         assert_eq!(after(10_000), 10_004);
         assert_eq!(after(1_000), 1_001);
-        let mut place = FIRST_SAMPLE;
+        let mut place = FIRST_SAMPLED_PLACE;
         let mut n = 0;
         while place < 1_000_000 {
             place = after(place);

@@ -62,7 +62,7 @@ use request::{Take, Taken};
 
 /// The largest request head the lane takes; a longer one is handed to the
 /// proxy (which has its own, larger limit).
-pub const MAX_HEAD: usize = 16 * 1024;
+pub const MAX_LANE_HEAD_BYTES: usize = 16 * 1024;
 
 /// Header slots for parsing a request; one with more is handed to the proxy.
 const MAX_HEADERS: usize = 64;
@@ -177,7 +177,7 @@ impl DirectLane {
         closing: bool,
         peer: Peer,
     ) -> Lane {
-        if pending.len() > MAX_HEAD {
+        if pending.len() > MAX_LANE_HEAD_BYTES {
             return Lane::Pass;
         }
         let table = self.table.load_full();

@@ -110,7 +110,7 @@ pub fn take(
         match Name::of(name) {
             Name::ContentLength if post && body.is_none() => {
                 let length = crate::wire::length::content_length(value).bytes()?;
-                if length > input::MAX_BODY as u64 {
+                if length > input::MAX_QUEUE_BODY_BYTES as u64 {
                     return None;
                 }
                 body = Some(length as usize);
