@@ -47,15 +47,11 @@ impl AdminToken {
 
     /// Whether an `Authorization` header value is `Bearer <the token>`.
     pub fn admits(&self, authorization: &[u8]) -> bool {
-        let Some((scheme, given)) = authorization
-            .iter()
-            .position(|&b| b == b' ')
-            .map(|i| (&authorization[..i], authorization[i + 1..].trim_ascii()))
-        else {
+        let Some(given) = crate::wire::authorization::bearer(authorization) else {
             return false;
         };
         let digest: [u8; 32] = Sha256::digest(given).into();
-        scheme.eq_ignore_ascii_case(b"bearer") && bool::from(digest.ct_eq(&self.digest))
+        bool::from(digest.ct_eq(&self.digest))
     }
 }
 

@@ -26,6 +26,7 @@ use crate::edge::cache::{Verified, VerifiedTokens};
 use crate::edge::revoked::Revoked;
 use crate::edge::secret::{Keys, Secret};
 use crate::error::ApiError;
+use crate::wire::authorization::bearer;
 
 /// The role an admitted user's token carries.
 pub const ACTIVE_USER: &str = "ACTIVE_USER";
@@ -310,7 +311,7 @@ impl Tokens {
         // whole token, so a hit cannot be forged): look it up first, since
         // checking a few hundred bytes one by one was a measured share of
         // the direct lane's time per request.
-        let cached = bearer_scheme(value).and_then(|candidate| {
+        let cached = bearer(value).and_then(|candidate| {
             let token = std::str::from_utf8(candidate).ok()?;
             Some((token, self.verified.get(token)?))
         });
@@ -409,27 +410,10 @@ impl Tokens {
     }
 }
 
-/// The credentials after `Bearer ` (scheme in any case, one or more
-/// spaces), unchecked: only a cache lookup may use them unchecked.
-fn bearer_scheme(value: &[u8]) -> Option<&[u8]> {
-    let space = value.iter().position(|&b| b == b' ')?;
-    let (scheme, rest) = value.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return None;
-    }
-    let start = rest.iter().position(|&b| b != b' ')?;
-    let end = rest.iter().rposition(|&b| b != b' ')? + 1;
-    Some(&rest[start..end])
-}
-
-/// `Bearer <token>`, scheme in any case (RFC 9110 §11.1), one or more spaces.
+/// `Bearer <token>` (see [`bearer`]), the token a JWT's characters.
 fn bearer_token(value: &[u8]) -> Result<&str, Reject> {
-    let value = std::str::from_utf8(value).map_err(|_| Reject::Malformed)?;
-    let (scheme, rest) = value.split_once(' ').ok_or(Reject::Malformed)?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return Err(Reject::Malformed);
-    }
-    let token = rest.trim_matches(' ');
+    let token = bearer(value).ok_or(Reject::Malformed)?;
+    let token = std::str::from_utf8(token).map_err(|_| Reject::Malformed)?;
     // token68 (RFC 9110 §11.2); a JWT uses only its URL-safe subset and dots.
     let ok = !token.is_empty()
         && token

@@ -127,11 +127,10 @@ impl Logins {
         cookies: impl Fn(&str) -> Vec<&'a str>,
     ) -> Result<Login, ApiError> {
         if let Some(value) = authorization {
-            let (scheme, token) = value.split_once(' ').ok_or(ApiError::InvalidLogin)?;
-            if !scheme.eq_ignore_ascii_case("bearer") {
-                return Err(ApiError::InvalidLogin);
-            }
-            return self.verify(token.trim());
+            let token = crate::wire::authorization::bearer(value.as_bytes())
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .ok_or(ApiError::InvalidLogin)?;
+            return self.verify(token);
         }
         let candidates = self.cookie.as_deref().map(cookies).unwrap_or_default();
         if candidates.is_empty() {
