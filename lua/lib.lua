@@ -1,5 +1,5 @@
 -- Shared helpers: waitgate prepends this file to every script in lua/ when it
--- loads them (see src/store/mod.rs), so each script reads as if these were
+-- loads them (see src/store/scripts.rs), so each script reads as if these were
 -- defined at its top.
 
 -- Redis time, in milliseconds and microseconds. Every instance reads the same

@@ -18,7 +18,7 @@
 --         (`exact-rank-window`)
 -- ARGV[9..] userIds, 0 to 500 (none: the batch's numbers alone, for an
 --         instance that reads and writes the heartbeats far back itself,
---         see `poll_many` in src/store/mod.rs)
+--         see `poll_many` in src/store/polls.rs)
 --
 -- Returns, for each user in order, four numbers:
 --         1, rank, wait_ms, advice   waiting, with rank users ahead; wait_ms

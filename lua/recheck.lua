@@ -1,5 +1,5 @@
 -- recheck: puts right the heartbeats an instance wrote far back without a
--- script (see `poll_many` in src/store/mod.rs) for users who, it found
+-- script (see `poll_many` in src/store/polls.rs) for users who, it found
 -- after the write, had left the waiting set or joined it again at another
 -- arrival between its read and its write. Only a heartbeat still as the
 -- instance wrote it is touched: one written since (a new registration's,

@@ -1,5 +1,5 @@
 -- sweep: cleanup with the look at each candidate made by the instance, in
--- plain commands (see `sweep` in src/store/mod.rs): this script takes out
+-- plain commands (see `sweep` in src/store/admission.rs): this script takes out
 -- the users the instance found stale, after checking each again, and moves
 -- on in the bucket it read; it also removes active entries past their
 -- expiry, and names the next bucket to read.
@@ -60,7 +60,7 @@ local cutoff = outage_cutoff(KEYS[6], now_ms, timeout, grace)
 --
 -- And the heartbeats among them that have no place behind them (strays:
 -- a poll far back whose plain write reached a new master that never had
--- the user, see `poll_many` in src/store/mod.rs): every user with a
+-- the user, see `poll_many` in src/store/polls.rs): every user with a
 -- heartbeat is waiting, so these go, heartbeat only. A stray that keeps
 -- polling keeps filing candidates, so one is looked at in every bucket.
 local function still_stale(users, first)

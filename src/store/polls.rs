@@ -367,34 +367,14 @@ impl Store {
         Ok((rank_answers(each, &batch, samples, users.len())?, batch))
     }
     /// The places of `users` as [`Store::rank_many`] tells them, with the
-    /// polls far back decided here, in plain commands: one script call
-    /// reads the batch's numbers while one `HMGET` reads the users'
-    /// heartbeats; a heartbeat that must be written goes with one `RPUSH`,
-    /// `ZADD` and `HSET` for all of them; the others are asked of rank.lua
-    /// as before. The same decisions as rank.lua's pass far back, made with
-    /// Redis's time of the first call. Users `near` names (last answered
-    /// near the head by this instance) are asked of rank.lua in that first
-    /// call, not read: near the head a rank is walked anyway.
-    ///
-    /// Why: a poll far back costs Redis a hash lookup and, for one in two,
-    /// a write. Through a script, every user also passes through Lua as a
-    /// string both ways, which cost more than the lookup and the write
-    /// themselves: `scripts/poll-profile.sh` measured 1.30 µs a user for
-    /// the HMGET from a script against 0.43 as a command, and 1.57 against
-    /// 0.47 for the write.
-    ///
-    /// What it gives up is the script's atomicity between the read and the
-    /// write, for users far back only:
-    /// - A user who leaves between the two (a dropout, cleanup), or joins
-    ///   again at another arrival, would have the write name an arrival
-    ///   that is not theirs. When the set's departure counters moved
-    ///   between the read and the write, the write is checked against the
-    ///   waiting set right after it and put right, and that poll answered
-    ///   exactly (see [`Store::write_far`]).
-    /// - Two instances that write one user's heartbeat at the same moment
-    ///   may leave the earlier of the two times, shorter than the later
-    ///   answer's promise by the time between the two reads: a client that
-    ///   polls two instances within those milliseconds.
+    /// polls far back decided here in plain commands (one `HMGET` of the
+    /// heartbeats beside a script call for the batch's numbers, one write
+    /// for all), as rank.lua's pass far back would decide them with
+    /// Redis's time of that call; users `near` names, and any this cannot
+    /// decide, are asked of rank.lua. Invariant: a write that may name an
+    /// arrival no longer the user's is put right before its answer goes
+    /// out ([`Store::write_far`]). Why, and what it gives up: docs/scale.md,
+    /// "Polls far back decided by the instance".
     pub async fn poll_many(
         &self,
         keys: &QueueKeys,
@@ -507,25 +487,15 @@ impl Store {
         Ok(told.into_iter().flatten().collect())
     }
     /// Writes the heartbeats `poll_many` decided (user, value, arrival):
-    /// the candidates first, as rank.lua files them before the write (see
-    /// `file_all` in lua/lib.lua), then the values. A user who left, or
-    /// joined again at another arrival, between the instance's read and its
-    /// write (a dropout and a new registration within that millisecond)
-    /// has the write put right by `lua/recheck.lua`: a stray heartbeat
-    /// would stay until cleanup passed it, and an old arrival would be the
-    /// one every later rank far back was read off. Anything that changes
-    /// the user after the write writes its own heartbeat over this one.
-    /// Returns the users found moved, whose answers must be asked again.
-    ///
-    /// Who moved is found by each user's score in the waiting set, read
-    /// after the write, but only when the departure counters (`before`,
-    /// read before the heartbeats) moved by then: no user leaves the set,
-    /// or is placed in it anywhere but at the tail, without one of them
-    /// moving (see `counted` in lua/lib.lua), and a registration at the
-    /// tail of a user still waiting changes nothing. Why: `ZMSCORE` on a
-    /// set of a million cost Redis 1.47 µs a poll in `scripts/scale.sh`,
-    /// a third of the time of the rest of the poll, and the counters move
-    /// for a few of the batches only (a cleanup step, an admission).
+    /// the candidates first, as rank.lua files them (`file_all` in
+    /// lua/lib.lua), then the values. Returns the users found moved (left,
+    /// or joined again at another arrival, between the read and the
+    /// write), whose writes `lua/recheck.lua` put right and whose answers
+    /// must be asked again. Scores are read only when the departure
+    /// counters moved since the read: nobody leaves the waiting set, or is
+    /// placed in it anywhere but at the tail, without moving one (`counted`
+    /// in lua/lib.lua). Why: docs/scale.md, "Polls far back decided by the
+    /// instance".
     async fn write_far<'u>(
         &self,
         keys: &QueueKeys,
