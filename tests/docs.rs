@@ -318,3 +318,69 @@ fn nothing_refers_to_documents_outside_the_repository() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The module map in docs/development.md names every file and folder of
+/// `src/` (a folder's files by name where its line lists them, else the
+/// folder), and nothing that is not there.
+#[test]
+fn the_module_map_matches_src() {
+    let doc = read("docs/development.md");
+    let start = doc.find("```\nsrc/").expect("the map starts with src/");
+    let map = &doc[start + 4..];
+    let map = &map[..map.find("```").unwrap()];
+    // Each entry: a path at the start of a line, then its description.
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in map.lines() {
+        if let Some(first) = line
+            .split_whitespace()
+            .next()
+            .filter(|_| !line.starts_with(' '))
+        {
+            entries.push((first.to_string(), line[first.len()..].to_string()));
+        } else if let Some(last) = entries.last_mut() {
+            last.1.push(' ');
+            last.1.push_str(line.trim());
+        }
+    }
+    for (path, _) in &entries {
+        if path.starts_with("src/") {
+            assert!(
+                root().join(path).exists(),
+                "the map names {path}, which is not there"
+            );
+        }
+    }
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(root().join("src")).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if entry.path().is_dir() {
+            let folder = format!("src/{name}/");
+            let Some((_, description)) = entries.iter().find(|(p, _)| *p == folder) else {
+                missing.push(folder);
+                continue;
+            };
+            // A folder whose line names files by name names them all.
+            let files: Vec<String> = std::fs::read_dir(entry.path())
+                .unwrap()
+                .map(|f| f.unwrap().file_name().into_string().unwrap())
+                .filter(|f| f.ends_with(".rs") && f != "mod.rs")
+                .collect();
+            if files.iter().any(|f| description.contains(f.as_str())) {
+                for file in files {
+                    let named = description.contains(file.as_str())
+                        || entries.iter().any(|(p, _)| *p == format!("{folder}{file}"));
+                    if !named {
+                        missing.push(format!("{folder}{file}"));
+                    }
+                }
+            }
+        } else if !entries.iter().any(|(p, _)| *p == format!("src/{name}")) {
+            missing.push(format!("src/{name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/development.md's map lacks {missing:?}"
+    );
+}
