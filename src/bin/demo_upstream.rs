@@ -6,7 +6,7 @@
 //! a browser (`Accept: text/html`) gets the same as a small page.
 //!
 //! ```text
-//! cargo run --example demo_upstream -- 127.0.0.1:9000
+//! cargo run --release --features demo --bin waitgate-demo-upstream -- 127.0.0.1:9000
 //! curl -s 127.0.0.1:9000/api/v1/follow-up/access
 //! ```
 
