@@ -11,12 +11,15 @@ use prometheus::{
 
 #[cfg(target_os = "linux")]
 mod process;
+mod upstream;
 
 use crate::config::Config;
 use crate::edge::jwt::Reject;
 
 pub struct Metrics {
     registry: Registry,
+    /// Per upstream and address: requests, their time, health.
+    pub upstreams: upstream::UpstreamMetrics,
     pub queue_waiting: IntGaugeVec,
     pub queue_active: IntGaugeVec,
     /// Users admitted per second, as the gate observes it (from Redis).
@@ -202,6 +205,7 @@ impl Metrics {
         let _ = registry.register(Box::new(process::ProcessMetrics::for_self()));
 
         let m = Metrics {
+            upstreams: upstream::UpstreamMetrics::new(&registry),
             admitted: counter(
                 &registry,
                 "waitgate_admitted_total",

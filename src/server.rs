@@ -227,6 +227,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         "upstream checks",
         Maintenance {
             routes: routes.clone(),
+            metrics: metrics.clone(),
         },
     ));
     server.add_service(background_service(

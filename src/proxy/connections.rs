@@ -300,6 +300,7 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
         queue: None,
         user: None,
         upstream: None,
+        upstream_name: None,
         elapsed: started.elapsed(),
         failed: None,
     }

@@ -536,6 +536,11 @@ impl ProxyHttp for Gate {
                 .map(|i| &*i.user)
                 .or(ctx.subject.as_ref().and_then(|s| s.user.as_deref())),
             upstream: ctx.chosen.as_ref().map(|c| c.addr),
+            upstream_name: ctx
+                .chosen
+                .as_ref()
+                .and(route)
+                .map(|r| r.upstream.name.as_str()),
             elapsed: ctx.started.elapsed(),
             failed,
         }

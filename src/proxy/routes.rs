@@ -111,9 +111,11 @@ impl RouteTable {
 }
 
 /// Runs every upstream's discovery and health checks when they are due,
-/// for whatever route table is current (a reload brings new upstreams).
+/// for whatever route table is current (a reload brings new upstreams),
+/// and sets `waitgate_upstream_up` from what they found, every second.
 pub struct Maintenance {
     pub routes: Arc<arc_swap::ArcSwap<RouteTable>>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// How often due work is looked for; below the shortest check interval.
@@ -125,6 +127,7 @@ impl pingora::services::background::BackgroundService for Maintenance {
         let mut tick = tokio::time::interval(MAINTENANCE_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut swept = std::time::Instant::now();
+        let mut gauged: Option<std::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -135,6 +138,16 @@ impl pingora::services::background::BackgroundService for Maintenance {
                 tokio::task::spawn_blocking(super::rules::pool::sweep);
             }
             let routes = self.routes.load_full();
+            if gauged.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1)) {
+                gauged = Some(std::time::Instant::now());
+                self.metrics
+                    .upstreams
+                    .set_health(routes.upstreams().iter().flat_map(|u| {
+                        u.health()
+                            .into_iter()
+                            .map(|(address, up)| (u.name.clone(), address, up))
+                    }));
+            }
             for upstream in routes.upstreams() {
                 let upstream = upstream.clone();
                 // Each on its own task: a slow check of one upstream never

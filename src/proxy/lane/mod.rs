@@ -241,6 +241,7 @@ impl DirectLane {
             queue: None,
             user: None,
             upstream: None,
+            upstream_name: None,
             elapsed: Default::default(),
             failed: None,
         };
@@ -257,6 +258,7 @@ impl DirectLane {
                 let outcome = match route.upstream.select() {
                     Some(chosen) => {
                         record.upstream = Some(chosen.addr);
+                        record.upstream_name = Some(&route.upstream.name);
                         let pool = match table.fixed.get(plan.route) {
                             Some(Some(pool)) => pool.clone(),
                             _ => table.pool(&route.upstream, chosen.addr),

@@ -49,6 +49,8 @@ pub struct Record<'a> {
     pub user: Option<&'a str>,
     /// The upstream address the request was sent to, if it was.
     pub upstream: Option<SocketAddr>,
+    /// The name of that address's upstream.
+    pub upstream_name: Option<&'a str>,
     pub elapsed: Duration,
     /// The upstream's failure, if the request failed there.
     pub failed: Option<Logged>,
@@ -72,6 +74,11 @@ impl Record<'_> {
         let seconds = self.elapsed.as_secs_f64();
         if self.status > 0 {
             metrics.observe_request(self.route, self.status, seconds);
+            if let (Some(name), Some(address)) = (self.upstream_name, self.upstream) {
+                metrics
+                    .upstreams
+                    .observe(name, address, self.status, seconds);
+            }
         }
         // Milliseconds with microseconds: what people read, still exact.
         let duration_ms = self.elapsed.as_micros() as f64 / 1000.0;
