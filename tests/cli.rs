@@ -190,8 +190,14 @@ fn the_dashboard_uses_only_exported_metrics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/monitoring");
     let config = waitgate::config::Config::from_yaml(GOOD).unwrap();
     let metrics = waitgate::metrics::Metrics::new(&config);
-    // Request series appear with the first request.
+    // Request series appear with the first request, an upstream's with
+    // the first request sent to it and its first health reading.
     metrics.observe_request("register", 200, 0.001);
+    let address: std::net::SocketAddr = "127.0.0.1:9000".parse().unwrap();
+    metrics.upstreams.observe("ticketing", address, 200, 0.001);
+    metrics
+        .upstreams
+        .set_health([("ticketing".to_string(), address, true)]);
     let exported = String::from_utf8(metrics.encode()).unwrap();
     for file in ["grafana-dashboard.json"] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
