@@ -83,8 +83,9 @@ Or try, in another terminal:
        -H 'Content-Type: application/json' -d '{"userId":"user_10"}' |
        sed -n 's/.*"queueCredential":"\([^"]*\)".*/\1/p'); echo "$CRED"
 
-  # your place (polling this is your heartbeat)
+  # your place (polling this is your heartbeat), then poll until admitted
   curl -s '127.0.0.1:8080/api/v1/queue/rank?userId=user_10'; echo
+  until curl -s '127.0.0.1:8080/api/v1/queue/rank?userId=user_10' | grep -q '"ACTIVE"'; do sleep 1; done
 
   # once the answer says "ACTIVE", trade the credential for a token
   TOKEN=$(curl -s -X POST 127.0.0.1:8080/api/v1/queue/active/token \
