@@ -384,3 +384,48 @@ fn the_module_map_matches_src() {
         "docs/development.md's map lacks {missing:?}"
     );
 }
+
+/// Every measured figure the README quotes (a number with a thousands
+/// comma or a decimal point, or a ratio like `2.10x`) and every run it
+/// names (a commit) stands in docs/performance.md, the one source of the
+/// figures.
+#[test]
+fn the_readmes_figures_come_from_the_performance_page() {
+    let readme = read("README.md");
+    let performance = read("docs/performance.md");
+    // The prose only: the flow's sample answers are not figures.
+    let prose: String = readme.split("```").step_by(2).collect::<Vec<_>>().join(" ");
+    let mut quoted = Vec::new();
+    for word in prose.split_whitespace() {
+        // `84,671` in `proxy_pass's 84,671 (0.84x)`: the word less its
+        // punctuation and a trailing full stop.
+        let word = word
+            .trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '.')
+            .trim_end_matches('.');
+        let number = word.trim_end_matches('x');
+        let figure = number.contains(',') || number.contains('.') || word.ends_with('x');
+        let numeric = number.chars().next().is_some_and(|c| c.is_ascii_digit())
+            && number
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ',' || c == '.');
+        if figure && numeric {
+            quoted.push(word.to_string());
+        }
+    }
+    for (at, _) in prose.match_indices("at `") {
+        let commit: String = prose[at + 4..].chars().take_while(|c| *c != '`').collect();
+        if commit.len() >= 7 && commit.chars().all(|c| c.is_ascii_hexdigit()) {
+            quoted.push(commit);
+        }
+    }
+    println!("the README's figures: {quoted:?}");
+    assert!(quoted.len() >= 8, "the README's figures: {quoted:?}");
+    let missing: Vec<&String> = quoted
+        .iter()
+        .filter(|q| !performance.contains(q.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the README quotes {missing:?}, which docs/performance.md does not have"
+    );
+}
