@@ -41,9 +41,11 @@
 -- 7 the queue's state is missing (no incarnation: see `read_control` in
 -- lib.lua), 8 Redis has less than the instance saw (7 and 8 write nothing),
 -- 9 the queue's state was lost and its waiting users are still coming back
--- to be seated again (`rebuild_until`): nobody is admitted meanwhile.
+-- to be seated again (`rebuild_until`): nobody is admitted meanwhile,
+-- 10 the queue is closed (control.lua's 'close'): nobody is admitted until
+-- it reopens.
 -- Codes: 0 decided, 1 already-decided, 2 empty, 3 at-capacity, 4 paused, 5 not-open,
--- Codes: 6 placing, 7 missing, 8 behind, 9 rebuilding
+-- Codes: 6 placing, 7 missing, 8 behind, 9 rebuilding, 10 closed
 --
 -- The gate also records the frontier: the highest waiting score admitted,
 -- and of placed pre-queue users the highest pre-queue arrival. Admission
@@ -148,6 +150,9 @@ if phase == 'placing' then
   return {0, window, 6, now_ms, now_ms}
 end
 
+if control.closed then
+  return {0, window, 10, now_ms, now_ms}
+end
 if control.paused then
   return {0, window, 4, now_ms, now_ms}
 end

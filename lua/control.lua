@@ -6,6 +6,12 @@
 -- KEYS[3] prequeue ZSET
 -- ARGV[1] the change:
 --   'pause' | 'resume'
+--   'close'     ARGV[2] the operator's message (1 to 500 bytes): nobody joins
+--               or is admitted until a reopen; the waiting keep their places
+--               (a closure holds their heartbeats: see `hold_heartbeats` in
+--               lib.lua). Closing a closed queue changes its message only.
+--   'reopen'    ARGV[2] the grace (ms) after it before silence counts
+--               against a heartbeat again
 --   'admission' ARGV[2] batch, ARGV[3] interval (ms), ARGV[4] max active:
 --               each a number, '' to leave it, or '-' for the configured value
 --   'admission' takes ARGV[5] too: the configured interval (ms), for '-'
@@ -46,6 +52,15 @@ elseif action == 'resume' and #ARGV == 1 then
   -- (lua/recover.lua): the slots held, and the wait for the waiting users
   -- to come back.
   redis.call('HDEL', KEYS[1], 'paused', 'held', 'held_until', 'rebuild_until')
+elseif action == 'close' and #ARGV == 2 and #ARGV[2] >= 1 and #ARGV[2] <= 500 then
+  if not control.closed then
+    redis.call('HSET', KEYS[1], 'closed', '1', 'closed_at', int(now_ms))
+  end
+  redis.call('HSET', KEYS[1], 'closed_message', ARGV[2])
+  hold_heartbeats(KEYS[2], now_ms)
+elseif action == 'reopen' and #ARGV == 2 and tonumber(ARGV[2]) and tonumber(ARGV[2]) >= 0 then
+  redis.call('HDEL', KEYS[1], 'closed', 'closed_at', 'closed_message')
+  release_heartbeats(KEYS[2], now_ms, tonumber(ARGV[2]))
 elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_mark(ARGV[2], 1)
     and number_or_mark(ARGV[3], 1) and number_or_mark(ARGV[4], 0) then
   for i, field in ipairs({'batch', 'interval', 'max_active'}) do

@@ -340,10 +340,13 @@ end
 
 -- The operator's live settings and the event schedule of a queue, from its
 -- control HASH (written by control.lua; absent fields keep the configured
--- values): paused, batch, interval, max_active (live admission overrides),
--- prequeue_from, open_at (ms), shuffle, placed (the pre-queue has been placed
--- in the waiting queue), floor (the lowest waiting score a registration after
--- the open may take: the placed pre-queue sits below it).
+-- values): paused, closed (nobody joins or is admitted; beside it
+-- closed_message, the operator's words for the visitors, and closed_at
+-- (ms), read where they are shown), batch, interval, max_active (live
+-- admission overrides), prequeue_from, open_at (ms), shuffle, placed (the
+-- pre-queue has been placed in the waiting queue), floor (the lowest
+-- waiting score a registration after the open may take: the placed
+-- pre-queue sits below it).
 --
 -- And the state's own record (see lua/recover.lua): incarnation, the id of
 -- the queue's state, absent when Redis has lost it (or never had it: until
@@ -358,9 +361,10 @@ end
 local function read_control(key)
   local c = redis.call('HMGET', key, 'paused', 'batch', 'interval', 'max_active',
     'prequeue_from', 'open_at', 'placed', 'floor', 'incarnation', 'version', 'lost_at',
-    'held', 'held_until', 'rebuild_until', 'reseat_until', 'lost_frontier')
+    'held', 'held_until', 'rebuild_until', 'reseat_until', 'lost_frontier', 'closed')
   return {
     paused = c[1] == '1',
+    closed = c[17] == '1',
     batch = tonumber(c[2]),
     interval = tonumber(c[3]),
     max_active = tonumber(c[4]),
@@ -603,6 +607,40 @@ local function outage_cutoff(admission_key, now_ms, timeout, grace, extra)
   end
   redis.call('HSET', admission_key, unpack(record))
   return cutoff, gap
+end
+
+-- A closed queue keeps its waiting users' places while nobody polls: the
+-- closure is an outage window (see `outage_cutoff`) whose end stays open,
+-- CLOSED_UNTIL, until the reopen ends it `grace` later. So neither the
+-- time closed nor the grace after the reopen counts against any heartbeat.
+-- The open window is always the last: every later outage merges into it.
+local CLOSED_UNTIL = 9007199254740992
+
+local function hold_heartbeats(admission_key, now_ms)
+  local list = read_outages(redis.call('HGET', admission_key, 'outages'))
+  local last = list[#list]
+  if last and last[2] == CLOSED_UNTIL then
+    return
+  end
+  if last and last[2] >= now_ms then
+    last[2] = CLOSED_UNTIL
+  else
+    list[#list + 1] = {now_ms, CLOSED_UNTIL}
+    if #list > MAX_OUTAGES then
+      list[2][1] = list[1][1]
+      table.remove(list, 1)
+    end
+  end
+  redis.call('HSET', admission_key, 'outages', outages_text(list))
+end
+
+local function release_heartbeats(admission_key, now_ms, grace)
+  local list = read_outages(redis.call('HGET', admission_key, 'outages'))
+  local last = list[#list]
+  if last and last[2] == CLOSED_UNTIL then
+    last[2] = now_ms + grace
+    redis.call('HSET', admission_key, 'outages', outages_text(list))
+  end
 end
 
 -- Which registration of `user` a credential naming `arrival` (µs) is, as

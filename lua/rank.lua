@@ -31,6 +31,9 @@
 --                                    opens_in_ms (0: opening now, the
 --                                    pre-queue is being placed)
 --         0, 0, 0, 0                 not queued: nothing is written
+--         6, 0, 0, 0                 the queue is closed (control.lua), for
+--                                    anyone not active: nothing is written,
+--                                    the place (if any) is kept as it is
 -- and then twelve for the batch: the rank counters and the waiting set's
 -- size (see `rank_counters` in lib.lua); the wait estimate's first_ms, rate
 -- (users per window, in millionths; -1 while paused) and window (ms), from
@@ -40,7 +43,7 @@
 -- is `pmax`), and 1 if polls far back are decided from the heartbeat alone
 -- (the queue is open, the instance derives ranks, no earlier version's
 -- heartbeats), else 0.
--- Codes: 0 not-queued, 1 waiting, 3 active, 4 prequeued, 5 far-back
+-- Codes: 0 not-queued, 1 waiting, 3 active, 4 prequeued, 5 far-back, 6 closed
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
 -- the lookup of the heartbeat, which a poll makes anyway: the script
@@ -100,6 +103,15 @@ local function far_back(user)
 end
 
 local function rank_of(user)
+  if control.closed then
+    -- The closure holds the heartbeats (see `hold_heartbeats` in lib.lua):
+    -- a poll writes none, and keeps the place as it is.
+    local expiry = redis.call('ZSCORE', KEYS[3], user)
+    if expiry and tonumber(expiry) > now_ms then
+      return 3, tonumber(expiry), 0, 0
+    end
+    return 6, 0, 0, 0
+  end
   if phase ~= 'open' then
     -- Before the open nobody has a place yet: no rank, no heartbeat.
     local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
@@ -140,7 +152,7 @@ local n = 0
 -- the heartbeat alone. The heartbeat is kept when the time left is a fair
 -- advice (see `keep` in lib.lua), else written as `<due>:<arrival>` with
 -- the arrival's text as read.
-local fast = phase == 'open' and far_to > far_from and not beats.legacy
+local fast = phase == 'open' and far_to > far_from and not beats.legacy and not control.closed
 local keep_low, keep_high = math.max(pmin, math.floor(pmax / 2)), math.min(pmax, pmax + math.floor(pmax / 4))
 local oldest = now_ms - timeout
 -- Every heartbeat this pass writes is due at the same time.
@@ -176,7 +188,7 @@ for i = 9, #ARGV do
 end
 beats.flush()
 local rate_millionths = math.floor(rate * 1000000 + 0.5)
-if control.paused then
+if control.paused or control.closed then
   rate_millionths = -1
 end
 for _, n in ipairs(rank_counters(KEYS[4], KEYS[1])) do

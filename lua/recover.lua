@@ -99,10 +99,11 @@ else
   end
 end
 
--- The control HASH. The operator's settings come from whichever side has
--- seen more of the operator's changes (`version`); the record of a placed
--- pre-queue is kept where Redis has one, else written back; a hold in force
--- and the time of the last loss take the later.
+-- The control HASH. The operator's settings (a closure and its message
+-- among them) come from whichever side has seen more of the operator's
+-- changes (`version`); the record of a placed pre-queue is kept where
+-- Redis has one, else written back; a hold in force and the time of the
+-- last loss take the later.
 local snapshot = {}
 for _, p in ipairs(control_pairs) do
   snapshot[p[1]] = p[2]
@@ -117,8 +118,8 @@ local function put(field, value)
   writes[#writes + 1] = value
 end
 if (tonumber(snapshot.version) or 0) > (control.version or 0) then
-  for _, field in ipairs({'paused', 'batch', 'interval', 'max_active', 'prequeue_from',
-      'open_at', 'shuffle'}) do
+  for _, field in ipairs({'paused', 'closed', 'closed_message', 'closed_at', 'batch',
+      'interval', 'max_active', 'prequeue_from', 'open_at', 'shuffle'}) do
     if snapshot[field] then
       put(field, snapshot[field])
     else
@@ -193,6 +194,14 @@ if #deletes > 0 then
   redis.call('HDEL', KEYS[1], unpack(deletes))
 end
 redis.call('HSET', KEYS[1], unpack(writes))
+-- A closed queue holds its waiting users' heartbeats (`hold_heartbeats` in
+-- lib.lua), whichever side said it is closed; one written back as open
+-- lets them go, after the grace that follows a loss.
+if redis.call('HGET', KEYS[1], 'closed') == '1' then
+  hold_heartbeats(KEYS[2], now_ms)
+else
+  release_heartbeats(KEYS[2], now_ms, rebuild_ms)
+end
 
 -- The gate's record: counts and frontiers only grow; the last decided
 -- window is the later one, so that no window is decided twice.

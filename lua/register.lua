@@ -28,9 +28,12 @@
 --         {4, opens_in_ms, 0, 0}       already pre-queued
 --         {5, opens_in_ms, 0, arrival} pre-queued now (0: opening now)
 --         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
+--         {7, 0, 0, 0}                 the queue is closed (control.lua): nobody
+--                                      joins, and a place already had is kept
+--                                      as it is (an active user is told 3)
 -- wait_ms is -1 while admission is paused.
 -- Codes: 1 new, 2 already-waiting, 3 active, 4 already-prequeued, 5 prequeued-now,
--- Codes: 6 not-open
+-- Codes: 6 not-open, 7 closed
 --
 -- A waiting user costs a sorted-set entry, a hash field and a place in a
 -- list.
@@ -47,6 +50,26 @@ if not control.incarnation then
   -- The floor of a placed pre-queue may be among what was lost: nobody
   -- joins until the instance has written back what it knows.
   return lost_reply()
+end
+if control.closed then
+  -- Nothing is written: a waiting user's place stays where it is (the
+  -- closure holds the heartbeats), an admitted one is still told so.
+  local out = {}
+  local expiries = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, 6, #ARGV))
+  for i = 6, #ARGV do
+    local expiry = tonumber(expiries[i - 5])
+    if expiry and expiry > now_ms then
+      for _, n in ipairs({3, expiry, 0, tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '0'),
+          0}) do
+        out[#out + 1] = n
+      end
+    else
+      for _, n in ipairs({7, 0, 0, 0, 0}) do
+        out[#out + 1] = n
+      end
+    end
+  end
+  return out
 end
 local phase = event_phase(control, now_ms)
 interval, batch = control.interval or interval, control.batch or batch

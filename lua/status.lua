@@ -6,7 +6,8 @@
 -- KEYS[1] control HASH, KEYS[2] waiting ZSET, KEYS[3] active ZSET,
 -- KEYS[4] prequeue ZSET, KEYS[5] admission HASH
 --
--- Returns {control (the HASH as field, value, ...), waiting, active,
+-- Returns {control (the HASH as field, value, ...: `paused`, and `closed`,
+-- `closed_message` and `closed_at` while the queue is closed), waiting, active,
 -- prequeued, rate (text, or nil), admitted in all (or nil), Redis time
 -- (ms), {the last incident's kind, at (ms), length (ms)} (each nil when
 -- none), phase}.

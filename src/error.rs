@@ -72,6 +72,8 @@ pub enum ApiError {
     /// 403: a scheduled open has not opened registration yet; the reply
     /// carries `opensAt` (RFC 3339).
     QueueNotOpen { opens_at: String },
+    /// 410: an operator closed the queue; the message is the operator's.
+    QueueClosed(std::sync::Arc<str>),
     /// 401: the admin API's bearer token is missing or wrong.
     AdminUnauthorized,
     /// 409: the change conflicts with the queue's state (the message says
@@ -114,6 +116,7 @@ impl ApiError {
             | ApiError::IdentityMismatch => 403,
             ApiError::AdminUnauthorized | ApiError::LoginRequired | ApiError::InvalidLogin => 401,
             ApiError::Conflict(_) => 409,
+            ApiError::QueueClosed(_) => 410,
             ApiError::UnknownQueue | ApiError::UserNotQueued { .. } | ApiError::NotFound => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,
@@ -156,6 +159,7 @@ impl ApiError {
             ApiError::UpstreamUnavailable => "upstream_unavailable",
             ApiError::UpstreamTimeout => "upstream_timeout",
             ApiError::QueueNotOpen { .. } => "queue_not_open",
+            ApiError::QueueClosed(_) => "queue_closed",
             ApiError::AdminUnauthorized => "unauthorized",
             ApiError::Conflict(_) => "conflict",
             ApiError::CrossSite => "cross_site_request",
@@ -187,6 +191,9 @@ impl ApiError {
             ApiError::QueueNotOpen { opens_at } => {
                 return Cow::Owned(format!("Registration opens at {opens_at}."))
             }
+            // (Empty only when the queue reopened as its answer was made.)
+            ApiError::QueueClosed(message) if message.is_empty() => "The queue is closed.",
+            ApiError::QueueClosed(message) => return Cow::Owned(message.to_string()),
             ApiError::BadPath(why)
             | ApiError::Conflict(why)
             | ApiError::InvalidToken(why)
@@ -270,6 +277,7 @@ impl ApiError {
             ApiError::QueueNotOpen {
                 opens_at: String::new(),
             },
+            ApiError::QueueClosed("".into()),
             ApiError::AdminUnauthorized,
             ApiError::Conflict(""),
             ApiError::CrossSite,
@@ -306,6 +314,7 @@ impl ApiError {
                 | ApiError::UpstreamUnavailable
                 | ApiError::UpstreamTimeout
                 | ApiError::QueueNotOpen { .. }
+                | ApiError::QueueClosed(_)
                 | ApiError::AdminUnauthorized
                 | ApiError::Conflict(_)
                 | ApiError::CrossSite

@@ -42,6 +42,8 @@ pub struct Metrics {
     pub reloads: IntCounterVec,
     /// 1 while an operator has paused a queue's admission (sampled).
     pub queue_paused: IntGaugeVec,
+    /// 1 while an operator has closed a queue (sampled).
+    pub queue_closed: IntGaugeVec,
     /// How many samples of the waiting set this instance holds, from which
     /// ranks far back are derived (0: every rank is exact).
     pub rank_samples: IntGaugeVec,
@@ -71,9 +73,11 @@ pub const INCIDENT_KINDS: [&str; 3] = ["outage", "failover", "data_loss"];
 pub const EVENT_PHASES: [&str; 4] = ["scheduled", "prequeue", "placing", "open"];
 
 /// Label values of `waitgate_admin_changes_total{action}`.
-pub const ADMIN_ACTIONS: [&str; 6] = [
+pub const ADMIN_ACTIONS: [&str; 8] = [
     "pause",
     "resume",
+    "close",
+    "reopen",
     "admission",
     "event",
     "end_event",
@@ -95,11 +99,13 @@ pub const REGISTERED_NEW: &str = "new";
 pub const REGISTERED_AGAIN: &str = "already_waiting";
 pub const REGISTERED_ACTIVE: &str = "already_active";
 pub const REGISTERED_NOT_OPEN: &str = "not_open";
-const REGISTERED: [&str; 4] = [
+pub const REGISTERED_CLOSED: &str = "closed";
+const REGISTERED: [&str; 5] = [
     REGISTERED_NEW,
     REGISTERED_AGAIN,
     REGISTERED_ACTIVE,
     REGISTERED_NOT_OPEN,
+    REGISTERED_CLOSED,
 ];
 
 /// Latency buckets: the queue API answers in well under a millisecond when
@@ -276,6 +282,10 @@ impl Metrics {
                 "waitgate_queue_paused",
                 "1 while admission to the queue is paused by an operator (sampled from Redis).",
             ),
+            queue_closed: int_gauge(
+                "waitgate_queue_closed",
+                "1 while the queue is closed by an operator: nobody joins or is admitted (sampled from Redis).",
+            ),
             rank_samples: int_gauge(
                 "waitgate_rank_samples",
                 "Samples of the waiting set this instance derives ranks far back from (0: every rank is exact).",
@@ -357,6 +367,7 @@ impl Metrics {
             self.admitted.with_label_values(&[q]);
             self.tokens_issued.with_label_values(&[q]);
             self.queue_paused.with_label_values(&[q]);
+            self.queue_closed.with_label_values(&[q]);
             self.rank_samples.with_label_values(&[q]);
             self.releases.with_label_values(&[q]);
             self.admission_held.with_label_values(&[q]);
@@ -389,6 +400,7 @@ impl Metrics {
             let _ = self.admitted.remove_label_values(&[q]);
             let _ = self.tokens_issued.remove_label_values(&[q]);
             let _ = self.queue_paused.remove_label_values(&[q]);
+            let _ = self.queue_closed.remove_label_values(&[q]);
             let _ = self.rank_samples.remove_label_values(&[q]);
             let _ = self.releases.remove_label_values(&[q]);
             for phase in EVENT_PHASES {

@@ -14,7 +14,9 @@
  *
  * Polling goes on while the tab is hidden: polling is the heartbeat that
  * keeps the place. Each poll is scheduled from the previous answer, so there
- * is never more than one request at a time.
+ * is never more than one request at a time. A closed queue (status CLOSED)
+ * ends it: the page shows the operator's message and neither polls nor
+ * reloads.
  */
 (() => {
   "use strict";
@@ -81,6 +83,7 @@
   const wait = $("wg-wait");
   const progress = $("wg-progress");
   const progressText = $("wg-progress-text");
+  const note = $("wg-note");
 
   let numberFormat = null;
   try {
@@ -199,9 +202,25 @@
       case "ACTIVE":
         showProgress(100); // the token exchange follows
         break;
+      case "CLOSED":
+        closed(answer.message);
+        break;
       default:
         break;
     }
+  }
+
+  // The operator closed the queue: their message, and the page's own line
+  // (the client stops polling with it).
+  function closed(words) {
+    setStatus("CLOSED");
+    setText(heading, text("heading_closed"));
+    if (typeof words === "string" && words !== "") setText(message, words);
+    setText(note, text("closed"));
+    setText(place, empty(place));
+    setText(wait, empty(wait));
+    showProgress(0);
+    forgetReloads();
   }
 
   function admitted() {
@@ -235,6 +254,12 @@
     }
   }
 
+  // A closed queue: the server shows the operator's message; nothing the
+  // page could do changes it.
+  if (config.status === "CLOSED") {
+    forgetReloads();
+    return;
+  }
   // A browser that refuses cookies never sends the queue cookie back: every
   // load would join anew, at the tail, and never reach the head. Say so,
   // and neither poll nor reload.
@@ -290,6 +315,8 @@
     .waitUntilAdmitted({ onUpdate: render, delayMs: fallbackPollMs })
     .then(admitted)
     .catch((err) => {
+      // Closed: shown by render; the page stops there.
+      if (err && err.code === "queue_closed") return;
       // 404 (the place is gone), 403 (not admitted after all) and any other
       // 4xx: reload at once, the server sorts it out. Anything else: reload
       // after a poll interval.

@@ -31,7 +31,11 @@
  *       that got no answer is retried after 1 s, 2 s, 4 s, then every 8 s
  *       (never sooner than Retry-After), each give or take a fifth at random
  *       so that the pages of a whole queue do not come back at once, with
- *       onUpdate({ status: "RECONNECTING", retryInMs }) first.
+ *       onUpdate({ status: "RECONNECTING", retryInMs }) first. A closed
+ *       queue (rank answers CLOSED) stops it: onUpdate gets that answer, then
+ *       the promise rejects with an Error whose .code is "queue_closed" and
+ *       .message the operator's message, as register() rejects with 410
+ *       queue_closed while the queue is closed.
  *
  * A non-2xx answer rejects with an Error carrying .status (the HTTP status;
  * 0 when no answer came: .code is then "network_error" or "timeout"), .code
@@ -98,6 +102,10 @@
             const answer = await this.rank({ signal });
             failures = 0;
             onUpdate(answer);
+            if (answer.status === "CLOSED") {
+              // Nothing a poll does changes that: stop, and say why.
+              throw apiError(200, "queue_closed", answer.message || "The queue is closed.");
+            }
             active = answer.status === "ACTIVE";
             wait = Math.max(MIN_ADVICE_MS, Number(this.pollAfterMs) || MIN_POLL_MS);
             if (!active) continue;

@@ -49,9 +49,10 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                 }
                 let to_next = Duration::from_millis(a.next_ms.saturating_sub(a.now_ms));
                 match a.outcome {
-                    AdmitOutcome::Empty | AdmitOutcome::Paused | AdmitOutcome::NotOpen => {
-                        idle_tick(interval)
-                    }
+                    AdmitOutcome::Empty
+                    | AdmitOutcome::Paused
+                    | AdmitOutcome::Closed
+                    | AdmitOutcome::NotOpen => idle_tick(interval),
                     // Another step of the pre-queue at once.
                     AdmitOutcome::Placing => Duration::ZERO,
                     // A small random offset spreads the instances' calls

@@ -75,6 +75,9 @@ async fn gauge_loop(shared: Shared, queue: Arc<Queue>) {
                 m.queue_paused
                     .with_label_values(&[name])
                     .set(i64::from(sample.paused));
+                m.queue_closed
+                    .with_label_values(&[name])
+                    .set(i64::from(sample.closed));
                 for phase in EVENT_PHASES {
                     m.event_phase
                         .with_label_values(&[name, phase])

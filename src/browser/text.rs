@@ -69,6 +69,7 @@ const EN: &[(&str, &str)] = &[
     ("heading_login", "Sign in to join the queue"),
     ("heading_busy", "The waiting room is busy"),
     ("heading_cookies", "Cookies are needed to keep your place"),
+    ("heading_closed", "The queue is closed"),
     ("ahead", "{n} people are ahead of you."),
     ("ahead_one", "1 person is ahead of you."),
     ("next", "You're next."),
@@ -94,6 +95,10 @@ const EN: &[(&str, &str)] = &[
         "Opens in 1 second. Everyone who joins before then gets a place in random order.",
     ),
     ("not_open", "The queue opens at {t}. Come back then."),
+    (
+        "closed",
+        "Nobody can join or be let in while the queue is closed, and this page no longer updates. If it opens again, reload this page.",
+    ),
     ("admitted", "It's your turn! Taking you in…"),
     ("reconnecting", "Connection lost. Trying again…"),
     (
@@ -128,6 +133,7 @@ const KO: &[(&str, &str)] = &[
     ("heading_login", "로그인 후 대기열에 들어올 수 있습니다"),
     ("heading_busy", "대기실이 혼잡합니다"),
     ("heading_cookies", "순서를 유지하려면 쿠키가 필요합니다"),
+    ("heading_closed", "대기열이 닫혔습니다"),
     ("ahead", "앞에 {n}명이 있습니다."),
     ("ahead_one", "앞에 1명이 있습니다."),
     ("next", "다음 차례입니다."),
@@ -153,6 +159,10 @@ const KO: &[(&str, &str)] = &[
         "1초 후에 열립니다. 그 전에 들어온 분들은 무작위 순서로 배정됩니다.",
     ),
     ("not_open", "대기열은 {t}에 열립니다. 그때 다시 와 주세요."),
+    (
+        "closed",
+        "대기열이 닫혀 있는 동안에는 들어오거나 입장할 수 없으며, 이 페이지는 더 이상 갱신되지 않습니다. 다시 열리면 페이지를 새로 고쳐 주세요.",
+    ),
     ("admitted", "차례가 되었습니다! 입장합니다…"),
     ("reconnecting", "연결이 끊겼습니다. 다시 시도하는 중…"),
     (

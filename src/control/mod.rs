@@ -1,6 +1,7 @@
 //! The operators' API, under `/admin/v1/` on the admin listener: pause and
-//! resume admission, change its rate live, schedule an open with a
-//! pre-queue, and revoke a user.
+//! resume admission, close and reopen a queue (the end of a sale), change
+//! the admission rate live, schedule an open with a pre-queue, and revoke a
+//! user.
 //!
 //! Every change is one script (`lua/control.lua`, `lua/revoke.lua`) on the
 //! queue's Redis keys, which every instance reads on its next admission,
@@ -28,7 +29,7 @@ use crate::error::ApiError;
 use crate::metrics::{Metrics, REVOKED_BY_ADMIN};
 use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
-use crate::store::{Change, Refused, Setting, Store, StoreError};
+use crate::store::{Change, Refused, Setting, Store, StoreError, MAX_CLOSED_MESSAGE_BYTES};
 use crate::user::UserId;
 use crate::wire;
 
@@ -119,6 +120,20 @@ impl ControlApi {
                 allow(method, "POST")?;
                 no_body(request.body)?;
                 self.change(self.queue(name)?, "resume", Change::Resume)
+                    .await
+            }
+            ["queues", name, "close"] => {
+                allow(method, "POST")?;
+                let queue = self.queue(name)?;
+                let change = close_change(request.body)?;
+                self.change(queue, "close", change).await
+            }
+            ["queues", name, "reopen"] => {
+                allow(method, "POST")?;
+                no_body(request.body)?;
+                let queue = self.queue(name)?;
+                let grace_ms = queue.heartbeat.outage_grace.as_millis() as u64;
+                self.change(queue, "reopen", Change::Reopen { grace_ms })
                     .await
             }
             ["queues", name, "admission"] => {
@@ -358,6 +373,38 @@ body_of_present_fields! {
     RevokeBody { user_id }
 }
 
+body_of_present_fields! {
+    /// POST `.../close`.
+    CloseBody { message }
+}
+
+/// `{"message"}`: the words the visitors are shown, 1 to
+/// [`MAX_CLOSED_MESSAGE_BYTES`] bytes of text with no control characters
+/// (a line break included: the page shows one paragraph).
+fn close_change(body: &[u8]) -> Result<Change, Reply> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(invalid("message is required."));
+    }
+    let fields: CloseBody = wire::body::parse_json(body)?;
+    let message = match fields.message {
+        Some(serde_json::Value::String(message)) => message,
+        None => return Err(invalid("message is required.")),
+        Some(_) => return Err(invalid("message must be a string.")),
+    };
+    if message.trim().is_empty() {
+        return Err(invalid("message must not be empty."));
+    }
+    if message.len() > MAX_CLOSED_MESSAGE_BYTES {
+        return Err(invalid(format!(
+            "message must be at most {MAX_CLOSED_MESSAGE_BYTES} bytes."
+        )));
+    }
+    if message.chars().any(char::is_control) {
+        return Err(invalid("message must not hold control characters."));
+    }
+    Ok(Change::Close { message })
+}
+
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
 /// the configured value; a field left out stays as it is.
 fn admission_change(body: &[u8], configured_interval_ms: u64) -> Result<Change, Reply> {
@@ -525,6 +572,43 @@ mod tests {
         assert!(no_body(b" {} ").is_ok());
         assert_eq!(no_body(br#"{"a":1}"#).unwrap_err().status, 400);
         assert_eq!(no_body(b"{").unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn close_bodies_carry_a_message_of_text() {
+        assert_eq!(
+            close_change(br#"{"message":"Sold out. Thank you!"}"#).unwrap(),
+            Change::Close {
+                message: "Sold out. Thank you!".into()
+            }
+        );
+        let longest = format!(r#"{{"message":"{}"}}"#, "매".repeat(166));
+        assert!(close_change(longest.as_bytes()).is_ok(), "498 bytes");
+        let over = format!(
+            r#"{{"message":"{}a"}}"#,
+            "x".repeat(MAX_CLOSED_MESSAGE_BYTES)
+        );
+        for bad in [
+            &br#"{}"#[..],
+            br#"{"message":null}"#,
+            br#"{"message":5}"#,
+            br#"{"message":["a"]}"#,
+            br#"{"message":""}"#,
+            br#"{"message":"  "}"#,
+            br#"{"message":"a\nb"}"#,
+            br#"{"message":"a\u0007b"}"#,
+            br#"{"message":"a","extra":1}"#,
+            br#"{"message":"a","message":"b"}"#,
+            over.as_bytes(),
+            b"",
+            b"[",
+        ] {
+            assert!(
+                close_change(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

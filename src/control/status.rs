@@ -17,6 +17,14 @@ pub struct QueueStatus {
     phase: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     paused: Option<bool>,
+    /// Closed by an operator: nobody joins or is admitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed: Option<bool>,
+    /// While closed: the operator's message, and since when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed_message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    closed_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,6 +139,9 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         redis_up: false,
         phase: None,
         paused: None,
+        closed: None,
+        closed_message: None,
+        closed_at: None,
         waiting: None,
         active: None,
         prequeued: None,
@@ -157,6 +168,9 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
     status.redis_up = true;
     status.phase = Some(read.phase());
     status.paused = Some(read.paused());
+    status.closed = Some(read.closed().is_some());
+    status.closed_message = read.closed().map(String::from);
+    status.closed_at = read.closed().and(number("closed_at")).map(rfc3339);
     status.waiting = Some(read.waiting);
     status.active = Some(read.active);
     status.prequeued = Some(read.prequeued);

@@ -21,7 +21,8 @@
 //!   remembers, from its look each second, what it would need to put back
 //!   ([`Memory`]); the first to find the state lost writes it back
 //!   (`lua/recover.lua`) before anybody is admitted or joins, the others
-//!   merge what they knew. Tokens issued before the loss still count
+//!   merge what they knew (the operator's settings among it: a pause, a
+//!   closure and its message). Tokens issued before the loss still count
 //!   against `max-active`: slots are held for them for `active-ttl-ms`
 //!   (a resume ends the hold). Waiting users come back with their
 //!   credential and are seated again at its arrival (`lua/reseat.lua`).
@@ -266,12 +267,14 @@ impl Durability {
             return Ok(());
         }
         let paused = Memory::number(&m.control, "paused") == Some(1);
+        let closed = Memory::number(&m.control, "closed") == Some(1);
         let held_until = (done.held > 0).then(|| crate::time::rfc3339(done.held_until_ms));
         if done.recorded {
             tracing::error!(
                 queue = %queue.name,
                 cause = why.cause(),
                 paused,
+                closed,
                 revocations = revoked.len(),
                 spent = spent.len(),
                 held_slots = done.held,

@@ -1,11 +1,12 @@
 //! How register and rank describe a user: one shape for a waiting user, one
-//! for an admitted one.
+//! for a pre-queued one, one for an admitted one, and rank's for a closed
+//! queue.
 
 use serde::Serialize;
 
 use crate::queues::Queue;
 use crate::reply::Reply;
-use crate::store::Place;
+use crate::store::{Closed, Place};
 
 /// A waiting user, as register and rank describe it.
 #[derive(Serialize)]
@@ -39,6 +40,17 @@ struct PrequeueBody<'a> {
     poll_after_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_credential: Option<&'a str>,
+}
+
+/// A user polling a closed queue: the operator's message; a place the user
+/// has is kept.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ClosedBody<'a> {
+    user_id: &'a str,
+    queue: &'a str,
+    status: &'static str,
+    message: &'a str,
 }
 
 /// An admitted user.
@@ -97,6 +109,19 @@ pub fn active(queue: &Queue, user: &str) -> Reply {
             user_id: user,
             queue: &queue.name,
             status: "ACTIVE",
+        },
+    )
+}
+
+/// `message` is the operator's, from the close.
+pub fn closed(queue: &Queue, user: &str, closed: &Closed) -> Reply {
+    Reply::json(
+        200,
+        &ClosedBody {
+            user_id: user,
+            queue: &queue.name,
+            status: "CLOSED",
+            message: &closed.message,
         },
     )
 }

@@ -7,7 +7,9 @@
 //! it shows the place and reloads itself. Once the visitor is admitted, the
 //! load trades the credential for a token, sets it as a cookie and answers
 //! `303` to `return`. With JavaScript, the page's script polls `rank` and
-//! makes the exchange itself, at the interval the server advises.
+//! makes the exchange itself, at the interval the server advises. While an
+//! operator has the queue closed, the page shows the operator's message and
+//! a line of its own, and neither polls nor reloads.
 
 use std::sync::Arc;
 use std::sync::LazyLock;
@@ -66,6 +68,10 @@ enum View {
     Unavailable,
     /// Identity binding is on and the visitor is not signed in.
     LoginRequired,
+    /// An operator closed the queue: their message; the page stops.
+    Closed {
+        message: Arc<str>,
+    },
 }
 
 /// What a visit comes to.
@@ -278,6 +284,12 @@ impl QueueApi {
             },
             // Gone: the heartbeat ran out.
             Position::NotQueued => None,
+            Position::Closed(closed) => Some(Visit::Show(
+                View::Closed {
+                    message: closed.message,
+                },
+                None,
+            )),
         })
     }
 
@@ -324,6 +336,12 @@ impl QueueApi {
             Registration::NotOpen { opens_at_ms } => {
                 Visit::Show(View::NotOpen { opens_at_ms }, None)
             }
+            Registration::Closed(closed) => Visit::Show(
+                View::Closed {
+                    message: closed.message,
+                },
+                None,
+            ),
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the
@@ -367,6 +385,8 @@ fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
         View::NotOpen { .. } => ("NOT_OPEN", longest),
         View::Unavailable => ("UNAVAILABLE", 5_000),
         View::LoginRequired => ("LOGIN_REQUIRED", longest),
+        // (Never polled: the page neither polls nor refreshes.)
+        View::Closed { .. } => ("CLOSED", longest),
     }
 }
 
@@ -377,6 +397,7 @@ struct Words {
     place: String,
     wait: String,
     progress: u64,
+    note: &'static str,
 }
 
 fn fill(template: &str, n: u64) -> String {
@@ -435,6 +456,7 @@ fn words(lang: Lang, view: &View) -> Words {
                 place: grouped(rank + 1),
                 wait,
                 progress,
+                note: lang.get("note"),
             }
         }
         View::Prequeue { opens_in_ms, .. } => {
@@ -452,6 +474,7 @@ fn words(lang: Lang, view: &View) -> Words {
                 place: none.clone(),
                 wait: none,
                 progress: 0,
+                note: lang.get("note"),
             }
         }
         // In UTC here; the page's script says it in the visitor's own time.
@@ -463,6 +486,7 @@ fn words(lang: Lang, view: &View) -> Words {
             place: none.clone(),
             wait: none,
             progress: 0,
+            note: lang.get("note"),
         },
         View::Unavailable => Words {
             heading: lang.get("heading_busy").to_string(),
@@ -470,6 +494,7 @@ fn words(lang: Lang, view: &View) -> Words {
             place: none.clone(),
             wait: none,
             progress: 0,
+            note: lang.get("note"),
         },
         View::LoginRequired => Words {
             heading: lang.get("heading_login").to_string(),
@@ -477,6 +502,17 @@ fn words(lang: Lang, view: &View) -> Words {
             place: none.clone(),
             wait: none,
             progress: 0,
+            note: lang.get("note"),
+        },
+        // The operator's words, and the page's own line in the visitor's
+        // language in place of "keep this page open".
+        View::Closed { message } => Words {
+            heading: lang.get("heading_closed").to_string(),
+            message: message.to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+            note: lang.get("closed"),
         },
     }
 }
@@ -534,10 +570,14 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         .unwrap_or_else(|_| "{}".into())
         .replace('<', "\\u003c");
     // Pages that need no script (the visitor cannot be admitted from here)
-    // still refresh, and so does everything without JavaScript.
+    // still refresh, and so does everything without JavaScript; but for a
+    // closed queue, which nothing on the page can change.
+    let refresh_tag = match view {
+        View::Closed { .. } => String::new(),
+        _ => format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n"),
+    };
     let head = format!(
-        "<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n\
-         <link rel=\"stylesheet\" href=\"{assets}waitgate.css\">\n\
+        "{refresh_tag}<link rel=\"stylesheet\" href=\"{assets}waitgate.css\">\n\
          <script src=\"{assets}waitgate-client.js\" defer></script>\n\
          <script src=\"{assets}page.js\" defer></script>\n\
          <script type=\"application/json\" id=\"waitgate-config\">{json}</script>",
@@ -562,7 +602,7 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         "wait" => &words.wait,
         "progress-label" => lang.get("progress_label"),
         "progress" => &progress,
-        "note" => lang.get("note"),
+        "note" => words.note,
         "status" => status,
         "queue" => &queue.name,
         _ => "",
@@ -687,6 +727,26 @@ mod tests {
             Lang::En,
         );
         assert!(last.contains("Opens in 1 second."), "{last}");
+    }
+
+    #[test]
+    fn a_closed_queue_shows_the_operators_words_and_the_page_stops() {
+        let view = View::Closed {
+            message: "Sold out <b>today</b>.".into(),
+        };
+        let en = page(view.clone(), Lang::En);
+        assert!(en.contains("data-status=\"CLOSED\""), "{en}");
+        assert!(en.contains("\"status\":\"CLOSED\""), "the script's config");
+        assert!(en.contains(">Sold out &lt;b&gt;today&lt;/b&gt;.<"), "{en}");
+        assert!(en.contains(">The queue is closed<"));
+        assert!(
+            en.contains("class=\"wg-note\">Nobody can join or be let in"),
+            "{en}"
+        );
+        assert!(!en.contains("http-equiv=\"refresh\""), "no refresh");
+        let ko = page(view, Lang::Ko);
+        assert!(ko.contains(">대기열이 닫혔습니다<"), "{ko}");
+        assert!(ko.contains("이 페이지는 더 이상 갱신되지 않습니다"));
     }
 
     #[test]

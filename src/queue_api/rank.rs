@@ -80,6 +80,7 @@ fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, Ap
         Position::NotQueued => Err(ApiError::UserNotQueued {
             hint: "register first",
         }),
+        Position::Closed(closed) => Ok(body::closed(queue, user.as_str(), &closed)),
     }
 }
 
@@ -110,5 +111,18 @@ mod tests {
         assert!(v.get("queueCredential").is_none());
         let missing = outcome(&queue, &user, Position::NotQueued).unwrap_err();
         assert_eq!((missing.status(), missing.code()), (404, "user_not_queued"));
+        let closed = outcome(
+            &queue,
+            &user,
+            Position::Closed(crate::store::Closed {
+                message: "Sold out.".into(),
+            }),
+        )
+        .unwrap();
+        assert_eq!(closed.status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&closed.body).unwrap();
+        assert_eq!(v["status"], "CLOSED");
+        assert_eq!(v["message"], "Sold out.");
+        assert!(v.get("rank").is_none() && v.get("pollAfterMs").is_none());
     }
 }

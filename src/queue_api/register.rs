@@ -18,7 +18,9 @@ use super::{body, input, Endpoint, QueueApi};
 use crate::browser::cookie::{self, QueueCookie};
 use crate::browser::Caller;
 use crate::error::ApiError;
-use crate::metrics::{REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_NEW, REGISTERED_NOT_OPEN};
+use crate::metrics::{
+    REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_CLOSED, REGISTERED_NEW, REGISTERED_NOT_OPEN,
+};
 use crate::queues::Queue;
 use crate::reply::Reply;
 use crate::store::Registration;
@@ -180,7 +182,7 @@ impl QueueApi {
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
         let mut issued = None;
-        let (result, reply) = outcome(queue, user, registration, |arrival| {
+        let (result, reply) = outcome(queue, user, registration.clone(), |arrival| {
             let credential = self
                 .credentials()
                 .issue(&queue.name, user.as_str(), arrival);
@@ -265,6 +267,10 @@ fn outcome(
                 opens_at: crate::time::rfc3339(opens_at_ms),
             }),
         ),
+        Registration::Closed(closed) => (
+            REGISTERED_CLOSED,
+            Reply::from(ApiError::QueueClosed(closed.message)),
+        ),
     }
 }
 
@@ -335,5 +341,17 @@ mod tests {
         assert_eq!(label, REGISTERED_ACTIVE);
         let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["status"], "ACTIVE");
+        let (label, reply) = outcome(
+            &queue,
+            &user,
+            Registration::Closed(crate::store::Closed {
+                message: "Sold out.".into(),
+            }),
+            |_| unreachable!("nobody joins a closed queue"),
+        );
+        assert_eq!((label, reply.status), (REGISTERED_CLOSED, 410));
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(v["error"], "queue_closed");
+        assert_eq!(v["message"], "Sold out.");
     }
 }

@@ -48,6 +48,8 @@ pub enum AdmitOutcome {
     AtCapacity,
     /// An operator paused admission.
     Paused,
+    /// An operator closed the queue.
+    Closed,
     /// A scheduled open has not come yet.
     NotOpen,
     /// Placed one step of the pre-queue at the open: call again at once.
@@ -166,6 +168,7 @@ impl Store {
             AdmitCode::AtCapacity => AdmitOutcome::AtCapacity,
             // Still seating again the users of a lost state.
             AdmitCode::Paused | AdmitCode::Rebuilding => AdmitOutcome::Paused,
+            AdmitCode::Closed => AdmitOutcome::Closed,
             AdmitCode::NotOpen => AdmitOutcome::NotOpen,
             AdmitCode::Placing => AdmitOutcome::Placing,
             // Nothing was written: the state is written back first.

@@ -1,6 +1,8 @@
 //! What the calls of the queue API answer: a waiting user's place, and where
 //! a registration or a poll left the user.
 
+use std::sync::Arc;
+
 use super::error::{count, StoreError};
 
 /// A waiting user's place.
@@ -17,7 +19,7 @@ pub struct Place {
 }
 
 /// The outcome of `register`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registration {
     /// Added at the tail at `arrival` (its score in the waiting set), which
     /// the queueCredential signs.
@@ -37,10 +39,12 @@ pub enum Registration {
     },
     /// Registration opens at this time (Redis clock, ms).
     NotOpen { opens_at_ms: u64 },
+    /// The queue is closed: nobody joins (a place already had is kept).
+    Closed(Closed),
 }
 
 /// The outcome of `rank`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Position {
     Waiting(Place),
     Active {
@@ -51,6 +55,15 @@ pub enum Position {
         poll_after_ms: u64,
     },
     NotQueued,
+    /// The queue is closed; a place the user has is kept as it is.
+    Closed(Closed),
+}
+
+/// A closed queue, as an answer tells it: the operator's message, shared
+/// by every answer of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Closed {
+    pub message: Arc<str>,
 }
 
 /// A place as a script answers it: rank, expected wait (-1 while paused)

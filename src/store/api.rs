@@ -2,7 +2,7 @@
 //! whether a credential names the current registration, and the queue
 //! sizes for the gauges.
 
-use super::answers::{place, Registration};
+use super::answers::{place, Closed, Registration};
 use super::connection::{Resend, Store};
 use super::error::{count, StoreError};
 use super::keys::QueueKeys;
@@ -37,6 +37,7 @@ pub struct Sample {
     /// The admission interval in effect (a live override, or the config's).
     pub interval_ms: Option<u64>,
     pub paused: bool,
+    pub closed: bool,
     pub phase: &'static str,
 }
 
@@ -72,7 +73,7 @@ impl Store {
             invocation.arg(*user);
         }
         let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
-        answers("register", &flat, 5, users.len())?
+        let mut registrations = answers("register", &flat, 5, users.len())?
             .map(|a| {
                 let (code, value, wait, arrival, advice) = (a[0], a[1], a[2], a[3], a[4]);
                 match RegisterCode::of(code)? {
@@ -101,9 +102,38 @@ impl Store {
                     RegisterCode::NotOpen => Ok(Registration::NotOpen {
                         opens_at_ms: count(value)?,
                     }),
+                    RegisterCode::Closed => Ok(Registration::Closed(Closed::default())),
                 }
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        if registrations
+            .iter()
+            .any(|r| matches!(r, Registration::Closed(_)))
+        {
+            let closed = self.closed_message(keys).await?;
+            for registration in &mut registrations {
+                if let Registration::Closed(c) = registration {
+                    *c = closed.clone();
+                }
+            }
+        }
+        Ok(registrations)
+    }
+    /// The operator's message of a closed queue, read once for a batch
+    /// that a script found closed (after the script: a reopen in between
+    /// leaves it empty).
+    pub(super) async fn closed_message(&self, keys: &QueueKeys) -> Result<Closed, StoreError> {
+        let mut hget = redis::cmd("HGET");
+        hget.arg(&keys.control).arg("closed_message");
+        let hget = &hget;
+        let message: Option<String> = self
+            .call(Resend::Safe, |mut c| async move {
+                hget.query_async::<Option<String>>(&mut c).await
+            })
+            .await?;
+        Ok(Closed {
+            message: message.unwrap_or_default().into(),
+        })
     }
     /// The sizes and settings of a queue for the gauges: the admin API's
     /// read, in one round-trip.
@@ -115,6 +145,7 @@ impl Store {
             rate_per_window: status.rate_per_window,
             interval_ms: status.number("interval"),
             paused: status.paused(),
+            closed: status.closed().is_some(),
             phase: status.phase(),
         })
     }

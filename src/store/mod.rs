@@ -21,7 +21,7 @@ mod operator;
 mod polls;
 pub mod ranks;
 
-pub use answers::{Place, Position, Registration};
+pub use answers::{Closed, Place, Position, Registration};
 pub use connection::Store;
 pub use error::StoreError;
 pub use keys::QueueKeys;
@@ -34,6 +34,6 @@ pub use incidents::{Incident, Recovered, Recovery, Watched};
 
 pub use admission::{Admission, AdmitOutcome, Cleanup, GateRecord, NextBucket, PLACE_STEP};
 pub use api::{Current, Dropout, Sample};
-pub use operator::{Change, Phase, Refused, Setting, Status};
+pub use operator::{Change, Phase, Refused, Setting, Status, MAX_CLOSED_MESSAGE_BYTES};
 pub use polls::MAX_USERS_PER_SCRIPT;
 pub use scripts::REVOKED_CHANNEL;

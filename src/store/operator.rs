@@ -1,5 +1,5 @@
-//! The operators' calls: changes to a queue (pause, live settings, an
-//! event), revocations, and the state the admin API reports.
+//! The operators' calls: changes to a queue (pause, close, live settings,
+//! an event), revocations, and the state the admin API reports.
 
 use std::time::Duration;
 
@@ -14,6 +14,17 @@ use super::scripts::*;
 pub enum Change {
     Pause,
     Resume,
+    /// Nobody joins or is admitted until a reopen; the waiting keep their
+    /// places, and are told `message` (at most
+    /// [`MAX_CLOSED_MESSAGE_BYTES`]).
+    Close {
+        message: String,
+    },
+    /// Ends a closure; silence counts against the waiting users' heartbeats
+    /// again `grace_ms` after it.
+    Reopen {
+        grace_ms: u64,
+    },
     /// Live admission parameters; `None` leaves one as it is,
     /// `Some(Setting::Configured)` goes back to the configured value.
     Admission {
@@ -32,6 +43,10 @@ pub enum Change {
     /// A pending event opens now; a past one is forgotten.
     EndEvent,
 }
+
+/// The longest message a closure may carry (`lua/control.lua` refuses a
+/// longer one too).
+pub const MAX_CLOSED_MESSAGE_BYTES: usize = 500;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Setting {
@@ -115,6 +130,18 @@ impl Status {
         self.control.get("paused").is_some_and(|v| v == "1")
     }
 
+    /// The operator's message while the queue is closed; `None` while open.
+    pub fn closed(&self) -> Option<&str> {
+        if self.control.get("closed").is_none_or(|v| v != "1") {
+            return None;
+        }
+        Some(
+            self.control
+                .get("closed_message")
+                .map_or("", String::as_str),
+        )
+    }
+
     pub fn phase(&self) -> &'static str {
         self.phase.name()
     }
@@ -136,6 +163,8 @@ impl Store {
         match change {
             Change::Pause => invocation.arg("pause"),
             Change::Resume => invocation.arg("resume"),
+            Change::Close { message } => invocation.arg("close").arg(message),
+            Change::Reopen { grace_ms } => invocation.arg("reopen").arg(grace_ms),
             Change::Admission {
                 batch_size,
                 interval_ms,

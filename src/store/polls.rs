@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::ScriptInvocation;
 
-use super::answers::{place, Place, Position};
+use super::answers::{place, Closed, Place, Position};
 use super::connection::{Resend, Store};
 use super::error::{count, StoreError};
 use super::heartbeat;
@@ -51,7 +51,7 @@ pub const MAX_USERS_PER_SCRIPT: usize = 500;
 /// An answer to a poll, and whether its rank was walked in the waiting set
 /// (rank.lua's exact path, near the head) rather than derived or decided
 /// far back.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct RankAnswer {
     position: Position,
     walked: bool,
@@ -104,6 +104,9 @@ pub(super) fn rank_answers(
                     },
                     false,
                 ),
+                // The message is read once for the batch: see
+                // `Store::with_closed_message`.
+                RankCode::Closed => told(Position::Closed(Closed::default()), false),
             }
         })
         .collect()
@@ -124,8 +127,8 @@ pub(super) fn decide_far<'u>(
     let mut written: Vec<(&str, String, u64)> = Vec::new();
     let mut decided: HashMap<&str, RankAnswer> = HashMap::new();
     for ((&i, user), value) in read.iter().zip(read_users).zip(values) {
-        if let Some(&again) = decided.get(user) {
-            told[i] = Some(again);
+        if let Some(again) = decided.get(user) {
+            told[i] = Some(again.clone());
             continue;
         }
         let Some((due, arrival)) = value.as_deref().and_then(heartbeat::parse) else {
@@ -152,7 +155,7 @@ pub(super) fn decide_far<'u>(
             }),
             walked: false,
         };
-        decided.insert(user, answer);
+        decided.insert(user, answer.clone());
         told[i] = Some(answer);
     }
     written
@@ -321,7 +324,26 @@ impl Store {
         let told = self
             .rank_many_told(keys, users, admission, heartbeat, samples)
             .await?;
-        Ok(told.into_iter().map(|t| t.position).collect())
+        self.with_closed_message(keys, told.into_iter().map(|t| t.position).collect())
+            .await
+    }
+    /// The positions of a batch, those a script found closed given the
+    /// operator's message (one read for the batch, only when there are
+    /// any).
+    async fn with_closed_message(
+        &self,
+        keys: &QueueKeys,
+        mut positions: Vec<Position>,
+    ) -> Result<Vec<Position>, StoreError> {
+        if positions.iter().any(|p| matches!(p, Position::Closed(_))) {
+            let closed = self.closed_message(keys).await?;
+            for position in &mut positions {
+                if let Position::Closed(c) = position {
+                    *c = closed.clone();
+                }
+            }
+        }
+        Ok(positions)
     }
     /// [`Store::rank_many`], saying of each answer whether its rank was
     /// walked in the waiting set (near the head).
@@ -396,7 +418,8 @@ impl Store {
                 t.walked && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
             (*u, near_head)
         }));
-        Ok(told.into_iter().map(|t| t.position).collect())
+        self.with_closed_message(keys, told.into_iter().map(|t| t.position).collect())
+            .await
     }
     async fn poll_many_told(
         &self,

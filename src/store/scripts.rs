@@ -117,6 +117,7 @@ codes! {
         AlreadyPrequeued = 4,
         PrequeuedNow = 5,
         NotOpen = 6,
+        Closed = 7,
     }
 }
 
@@ -133,6 +134,7 @@ codes! {
         Active = 3,
         Prequeued = 4,
         FarBack = 5,
+        Closed = 6,
     }
 }
 
@@ -179,6 +181,7 @@ codes! {
         Missing = 7,
         Behind = 8,
         Rebuilding = 9,
+        Closed = 10,
     }
 }
 
@@ -386,7 +389,7 @@ mod tests {
     #[test]
     fn an_unknown_code_is_an_error_naming_the_script() {
         assert_eq!(RegisterCode::of(2).unwrap(), RegisterCode::AlreadyWaiting);
-        let e = RegisterCode::of(7).unwrap_err();
+        let e = RegisterCode::of(8).unwrap_err();
         assert!(e.to_string().contains("register.lua"), "{e}");
     }
 }
