@@ -120,7 +120,8 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
     // timeout have passed, within a cleanup interval after that; the
     // polling one, following its advice, never.
     let due = Duration::from_millis(advice + 600);
-    while start.elapsed() < due + Duration::from_millis(800) {
+    let watch = (due + Duration::from_millis(800)).saturating_sub(start.elapsed());
+    repeat_for(watch, || {
         let r = rank(wg.addr, "polling");
         assert_eq!(r.status, 200, "the polling user must stay");
         if removed_after.is_none()
@@ -132,7 +133,7 @@ fn cleanup_removes_a_silent_user_and_keeps_a_polling_one() {
         }
         let next = r.json()["pollAfterMs"].as_u64().unwrap();
         std::thread::sleep(Duration::from_millis(next.min(100)));
-    }
+    });
     let removed_after = removed_after.expect("the silent user is removed");
     println!(
         "silent user removed {removed_after:?} after registering (advice {advice} ms, timeout 600 ms)"
@@ -173,11 +174,11 @@ fn a_poll_just_before_a_cleanup_always_keeps_the_user() {
     );
     register(wg.addr, "steady");
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
+    repeat_for(Duration::from_secs(3), || {
         let r = rank(wg.addr, "steady");
         assert_eq!(r.status, 200, "removed after {:?}", start.elapsed());
         std::thread::sleep(Duration::from_millis(250));
-    }
+    });
 }
 
 #[test]
@@ -192,9 +193,15 @@ fn expired_active_entries_are_removed_with_their_credentials() {
     admit_by_hand(&mut c, "done", redis.now_ms() + 300);
     assert!(c.hexists::<_, _, bool>(CREDENTIAL, "done").unwrap());
     assert_eq!(rank(wg.addr, "done").json()["status"], "ACTIVE");
-    std::thread::sleep(Duration::from_millis(600));
-    let still: Option<f64> = c.zscore(ACTIVE, "done").unwrap();
-    assert!(still.is_none());
+    // Expired at 300 ms; cleaned up within a cleanup interval or so.
+    wait_until(
+        "the expired entry to go",
+        Duration::from_millis(600),
+        || {
+            let still: Option<f64> = c.zscore(ACTIVE, "done").unwrap();
+            still.is_none()
+        },
+    );
     let has: bool = c.hexists(CREDENTIAL, "done").unwrap();
     assert!(!has);
     // The holder (expiry in the year 3000) is untouched.
@@ -220,14 +227,9 @@ fn admission_is_strict_fifo_and_never_loses_or_repeats_a_user() {
         assert_eq!(register(wg.addr, u).status, 200);
     }
     let mut c = redis.conn();
-    let start = Instant::now();
-    loop {
-        let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
-            .atomic()
-            .zrange(WAITING, 0, -1)
-            .zrange(ACTIVE, 0, -1)
-            .query(&mut c)
-            .unwrap();
+    let mut k = 0;
+    let all_admitted = eventually(Duration::from_secs(5), || {
+        let (waiting, active) = waiting_and_active(&mut c);
         // Every user is in exactly one of the two sets...
         let mut all: Vec<&String> = waiting.iter().chain(active.iter()).collect();
         all.sort();
@@ -239,21 +241,15 @@ fn admission_is_strict_fifo_and_never_loses_or_repeats_a_user() {
         );
         assert_eq!(waiting.len() + active.len(), users.len());
         // ...the admitted ones are always a prefix of the arrival order...
-        let k = active.len();
+        k = active.len();
         let admitted: HashSet<&String> = active.iter().collect();
         let prefix: HashSet<&String> = users[..k].iter().collect();
         assert_eq!(admitted, prefix, "admitted out of order");
         // ...and the waiting ones keep their order.
         assert_eq!(waiting, users[k..]);
-        if k == users.len() {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "admission stalled at {k}"
-        );
-        std::thread::sleep(Duration::from_millis(15));
-    }
+        k == users.len()
+    });
+    assert!(all_admitted, "admission stalled at {k}");
     // The admitted users' heartbeats are gone; they are told they are active.
     let hb: u64 = c.hlen(DUE).unwrap();
     assert_eq!(hb, 0);
@@ -266,17 +262,9 @@ fn three_instances_admit_at_most_one_batch_per_window_in_total() {
     const BATCH: u64 = 5;
     const TTL_MS: u64 = 600_000;
     let redis = Redis::start_free();
-    let queue = format!(
-        "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: {BATCH}, active-ttl-ms: {TTL_MS}}}"
-    );
-    let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, &queue)).collect();
+    let instances = admitting_instances(&redis, 3, INTERVAL_MS, BATCH, TTL_MS);
     let users = 60;
-    hold_gate(&redis);
-    for i in 0..users {
-        let wg = &instances[i % 3];
-        assert_eq!(register(wg.addr, &format!("multi{i:03}")).status, 200);
-    }
-    release_gate(&redis);
+    register_across(&redis, &instances, "multi", users);
     let mut c = redis.conn();
     // Until everyone is admitted: 12 windows.
     let took = wait_until_all_admitted(&redis, users, Duration::from_secs(10));
@@ -377,9 +365,7 @@ fn a_scrape_is_prometheus_text_with_every_spec_metric() {
     register(wg.addr, "s1");
     rank(wg.addr, "s1");
     get(wg.addr, "/api/v1/follow-up/x").unwrap(); // 401: no token
-    std::thread::sleep(Duration::from_millis(50));
-    let m = scrape(&wg);
-    for series in [
+    let series = [
         r#"waitgate_queue_waiting{queue="baseball"}"#,
         r#"waitgate_queue_active{queue="baseball"}"#,
         r#"waitgate_admitted_total{queue="baseball"}"#,
@@ -389,7 +375,13 @@ fn a_scrape_is_prometheus_text_with_every_spec_metric() {
         r#"waitgate_tokens_issued_total{queue="baseball"}"#,
         r#"waitgate_jwt_rejected_total{reason="signature"}"#,
         r#"waitgate_redis_errors_total{op="register"}"#,
-    ] {
+    ];
+    let mut m = scrape(&wg);
+    eventually(Duration::from_millis(500), || {
+        m = scrape(&wg);
+        series.iter().all(|s| m.contains_key(*s))
+    });
+    for series in series {
         assert!(m.contains_key(series), "missing {series}");
     }
     assert_eq!(
@@ -434,11 +426,9 @@ fn redis_errors_are_counted_by_operation_and_redis_health_flips_but_not_readines
     assert!(m[r#"waitgate_redis_errors_total{op="register"}"#] >= 1.0);
     assert!(m[r#"waitgate_redis_errors_total{op="rank"}"#] >= 1.0);
     redis.restart();
-    let start = Instant::now();
-    while get(wg.admin, "/healthz/redis").unwrap().status != 200 {
-        assert!(start.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("/healthz/redis back", Duration::from_secs(5), || {
+        get(wg.admin, "/healthz/redis").unwrap().status == 200
+    });
 }
 
 /// Registers a queue of users, notes each one's estimate, and times its
@@ -459,13 +449,7 @@ fn wait_estimates_match_the_observed_admission() {
         pending.push((user, Instant::now(), estimate));
     }
     let mut errors = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(12);
-    while !pending.is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{} never admitted",
-            pending.len()
-        );
+    let all_admitted = eventually(Duration::from_secs(12), || {
         pending.retain(|(user, registered, estimate)| {
             let r = rank(wg.addr, user);
             if r.json()["status"] == "ACTIVE" {
@@ -476,8 +460,9 @@ fn wait_estimates_match_the_observed_admission() {
                 true
             }
         });
-        std::thread::sleep(Duration::from_millis(25));
-    }
+        pending.is_empty()
+    });
+    assert!(all_admitted, "{} never admitted", pending.len());
     let abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
     let mean = abs.iter().sum::<f64>() / abs.len() as f64;
     let max = abs.iter().cloned().fold(0.0, f64::max);
@@ -486,7 +471,7 @@ fn wait_estimates_match_the_observed_admission() {
         "estimate error over {USERS} users (interval 1 s, batch 5): mean |error| {mean:.2} s, max |error| {max:.2} s, mean signed error {bias:+.2} s"
     );
     // Whole seconds are reported, so 0.5 s is rounding alone; the rest is
-    // polling (25 ms) and admission timing.
+    // polling (every 20 ms) and admission timing.
     assert!(max <= 1.0, "max error {max:.2} s: {errors:?}");
 }
 
@@ -511,18 +496,16 @@ fn a_poll_with_a_shorter_advice_pulls_a_far_heartbeat_in() {
     // The advice and the timeout, then a heartbeat bucket (poll-min-ms), a
     // cleanup interval and some scheduling.
     let bound = Duration::from_millis(advice + 600 + 100 + 50 + 200);
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, "leaver")
-        .unwrap()
-        .is_some()
-    {
-        assert!(
-            polled.elapsed() < bound,
-            "still there after {:?} (advice {advice} ms)",
-            polled.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let removed = eventually(bound.saturating_sub(polled.elapsed()), || {
+        c.zscore::<_, _, Option<f64>>(WAITING, "leaver")
+            .unwrap()
+            .is_none()
+    });
+    assert!(
+        removed,
+        "still there after {:?} (advice {advice} ms)",
+        polled.elapsed()
+    );
     println!("removed {:?} after its last poll", polled.elapsed());
     assert!(polled.elapsed() >= Duration::from_millis(advice + 600 - 20));
 }
@@ -551,16 +534,15 @@ fn cleanup_takes_every_silent_user_in_one_pass_and_leaves_the_prequeue_alone() {
     make_silent(&mut c, "baseball", &with_early);
 
     // One pass (every 300 ms), 100 a call: all 450 within two intervals.
-    let start = Instant::now();
-    loop {
-        let left: u64 = c.zcount(WAITING, 1_000, 2_000).unwrap();
-        if left == 0 {
-            break;
+    let mut left = 0;
+    let all_gone = eventually(Duration::from_millis(800), || {
+        left = c.zcount(WAITING, 1_000, 2_000).unwrap();
+        left == 0 || {
+            assert_eq!(rank(wg.addr, "poller").status, 200);
+            false
         }
-        assert!(start.elapsed() < Duration::from_millis(800), "{left} left");
-        assert_eq!(rank(wg.addr, "poller").status, 200);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    assert!(all_gone, "{left} left");
     let prequeued: Option<f64> = c.zscore("queue:{baseball}:prequeue", "early").unwrap();
     assert!(prequeued.is_some(), "the pre-queue registration was taken");
     assert!(heartbeat_of(&mut c, "baseball", "early").is_none());
@@ -604,14 +586,16 @@ fn a_heartbeat_of_an_earlier_version_moves_to_the_hash_at_the_next_poll() {
     let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
     assert_eq!(waiting, ["mover", "stayer"]);
 
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, "stayer")
-        .unwrap()
-        .is_some()
-    {
-        assert!(written.elapsed() < Duration::from_millis(3_000 + 600 + 50 + 400));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let bound = Duration::from_millis(3_000 + 600 + 50 + 400);
+    wait_until(
+        "the stayer to go",
+        bound.saturating_sub(written.elapsed()),
+        || {
+            c.zscore::<_, _, Option<f64>>(WAITING, "stayer")
+                .unwrap()
+                .is_none()
+        },
+    );
     let gone = written.elapsed();
     assert!(gone >= Duration::from_millis(3_000 + 600 - 20), "{gone:?}");
 }
@@ -633,15 +617,10 @@ fn a_heartbeat_that_is_the_time_of_the_last_poll_keeps_its_user_for_the_timeout(
     let _: () = c.hdel(DUE, "older").unwrap();
     let _: () = c.zadd(LEGACY, "older", redis.now_ms()).unwrap();
     let written = Instant::now();
-    let mut gone = None;
-    while written.elapsed() < Duration::from_secs(4) {
+    let gone = poll_for(Duration::from_secs(4), || {
         let there: Option<f64> = c.zscore(WAITING, "older").unwrap();
-        if there.is_none() {
-            gone = Some(written.elapsed());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        there.is_none().then(|| written.elapsed())
+    });
     let gone = gone.expect("removed once the timeout passed");
     println!("a last-poll heartbeat kept its user {gone:?} (timeout 1.5 s)");
     assert!(
@@ -689,10 +668,10 @@ proptest::proptest! {
         // interval (and some scheduling).
         let bound = Duration::from_millis(quitter + 150 + 20 + 20 + 100);
         let quit_at = quit_at.unwrap();
-        while c.zscore::<_, _, Option<f64>>(WAITING, "quitter").unwrap().is_some() {
-            proptest::prop_assert!(quit_at.elapsed() < bound, "still there after {:?}", quit_at.elapsed());
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let removed = eventually(bound.saturating_sub(quit_at.elapsed()), || {
+            c.zscore::<_, _, Option<f64>>(WAITING, "quitter").unwrap().is_none()
+        });
+        proptest::prop_assert!(removed, "still there after {:?}", quit_at.elapsed());
         // (less the few ms between the poll's Redis time and its answer)
         proptest::prop_assert!(
             quit_at.elapsed() >= Duration::from_millis(quitter + 150 - 10),
@@ -734,11 +713,7 @@ fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
 
 /// Waits while `busy` holds, failing with `what` after 10 s.
 fn wait_while(what: &str, mut busy: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while busy() {
-        assert!(started.elapsed() < Duration::from_secs(10), "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(what, Duration::from_secs(10), || !busy());
 }
 
 /// `lua/sweep.lua`, as an instance calls it after reading a bucket.
@@ -951,18 +926,12 @@ fn two_instances_sweeping_together_remove_every_silent_user_once() {
     let () = p.query(&mut c).unwrap();
     make_silent(&mut c, "baseball", &silent);
 
-    let start = Instant::now();
-    loop {
-        let left: u64 = c.zcard(WAITING).unwrap();
-        if left == alive.len() as u64 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "{left} still waiting"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut left = 0;
+    let swept = eventually(Duration::from_secs(10), || {
+        left = c.zcard(WAITING).unwrap();
+        left == alive.len() as u64
+    });
+    assert!(swept, "{left} still waiting");
     let waiting: HashSet<String> = c
         .zrange::<_, Vec<String>>(WAITING, 0, -1)
         .unwrap()

@@ -21,28 +21,18 @@ const HTML: (&str, &str) = ("Accept", "text/html,application/xhtml+xml,*/*;q=0.8
 const SAME_ORIGIN: (&str, &str) = ("Sec-Fetch-Site", "same-origin");
 
 /// Queues `baseball` (waiting room on `/tickets`) and `soccer`, an upstream,
-/// `extra` appended at the top level.
-fn config(redis: &Redis, ports: &Ports, upstream: u16, queues: &str, extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:{listen}
-admin-listen: 127.0.0.1:{admin}
-threads: 2
-grace-period-s: 3
-direct-lane: {lane}
-redis: {{url: '{url}', command-timeout-ms: 300}}
-queues:
-{queues}
-upstreams: {{ticketing: {{address: '127.0.0.1:{upstream}'}}}}
-routes:
-  - {{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}}
-  - {{prefix: /api/v1/follow-up, upstream: ticketing, queue: baseball}}
-  - {{prefix: /soccer, upstream: ticketing, queue: soccer, waiting-room: true}}
-{extra}",
-        listen = ports.listen,
-        admin = ports.admin,
-        lane = direct_lane(),
-        url = redis.url(),
-    )
+/// and the top-level keys of `extra` (YAML).
+fn config(redis: &Redis, upstream: u16, queues: &str, extra: &str) -> TestConfig {
+    TestConfig::on_free_ports(&redis.url(), upstream)
+        .remove("jwt")
+        .queues(queues)
+        .set(
+            "routes",
+            "[{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true},
+              {prefix: /api/v1/follow-up, upstream: ticketing, queue: baseball},
+              {prefix: /soccer, upstream: ticketing, queue: soccer, waiting-room: true}]",
+        )
+        .with(extra)
 }
 
 /// Nobody is admitted by the gate (`max-active: 1` with a held gate), so
@@ -63,12 +53,7 @@ impl Room {
     fn start_with(queues: &str, extra: &str, env: &[(&str, &str)]) -> Room {
         let redis = Redis::start();
         let upstream = Upstream::start();
-        let ports = Ports::new();
-        let wg = Waitgate::start_env(
-            &config(&redis, &ports, upstream.port, queues, extra),
-            &ports,
-            env,
-        );
+        let wg = config(&redis, upstream.port, queues, extra).start_env(env);
         hold_gate(&redis);
         Room {
             wg,
@@ -96,6 +81,12 @@ impl Room {
     }
 
     /// Registers `user` in `baseball` by the API: its credential, when new.
+    /// A register call of the page's own (its body names no user), with
+    /// `headers`.
+    fn register_with(&self, headers: &[(&str, &str)]) -> Response {
+        self.send("POST", "/api/v1/queue/register", headers, Some(Q))
+    }
+
     fn join(&self, user: &str) -> Option<String> {
         let r = post_json(
             self.wg.addr,
@@ -522,20 +513,15 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     let room = Room::start("cookies: {secure: false}\n");
     // A register with no userId: an API client gets 400; a browser of
     // another site 403; this site's page a new user and the cookie.
-    let r = room.send("POST", "/api/v1/queue/register", &[], Some(Q));
+    let r = room.register_with(&[]);
     assert_eq!(
         (r.status, r.error_code().as_str()),
         (400, "invalid_request")
     );
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/register",
-        &[("Origin", "https://evil.example")],
-        Some(Q),
-    );
+    let r = room.register_with(&[("Origin", "https://evil.example")]);
     assert_eq!(r.error_code(), "cross_site_request");
     assert!(room.waiting().is_empty(), "nothing written");
-    let r = room.send("POST", "/api/v1/queue/register", &[SAME_ORIGIN], Some(Q));
+    let r = room.register_with(&[SAME_ORIGIN]);
     assert_eq!(r.status, 200, "{r:?}");
     let user = r.json()["userId"].as_str().unwrap().to_string();
     assert_eq!(user.len(), 22);
@@ -553,7 +539,7 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     // A register that the cookie names the user of is cookie-authenticated
     // too: refused unless it shows it came from this site.
     for headers in not_this_site(&cookie) {
-        let r = room.send("POST", "/api/v1/queue/register", &headers, Some(Q));
+        let r = room.register_with(&headers);
         assert_eq!(
             (r.status, r.error_code().as_str()),
             (403, "cross_site_request"),
@@ -563,12 +549,7 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     }
     // The Origin of this site (from Host) counts as well.
     let host = format!("http://{}", room.wg.addr);
-    let by_origin = room.send(
-        "POST",
-        "/api/v1/queue/register",
-        &[("Origin", &host)],
-        Some(Q),
-    );
+    let by_origin = room.register_with(&[("Origin", &host)]);
     assert_eq!(by_origin.status, 200);
 
     // rank reads the cookie (a GET: no same-site rule).
@@ -1076,12 +1057,7 @@ fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
     assert!(page.text().contains("Sign in to the site first"));
     let head = room.send("HEAD", PAGE, &[HTML, ("Cookie", &bob_lapsed)], None);
     assert_eq!(head.status, 401);
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/register",
-        &[("Authorization", &format!("Bearer {}", lapsed("dave")))],
-        Some(Q),
-    );
+    let r = room.register_with(&[("Authorization", &format!("Bearer {}", lapsed("dave")))]);
     assert_eq!((r.status, r.error_code().as_str()), (401, "invalid_login"));
     assert_eq!(room.waiting(), ["bob", "carol"]);
 
@@ -1116,19 +1092,7 @@ fn a_login_that_runs_out_while_its_user_waits_keeps_the_place() {
 #[test]
 fn identity_binding_checks_rs256_and_es256_logins_against_a_jwks_file() {
     let dir = tempfile::tempdir().unwrap();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir.path())
-            .output()
-            .expect("openssl is installed");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
+    let openssl = |args: &[&str]| tls::openssl(dir.path(), args);
     openssl(&[
         "genpkey",
         "-algorithm",
@@ -1200,12 +1164,7 @@ fn identity_binding_checks_rs256_and_es256_logins_against_a_jwks_file() {
         (jsonwebtoken::Algorithm::ES256, "e1", "ec.pem", "ec_user"),
     ] {
         let auth = format!("Bearer {}", sign(alg, kid, pem, user));
-        let r = room.send(
-            "POST",
-            "/api/v1/queue/register",
-            &[("Authorization", &auth)],
-            Some(Q),
-        );
+        let r = room.register_with(&[("Authorization", &auth)]);
         assert_eq!(r.status, 200, "{alg:?}: {r:?}");
         assert_eq!(r.json()["userId"], user);
     }
@@ -1229,20 +1188,10 @@ fn identity_binding_checks_rs256_and_es256_logins_against_a_jwks_file() {
             "stranger"
         )
     );
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/register",
-        &[("Authorization", &stranger)],
-        Some(Q),
-    );
+    let r = room.register_with(&[("Authorization", &stranger)]);
     assert_eq!(r.error_code(), "invalid_login");
     let hs = format!("Bearer {}", login("hs_user", LOGIN_SECRET));
-    let r = room.send(
-        "POST",
-        "/api/v1/queue/register",
-        &[("Authorization", &hs)],
-        Some(Q),
-    );
+    let r = room.register_with(&[("Authorization", &hs)]);
     assert_eq!(r.error_code(), "invalid_login");
     assert_eq!(room.waiting(), ["rsa_user", "ec_user"]);
 }
@@ -1308,10 +1257,8 @@ fn an_operators_template_is_used_and_a_broken_one_is_refused() {
 
     let bad = dir.path().join("bad.html");
     std::fs::write(&bad, "<html><body>{{message}} {{pleace}}</body></html>").unwrap();
-    let ports = Ports::new();
     let config = config(
         &room.redis,
-        &ports,
         1,
         &format!(
             "  baseball: {{page: {{template: '{}'}}}}\n  soccer: {{}}\n",
@@ -1320,7 +1267,7 @@ fn an_operators_template_is_used_and_a_broken_one_is_refused() {
         "",
     );
     let file = dir.path().join("bad.yaml");
-    std::fs::write(&file, config).unwrap();
+    std::fs::write(&file, config.yaml()).unwrap();
     let out = run_binary(&["-c", file.to_str().unwrap(), "-t"], Some(SECRET_B64));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -1512,17 +1459,12 @@ fn the_not_open_page_says_when_in_words() {
     );
     let prequeue_from = (room.redis.now_ms() / 60_000 + 60) * 60_000;
     let at = waitgate::time::rfc3339(prequeue_from);
-    let body = format!(
-        r#"{{"prequeueFrom":"{at}","openAt":"{}"}}"#,
-        waitgate::time::rfc3339(prequeue_from + 3_600_000)
-    );
-    let r = admin(
+    schedule(
         &room.wg,
-        "PUT",
-        "/admin/v1/queues/baseball/event",
-        Some(&body),
+        Some(prequeue_from),
+        prequeue_from + 3_600_000,
+        false,
     );
-    assert_eq!(r.status, 200, "{r:?}");
 
     let page = room.get(PAGE, &[HTML]).text();
     // "2026-12-04T10:00:00.000Z" read as "2026-12-04 10:00 UTC".

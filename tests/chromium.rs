@@ -48,26 +48,20 @@ impl Room {
         let redis = Redis::start();
         let upstream = Upstream::start();
         let ports = Ports::new();
-        let config = format!(
-            "listen: 127.0.0.1:{}
-admin-listen: 127.0.0.1:{}
-direct-lane: {}
-redis: {{url: '{}', command-timeout-ms: 300}}
-queues:
-  baseball:
-    admission: {{interval-ms: 1000, batch-size: 1}}
-    page: {{title: 'Baseball ticket open'}}
-upstreams: {{ticketing: {{address: '127.0.0.1:{}'}}}}
-routes:
-  - {{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}}
-cookies: {{secure: false}}
-",
-            ports.listen,
-            ports.admin,
-            direct_lane(),
-            redis.url(),
-            upstream.port
-        );
+        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+            .remove("threads")
+            .remove("grace-period-s")
+            .remove("jwt")
+            .queues(
+                "baseball: {admission: {interval-ms: 1000, batch-size: 1}, \
+                 page: {title: 'Baseball ticket open'}}",
+            )
+            .set(
+                "routes",
+                "[{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}]",
+            )
+            .set("cookies", "{secure: false}")
+            .yaml();
         let wg = Waitgate::start_env(&config, &ports, env);
         hold_gate(&redis);
         Room {
@@ -147,6 +141,28 @@ impl Chromium {
         let _ = self.browser.wait().await;
         self.handler.abort();
     }
+}
+
+/// Sends `language` as the page's `Accept-Language` (the browser's own user
+/// agent kept).
+async fn accept_language(page: &Page, language: &str) {
+    let agent: String = eval(page, "navigator.userAgent").await;
+    page.execute(
+        SetUserAgentOverrideParams::builder()
+            .user_agent(agent)
+            .accept_language(language)
+            .build()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
+/// Navigates the page to `url`, and waits until `ready` is true in it
+/// (within `limit`).
+async fn go(page: &Page, url: String, ready: &str, limit: Duration) {
+    page.goto(url).await.unwrap();
+    until(page, ready, limit).await;
 }
 
 /// Evaluates `js` in the page.
@@ -324,22 +340,13 @@ fn the_page_speaks_korean_and_gets_the_visitor_in_without_javascript() {
     runtime().block_on(async {
         let chromium = Chromium::launch().await;
         let page = chromium.browser.new_page("about:blank").await.unwrap();
-        let agent: String = eval(&page, "navigator.userAgent").await;
-        page.execute(
-            SetUserAgentOverrideParams::builder()
-                .user_agent(agent)
-                .accept_language("ko-KR,ko;q=0.9,en;q=0.5")
-                .build()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        accept_language(&page, "ko-KR,ko;q=0.9,en;q=0.5").await;
         page.execute(SetScriptExecutionDisabledParams::new(true))
             .await
             .unwrap();
-        page.goto(room.url("/tickets/seat")).await.unwrap();
-        until(
+        go(
             &page,
+            room.url("/tickets/seat"),
             "location.pathname === '/waiting-room/baseball'",
             Duration::from_secs(10),
         )
@@ -421,23 +428,8 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
             ))
             .await
             .unwrap();
-            let agent: String = eval(&page, "navigator.userAgent").await;
-            page.execute(
-                SetUserAgentOverrideParams::builder()
-                    .user_agent(agent)
-                    .accept_language(language)
-                    .build()
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
-            page.goto(room.url("/tickets/seat")).await.unwrap();
-            until(
-                &page,
-                "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
-                Duration::from_secs(10),
-            )
-            .await;
+            accept_language(&page, language).await;
+            go(&page, room.url("/tickets/seat"), "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'", Duration::from_secs(10)).await;
             let message: String = eval(&page, MESSAGE).await;
             assert!(message.contains("1,241"), "{message}");
             // Nothing wider than the screen.
@@ -564,18 +556,12 @@ fn the_not_open_page_says_when_in_the_visitors_time() {
     let room = Room::start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
     // On the hour plus 7 minutes, at least an hour away.
     let prequeue_from = (room.redis.now_ms() / 3_600_000 + 2) * 3_600_000 + 7 * 60_000;
-    let body = format!(
-        r#"{{"prequeueFrom":"{}","openAt":"{}"}}"#,
-        waitgate::time::rfc3339(prequeue_from),
-        waitgate::time::rfc3339(prequeue_from + 3_600_000)
-    );
-    let r = admin(
+    schedule(
         &room.wg,
-        "PUT",
-        "/admin/v1/queues/baseball/event",
-        Some(&body),
+        Some(prequeue_from),
+        prequeue_from + 3_600_000,
+        false,
     );
-    assert_eq!(r.status, 200, "{r:?}");
     let seoul_hour = (prequeue_from / 3_600_000 + 9) % 24;
     let twelve = match seoul_hour % 12 {
         0 => 12,
@@ -587,9 +573,9 @@ fn the_not_open_page_says_when_in_the_visitors_time() {
         page.execute(SetTimezoneOverrideParams::new("Asia/Seoul"))
             .await
             .unwrap();
-        page.goto(room.url("/waiting-room/baseball")).await.unwrap();
-        until(
+        go(
             &page,
+            room.url("/waiting-room/baseball"),
             "document.readyState === 'complete'",
             Duration::from_secs(5),
         )

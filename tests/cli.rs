@@ -50,6 +50,21 @@ fn example_config_holds_the_documented_defaults() {
     assert_eq!(c.routes[0].prefix, "/api/v1/follow-up");
 }
 
+/// A PEM file whose certificate section is cut short: it only looks like
+/// one.
+fn write_cut_pem(path: &std::path::Path) {
+    std::fs::write(path, "-----BEGIN CERTIFICATE-----\nnot base64\n").unwrap();
+}
+
+/// Asserts that `waitgate -t` passes `config` (with the test secret).
+fn check_passes(config: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("good.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
+    assert!(out.status.success(), "{out:?}");
+}
+
 fn check_fails(config: &str, secret: Option<&str>) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.yaml");
@@ -144,8 +159,7 @@ fn a_port_in_use_is_one_line_naming_the_key() {
 #[test]
 fn sigterm_drains_in_flight_requests_then_exits_quickly() {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let mut wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let mut wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "a").status, 200);
 
     // A request in flight: headers sent, body still to come.
@@ -264,11 +278,7 @@ fn the_check_refuses_a_tls_key_that_does_not_fit_its_certificate() {
     tls::ca(d);
     tls::signed(d, "one", "localhost", "subjectAltName=DNS:localhost\n");
     tls::signed(d, "two", "localhost", "subjectAltName=DNS:localhost\n");
-    std::fs::write(
-        d.join("junk.pem"),
-        "-----BEGIN CERTIFICATE-----\nnot base64\n",
-    )
-    .unwrap();
+    write_cut_pem(&d.join("junk.pem"));
     let with = |cert: &str, key: &str| {
         format!(
             "{GOOD}listen-tls: {{address: '127.0.0.1:1', cert-file: '{}', key-file: '{}'}}\n",
@@ -283,10 +293,7 @@ fn the_check_refuses_a_tls_key_that_does_not_fit_its_certificate() {
     let e = check_fails(&with("one.pem", "junk.pem"), Some(SECRET_B64));
     assert!(e.contains("listen-tls"), "{e}");
     // The pair that fits passes.
-    let path = d.join("good.yaml");
-    std::fs::write(&path, with("one.pem", "one.key")).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
-    assert!(out.status.success(), "{out:?}");
+    check_passes(&with("one.pem", "one.key"));
 }
 
 /// `redis.tls`'s files are read by the check as the Redis client reads them
@@ -299,11 +306,7 @@ fn the_check_reads_the_redis_tls_files() {
     let d = dir.path();
     tls::ca(d);
     tls::signed(d, "client", "waitgate", "extendedKeyUsage=clientAuth\n");
-    std::fs::write(
-        d.join("cut.pem"),
-        "-----BEGIN CERTIFICATE-----\nnot base64\n",
-    )
-    .unwrap();
+    write_cut_pem(&d.join("cut.pem"));
     std::fs::write(d.join("text.pem"), "not a certificate\n").unwrap();
     let with = |ca: &str, cert: &str, key: &str| {
         format!(
@@ -335,10 +338,7 @@ fn the_check_reads_the_redis_tls_files() {
         assert!(e.contains(key), "{e}");
         assert!(!e.contains("[45, "), "the parser's bytes: {e}");
     }
-    let path = d.join("good.yaml");
-    std::fs::write(&path, with("ca.pem", "client.pem", "client.key")).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
-    assert!(out.status.success(), "{out:?}");
+    check_passes(&with("ca.pem", "client.pem", "client.key"));
 }
 
 /// A reply written once a drain has begun ends its connection: it says
@@ -350,9 +350,8 @@ fn the_check_reads_the_redis_tls_files() {
 fn replies_written_while_draining_say_connection_close() {
     use std::time::Duration;
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let mut wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let token = admitted_token(&wg, &redis, "drained");
     *upstream.delay.lock().unwrap() = Duration::from_millis(700);
     // In flight when the drain begins: a plain GET (the direct lane, when

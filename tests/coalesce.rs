@@ -38,11 +38,9 @@ fn reset_stats(redis: &Redis) {
 
 fn start(redis: &Redis, coalesce: bool) -> Waitgate {
     let ports = Ports::new();
-    let config = config(&redis.url(), &ports, 1).replace(
-        "  command-timeout-ms: 300\n",
-        &format!("  command-timeout-ms: 300\n  coalesce: {coalesce}\n"),
-    );
-    assert!(config.contains("coalesce"), "{config}");
+    let config = TestConfig::new(&redis.url(), &ports, 1)
+        .set("redis.coalesce", &coalesce.to_string())
+        .yaml();
     Waitgate::start(&config, &ports)
 }
 

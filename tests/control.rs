@@ -5,8 +5,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -26,28 +26,31 @@ fn rfc3339(ms: u64) -> String {
 }
 
 fn protected(addr: SocketAddr, token: &str) -> Response {
-    request(
-        addr,
-        "GET",
-        "/api/v1/follow-up/x",
-        &[("Authorization", &format!("Bearer {token}"))],
-        None,
-    )
-    .unwrap()
+    with_token(addr, "GET", "/api/v1/follow-up/x", token, None)
 }
 
 fn active_count(redis: &Redis) -> u64 {
     redis.conn().zcard(ACTIVE_KEY).unwrap()
 }
 
+/// The protected `done` call with `token`, which the upstream answers
+/// with `X-Waitgate-Release`.
+fn release(addr: std::net::SocketAddr, token: &str) -> Response {
+    with_token(addr, "POST", "/api/v1/follow-up/done", token, Some(b"{}"))
+}
+
+/// Whether `user` is in queue `baseball`'s active set.
+fn is_active(redis: &Redis, user: &str) -> bool {
+    let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, user).unwrap();
+    score.is_some()
+}
+
 #[test]
 fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     let redis = Redis::start_free();
-    let ports = Ports::new();
-    let plain = Waitgate::start(
-        &config_with(&redis.url(), &ports, free_port(), "baseball: {}"),
-        &ports,
-    );
+    let plain = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues("baseball: {}")
+        .start();
     let r = request(
         plain.admin,
         "GET",
@@ -188,14 +191,11 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
         None,
     );
     assert_eq!(r.json()["paused"], false);
-    let resumed = Instant::now();
-    while active_count(&redis) == 0 {
-        assert!(
-            resumed.elapsed() < Duration::from_millis(2 * INTERVAL_MS + 500),
-            "admission resumes"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        "admission to resume",
+        Duration::from_millis(2 * INTERVAL_MS + 500),
+        || active_count(&redis) > 0,
+    );
     let polled = rank(instances[1].addr, "p050").json();
     assert!(polled.get("paused").is_none(), "{polled}");
     assert!(
@@ -327,18 +327,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     // The open is an hour away at first, so that a slow machine cannot
     // reach it while users pre-queue; it is brought forward below.
     let (prequeue_from, open_at) = (now + 1_500, now + 3_600_000);
-    let body = format!(
-        r#"{{"prequeueFrom":"{}","openAt":"{}","shuffle":true}}"#,
-        rfc3339(prequeue_from),
-        rfc3339(open_at)
-    );
-    let r = admin(
-        &instances[0],
-        "PUT",
-        "/admin/v1/queues/baseball/event",
-        Some(&body),
-    );
-    assert_eq!(r.status, 200, "{r:?}");
+    let r = schedule(&instances[0], Some(prequeue_from), open_at, true);
     assert_eq!(r.json()["phase"], "scheduled");
 
     let early = register(instances[1].addr, "too-early");
@@ -346,9 +335,12 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
     assert_eq!(early.json()["error"], "queue_not_open");
     assert_eq!(early.json()["opensAt"], rfc3339(prequeue_from));
 
-    while redis.now_ms() < prequeue_from {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let until_open = Duration::from_millis(prequeue_from.saturating_sub(redis.now_ms()));
+    wait_until(
+        "the pre-queue to open",
+        until_open + Duration::from_secs(1),
+        || redis.now_ms() >= prequeue_from,
+    );
     let users: Vec<String> = (0..USERS).map(|i| format!("pq{i:04}")).collect();
     let credentials = prequeue(&instances, &users);
     assert!(
@@ -387,42 +379,19 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
 
     // The open, brought forward to a second from now (the pre-queue stays),
     // then wait until the pre-queue is placed.
-    let body = format!(
-        r#"{{"openAt":"{}","shuffle":true}}"#,
-        rfc3339(redis.now_ms() + 1_000)
-    );
-    let r = admin(
-        &instances[2],
-        "PUT",
-        "/admin/v1/queues/baseball/event",
-        Some(&body),
-    );
-    assert_eq!(r.status, 200, "{r:?}");
+    let r = schedule(&instances[2], None, redis.now_ms() + 1_000, true);
     assert_eq!(r.json()["prequeued"], USERS as u64 - 1);
-    let started = Instant::now();
-    loop {
+    wait_until("the open to complete", Duration::from_secs(20), || {
         let placed: Option<String> = redis.conn().hget(CONTROL, "placed").unwrap();
-        if placed.is_some() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the open never completed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        placed.is_some()
+    });
     for i in 0..20 {
         let r = register(instances[i % 3].addr, &format!("late{i:02}"));
         assert_eq!(r.json()["status"], "WAITING", "{r:?}");
     }
     // At most one admission has happened since the open.
     let mut c = redis.conn();
-    let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
-        .atomic()
-        .zrange(WAITING_KEY, 0, -1)
-        .zrange(ACTIVE_KEY, 0, -1)
-        .query(&mut c)
-        .unwrap();
+    let (waiting, active) = waiting_and_active(&mut c);
     assert!(active.len() <= 1, "{active:?}");
     let order: Vec<&String> = active.iter().chain(waiting.iter()).collect();
     assert_eq!(
@@ -710,14 +679,14 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     let refused_everywhere = |token: &str| {
         let started = Instant::now();
         let mut waiting_for: Vec<usize> = (0..3).collect();
-        while !waiting_for.is_empty() {
+        let refused = eventually(Duration::from_secs(2), || {
             waiting_for.retain(|&i| protected(instances[i].addr, token).status != 401);
-            assert!(
-                started.elapsed() < Duration::from_secs(2),
-                "instances {waiting_for:?} still admit a revoked token"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            waiting_for.is_empty()
+        });
+        assert!(
+            refused,
+            "instances {waiting_for:?} still admit a revoked token"
+        );
         started.elapsed()
     };
 
@@ -837,63 +806,33 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
 /// on `/…/slow-done` with a body whose second half comes 1.5 s late, and
 /// on `/…/late-done` after a second.
 fn releasing_upstream() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut writer = stream.try_clone().unwrap();
-                let mut reader = BufReader::new(stream);
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h.trim_end().is_empty() {
-                            break;
-                        }
-                    }
-                    if line.contains("/late-done") {
-                        // Thinks for a second, then releases.
-                        std::thread::sleep(Duration::from_millis(1000));
-                        let reply = "HTTP/1.1 200 OK\r\nX-Waitgate-Release: true\r\nContent-Length: 2\r\n\r\nok";
-                        if writer.write_all(reply.as_bytes()).is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    if line.contains("/slow-done") {
-                        // The head and half the body, the rest later.
-                        let head = "HTTP/1.1 200 OK\r\nX-Waitgate-Release: true\r\nContent-Length: 10\r\n\r\nhello";
-                        if writer.write_all(head.as_bytes()).is_err() {
-                            return;
-                        }
-                        std::thread::sleep(Duration::from_millis(1500));
-                        if writer.write_all(b"world").is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    let release = if line.contains("/done") {
-                        "X-Waitgate-Release: true\r\n"
-                    } else {
-                        ""
-                    };
-                    let reply = format!("HTTP/1.1 200 OK\r\n{release}Content-Length: 2\r\n\r\nok");
-                    if writer.write_all(reply.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+    use common::scripted::{Scripted, Step};
+    let released = |rest: &str| {
+        Step::Send(format!("HTTP/1.1 200 OK\r\nX-Waitgate-Release: true\r\n{rest}").into_bytes())
+    };
+    let upstream = Scripted::start(move |r| {
+        if r.target.contains("/late-done") {
+            // Thinks for a second, then releases.
+            vec![
+                Step::Pause(Duration::from_millis(1000)),
+                released("Content-Length: 2\r\n\r\nok"),
+            ]
+        } else if r.target.contains("/slow-done") {
+            // The head and half the body, the rest later.
+            vec![
+                released("Content-Length: 10\r\n\r\nhello"),
+                Step::Pause(Duration::from_millis(1500)),
+                Step::Send(b"world".to_vec()),
+            ]
+        } else if r.target.contains("/done") {
+            vec![released("Content-Length: 2\r\n\r\nok")]
+        } else {
+            vec![Step::Send(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
+            )]
         }
     });
-    port
+    upstream.port
 }
 
 #[test]
@@ -908,11 +847,9 @@ fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
     let first = register_new(instances[0].addr, "buyer1");
     register_new(instances[1].addr, "buyer2");
     // buyer1 is admitted; buyer2 waits behind the cap.
-    let started = Instant::now();
-    while active_count(&redis) < 1 {
-        assert!(started.elapsed() < Duration::from_secs(3));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until("buyer1's admission", Duration::from_secs(3), || {
+        active_count(&redis) >= 1
+    });
     let r = post_json(
         instances[0].addr,
         "/api/v1/queue/active/token",
@@ -929,27 +866,18 @@ fn an_early_release_frees_the_slot_for_the_next_window_and_revokes_the_token() {
 
     let ok = protected(instances[1].addr, &token);
     assert_eq!(ok.status, 200);
-    let done = request(
-        instances[1].addr,
-        "POST",
-        "/api/v1/follow-up/done",
-        &[("Authorization", &format!("Bearer {token}"))],
-        Some(b"{}"),
-    )
-    .unwrap();
+    let done = release(instances[1].addr, &token);
     assert_eq!(done.status, 200);
     assert!(
         done.header("X-Waitgate-Release").is_none(),
         "the header stops at the edge"
     );
     let released = Instant::now();
-    while rank(instances[0].addr, "buyer2").json()["status"] != "ACTIVE" {
-        assert!(
-            released.elapsed() < Duration::from_millis(3 * INTERVAL_MS),
-            "the freed slot goes to the next window"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        "the freed slot to go to the next window",
+        Duration::from_millis(3 * INTERVAL_MS),
+        || rank(instances[0].addr, "buyer2").json()["status"] == "ACTIVE",
+    );
     println!(
         "buyer2 admitted {:?} after buyer1's release",
         released.elapsed()
@@ -1107,18 +1035,11 @@ fn a_release_holds_from_the_response_head_and_survives_a_dropped_redis_connectio
         401,
         "refused before the body ends"
     );
-    let started = Instant::now();
-    loop {
-        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "slow-buyer").unwrap();
-        if score.is_none() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "the active state ends before the body does"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        "the active state ends before the body does",
+        Duration::from_secs(1),
+        || !is_active(&redis, "slow-buyer"),
+    );
     assert_eq!(slow.bytes(10), b"helloworld");
 
     // The client sends its request and half-closes before the upstream
@@ -1134,18 +1055,11 @@ fn a_release_holds_from_the_response_head_and_survives_a_dropped_redis_connectio
         )
         .unwrap();
     leaver.shutdown(std::net::Shutdown::Write).unwrap();
-    let started = Instant::now();
-    loop {
-        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "leaver").unwrap();
-        if score.is_none() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "a half-closed client's release is kept"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "a half-closed client's release is kept",
+        Duration::from_secs(3),
+        || !is_active(&redis, "leaver"),
+    );
     drop(leaver);
 
     // waitgate's Redis connections are cut just before a release: the first
@@ -1159,28 +1073,12 @@ fn a_release_holds_from_the_response_head_and_survives_a_dropped_redis_connectio
         .arg("yes")
         .query(&mut redis.conn())
         .unwrap();
-    let done = request(
-        wg.addr,
-        "POST",
-        "/api/v1/follow-up/done",
-        &[("Authorization", &format!("Bearer {token}"))],
-        Some(b"{}"),
-    )
-    .unwrap();
+    let done = release(wg.addr, &token);
     assert_eq!(done.status, 200);
     assert_eq!(protected(wg.addr, &token).status, 401);
-    let started = Instant::now();
-    loop {
-        let score: Option<f64> = redis.conn().zscore(ACTIVE_KEY, "buyer").unwrap();
-        if score.is_none() {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(4),
-            "the release reached Redis"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the release reached Redis", Duration::from_secs(4), || {
+        !is_active(&redis, "buyer")
+    });
 }
 
 #[test]
@@ -1295,23 +1193,13 @@ fn releases_and_admin_changes_during_a_redis_outage_are_one_warning_a_second() {
     // Every release is retried for about 3 s, then given up on: all of
     // them within a moment of each other.
     for token in &tokens {
-        let done = request(
-            wg.addr,
-            "POST",
-            "/api/v1/follow-up/done",
-            &[("Authorization", &format!("Bearer {token}"))],
-            Some(b"{}"),
-        )
-        .unwrap();
+        let done = release(wg.addr, token);
         assert_eq!(done.status, 200);
     }
-    let mut refused = 0;
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(1500) {
+    let refused = repeat_for(Duration::from_millis(1500), || {
         let r = admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None);
         assert_eq!(r.status, 503, "{r:?}");
-        refused += 1;
-    }
+    });
     std::thread::sleep(Duration::from_millis(4000));
     let log = wg.log();
     assert!(!log.contains("release failed"), "{log}");
@@ -1555,13 +1443,9 @@ fn a_window_length_changed_by_the_config_goes_on_admitting() {
     }
     let admitted_within = |c: &mut redis::Connection, interval: u64, limit: Duration| {
         let started = Instant::now();
-        while started.elapsed() < limit {
-            if admit_once(c, interval) > 0 {
-                return Some(started.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
+        poll_for(limit, || {
+            (admit_once(c, interval) > 0).then(|| started.elapsed())
+        })
     };
     assert!(admitted_within(&mut c, 100, Duration::from_millis(500)).is_some());
     // 100 ms -> 1 s: within the next second.

@@ -38,39 +38,24 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             send(with_body)
         }
     };
+    // A response's head, then its body unless the request was a HEAD.
+    let head_then =
+        |head_only: &[u8], body: &[u8]| body_unless_head(&[head_only, body].concat(), head_only);
     Some(match name {
-        "ok" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n",
-        )],
+        "ok" => vec![head_then(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n", b"hello")],
         "empty" => vec![send(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")],
-        "chunked" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-        )],
-        "trailers" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n",
-        )],
+        "chunked" => vec![head_then(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"5;x=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")],
+        "trailers" => vec![head_then(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n", b"3\r\nabc\r\n0\r\nX-Sum: 7\r\n\r\n")],
         "until-close" => vec![
-            body_unless_head(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",
-            ),
+            head_then(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n", b"until the end"),
             Step::Close,
         ],
-        "http10" => vec![body_unless_head(
-            b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold",
-            b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n",
-        )],
+        "http10" => vec![head_then(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", b"old")],
         "http10-close" => vec![
-            body_unless_head(b"HTTP/1.0 200 OK\r\n\r\nold and closing", b"HTTP/1.0 200 OK\r\n\r\n"),
+            head_then(b"HTTP/1.0 200 OK\r\n\r\n", b"old and closing"),
             Step::Close,
         ],
-        "keep-alive-10" => vec![body_unless_head(
-            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nka",
-            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n",
-        )],
+        "keep-alive-10" => vec![head_then(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n", b"ka")],
         "no-content" => vec![send(b"HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n")],
         "not-modified" => vec![send(
             b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 10\r\n\r\n",
@@ -78,15 +63,9 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
         "head-with-body" => vec![send(
             b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody",
         )],
-        "extra-bytes" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhiEXTRA",
-            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
-        )],
+        "extra-bytes" => vec![head_then(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"hiEXTRA")],
         "late-bytes" => vec![
-            body_unless_head(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
-            ),
+            head_then(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"hi"),
             pause(150),
             send(b"HTTP/1.1 302 Found\r\nSet-Cookie: s=evil\r\nContent-Length: 0\r\n\r\n"),
         ],
@@ -98,10 +77,7 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
             Step::Close,
         ],
-        "cl-same-twice" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello",
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
-        )],
+        "cl-same-twice" => vec![head_then(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", b"hello")],
         "cl-list" => vec![send(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello"), Step::Close],
         "te-comma" => vec![
             send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked,\r\n\r\n2\r\nhi\r\n0\r\n\r\nSMUGGLED"),
@@ -130,10 +106,7 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
         ],
         "early-hints" => vec![
             send(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"),
-            body_unless_head(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
-            ),
+            head_then(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"ok"),
         ],
         "switch" => vec![send(
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
@@ -143,10 +116,7 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\n0\n\n"),
             Step::Close,
         ],
-        "lf-in-extension" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8;e\nab\r\nwxyzwxyz\r\n10\r\n0\r\n\r\nHTTP/1.1 20\r\n0\r\n\r\n",
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
-        )],
+        "lf-in-extension" => vec![head_then(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"8;e\nab\r\nwxyzwxyz\r\n10\r\n0\r\n\r\nHTTP/1.1 20\r\n0\r\n\r\n")],
         "size-space" => vec![
             send(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5 6\r\nhello\r\n0\r\n\r\n"),
             Step::Close,
@@ -171,38 +141,17 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             }
             vec![Step::Send(bytes)]
         }
-        "hop-headers" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Hop: secret\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok",
-            b"HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Hop: secret\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n",
-        )],
-        "folded" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 2\r\n\r\nok",
-            b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 2\r\n\r\n",
-        )],
-        "own-headers" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\nX-Request-Id: upstream-made\r\nContent-Length: 2\r\n\r\nok",
-            b"HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\nX-Request-Id: upstream-made\r\nContent-Length: 2\r\n\r\n",
-        )],
-        "odd-status" => vec![body_unless_head(
-            b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\nok",
-            b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\n",
-        )],
-        "status-below-100" => vec![body_unless_head(
-            b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok",
-            b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\n",
-        )],
+        "hop-headers" => vec![head_then(b"HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nKeep-Alive: timeout=5\r\nX-Hop: secret\r\nProxy-Connection: keep-alive\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n", b"ok")],
+        "folded" => vec![head_then(b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n\t two\r\nContent-Length: 2\r\n\r\n", b"ok")],
+        "own-headers" => vec![head_then(b"HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 1970 00:00:00 GMT\r\nX-Request-Id: upstream-made\r\nContent-Length: 2\r\n\r\n", b"ok")],
+        "odd-status" => vec![head_then(b"HTTP/1.1 299 Very Fine Indeed\r\nContent-Length: 2\r\n\r\n", b"ok")],
+        "status-below-100" => vec![head_then(b"HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\n", b"ok")],
         "interim-slow" => vec![
             send(b"HTTP/1.1 102 Processing\r\n\r\n"),
             Step::Pause(Duration::from_millis(400)),
-            body_unless_head(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n",
-            ),
+            head_then(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", b"ok"),
         ],
-        "server-error" => vec![body_unless_head(
-            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\nbroken",
-            b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\n",
-        )],
+        "server-error" => vec![head_then(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 6\r\n\r\n", b"broken")],
         "redirect" => vec![send(
             b"HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nSet-Cookie: a=1; HttpOnly\r\nSet-Cookie: b=2\r\nContent-Length: 0\r\n\r\n",
         )],
@@ -220,14 +169,8 @@ fn behaviour(name: &str, head: bool) -> Option<Vec<Step>> {
             pause(100),
             body_unless_head(b"slow", b""),
         ],
-        "bare-lf" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\nContent-Length: 2\n\nlf",
-            b"HTTP/1.1 200 OK\nContent-Length: 2\n\n",
-        )],
-        "space-before-colon" => vec![body_unless_head(
-            b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nsp",
-            b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n",
-        )],
+        "bare-lf" => vec![head_then(b"HTTP/1.1 200 OK\nContent-Length: 2\n\n", b"lf")],
+        "space-before-colon" => vec![head_then(b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\n", b"sp")],
         _ => return None,
     })
 }
@@ -868,25 +811,12 @@ fn side(redis: &Redis, lane: bool) -> Side {
     let upstream = Scripted::start(script);
     // Nobody registered by a case is removed before the end: their
     // heartbeats outlast the run.
-    let config = config_with(
-        &redis.url(),
-        &ports,
-        upstream.port,
-        "baseball: {admission: {max-active: 1}, heartbeat: {timeout-ms: 600000}}",
-    )
-    .replace(
-        &format!("direct-lane: {}", direct_lane()),
-        &format!("direct-lane: {lane}"),
-    )
-    .replace(
-        &format!("    address: 127.0.0.1:{}\n", upstream.port),
-        &format!(
-            "    address: 127.0.0.1:{}\n    read-timeout-ms: 800\n",
-            upstream.port
-        ),
-    );
-    assert!(config.contains(&format!("direct-lane: {lane}")));
-    let config = format!("{config}log:\n  format: json\n");
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .queues("baseball: {admission: {max-active: 1}, heartbeat: {timeout-ms: 600000}}")
+        .set("direct-lane", &lane.to_string())
+        .set("upstreams.ticketing.read-timeout-ms", "800")
+        .log("{format: json}")
+        .yaml();
     let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
     Side { wg, upstream }
 }
@@ -1084,12 +1014,10 @@ fn wait_for_equal_logs(
     a: &Waitgate,
     b: &Waitgate,
 ) -> (BTreeMap<String, usize>, BTreeMap<String, usize>) {
-    let started = Instant::now();
-    loop {
-        let logs = (access_log(a), access_log(b));
-        if logs.0 == logs.1 || started.elapsed() > Duration::from_secs(5) {
-            return logs;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut logs = Default::default();
+    eventually(Duration::from_secs(5), || {
+        logs = (access_log(a), access_log(b));
+        logs.0 == logs.1
+    });
+    logs
 }

@@ -151,9 +151,8 @@ struct Env {
 /// waitgate in front of a scripted upstream, and a token for user `fan`.
 fn setup(script: BTreeMap<&'static str, Answer>) -> Env {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Scripted::start(script);
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let token = admitted_token(&wg, &redis, "fan");
     Env {
         _redis: redis,

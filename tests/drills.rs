@@ -218,7 +218,7 @@ fn drill(
             ))
         })
         .collect();
-    wait_for(
+    wait_until(
         "the crowd to join",
         spread + Duration::from_secs(60),
         || joined.load(Ordering::Relaxed) == clients,
@@ -340,23 +340,30 @@ fn config(ports: &Ports, redis_section: &str) -> String {
     )
 }
 
+/// Waitgate with [`config`] on ports of its own.
+fn start(redis_section: &str) -> Waitgate {
+    let ports = Ports::new();
+    Waitgate::start(&config(&ports, redis_section), &ports)
+}
+
+/// A connection to the Redis on `port`, to read the state after a drill.
+fn connection_to(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
 #[test]
 fn drill_a_standalone_redis_restarted_from_its_aof() {
     let clients = setting("WAITGATE_DRILL_CLIENTS", 300) as usize;
     let outage = Duration::from_secs(setting("WAITGATE_DRILL_OUTAGE_S", 10));
     let mut redis = Redis::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config(
-            &ports,
-            &format!(
-                "redis:\n  url: {}\n  command-timeout-ms: 300\n",
-                redis.url()
-            ),
-        ),
-        &ports,
-    );
-    let url = redis.url();
+    let wg = start(&format!(
+        "redis:\n  url: {}\n  command-timeout-ms: 300\n",
+        redis.url()
+    ));
+    let port = redis.port;
     let figures = drill(
         "standalone, AOF everysec",
         &wg,
@@ -367,12 +374,7 @@ fn drill_a_standalone_redis_restarted_from_its_aof() {
             redis.restart();
         },
         Duration::from_secs(18),
-        || {
-            redis::Client::open(url.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap()
-        },
+        || connection_to(port),
     );
     judge(&figures, &wg.log());
 }
@@ -382,33 +384,12 @@ fn drill_a_sentinel_failover() {
     let clients = setting("WAITGATE_DRILL_CLIENTS", 300) as usize;
     let down_after = setting("WAITGATE_DRILL_DOWN_AFTER_MS", 5000);
     let dir = tempfile::tempdir().unwrap();
-    let mut master = Node::start(dir.path(), &[]);
-    let replicas = replicas_of(dir.path(), &master, 1);
-    let sentinels: Vec<Node> = (0..3)
-        .map(|_| Node::sentinel_after(dir.path(), master.port, down_after))
-        .collect();
-    wait_for(
-        "sentinels to see the replica",
-        Duration::from_secs(15),
-        || {
-            sentinels.iter().all(|s| {
-                s.cmd(&["SENTINEL", "replicas", "waitgate"])
-                    .is_some_and(|r| r.contains(&replicas[0].port.to_string()))
-            })
-        },
-    );
+    let (mut master, replicas, sentinels) = sentinel_group(dir.path(), 1, down_after);
     let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config(
-            &ports,
-            &format!(
+    let wg = start(&format!(
                 "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: waitgate\n  command-timeout-ms: 300\n",
                 urls.join(", ")
-            ),
-        ),
-        &ports,
-    );
+            ));
     let replica_port = replicas[0].port;
     let figures = drill(
         &format!("sentinel failover, down-after-milliseconds {down_after}"),
@@ -417,7 +398,7 @@ fn drill_a_sentinel_failover() {
         || {
             master.kill();
             let sentinel = &sentinels[0];
-            wait_for(
+            wait_until(
                 "the sentinels to promote the replica",
                 Duration::from_millis(down_after + 30_000),
                 || {
@@ -428,12 +409,7 @@ fn drill_a_sentinel_failover() {
             );
         },
         Duration::from_secs(18),
-        || {
-            redis::Client::open(format!("redis://127.0.0.1:{replica_port}"))
-                .unwrap()
-                .get_connection()
-                .unwrap()
-        },
+        || connection_to(replica_port),
     );
     judge(&figures, &wg.log());
 }
@@ -444,17 +420,10 @@ fn drill_a_cluster_master_killed() {
     let node_timeout = setting("WAITGATE_DRILL_NODE_TIMEOUT_MS", 2000);
     let mut cluster = Cluster::start_with_timeout(1, node_timeout);
     let seeds: Vec<String> = cluster.nodes.iter().map(Node::url).collect();
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config(
-            &ports,
-            &format!(
-                "redis:\n  mode: cluster\n  nodes: [{}]\n  command-timeout-ms: 300\n",
-                seeds.join(", ")
-            ),
-        ),
-        &ports,
-    );
+    let wg = start(&format!(
+        "redis:\n  mode: cluster\n  nodes: [{}]\n  command-timeout-ms: 300\n",
+        seeds.join(", ")
+    ));
     let victim = cluster.master_of(WAITING_KEY);
     let replica_of_victim = {
         let id = cluster.nodes[victim].cmd(&["CLUSTER", "MYID"]).unwrap();
@@ -477,7 +446,7 @@ fn drill_a_cluster_master_killed() {
         || {
             nodes[victim].kill();
             let replica = &nodes[replica_of_victim];
-            wait_for(
+            wait_until(
                 "the replica promoted",
                 Duration::from_millis(node_timeout * 10 + 20_000),
                 || {
@@ -488,12 +457,7 @@ fn drill_a_cluster_master_killed() {
             );
         },
         Duration::from_secs(18),
-        || {
-            redis::Client::open(format!("redis://127.0.0.1:{replica_port}"))
-                .unwrap()
-                .get_connection()
-                .unwrap()
-        },
+        || connection_to(replica_port),
     );
     judge(&figures, &wg.log());
 }

@@ -123,12 +123,14 @@ fn join(addr: SocketAddr, prefix: &str, n: usize) -> Vec<(String, String)> {
             let body = serde_json::json!({ "queue": "baseball", "userId": user }).to_string();
             // The first call after Redis restarted may meet the connection
             // that died with it (the probe drops it within a second).
-            let mut r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
-            let started = Instant::now();
-            while r.status == 503 && started.elapsed() < Duration::from_secs(3) {
-                std::thread::sleep(Duration::from_millis(100));
-                r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
-            }
+            let mut r = None;
+            eventually(Duration::from_secs(3), || {
+                let answer = post_json(addr, "/api/v1/queue/register", &body).unwrap();
+                let answered = answer.status != 503;
+                r = Some(answer);
+                answered
+            });
+            let r = r.unwrap();
             let Some(credential) = r.json()["queueCredential"].as_str().map(String::from) else {
                 panic!("{user} got no credential: {r:?} {}", r.text());
             };
@@ -226,11 +228,9 @@ fn an_outage_many_timeouts_long_loses_no_place_with_two_instances_and_one_restar
 #[test]
 fn a_hung_redis_loses_no_place() {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config_with(&redis.url(), &ports, free_port(), SHORT_HEARTBEATS),
-        &ports,
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues(SHORT_HEARTBEATS)
+        .start();
     let users = join(wg.addr, "h", 10);
     let _ = &users;
     let before = waiting(&redis);
@@ -262,6 +262,13 @@ fn admin_status(wg: &Waitgate) -> serde_json::Value {
 /// Starts waitgate with the admin API on.
 fn start_with_admin(config: &str, ports: &Ports) -> Waitgate {
     Waitgate::start_env(config, ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
+}
+
+/// Waitgate with `queues`, no upstream and the admin API on.
+fn operated(redis: &Redis, queues: &str) -> Waitgate {
+    TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues(queues)
+        .start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
 }
 
 /// Two queues: `baseball` for the operator's settings and the places,
@@ -322,11 +329,7 @@ fn rank_with(addr: SocketAddr, user: &str, credential: &str) -> Response {
 #[test]
 fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too() {
     let mut redis = Redis::start_free();
-    let ports = Ports::new();
-    let wg = start_with_admin(
-        &config_with(&redis.url(), &ports, free_port(), OPERATED),
-        &ports,
-    );
+    let wg = operated(&redis, OPERATED);
     assert_eq!(
         admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
         200
@@ -438,16 +441,10 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
 #[test]
 fn a_redis_that_lost_its_data_keeps_the_cap_until_resumed() {
     let mut redis = Redis::start_free();
-    let ports = Ports::new();
-    let wg = start_with_admin(
-        &config_with(
-            &redis.url(),
-            &ports,
-            free_port(),
-            "baseball:
+    let wg = operated(
+        &redis,
+        "baseball:
   admission: {interval-ms: 200, batch-size: 3, max-active: 3, active-ttl-ms: 60000}",
-        ),
-        &ports,
     );
     let admitted = join(wg.addr, "a", 3);
     wait_until("three admitted", Duration::from_secs(5), || {
@@ -697,15 +694,14 @@ routes: []
                 // Everyone with a heartbeat polls on, as far back, for
                 // longer than the advice, the timeout and a bucket; the
                 // cleanup passes meanwhile.
-                let started = Instant::now();
-                while started.elapsed() < Duration::from_millis(200) {
+                repeat_for(Duration::from_millis(200), || {
                     let polled: Vec<(String, String)> = redis::Commands::hgetall(c, DUE).unwrap();
                     for (u, read) in polled {
                         far_write(c, &u, &read, 40);
                     }
                     pass(crowd);
                     std::thread::sleep(Duration::from_millis(10));
-                }
+                });
                 let hearts: Vec<String> = redis::Commands::hkeys(c, DUE).unwrap();
                 let places: Vec<String> = redis::Commands::zrange(c, WAITING_KEY, 0, -1).unwrap();
                 let strays: Vec<&String> = hearts.iter().filter(|u| !places.contains(u)).collect();
@@ -722,8 +718,7 @@ routes: []
 #[test]
 fn a_redis_that_keeps_nothing_is_named_at_start_and_by_its_health_check() {
     let forgetful = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&forgetful.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&forgetful.url(), free_port()).start();
     wg.wait_for_log("redis keeps no data across a restart", 1);
     let r = get(wg.admin, "/healthz/redis").unwrap();
     assert_eq!(r.status, 200, "{r:?}");
@@ -737,8 +732,7 @@ fn a_redis_that_keeps_nothing_is_named_at_start_and_by_its_health_check() {
     );
 
     let keeping = Redis::start_with(&["--appendonly", "yes"]);
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&keeping.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&keeping.url(), free_port()).start();
     let r = get(wg.admin, "/healthz/redis").unwrap();
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["warnings"], serde_json::json!([]), "{r:?}");
@@ -753,33 +747,16 @@ fn a_redis_that_keeps_nothing_is_named_at_start_and_by_its_health_check() {
 #[test]
 fn a_placed_shuffled_prequeue_comes_back_in_the_same_order() {
     let mut redis = Redis::start_free();
-    let ports = Ports::new();
-    let wg = start_with_admin(
-        &config_with(
-            &redis.url(),
-            &ports,
-            free_port(),
-            "baseball:\n  admission: {interval-ms: 200, batch-size: 1}",
-        ),
-        &ports,
+    let wg = operated(
+        &redis,
+        "baseball:\n  admission: {interval-ms: 200, batch-size: 1}",
     );
     assert_eq!(
         admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
         200
     );
     let now = redis.now_ms();
-    let at = |ms: u64| waitgate::time::rfc3339(ms);
-    let r = admin(
-        &wg,
-        "PUT",
-        "/admin/v1/queues/baseball/event",
-        Some(&format!(
-            r#"{{"prequeueFrom":"{}","openAt":"{}","shuffle":true}}"#,
-            at(now),
-            at(now + 2_000)
-        )),
-    );
-    assert_eq!(r.status, 200, "{r:?}");
+    schedule(&wg, Some(now), now + 2_000, true);
     let prequeued = join(wg.addr, "p", 12);
     wait_until("the pre-queue placed", Duration::from_secs(10), || {
         admin_status(&wg)["event"]["placed"].as_u64() == Some(12)
@@ -812,17 +789,11 @@ fn a_placed_shuffled_prequeue_comes_back_in_the_same_order() {
 #[test]
 fn after_a_data_loss_the_waiting_come_back_in_order_while_admission_runs() {
     let mut redis = Redis::start_free();
-    let ports = Ports::new();
-    let wg = start_with_admin(
-        &config_with(
-            &redis.url(),
-            &ports,
-            free_port(),
-            "baseball:
+    let wg = operated(
+        &redis,
+        "baseball:
   heartbeat: {timeout-ms: 5000, poll-min-ms: 200, poll-max-ms: 1000, outage-grace-ms: 2000}
   admission: {interval-ms: 500, batch-size: 1}",
-        ),
-        &ports,
     );
     let users = join(wg.addr, "w", 8);
     std::thread::sleep(Duration::from_millis(1500));

@@ -33,9 +33,8 @@ struct Env {
 
 fn setup() -> Env {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     Env {
         redis,
         upstream,
@@ -100,7 +99,7 @@ impl Env {
     }
 
     /// The one request the upstream received.
-    fn only_seen(&self) -> Seen {
+    fn only_seen(&self) -> Recorded {
         let seen = self.upstream.seen();
         assert_eq!(seen.len(), 1, "{seen:?}");
         seen.into_iter().next().unwrap()
@@ -988,7 +987,7 @@ fn assert_not_smuggled(env: &Env, ex: RawExchange) {
     }
     // The recording upstream reads chunked bodies, so every entry is a
     // request it received: exactly the first one.
-    let requests: Vec<&Seen> = seen.iter().collect();
+    let requests: Vec<&Recorded> = seen.iter().collect();
     assert_eq!(requests.len(), 1, "{seen:#?}");
     let first = requests[0];
     assert_eq!(first.method, "POST");

@@ -12,9 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const WAITING: &str = "queue:{baseball}:waiting";
-const ACTIVE: &str = "queue:{baseball}:active";
-
 fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -169,12 +166,7 @@ fn kill_redis_under_load(fsync: &str) -> (usize, usize, Outcomes, Duration) {
     // One atomic read of both sets: admission keeps running, and two
     // separate reads could see a user move between them.
     let mut c = redis.conn();
-    let (waiting, active): (Vec<String>, Vec<String>) = redis::pipe()
-        .atomic()
-        .zrange(WAITING, 0, -1)
-        .zrange(ACTIVE, 0, -1)
-        .query(&mut c)
-        .unwrap();
+    let (waiting, active) = waiting_and_active(&mut c);
     let waiting: HashSet<String> = waiting.into_iter().collect();
     let active: HashSet<String> = active.into_iter().collect();
     let lost = outcomes
@@ -246,8 +238,7 @@ fn hung_redis_fails_the_queue_api_fast_and_leaves_protected_routes_and_fds_alone
     let upstream = Upstream::start();
     // DEBUG SLEEP needs the debug command, off by default since Redis 7.
     let redis = Redis::start_with(&["--enable-debug-command", "yes"]);
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     // Warm up: connections to Redis and the upstream exist.
     assert_eq!(register(wg.addr, "warm").status, 200);
     assert_eq!(protected(wg.addr, "warm").unwrap().status, 200);
@@ -285,11 +276,9 @@ fn hung_redis_fails_the_queue_api_fast_and_leaves_protected_routes_and_fds_alone
     sleeper.join().unwrap();
 
     // Recovered, and nothing leaked.
-    let start = Instant::now();
-    while rank(wg.addr, "warm").status != 200 {
-        assert!(start.elapsed() < Duration::from_secs(5), "no recovery");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("a recovery", Duration::from_secs(5), || {
+        rank(wg.addr, "warm").status == 200
+    });
     std::thread::sleep(Duration::from_millis(500));
     let fds_after = open_fds(wg.pid());
     println!(
@@ -308,27 +297,9 @@ fn killing_one_of_three_instances_keeps_the_global_rate() {
     const BATCH: u64 = 4;
     const TTL_MS: u64 = 600_000;
     let redis = Redis::start_free();
-    let queue = format!(
-        "baseball:\n  admission: {{interval-ms: {INTERVAL_MS}, batch-size: {BATCH}, active-ttl-ms: {TTL_MS}}}"
-    );
-    let mut instances: Vec<Waitgate> = (0..3)
-        .map(|_| {
-            let ports = Ports::new();
-            Waitgate::start(
-                &config_with(&redis.url(), &ports, free_port(), &queue),
-                &ports,
-            )
-        })
-        .collect();
+    let mut instances = admitting_instances(&redis, 3, INTERVAL_MS, BATCH, TTL_MS);
     let users = 48;
-    hold_gate(&redis);
-    for i in 0..users {
-        assert_eq!(
-            register(instances[i % 3].addr, &format!("k{i:02}")).status,
-            200
-        );
-    }
-    release_gate(&redis);
+    register_across(&redis, &instances, "k", users);
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
     // SIGKILL: no drain, no goodbye.
     let victim = instances.remove(0);
@@ -341,13 +312,21 @@ fn killing_one_of_three_instances_keeps_the_global_rate() {
     assert_one_batch_per_window(&counts, BATCH);
 }
 
-fn with_upstream_timeouts(cfg: &str, upstream_port: u16, connect_ms: u64, read_ms: u64) -> String {
-    let line = format!("    address: 127.0.0.1:{upstream_port}\n");
-    assert!(cfg.contains(&line));
-    cfg.replace(
-        &line,
-        &format!("{line}    connect-timeout-ms: {connect_ms}\n    read-timeout-ms: {read_ms}\n"),
-    )
+/// The harness config, its upstream with these timeouts.
+fn with_upstream_timeouts(
+    redis: &Redis,
+    ports: &Ports,
+    upstream_port: u16,
+    connect_ms: u64,
+    read_ms: u64,
+) -> String {
+    TestConfig::new(&redis.url(), ports, upstream_port)
+        .set(
+            "upstreams.ticketing.connect-timeout-ms",
+            &connect_ms.to_string(),
+        )
+        .set("upstreams.ticketing.read-timeout-ms", &read_ms.to_string())
+        .yaml()
 }
 
 #[test]
@@ -356,12 +335,7 @@ fn upstream_down_gives_502_and_slow_gives_504_while_the_queue_api_works() {
     let redis = Redis::start();
     let ports = Ports::new();
     let dead_port = free_port();
-    let cfg = with_upstream_timeouts(
-        &config(&redis.url(), &ports, dead_port),
-        dead_port,
-        200,
-        300,
-    );
+    let cfg = with_upstream_timeouts(&redis, &ports, dead_port, 200, 300);
     let wg = Waitgate::start(&cfg, &ports);
     let start = Instant::now();
     let r = protected(wg.addr, "u").unwrap();
@@ -376,12 +350,7 @@ fn upstream_down_gives_502_and_slow_gives_504_while_the_queue_api_works() {
     let upstream = Upstream::start();
     *upstream.delay.lock().unwrap() = Duration::from_secs(2);
     let ports = Ports::new();
-    let cfg = with_upstream_timeouts(
-        &config(&redis.url(), &ports, upstream.port),
-        upstream.port,
-        200,
-        300,
-    );
+    let cfg = with_upstream_timeouts(&redis, &ports, upstream.port, 200, 300);
     let wg = Waitgate::start(&cfg, &ports);
     let addr = wg.addr;
     let slow = std::thread::spawn(move || {
@@ -390,7 +359,11 @@ fn upstream_down_gives_502_and_slow_gives_504_while_the_queue_api_works() {
         (r, start.elapsed())
     });
     // The queue API is unaffected while the protected request hangs.
-    std::thread::sleep(Duration::from_millis(50));
+    wait_until(
+        "the request at the upstream",
+        Duration::from_secs(2),
+        || !upstream.seen().is_empty(),
+    );
     let start = Instant::now();
     assert_eq!(register(wg.addr, "q2").status, 200);
     let queue_latency = start.elapsed();
@@ -404,29 +377,48 @@ fn upstream_down_gives_502_and_slow_gives_504_while_the_queue_api_works() {
     );
 }
 
-#[test]
-fn sigterm_exits_within_the_grace_period_even_with_a_hung_request() {
+/// Waitgate with a protected request under way to an upstream that answers
+/// after `delay`, sent `signal`: how it exited and how long that took, what
+/// the request got, and the waitgate (for its log).
+fn signalled_during_a_request(
+    delay: Duration,
+    signal: &str,
+) -> (
+    std::process::ExitStatus,
+    Duration,
+    std::io::Result<Response>,
+    Waitgate,
+) {
     let upstream = Upstream::start();
-    *upstream.delay.lock().unwrap() = Duration::from_secs(30);
+    *upstream.delay.lock().unwrap() = delay;
     let redis = Redis::start();
-    let ports = Ports::new();
-    // grace-period-s is 3 in the harness config.
-    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let mut wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let addr = wg.addr;
-    let hung = std::thread::spawn(move || protected(addr, "stuck"));
-    std::thread::sleep(Duration::from_millis(300));
+    let under_way = std::thread::spawn(move || protected(addr, "buyer"));
+    wait_until(
+        "the request at the upstream",
+        Duration::from_secs(2),
+        || !upstream.seen().is_empty(),
+    );
     let start = Instant::now();
-    wg.signal("TERM");
+    wg.signal(signal);
     let status = wg
         .wait_exit(Duration::from_secs(5))
         .expect("the process exits");
     let took = start.elapsed();
+    (status, took, under_way.join().unwrap(), wg)
+}
+
+#[test]
+fn sigterm_exits_within_the_grace_period_even_with_a_hung_request() {
+    // grace-period-s is 3 in the harness config.
+    let (status, took, hung, _wg) = signalled_during_a_request(Duration::from_secs(30), "TERM");
     println!("SIGTERM with a hung request: exited in {took:?} (grace period 3 s)");
     assert!(status.success(), "{status}");
     assert!(took >= Duration::from_millis(2900), "{took:?}");
     assert!(took < Duration::from_millis(3600), "{took:?}");
     // The hung client sees its connection end rather than hang forever.
-    assert!(hung.join().unwrap().is_err());
+    assert!(hung.is_err());
 }
 
 /// SIGQUIT is Pingora's "hand the sockets to a new process" signal;
@@ -435,23 +427,10 @@ fn sigterm_exits_within_the_grace_period_even_with_a_hung_request() {
 /// with no attempt to send its listeners anywhere.
 #[test]
 fn sigquit_drains_like_sigterm_and_hands_no_socket_over() {
-    let upstream = Upstream::start();
-    *upstream.delay.lock().unwrap() = Duration::from_millis(600);
-    let redis = Redis::start();
-    let ports = Ports::new();
-    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
-    let addr = wg.addr;
-    let slow = std::thread::spawn(move || protected(addr, "buyer"));
-    std::thread::sleep(Duration::from_millis(200));
-    let start = Instant::now();
-    wg.signal("QUIT");
-    let status = wg
-        .wait_exit(Duration::from_secs(5))
-        .expect("the process exits");
-    let took = start.elapsed();
+    let (status, took, slow, wg) = signalled_during_a_request(Duration::from_millis(600), "QUIT");
     println!("SIGQUIT with a request under way: answered, exited in {took:?}");
     assert!(status.success(), "{status}");
-    assert_eq!(slow.join().unwrap().unwrap().status, 200);
+    assert_eq!(slow.unwrap().status, 200);
     // Draining, not Pingora's hand-over (five more seconds of accepting).
     assert!(took < Duration::from_secs(2), "{took:?}");
     let log = wg.log();

@@ -34,25 +34,19 @@ struct Target {
     tls: SocketAddr,
 }
 
-/// `tls_extra`: more keys of `listen-tls` (indented).
+/// `tls_extra`: more keys of `listen-tls` (YAML).
 fn start(tls_extra: &str) -> Target {
     let dir = tempfile::tempdir().unwrap();
-    tls::ca(dir.path());
-    tls::signed(
-        dir.path(),
-        "server",
-        "localhost",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    );
+    tls::ca_and_server(dir.path(), "localhost");
     let redis = Redis::start();
     let ports = Ports::new();
     let port = free_port();
-    let config = format!(
-        "client-body-timeout-ms: 60000\nmax-connections: 20000\n{}listen-tls:\n  address: 127.0.0.1:{port}\n  cert-file: {}\n  key-file: {}\n{tls_extra}",
-        config(&redis.url(), &ports, free_port()),
-        dir.path().join("server.pem").display(),
-        dir.path().join("server.key").display()
-    );
+    let config = TestConfig::new(&redis.url(), &ports, free_port())
+        .set("client-body-timeout-ms", "60000")
+        .set("max-connections", "20000")
+        .listen_tls(port, dir.path())
+        .merge("listen-tls", tls_extra)
+        .yaml();
     let wg = Waitgate::start(&config, &ports);
     Target {
         dir,

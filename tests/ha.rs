@@ -16,7 +16,6 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -119,9 +118,9 @@ fn failover(wg: &Waitgate, queue: &'static str, victim: &mut Node) -> Run {
     // that every request sent later reached whoever serves next.
     victim.kill();
     let killed = Instant::now();
-    // Until the API answers again, and then 2 s more.
-    let deadline = killed + Duration::from_secs(30);
-    loop {
+    // Until the API answers again (a probe every 100 ms or so), and then
+    // 2 s more.
+    let back = eventually(Duration::from_secs(30), || {
         std::thread::sleep(Duration::from_millis(100));
         let ok = post_json(
             addr,
@@ -129,17 +128,15 @@ fn failover(wg: &Waitgate, queue: &'static str, victim: &mut Node) -> Run {
             &serde_json::json!({ "userId": format!("probe-{}", killed.elapsed().as_millis()), "queue": queue }).to_string(),
         )
         .is_ok_and(|r| r.status == 200);
-        if ok && killed.elapsed() > Duration::from_secs(2) {
-            break;
-        }
-        if Instant::now() >= deadline {
-            let log = wg.log();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            panic!(
-                "the queue API did not come back within 30 s; the log ends:\n{}",
-                tail.join("\n")
-            );
-        }
+        ok && killed.elapsed() > Duration::from_secs(2)
+    });
+    if !back {
+        let log = wg.log();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        panic!(
+            "the queue API did not come back within 30 s; the log ends:\n{}",
+            tail.join("\n")
+        );
     }
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
@@ -210,25 +207,7 @@ fn waitgate_config(ports: &Ports, redis_section: &str, queues: &str) -> String {
 /// Kills the master under load and reports, for `wait_replicas`.
 fn sentinel_failover(wait_replicas: u64, replicas: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let mut master = Node::start(dir.path(), &[]);
-    let replicas = replicas_of(dir.path(), &master, replicas);
-    let sentinels: Vec<Node> = (0..3)
-        .map(|_| Node::sentinel(dir.path(), master.port))
-        .collect();
-    wait_for(
-        "sentinels to see the replicas",
-        Duration::from_secs(15),
-        || {
-            sentinels.iter().all(|s| {
-                s.cmd(&["SENTINEL", "replicas", "waitgate"])
-                    .is_some_and(|r| {
-                        replicas
-                            .iter()
-                            .all(|replica| r.contains(&replica.port.to_string()))
-                    })
-            })
-        },
-    );
+    let (mut master, replicas, sentinels) = sentinel_group(dir.path(), replicas, 1000);
     let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
     let ports = Ports::new();
     let config = waitgate_config(
@@ -240,7 +219,7 @@ fn sentinel_failover(wait_replicas: u64, replicas: usize) {
         "  baseball:\n    admission: {interval-ms: 200, batch-size: 5}\n    heartbeat: {timeout-ms: 60000, cleanup-interval-ms: 200}\n",
     );
     let wg = Waitgate::start(&config, &ports);
-    wait_for(
+    wait_until(
         "waitgate to reach the master",
         Duration::from_secs(10),
         || register(wg.addr, "warm-up").status == 200,
@@ -394,15 +373,7 @@ fn with_wait_a_sentinel_failover_loses_no_acknowledged_registration() {
 
 /// Stops (or lets go on) a process, as a replica that falls behind.
 fn signal(node: &Node, signal: &str) {
-    signal_pid(node.child.as_ref().unwrap().id(), signal);
-}
-
-fn signal_pid(pid: u32, signal: &str) {
-    assert!(Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    signal_pid(node.pid(), signal);
 }
 
 /// A `WAIT` may take all of `wait-timeout-ms`, which may be longer than
@@ -426,7 +397,7 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         "  q:\n    admission: {max-active: 1}\n",
     );
     let wg = Waitgate::start(&config, &ports);
-    wait_for("waitgate to reach Redis", Duration::from_secs(10), || {
+    wait_until("waitgate to reach Redis", Duration::from_secs(10), || {
         register(wg.addr, "warm-up").status == 200
     });
 
@@ -436,7 +407,7 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
     // The replica stops, and goes on 600 ms later: the write waits for it.
     signal(&replica, "-STOP");
     let resume = std::thread::spawn({
-        let pid = replica.child.as_ref().unwrap().id();
+        let pid = replica.pid();
         move || {
             std::thread::sleep(Duration::from_millis(600));
             signal_pid(pid, "-CONT");
@@ -513,7 +484,7 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         "{log}"
     );
     // Redis itself answered all along: the next write goes through.
-    wait_for("the replica to catch up", Duration::from_secs(10), || {
+    wait_until("the replica to catch up", Duration::from_secs(10), || {
         register(wg.addr, "afterwards").status == 200
     });
 }
@@ -548,7 +519,7 @@ fn cluster_failover(wait_replicas: u64, replicas: usize) {
     assert!(owners.len() >= 2, "{owners:?}");
     for q in ["baseball", "soccer", "tennis", "golf"] {
         let body = serde_json::json!({ "userId": format!("first-{q}"), "queue": q }).to_string();
-        wait_for("a registration", Duration::from_secs(10), || {
+        wait_until("a registration", Duration::from_secs(10), || {
             post_json(wg.addr, "/api/v1/queue/register", &body).is_ok_and(|r| r.status == 200)
         });
     }

@@ -285,8 +285,7 @@ fn thousands_of_malformed_requests_get_no_5xx_and_the_server_survives() {
         .unwrap_or(4000);
     let upstream = Upstream::start();
     let redis = Redis::start();
-    let ports = Ports::new();
-    let mut wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let mut wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let addr = wg.addr;
 
     let threads = 4;

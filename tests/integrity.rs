@@ -26,19 +26,20 @@ struct Env {
 
 /// waitgate in front of a scripted upstream, with the protected route and a
 /// token for user `fan`. `top` is extra top-level config (such as
-/// `trusted-proxies`), `routes` extra routes.
+/// `trusted-proxies`), `route` one more route (YAML) if not empty.
 fn setup_with(
     top: &str,
-    routes: &str,
+    route: &str,
     script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static,
 ) -> Env {
     let redis = Redis::start();
     let ports = Ports::new();
     let upstream = Scripted::start(move |r| script(r.path()));
-    let config = format!(
-        "{top}{}{routes}",
-        config(&redis.url(), &ports, upstream.port)
-    );
+    let mut config = TestConfig::new(&redis.url(), &ports, upstream.port).with(top);
+    if !route.is_empty() {
+        config = config.route(route);
+    }
+    let config = config.yaml();
     let wg = Waitgate::start(&config, &ports);
     let token = admitted_token(&wg, &redis, "fan");
     Env {
@@ -55,7 +56,7 @@ fn setup(script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
 
 /// A route at `/ws` that switches protocols.
 const WEBSOCKET_ROUTE: &str =
-    "  - prefix: /ws\n    upstream: ticketing\n    queue: baseball\n    websocket: true\n";
+    "{prefix: /ws, upstream: ticketing, queue: baseball, websocket: true}";
 
 /// Answers every path with a 200 naming the path, after `special` had its say.
 fn echo_or(
@@ -312,25 +313,36 @@ fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
     assert!(env.upstream.seen_at("/admin/secret").is_empty());
 }
 
-#[test]
-fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
-    let env = setup_with(
+/// The protected routes and [`WEBSOCKET_ROUTE`], whose upstream switches
+/// protocols for every path under `/ws`.
+fn websocket_env() -> Env {
+    setup_with(
         "",
         WEBSOCKET_ROUTE,
         echo_or(|p| {
             p.starts_with("/ws").then(|| {
-            vec![Step::Send(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-                    .to_vec(),
-            )]
-        })
+                vec![Step::Send(
+                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                        .to_vec(),
+                )]
+            })
         }),
-    );
-    let mut c = Client::connect(env.wg.addr);
-    c.send(&format!(
-        "GET /ws/chat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+}
+
+/// A request for `target` in `version` that asks to switch to WebSocket.
+fn upgrade_request(env: &Env, target: &str, version: &str) -> String {
+    format!(
+        "GET {target} {version}\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
         env.token
-    ));
+    )
+}
+
+#[test]
+fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
+    let env = websocket_env();
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&upgrade_request(&env, "/ws/chat", "HTTP/1.1"));
     let head = c.head();
     assert_eq!(head.status, 101);
     let seen = env.upstream.seen_at("/ws/chat");
@@ -345,23 +357,9 @@ fn a_websocket_route_relays_the_switch_and_then_the_tunnel() {
 /// never a tunnel behind an HTTP/1.0 client.
 #[test]
 fn an_http10_request_never_switches_protocols() {
-    let env = setup_with(
-        "",
-        WEBSOCKET_ROUTE,
-        echo_or(|p| {
-            p.starts_with("/ws").then(|| {
-                vec![Step::Send(
-                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-                        .to_vec(),
-                )]
-            })
-        }),
-    );
+    let env = websocket_env();
     let mut c = Client::connect(env.wg.addr);
-    c.send(&format!(
-        "GET /ws/old HTTP/1.0\r\nHost: tickets\r\nAuthorization: Bearer {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-        env.token
-    ));
+    c.send(&upgrade_request(&env, "/ws/old", "HTTP/1.0"));
     let (head, _) = c.response();
     assert_eq!(head.status, 502, "{head:?}");
     let seen = env.upstream.seen_at("/ws/old");
@@ -705,7 +703,6 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
     use std::collections::HashMap;
     use std::sync::Mutex;
     let redis = Redis::start();
-    let ports = Ports::new();
     let served: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
     // The first request on each connection is answered; the second finds
     // the connection closed without an answer.
@@ -719,7 +716,7 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
             vec![Step::Close]
         }
     });
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let token = admitted_token(&wg, &redis, "fan");
     let call = |method: &str, target: &str| {
         let mut c = Client::connect(wg.addr);

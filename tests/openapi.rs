@@ -105,19 +105,11 @@ fn every_answer_is_one_the_openapi_document_describes() {
     let redis = Redis::start();
     let upstream = Upstream::start();
     let ports = Ports::new();
-    let config = format!(
-        "{}cors: {{allowed-origins: ['https://shop.example']}}\ncookies: {{secure: false}}\n",
-        config_with(
-            &redis.url(),
-            &ports,
-            upstream.port,
-            "baseball: {admission: {max-active: 1}}"
-        )
-        .replace(
-            "routes:\n",
-            "routes:\n  - {prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}\n"
-        )
-    );
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .route("{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}")
+        .set("cors", "{allowed-origins: ['https://shop.example']}")
+        .set("cookies", "{secure: false}")
+        .yaml();
     let wg = Waitgate::start_env(&config, &ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
     hold_gate(&redis);
     let mut c = Contract {

@@ -7,7 +7,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -17,34 +17,20 @@ fn bearer(token: &str) -> String {
 }
 
 fn protected(addr: SocketAddr, token: &str) -> Response {
-    request(
-        addr,
-        "GET",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", &bearer(token))],
-        None,
-    )
-    .unwrap()
+    with_token(addr, "GET", "/api/v1/follow-up/seat", token, None)
 }
 
 /// A protected POST with `token`: always Pingora's proxy, where a GET may
 /// take the direct lane.
 fn protected_post(addr: SocketAddr, target: &str, token: &str) -> Response {
-    request(
-        addr,
-        "POST",
-        target,
-        &[("Authorization", &bearer(token))],
-        Some(b"{}"),
-    )
-    .unwrap()
+    with_token(addr, "POST", target, token, Some(b"{}"))
 }
 
 /// A haproxy in front of `backends`, health-checking each one's
 /// `/readyz` on its admin port every 100 ms (down after 2 failures).
 struct Haproxy {
     addr: SocketAddr,
-    child: Child,
+    _process: ChildGuard,
     _dir: tempfile::TempDir,
 }
 
@@ -71,35 +57,16 @@ impl Haproxy {
         );
         let path = dir.path().join("haproxy.cfg");
         std::fs::write(&path, config).unwrap();
-        let child = Command::new("haproxy")
-            .arg("-f")
-            .arg(&path)
-            .arg("-db")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("haproxy is installed (apt-get install haproxy)");
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let started = Instant::now();
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "haproxy did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let process = ChildGuard::spawn_on_port(
+            "haproxy (apt-get install haproxy)",
+            Command::new("haproxy").arg("-f").arg(&path).arg("-db"),
+            port,
+        );
         Haproxy {
-            addr,
-            child,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            _process: process,
             _dir: dir,
         }
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -152,34 +119,17 @@ fn admitted_users_keep_getting_through_a_load_balancer_while_redis_is_down() {
     assert!(started.elapsed() < Duration::from_secs(2));
 
     redis.restart();
-    let back = Instant::now();
-    loop {
-        let metrics = get(wg1.admin, "/metrics").unwrap().text();
-        if metrics.contains("\nwaitgate_redis_up 1\n") {
-            break;
-        }
-        assert!(back.elapsed() < Duration::from_secs(5), "redis_up stayed 0");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wg1.wait_for_metrics("\nwaitgate_redis_up 1\n", Duration::from_secs(5));
     assert_eq!(get(wg1.admin, "/healthz/redis").unwrap().status, 200);
 }
 
 #[test]
 fn the_redis_build_and_process_metrics_are_exported() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     // The probe runs every second.
-    let started = Instant::now();
-    let text = loop {
-        let text = get(wg.admin, "/metrics").unwrap().text();
-        if text.contains("\nwaitgate_redis_up 1\n") {
-            break text;
-        }
-        assert!(started.elapsed() < Duration::from_secs(5), "{text}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let text = wg.wait_for_metrics("\nwaitgate_redis_up 1\n", Duration::from_secs(5));
     let version = env!("CARGO_PKG_VERSION");
     for line in [
         format!("waitgate_build_info{{version=\"{version}\"}} 1"),
@@ -203,15 +153,7 @@ fn the_redis_build_and_process_metrics_are_exported() {
     // The request is counted once its reply is written: a scrape may come
     // a moment before.
     let counted = "waitgate_http_requests_total{route=\"/api/v1/follow-up\",status=\"401\"} 1";
-    let started = Instant::now();
-    loop {
-        let text = get(wg.admin, "/metrics").unwrap().text();
-        if text.contains(counted) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(2), "{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wg.wait_for_metrics(counted, Duration::from_secs(2));
 }
 
 /// User plus system CPU seconds of `pid`, from `/proc` (ticks of 1/100 s,
@@ -231,9 +173,8 @@ fn cpu_seconds_of(pid: u32) -> f64 {
 #[test]
 fn process_cpu_seconds_keep_their_fraction() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let scrape = || {
         let text = get(wg.admin, "/metrics").unwrap().text();
         assert!(
@@ -279,25 +220,23 @@ fn access_lines(log: &str) -> Vec<serde_json::Value> {
 /// The access lines of `wg`'s log once there are `n` (or after 3 s, what
 /// there is).
 fn access_lines_at_least(wg: &Waitgate, n: usize) -> Vec<serde_json::Value> {
-    let started = Instant::now();
-    loop {
-        let lines = access_lines(&wg.log());
-        if lines.len() >= n || started.elapsed() > Duration::from_secs(3) {
-            return lines;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut lines = Vec::new();
+    eventually(Duration::from_secs(3), || {
+        lines = access_lines(&wg.log());
+        lines.len() >= n
+    });
+    lines
 }
 
 /// waitgate logging JSON with the config's own filter, as in production;
-/// `extra` follows `log:`'s `format` line (more `log` keys, indented, or
-/// top-level keys).
+/// `extra` is more top-level keys (YAML), `log` among them if it takes the
+/// place of `{format: json}`.
 fn start_json_logged(redis: &Redis, upstream: &Upstream, extra: &str) -> Waitgate {
     let ports = Ports::new();
-    let config = format!(
-        "{}log:\n  format: json\n{extra}",
-        common::config(&redis.url(), &ports, upstream.port)
-    );
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .log("{format: json}")
+        .with(extra)
+        .yaml();
     Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")])
 }
 
@@ -457,7 +396,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     println!("{raw}");
 
     // log.access: false turns the lines off.
-    let wg = start_json_logged(&redis, &upstream, "  access: false\n");
+    let wg = start_json_logged(&redis, &upstream, "log: {format: json, access: false}");
     assert_eq!(
         get(wg.addr, "/api/v1/queue/rank?userId=nobody")
             .unwrap()
@@ -493,10 +432,10 @@ fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
     let upstream = Upstream::start();
     for format in ["json", "text"] {
         let ports = Ports::new();
-        let config = format!(
-            "{}cookies: {{secure: false}}\nlog:\n  format: {format}\n",
-            config(&redis.url(), &ports, upstream.port)
-        );
+        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+            .set("cookies", "{secure: false}")
+            .log(&format!("{{format: {format}}}"))
+            .yaml();
         let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
         let page = "/waiting-room/baseball";
         let html = ("Accept", "text/html");
@@ -510,7 +449,7 @@ fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
         // A load another site's image tag makes names no user.
         let image = request(wg.addr, "GET", page, &[("Sec-Fetch-Dest", "image")], None).unwrap();
         assert_eq!(image.status, 403);
-        std::thread::sleep(Duration::from_millis(300));
+        wg.wait_for_log("waiting_room", 3);
         let log = wg.log();
         if format == "json" {
             let lines: Vec<_> = access_lines(&log)
@@ -543,33 +482,17 @@ fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
 #[test]
 fn a_redis_outage_is_one_warning_a_second_not_one_per_request() {
     let mut redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start_env(
-        &config(&redis.url(), &ports, upstream.port),
-        &ports,
-        &[("RUST_LOG", "warn")],
-    );
+    let wg =
+        TestConfig::on_free_ports(&redis.url(), upstream.port).start_env(&[("RUST_LOG", "warn")]);
     redis.kill();
-    let started = Instant::now();
-    let mut failed = 0;
-    while started.elapsed() < Duration::from_millis(1900) {
+    let failed = repeat_for(Duration::from_millis(1900), || {
         let r = get(wg.addr, "/api/v1/queue/rank?userId=someone").unwrap();
         assert_eq!(r.status, 503);
-        failed += 1;
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let log = wg.log();
-    let warnings: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("redis call failed") && l.contains("cause=\"rank\""))
-        .collect();
-    assert!(failed >= 10, "{failed}");
-    assert!(
-        (1..=3).contains(&warnings.len()),
-        "{failed} failures, {} lines:\n{log}",
-        warnings.len()
-    );
+    });
+    let warnings = few_lines(&wg, failed, 10, 3, |l| {
+        l.contains("redis call failed") && l.contains("cause=\"rank\"")
+    });
     // The lines account for the requests they stand for.
     let counted: u64 = warnings
         .iter()
@@ -577,6 +500,32 @@ fn a_redis_outage_is_one_warning_a_second_not_one_per_request() {
         .filter_map(|c| c.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     assert!(counted >= 1 && counted <= failed, "{counted} of {failed}");
+}
+
+/// The lines of `wg`'s log that `matches`, once the last is written, after
+/// `failed` failing calls (at least `least`): one line a second, so at
+/// least one and at most `most`, not one a failure.
+fn few_lines(
+    wg: &Waitgate,
+    failed: u64,
+    least: u64,
+    most: usize,
+    matches: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    std::thread::sleep(Duration::from_millis(300));
+    let log = wg.log();
+    let lines: Vec<String> = log
+        .lines()
+        .filter(|l| matches(l))
+        .map(String::from)
+        .collect();
+    assert!(failed >= least, "{failed}");
+    assert!(
+        (1..=most).contains(&lines.len()),
+        "{failed} failures, {} lines:\n{log}",
+        lines.len()
+    );
+    lines
 }
 
 /// A second fixed key, for rotation.
@@ -587,8 +536,7 @@ fn a_rotated_key_keeps_old_tokens_and_credentials_until_it_is_removed() {
     let redis = Redis::start();
     let upstream = Upstream::start();
     let start = |env: &[(&str, &str)]| {
-        let ports = Ports::new();
-        Waitgate::start_env(&config(&redis.url(), &ports, upstream.port), &ports, env)
+        TestConfig::on_free_ports(&redis.url(), upstream.port).start_env(env)
     };
 
     // Before: one key. A token and a waiting user's credential made with it.
@@ -648,14 +596,9 @@ fn a_rotated_key_keeps_old_tokens_and_credentials_until_it_is_removed() {
 #[test]
 fn an_upstream_failure_is_one_log_line() {
     let redis = Redis::start();
-    let ports = Ports::new();
     // Nothing listens on the upstream's port.
     let dead = free_port();
-    let wg = Waitgate::start_env(
-        &config(&redis.url(), &ports, dead),
-        &ports,
-        &[("RUST_LOG", "")],
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), dead).start_env(&[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_9");
     let r = protected(wg.addr, &token);
     assert_eq!(r.status, 502);
@@ -679,31 +622,15 @@ fn an_upstream_failure_is_one_log_line() {
 #[test]
 fn upstream_failures_without_the_access_log_are_a_line_a_second() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let dead = free_port();
-    let wg = Waitgate::start_env(
-        &format!(
-            "{}log: {{access: false}}\n",
-            config(&redis.url(), &ports, dead)
-        ),
-        &ports,
-        &[("RUST_LOG", "")],
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), dead)
+        .log("{access: false}")
+        .start_env(&[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_9");
-    let started = std::time::Instant::now();
-    let mut failed = 0;
-    while started.elapsed() < Duration::from_millis(1500) {
+    let failed = repeat_for(Duration::from_millis(1500), || {
         assert_eq!(protected(wg.addr, &token).status, 502);
-        failed += 1;
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let log = wg.log();
-    let lines = log.lines().filter(|l| l.contains("request failed")).count();
-    assert!(failed >= 50, "{failed}");
-    assert!(
-        (1..=2).contains(&lines),
-        "{lines} lines for {failed} failures:\n{log}"
-    );
+    });
+    few_lines(&wg, failed, 50, 2, |l| l.contains("request failed"));
 }
 
 /// The admin listener ends a connection when the client asks it to (HTTP/1.0
@@ -712,9 +639,8 @@ fn upstream_failures_without_the_access_log_are_a_line_a_second() {
 #[test]
 fn the_admin_listener_closes_when_the_client_asks() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, upstream.port), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     for request in [
         "GET /healthz HTTP/1.0\r\n\r\n",
         "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
@@ -739,13 +665,9 @@ fn the_admin_listener_closes_when_the_client_asks() {
 #[test]
 fn redis_refusing_every_call_is_one_error_line_a_second() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start_env(
-        &config(&redis.url(), &ports, upstream.port),
-        &ports,
-        &[("RUST_LOG", "warn")],
-    );
+    let wg =
+        TestConfig::on_free_ports(&redis.url(), upstream.port).start_env(&[("RUST_LOG", "warn")]);
     assert_eq!(rank(wg.addr, "someone").status, 404);
     let () = redis::cmd("ACL")
         .arg("SETUSER")
@@ -753,24 +675,12 @@ fn redis_refusing_every_call_is_one_error_line_a_second() {
         .arg("-@scripting")
         .query(&mut redis.conn())
         .unwrap();
-    let started = Instant::now();
-    let mut failed = 0;
-    while started.elapsed() < Duration::from_millis(1500) {
+    let failed = repeat_for(Duration::from_millis(1500), || {
         assert_eq!(rank(wg.addr, "someone").status, 503);
-        failed += 1;
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let log = wg.log();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("redis call failed") && l.contains("ERROR"))
-        .collect();
-    assert!(failed >= 20, "{failed}");
-    assert!(
-        (1..=2).contains(&lines.len()),
-        "{failed} failures, {} lines:\n{log}",
-        lines.len()
-    );
+    });
+    let lines = few_lines(&wg, failed, 20, 2, |l| {
+        l.contains("redis call failed") && l.contains("ERROR")
+    });
     assert!(lines[0].contains("count="), "{}", lines[0]);
 }
 
@@ -781,13 +691,8 @@ fn redis_refusing_every_call_is_one_error_line_a_second() {
 #[test]
 fn requests_refused_by_the_connection_loop_are_counted_and_logged() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let upstream = Upstream::start();
-    let wg = Waitgate::start_env(
-        &config(&redis.url(), &ports, upstream.port),
-        &ports,
-        &[("RUST_LOG", "")],
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start_env(&[("RUST_LOG", "")]);
     let counted = |wg: &Waitgate| {
         get(wg.admin, "/metrics")
             .unwrap()
@@ -809,8 +714,11 @@ fn requests_refused_by_the_connection_loop_are_counted_and_logged() {
         assert_eq!(r.status, 400, "{request:?}");
         ids.push(r.header("x-request-id").unwrap().to_string());
     }
-    std::thread::sleep(Duration::from_millis(300));
+    eventually(Duration::from_secs(1), || counted(&wg) - before >= 3.0);
     assert_eq!(counted(&wg) - before, 3.0);
+    for id in &ids {
+        wg.wait_for_log(id, 1);
+    }
     let log = wg.log();
     for id in &ids {
         let lines: Vec<&str> = log.lines().filter(|l| l.contains(id.as_str())).collect();
@@ -830,10 +738,9 @@ fn a_debug_log_filter_writes_no_tokens() {
     let redis = Redis::start();
     let ports = Ports::new();
     let upstream = Upstream::start();
-    let config = format!(
-        "{}log: {{filter: debug}}\n",
-        config(&redis.url(), &ports, upstream.port)
-    );
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .log("{filter: debug}")
+        .yaml();
     let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_12");
     // Both paths: a GET (the direct lane when it is on) and a POST.
@@ -848,13 +755,8 @@ fn a_debug_log_filter_writes_no_tokens() {
     assert!(!log.contains(signature), "a token in the log:\n{log}");
 
     // An operator who names Pingora gets its lines, heads and all.
-    let text = std::fs::read_to_string(wg.config_path()).unwrap();
-    std::fs::write(
-        wg.config_path(),
-        text.replace("filter: debug", "filter: 'debug,pingora=debug'"),
-    )
-    .unwrap();
-    wg.signal("HUP");
+    let reloaded = TestConfig::read(&wg.config_path()).set("log.filter", "'debug,pingora=debug'");
+    wg.reload(reloaded.yaml());
     wg.wait_for_log("config reloaded", 1);
     assert_eq!(protected(wg.addr, &token).status, 200);
     assert_eq!(
@@ -911,15 +813,12 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
     let redis = Redis::start();
     let ports = Ports::new();
     let dead = free_port();
-    let config = config(&redis.url(), &ports, upstream.port)
-        .replace(
-            &format!("    address: 127.0.0.1:{}\n", upstream.port),
-            &format!(
-                "    address: 127.0.0.1:{}\n    read-timeout-ms: 300\n  dead:\n    address: 127.0.0.1:{dead}\n",
-                upstream.port
-            ),
-        )
-        + "  - prefix: /api/v1/dead\n    upstream: dead\n    queue: baseball\nlog:\n  format: json\n";
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .set("upstreams.ticketing.read-timeout-ms", "300")
+        .upstream("dead", &format!("{{address: '127.0.0.1:{dead}'}}"))
+        .route("{prefix: /api/v1/dead, upstream: dead, queue: baseball}")
+        .log("{format: json}")
+        .yaml();
     let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_3");
     let send = |method: &str, path: &str, leave_early: bool| {

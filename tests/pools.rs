@@ -134,15 +134,18 @@ fn serve(stream: TcpStream, name: &str, mode: &AtomicU8, served: &AtomicUsize) {
     }
 }
 
-fn config(redis: &Redis, ports: &Ports, backends: &[&Backend], policy: &str) -> String {
+/// The harness config with `backends` behind upstream `ticketing`,
+/// balanced by `policy` and health-checked every 200 ms.
+fn pool(redis: &Redis, backends: &[&Backend], policy: &str) -> TestConfig {
     let addresses: Vec<String> = backends
         .iter()
         .map(|b| format!("'127.0.0.1:{}'", b.port))
         .collect();
-    config_with(&redis.url(), ports, 1, "baseball: {admission: {max-active: 1}}").replace(
-        "  ticketing:\n    address: 127.0.0.1:1\n",
+    TestConfig::on_free_ports(&redis.url(), 1).upstream(
+        "ticketing",
         &format!(
-            "  ticketing:\n    addresses: [{}]\n    load-balancing: {policy}\n    read-timeout-ms: 1000\n    health-check: {{path: /health, interval-ms: 200, timeout-ms: 200}}\n",
+            "{{addresses: [{}], load-balancing: {policy}, read-timeout-ms: 1000, \
+             health-check: {{path: /health, interval-ms: 200, timeout-ms: 200}}}}",
             addresses.join(", ")
         ),
     )
@@ -150,14 +153,7 @@ fn config(redis: &Redis, ports: &Ports, backends: &[&Backend], policy: &str) -> 
 
 fn get_seat(addr: SocketAddr, token: &str) -> (u16, String, Duration) {
     let started = Instant::now();
-    let r = request(
-        addr,
-        "GET",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", &format!("Bearer {token}"))],
-        None,
-    )
-    .unwrap();
+    let r = with_token(addr, "GET", "/api/v1/follow-up/seat", token, None);
     (r.status, r.text(), started.elapsed())
 }
 
@@ -173,11 +169,7 @@ fn unhealthy_addresses_get_no_traffic_and_come_back_and_none_healthy_is_a_quick_
         Backend::start("b"),
         Backend::start("c"),
     );
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config(&redis, &ports, &[&a, &b, &c], "round-robin"),
-        &ports,
-    );
+    let wg = pool(&redis, &[&a, &b, &c], "round-robin").start();
     let token = admitted_token(&wg, &redis, "fan_1");
 
     // All healthy: round robin over the three.
@@ -236,14 +228,7 @@ fn unhealthy_addresses_get_no_traffic_and_come_back_and_none_healthy_is_a_quick_
     std::thread::sleep(SETTLE);
     for _ in 0..5 {
         let started = Instant::now();
-        let r = request(
-            wg.addr,
-            "GET",
-            "/api/v1/follow-up/seat",
-            &[("Authorization", &format!("Bearer {token}"))],
-            None,
-        )
-        .unwrap();
+        let r = with_token(wg.addr, "GET", "/api/v1/follow-up/seat", &token, None);
         assert_eq!(r.status, 502, "{r:?}");
         assert_eq!(r.error_code(), "upstream_unavailable");
         assert!(
@@ -260,11 +245,7 @@ fn unhealthy_addresses_get_no_traffic_and_come_back_and_none_healthy_is_a_quick_
 fn least_connections_sends_new_requests_away_from_a_slow_address() {
     let redis = Redis::start();
     let (fast, slow) = (Backend::start("fast"), Backend::start("slow"));
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config(&redis, &ports, &[&fast, &slow], "least-connections"),
-        &ports,
-    );
+    let wg = pool(&redis, &[&fast, &slow], "least-connections").start();
     let token = admitted_token(&wg, &redis, "fan_2");
     // Healthy, but each request takes 800 ms there: a request under way
     // on it keeps new ones away, where round robin would send it half.
@@ -300,19 +281,17 @@ fn least_connections_sends_new_requests_away_from_a_slow_address() {
 fn a_reload_keeps_the_health_of_an_unchanged_upstream() {
     let redis = Redis::start();
     let (a, b) = (Backend::start("a"), Backend::start("b"));
-    let ports = Ports::new();
     // Checks far apart: a reload that forgot them would show for seconds.
-    let yaml = config(&redis, &ports, &[&a, &b], "round-robin")
-        .replace("interval-ms: 200", "interval-ms: 3000");
-    let wg = Waitgate::start(&yaml, &ports);
+    let wg = pool(&redis, &[&a, &b], "round-robin")
+        .set("upstreams.ticketing.health-check.interval-ms", "3000")
+        .start();
     let token = admitted_token(&wg, &redis, "fan_1");
     a.set(DEAD);
     // The first check after the kill (within 3 s) marks it down.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    while !wg.log().contains("failed its health check") {
-        assert!(Instant::now() < deadline, "{}", wg.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let marked = eventually(Duration::from_secs(8), || {
+        wg.log().contains("failed its health check")
+    });
+    assert!(marked, "{}", wg.log());
     for round in 0..5 {
         wg.signal("HUP");
         std::thread::sleep(Duration::from_millis(150));

@@ -20,8 +20,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     Setup { redis, wg }
 }
 
@@ -149,16 +148,9 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     // One admission a minute: the advice is 15 s (a quarter of the wait),
     // above its floor, so an early poll can be told the time left.
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(
-        &config_with(
-            &redis.url(),
-            &ports,
-            free_port(),
-            "baseball: {admission: {max-active: 1, interval-ms: 60000, batch-size: 1}}",
-        ),
-        &ports,
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues("baseball: {admission: {max-active: 1, interval-ms: 60000, batch-size: 1}}")
+        .start();
     let s = Setup { redis, wg };
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");

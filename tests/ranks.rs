@@ -65,24 +65,18 @@ fn samples_of(wg: &Waitgate) -> f64 {
 }
 
 fn wait_for_samples(wg: &Waitgate, more_than: f64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while samples_of(wg) <= more_than {
-        assert!(Instant::now() < deadline, "no samples taken");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("samples", Duration::from_secs(15), || {
+        samples_of(wg) > more_than
+    });
 }
 
 /// Waits (up to 5 s) until cleanup has taken `user` out of the waiting set.
 fn wait_removed(c: &mut redis::Connection, user: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, user)
-        .unwrap()
-        .is_some()
-    {
-        assert!(Instant::now() < deadline, "cleanup did not run");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("cleanup", Duration::from_secs(5), || {
+        c.zscore::<_, _, Option<f64>>(WAITING, user)
+            .unwrap()
+            .is_none()
+    });
 }
 
 fn zrank_calls(c: &mut redis::Connection) -> u64 {
@@ -342,12 +336,10 @@ fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
 #[test]
 fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
     let redis = Redis::start();
-    let ports = Ports::new();
     let queue = "baseball:\n  admission: {max-active: 1}\n  heartbeat: {timeout-ms: 300, cleanup-interval-ms: 20, poll-min-ms: 20, poll-max-ms: 200}";
-    let wg = Waitgate::start(
-        &config_with(&redis.url(), &ports, free_port(), queue),
-        &ports,
-    );
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues(queue)
+        .start();
     let mut c = redis.conn();
     fill(&wg, &redis, ("head", "u", 20_000), None, 1);
     let mut steady = register(wg.addr, "steady").json()["pollAfterMs"]
@@ -362,17 +354,21 @@ fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
     }
     // Until samples cover them, every poll is rank.lua's.
     let covered = samples_of(&wg);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while samples_of(&wg) == covered || samples_of(&wg) == 0.0 {
-        assert!(Instant::now() < deadline, "no samples taken");
+    // The users poll meanwhile, every 50 ms or so.
+    wait_until("samples", Duration::from_secs(15), || {
+        let taken = samples_of(&wg);
+        if taken != covered && taken != 0.0 {
+            return true;
+        }
         for user in ["steady", "quitter"] {
             assert_eq!(rank(wg.addr, user).status, 200);
         }
         for i in 0..3 {
             assert_eq!(rank(wg.addr, &format!("tail{i}")).status, 200);
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        std::thread::sleep(Duration::from_millis(30));
+        false
+    });
     let writes = || {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
@@ -402,18 +398,12 @@ fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
     assert!(writes() > written, "no heartbeat written far back");
     let bound = Duration::from_millis(quitter + 300 + 20 + 20 + 150);
     let quit_at = quit_at.unwrap();
-    while c
-        .zscore::<_, _, Option<f64>>(WAITING, "quitter")
-        .unwrap()
-        .is_some()
-    {
-        assert!(
-            quit_at.elapsed() < bound,
-            "still there after {:?}",
-            quit_at.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let removed = eventually(bound.saturating_sub(quit_at.elapsed()), || {
+        c.zscore::<_, _, Option<f64>>(WAITING, "quitter")
+            .unwrap()
+            .is_none()
+    });
+    assert!(removed, "still there after {:?}", quit_at.elapsed());
     assert!(
         quit_at.elapsed() >= Duration::from_millis(quitter + 300 - 10),
         "removed {:?} after its last poll, before its advice and the timeout",

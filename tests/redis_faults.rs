@@ -35,25 +35,17 @@ fn assert_fast_503(addr: std::net::SocketAddr) {
 /// Retries `register` until it answers 200, and returns how long that took.
 fn recovers(addr: std::net::SocketAddr, user: &str) -> Duration {
     let start = Instant::now();
-    loop {
+    wait_for("a recovery", Duration::from_secs(10), || {
         let r = register(addr, user);
-        if r.status == 200 {
-            return start.elapsed();
-        }
-        assert_eq!(r.status, 503, "{r:?}");
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no recovery after 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        assert!(r.status == 200 || r.status == 503, "{r:?}");
+        (r.status == 200).then(|| start.elapsed())
+    })
 }
 
 #[test]
 fn redis_down_gives_fast_503_and_a_restart_is_recovered_from() {
     let mut redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "before").status, 200);
     assert_eq!(get(wg.admin, "/readyz").unwrap().status, 200);
 
@@ -77,8 +69,7 @@ fn redis_down_gives_fast_503_and_a_restart_is_recovered_from() {
 #[test]
 fn flushed_script_cache_is_reloaded() {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "a").status, 200);
     let mut c = redis.conn();
     let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
@@ -90,8 +81,7 @@ fn flushed_script_cache_is_reloaded() {
 #[test]
 fn hung_redis_gives_fast_503_then_recovers() {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "before").status, 200);
 
     redis.signal("STOP");
@@ -113,8 +103,7 @@ fn hung_redis_gives_fast_503_then_recovers() {
 fn a_crowd_of_polls_at_a_hung_redis_gets_fast_503s() {
     const CROWD: usize = 1_000;
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "u").status, 200);
     redis.signal("STOP");
     let go = std::sync::Arc::new(std::sync::Barrier::new(CROWD));
@@ -150,8 +139,7 @@ fn a_crowd_of_polls_at_a_hung_redis_gets_fast_503s() {
 fn waitgate_starts_without_redis_and_serves_once_it_comes() {
     let mut redis = Redis::start();
     redis.kill();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_fast_503(wg.addr);
     assert_eq!(get(wg.admin, "/healthz/redis").unwrap().status, 503);
     redis.restart();
@@ -168,8 +156,7 @@ fn waitgate_starts_without_redis_and_serves_once_it_comes() {
 #[test]
 fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     hold_gate(&redis);
     assert_eq!(register(wg.addr, "before").status, 200);
     let leaver = register(wg.addr, "leaver").json()["queueCredential"]
@@ -268,18 +255,8 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
 /// Waits until the probe reports Redis `up` (or down), as an operator or a
 /// load balancer would read it.
 fn wait_for_redis_up(wg: &Waitgate, up: bool) {
-    let line = format!("waitgate_redis_up {}", u8::from(up));
-    let start = Instant::now();
-    while !get(wg.admin, "/metrics")
-        .map(|r| r.text().lines().any(|l| l == line))
-        .unwrap_or(false)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "not `{line}` within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let line = format!("\nwaitgate_redis_up {}\n", u8::from(up));
+    wg.wait_for_metrics(&line, Duration::from_secs(10));
 }
 
 /// Once Redis is back and the instance reports it up, the very first calls
@@ -289,8 +266,7 @@ fn wait_for_redis_up(wg: &Waitgate, up: bool) {
 #[test]
 fn the_first_calls_after_redis_comes_back_are_answered() {
     let mut redis = Redis::start();
-    let ports = Ports::new();
-    let wg = Waitgate::start(&config(&redis.url(), &ports, free_port()), &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
     assert_eq!(register(wg.addr, "before").status, 200);
     assert_eq!(rank(wg.addr, "before").status, 200);
     for (round, called_while_down) in [(1, false), (2, true)] {

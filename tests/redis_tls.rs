@@ -5,8 +5,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::*;
 
@@ -20,57 +19,45 @@ fn certificates(dir: &Path) {
 
 struct TlsRedis {
     port: u16,
-    child: Child,
+    _process: ChildGuard,
 }
 
 impl TlsRedis {
     fn start(dir: &Path) -> TlsRedis {
         let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--bind", "127.0.0.1", "--save", ""])
-            .args(["--tls-port", &port.to_string()])
-            .args([
-                "--tls-cert-file",
-                "server.pem",
-                "--tls-key-file",
-                "server.key",
-            ])
-            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "yes"])
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "redis TLS did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let process = ChildGuard::spawn_on_port(
+            "redis-server with TLS",
+            Command::new("redis-server")
+                .args(["--port", "0", "--bind", "127.0.0.1", "--save", ""])
+                .args(["--tls-port", &port.to_string()])
+                .args([
+                    "--tls-cert-file",
+                    "server.pem",
+                    "--tls-key-file",
+                    "server.key",
+                ])
+                .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "yes"])
+                .current_dir(dir),
+            port,
+        );
+        TlsRedis {
+            port,
+            _process: process,
         }
-        TlsRedis { port, child }
     }
 }
 
-impl Drop for TlsRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn register_with(redis: &TlsRedis, tls: &str, user: &str) -> u16 {
+/// The status of a registration through a waitgate whose `redis.tls` is
+/// `tls` (YAML), if any.
+fn register_with(redis: &TlsRedis, tls: Option<&str>, user: &str) -> u16 {
     let ports = Ports::new();
-    let config = config(
-        &format!("rediss://127.0.0.1:{}/0", redis.port),
-        &ports,
-        free_port(),
-    )
-    .replace(
-        "  command-timeout-ms: 300\n",
-        &format!("  command-timeout-ms: 1000\n{tls}"),
-    );
+    let url = format!("rediss://127.0.0.1:{}/0", redis.port);
+    let mut config =
+        TestConfig::new(&url, &ports, free_port()).set("redis.command-timeout-ms", "1000");
+    if let Some(tls) = tls {
+        config = config.set("redis.tls", tls);
+    }
+    let config = config.yaml();
     let wg = Waitgate::start(&config, &ports);
     register(wg.addr, user).status
 }
@@ -84,16 +71,16 @@ fn redis_over_tls_with_a_private_ca_and_a_client_certificate() {
     let file = |name: &str| d.join(name).display().to_string();
 
     let tls = format!(
-        "  tls:\n    ca-file: {}\n    cert-file: {}\n    key-file: {}\n",
+        "{{ca-file: '{}', cert-file: '{}', key-file: '{}'}}",
         file("ca.pem"),
         file("client.pem"),
         file("client.key")
     );
-    assert_eq!(register_with(&redis, &tls, "tls_fan"), 200);
+    assert_eq!(register_with(&redis, Some(&tls), "tls_fan"), 200);
 
     // The public roots do not know the private CA.
-    assert_eq!(register_with(&redis, "", "no_ca"), 503);
+    assert_eq!(register_with(&redis, None, "no_ca"), 503);
     // The server asks for a client certificate.
-    let ca_only = format!("  tls:\n    ca-file: {}\n", file("ca.pem"));
-    assert_eq!(register_with(&redis, &ca_only, "no_client_cert"), 503);
+    let ca_only = format!("{{ca-file: '{}'}}", file("ca.pem"));
+    assert_eq!(register_with(&redis, Some(&ca_only), "no_client_cert"), 503);
 }

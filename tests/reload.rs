@@ -6,17 +6,17 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
-/// The test config: queue `baseball` (admission held, as in
-/// [`common::config`]), the follow-up route, and `extra` appended.
+/// The test config with `queues`, the follow-up route, and the top-level
+/// keys of `extra` (YAML).
 fn config_text(redis: &Redis, ports: &Ports, upstream: u16, queues: &str, extra: &str) -> String {
-    format!(
-        "{}{extra}",
-        config_with(&redis.url(), ports, upstream, queues)
-    )
+    TestConfig::new(&redis.url(), ports, upstream)
+        .queues(queues)
+        .with(extra)
+        .yaml()
 }
 
 #[test]
@@ -91,33 +91,31 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
 
     // The new file: route /v2 to the second upstream, a queue `soccer` that
     // admits quickly, and the access log let through.
-    let routes = "  - prefix: /v2\n    upstream: second\n    queue: baseball\n";
-    let new = config_text(
-        &redis,
-        &ports,
-        first.port,
-        &format!("{queues}\nsoccer: {{admission: {{interval-ms: 100}}}}"),
-        "log: {filter: 'warn,waitgate::reload=info,waitgate::access=info', format: text}\n",
-    )
-    .replace(
-        "routes:\n",
-        &format!(
-            "  second:\n    address: 127.0.0.1:{}\nroutes:\n{routes}",
-            second.port
-        ),
-    );
-    std::fs::write(wg.config_path(), &new).unwrap();
-    wg.signal("HUP");
+    let reloaded = TestConfig::new(&redis.url(), &ports, first.port)
+        .queues(&format!(
+            "{queues}\nsoccer: {{admission: {{interval-ms: 100}}}}"
+        ))
+        .log("{filter: 'warn,waitgate::reload=info,waitgate::access=info', format: text}")
+        .upstream(
+            "second",
+            &format!("{{address: '127.0.0.1:{}'}}", second.port),
+        )
+        .route("{prefix: /v2, upstream: second, queue: baseball}");
+    let new = reloaded.yaml();
+    wg.reload(&new);
     wg.wait_for_log("config reloaded", 1);
+    let v2_seat = || {
+        request(
+            wg.addr,
+            "GET",
+            "/v2/seat",
+            &[("Authorization", &auth)],
+            None,
+        )
+        .unwrap()
+    };
 
-    let r = request(
-        wg.addr,
-        "GET",
-        "/v2/seat",
-        &[("Authorization", &auth)],
-        None,
-    )
-    .unwrap();
+    let r = v2_seat();
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(second.seen().last().unwrap().target, "/v2/seat");
     let r = post_json(
@@ -128,54 +126,33 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     .unwrap();
     assert_eq!(r.status, 200, "{r:?}");
     // The background loops run for the new queue: fan_2 is admitted.
-    let started = Instant::now();
-    loop {
-        let r = get(wg.addr, "/api/v1/queue/rank?userId=fan_2&queue=soccer").unwrap();
-        if r.json()["status"] == "ACTIVE" {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(5), "{r:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut r = None;
+    let admitted = eventually(Duration::from_secs(5), || {
+        let answer = get(wg.addr, "/api/v1/queue/rank?userId=fan_2&queue=soccer").unwrap();
+        let active = answer.json()["status"] == "ACTIVE";
+        r = Some(answer);
+        active
+    });
+    assert!(admitted, "{r:?}");
     // The new filter lets the access lines through.
     wg.wait_for_log("waitgate::access", 1);
 
     // A bad file is refused; everything keeps working as reloaded.
-    std::fs::write(wg.config_path(), new.replace("routes:", "routez:")).unwrap();
-    wg.signal("HUP");
+    wg.reload(new.replace("routes:", "routez:"));
     wg.wait_for_log("reload refused", 1);
-    let r = request(
-        wg.addr,
-        "GET",
-        "/v2/seat",
-        &[("Authorization", &auth)],
-        None,
-    )
-    .unwrap();
+    let r = v2_seat();
     assert_eq!(r.status, 200);
     // So is a file whose upstream does not resolve.
-    std::fs::write(
-        wg.config_path(),
-        new.replace(
-            &format!("127.0.0.1:{}", second.port),
-            "no-such-host.invalid:80",
-        ),
-    )
-    .unwrap();
-    wg.signal("HUP");
+    let unresolved = reloaded
+        .clone()
+        .set("upstreams.second.address", "no-such-host.invalid:80");
+    wg.reload(unresolved.yaml());
     wg.wait_for_log("reload refused", 2);
     assert!(wg.log().contains("no-such-host.invalid"), "{}", wg.log());
 
     // A listener change is reported as needing a restart.
-    std::fs::write(
-        wg.config_path(),
-        new.replace(
-            &format!("listen: 127.0.0.1:{}", wg.addr.port()),
-            &format!("listen: 127.0.0.1:{}", free_port()),
-        ),
-    )
-    .unwrap();
-    wg.signal("HUP");
+    let moved = reloaded.set("listen", &format!("'127.0.0.1:{}'", free_port()));
+    wg.reload(moved.yaml());
     wg.wait_for_log("config reloaded", 2);
     assert!(
         wg.log().contains("takes effect after a restart"),
@@ -290,12 +267,7 @@ fn a_reload_applies_cookies_cors_and_the_public_origin() {
     // site's public origin and turns Secure off.
     let after = "cookies: {secure: false}\ncors: {allowed-origins: ['https://shop2.example']}\n\
                  public-origin: https://tickets.example\n";
-    std::fs::write(
-        wg.config_path(),
-        config_text(&redis, &ports, upstream.port, queues, after),
-    )
-    .unwrap();
-    wg.signal("HUP");
+    wg.reload(config_text(&redis, &ports, upstream.port, queues, after));
     wg.wait_for_log("config reloaded", 1);
     assert!(
         !wg.log().contains("takes effect after a restart"),
@@ -329,18 +301,13 @@ fn a_reload_to_several_queues_warns_that_calls_must_name_one() {
         &ports,
     );
     assert_eq!(register(wg.addr, "plain").status, 200);
-    std::fs::write(
-        wg.config_path(),
-        config_text(
-            &redis,
-            &ports,
-            upstream.port,
-            "baseball: {}\nsoccer: {}",
-            "",
-        ),
-    )
-    .unwrap();
-    wg.signal("HUP");
+    wg.reload(config_text(
+        &redis,
+        &ports,
+        upstream.port,
+        "baseball: {}\nsoccer: {}",
+        "",
+    ));
     wg.wait_for_log("config reloaded", 1);
     assert!(
         wg.log()
@@ -363,16 +330,10 @@ fn a_reload_names_a_certificate_that_changed_on_disk() {
     let d = dir.path();
     tls::ca(d);
     tls::signed(d, "server", "localhost", "subjectAltName=DNS:localhost\n");
-    let extra = format!(
-        "listen-tls:\n  address: 127.0.0.1:{}\n  cert-file: {}\n  key-file: {}\n",
-        free_port(),
-        d.join("server.pem").display(),
-        d.join("server.key").display()
-    );
-    let wg = Waitgate::start(
-        &config_text(&redis, &ports, upstream.port, "baseball: {}", &extra),
-        &ports,
-    );
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .queues("baseball: {}")
+        .listen_tls(free_port(), d);
+    let wg = Waitgate::start(&config.yaml(), &ports);
     wg.signal("HUP");
     wg.wait_for_log("config reloaded", 1);
     assert!(!wg.log().contains("changed since start"), "{}", wg.log());

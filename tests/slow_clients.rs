@@ -13,7 +13,9 @@ use common::*;
 fn start_with(extra: &str) -> (Redis, Waitgate) {
     let redis = Redis::start();
     let ports = Ports::new();
-    let cfg = format!("{}{extra}", config(&redis.url(), &ports, free_port()));
+    let cfg = TestConfig::new(&redis.url(), &ports, free_port())
+        .with(extra)
+        .yaml();
     let wg = Waitgate::start(&cfg, &ports);
     (redis, wg)
 }
@@ -25,17 +27,17 @@ fn closed_after(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
     let mut buf = [0u8; 1024];
-    while start.elapsed() < limit {
-        match stream.read(&mut buf) {
-            Ok(0) => return Some(start.elapsed()),
-            Ok(_) => {}
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut => {}
-            Err(_) => return Some(start.elapsed()),
+    poll_for(limit, || match stream.read(&mut buf) {
+        Ok(0) => Some(start.elapsed()),
+        Ok(_) => None,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::WouldBlock
+                || e.kind() == std::io::ErrorKind::TimedOut =>
+        {
+            None
         }
-    }
-    None
+        Err(_) => Some(start.elapsed()),
+    })
 }
 
 #[test]
@@ -119,23 +121,15 @@ fn past_max_connections_new_connections_get_503() {
     let held: Vec<TcpStream> = (0..20)
         .map(|_| TcpStream::connect(wg.addr).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Accepted, all 20.
+    wg.wait_for_metrics("waitgate_connections 20\n", Duration::from_secs(2));
     let r = get(wg.addr, "/api/v1/queue/rank?userId=a").unwrap();
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(r.error_code(), "too_many_connections");
     assert!(r.header("retry-after").is_some());
     // The gauge counts the 20 held connections (the refused one leaves it
     // once its lingering close ends).
-    let start = Instant::now();
-    loop {
-        let m = get(wg.admin, "/metrics").unwrap();
-        let text = String::from_utf8(m.body).unwrap();
-        if text.contains("waitgate_connections 20\n") {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(2), "{text}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wg.wait_for_metrics("waitgate_connections 20\n", Duration::from_secs(2));
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
@@ -155,17 +149,13 @@ fn the_admin_listener_has_the_head_deadline_and_a_cap_of_its_own() {
     let mut slow = TcpStream::connect(wg.admin).unwrap();
     slow.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
     let started = Instant::now();
-    let mut cut = None;
-    while started.elapsed() < Duration::from_secs(6) {
+    let cut = poll_for(Duration::from_secs(6), || {
         if slow.write_all(b"s").is_err() {
-            cut = Some(started.elapsed());
-            break;
+            return Some(started.elapsed());
         }
-        if let Some(after) = closed_after(&mut slow, Duration::from_millis(300)) {
-            cut = Some(started.elapsed().min(after + started.elapsed()));
-            break;
-        }
-    }
+        closed_after(&mut slow, Duration::from_millis(300))
+            .map(|after| started.elapsed().min(after + started.elapsed()))
+    });
     let cut = cut.expect("the admin listener held a trickling head for 6 s");
     assert!(cut < Duration::from_millis(2500), "{cut:?}");
 

@@ -17,19 +17,8 @@ use std::time::Duration;
 
 use common::*;
 
-/// A CA and a certificate for 127.0.0.1 that it signs.
-fn certificate(dir: &Path) {
-    tls::ca(dir);
-    tls::signed(
-        dir,
-        "server",
-        "localhost",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    );
-}
-
 /// A waitgate with a TLS listener (a certificate made for the test) beside
-/// its plain one, its Redis and upstream; `extra` goes first in its config.
+/// its plain one, its Redis and upstream; `extra` (top-level keys) in its config.
 struct Tls {
     dir: tempfile::TempDir,
     redis: Redis,
@@ -42,17 +31,15 @@ struct Tls {
 impl Tls {
     fn start(extra: &str) -> Tls {
         let dir = tempfile::tempdir().unwrap();
-        certificate(dir.path());
+        tls::ca_and_server(dir.path(), "localhost");
         let redis = Redis::start();
         let upstream = Upstream::start();
         let ports = Ports::new();
         let port = free_port();
-        let config = format!(
-            "{extra}{}listen-tls:\n  address: 127.0.0.1:{port}\n  cert-file: {}\n  key-file: {}\n",
-            config(&redis.url(), &ports, upstream.port),
-            dir.path().join("server.pem").display(),
-            dir.path().join("server.key").display()
-        );
+        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+            .with(extra)
+            .listen_tls(port, dir.path())
+            .yaml();
         let wg = Waitgate::start(&config, &ports);
         Tls {
             dir,
@@ -68,6 +55,22 @@ struct Answer {
     status: u16,
     version: String,
     body: String,
+}
+
+/// An HTTP/2 rank call of nobody over the TLS listener on `port`: the 404
+/// of a user not queued, over HTTP/2.
+fn still_serves(dir: &Path, port: u16) -> Answer {
+    let r = curl(
+        dir,
+        port,
+        "--http2",
+        "GET",
+        "/api/v1/queue/rank?userId=nobody",
+        &[],
+        None,
+    );
+    assert_eq!((r.status, r.version.as_str()), (404, "2"), "{}", r.body);
+    r
 }
 
 /// One request with curl, over TLS to `port`, as `http` (`--http2` or
@@ -136,16 +139,7 @@ fn the_tls_listener_speaks_http2_and_keeps_every_edge_rule() {
     );
     assert_eq!((r.status, r.version.as_str()), (200, "2"), "{}", r.body);
     assert!(r.body.contains("\"queueCredential\""), "{}", r.body);
-    let r = curl(
-        d,
-        tls_port,
-        "--http2",
-        "GET",
-        "/api/v1/queue/rank?userId=nobody",
-        &[],
-        None,
-    );
-    assert_eq!(r.status, 404);
+    let r = still_serves(d, tls_port);
     assert!(r.body.contains("user_not_queued"));
     // HTTP/2 has no Host field: this site's Origin is read against the
     // :authority, so a browser of this site may register without a userId
@@ -469,16 +463,7 @@ fn a_connection_that_chose_http2_without_speaking_it_is_closed_quietly() {
     let log = tls.wg.log();
     assert!(!log.contains("ERROR"), "{log}");
     // And the listener still serves HTTP/2.
-    let r = curl(
-        dir,
-        port,
-        "--http2",
-        "GET",
-        "/api/v1/queue/rank?userId=nobody",
-        &[],
-        None,
-    );
-    assert_eq!((r.status, r.version.as_str()), (404, "2"));
+    still_serves(dir, port);
 }
 
 /// Failed TLS handshakes (a client that connects and goes, a plain-HTTP
@@ -487,18 +472,17 @@ fn a_connection_that_chose_http2_without_speaking_it_is_closed_quietly() {
 #[test]
 fn failed_tls_handshakes_do_not_flood_the_log() {
     use std::io::Write;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let tls = Tls::start("");
-    let started = Instant::now();
     let mut made = 0;
-    while started.elapsed() < Duration::from_millis(1500) {
+    repeat_for(Duration::from_millis(1500), || {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", tls.port)).unwrap();
         if made % 2 == 0 {
             let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
         }
         drop(s);
         made += 1;
-    }
+    });
     std::thread::sleep(Duration::from_millis(300));
     let log = tls.wg.log();
     let lines = log
@@ -511,16 +495,7 @@ fn failed_tls_handshakes_do_not_flood_the_log() {
         "{lines} lines for {made} handshakes:\n{log}"
     );
     // The listener still serves.
-    let r = curl(
-        tls.dir.path(),
-        tls.port,
-        "--http2",
-        "GET",
-        "/api/v1/queue/rank?userId=nobody",
-        &[],
-        None,
-    );
-    assert_eq!(r.status, 404);
+    still_serves(tls.dir.path(), tls.port);
 }
 
 /// A TLS connection counts toward `max-connections` from its accept, and
@@ -541,10 +516,8 @@ fn tls_handshakes_count_toward_the_cap_and_have_the_header_deadline() {
     let mut held: Vec<TcpStream> = (0..20)
         .map(|_| TcpStream::connect(("127.0.0.1", tls.port)).unwrap())
         .collect();
-    wait_until("the gauge counts 20", Duration::from_secs(1), || {
-        let text = get(tls.wg.admin, "/metrics").unwrap().text();
-        text.contains("waitgate_connections 20\n")
-    });
+    tls.wg
+        .wait_for_metrics("waitgate_connections 20\n", Duration::from_secs(1));
     let r = get(tls.wg.addr, "/api/v1/queue/rank?userId=a").unwrap();
     assert_eq!(r.status, 503, "{r:?}");
     // One more TLS connection is closed before any handshake.
@@ -570,28 +543,15 @@ fn tls_handshakes_count_toward_the_cap_and_have_the_header_deadline() {
     let closed = started.elapsed();
     assert!(closed >= Duration::from_millis(1400), "{closed:?}");
     assert!(closed < Duration::from_millis(3500), "{closed:?}");
-    wait_until("the gauge is back to 0", Duration::from_secs(1), || {
-        get(tls.wg.admin, "/metrics")
-            .unwrap()
-            .text()
-            .contains("waitgate_connections 0\n")
-    });
+    tls.wg
+        .wait_for_metrics("waitgate_connections 0\n", Duration::from_secs(1));
     assert_eq!(
         get(tls.wg.addr, "/api/v1/queue/rank?userId=a")
             .unwrap()
             .status,
         404
     );
-    let r = curl(
-        tls.dir.path(),
-        tls.port,
-        "--http2",
-        "GET",
-        "/api/v1/queue/rank?userId=nobody",
-        &[],
-        None,
-    );
-    assert_eq!(r.status, 404);
+    still_serves(tls.dir.path(), tls.port);
 }
 
 /// A flood of bare connections to the TLS listener (no handshake ever

@@ -5,27 +5,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use common::*;
-
-/// A CA, and a server certificate it signs for `tickets.internal` and
-/// 127.0.0.1.
-fn make_ca(dir: &Path) {
-    tls::ca(dir);
-    tls::signed(
-        dir,
-        "server",
-        "tickets.internal",
-        "subjectAltName=DNS:tickets.internal,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    );
-}
 
 /// `openssl s_server -www`: answers any GET over TLS with 200 and a page.
 struct TlsServer {
     port: u16,
-    child: Child,
+    _process: ChildGuard,
 }
 
 impl TlsServer {
@@ -37,57 +25,36 @@ impl TlsServer {
     /// `dir`, as it is: a whole response, head and body.
     fn start_as(dir: &Path, mode: &str) -> TlsServer {
         let port = free_port();
-        let child = Command::new("openssl")
-            .args(["s_server", "-quiet", mode, "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["-cert", "server.pem", "-key", "server.key"])
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "s_server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let process = ChildGuard::spawn_on_port(
+            "openssl s_server",
+            Command::new("openssl")
+                .args(["s_server", "-quiet", mode, "-accept"])
+                .arg(format!("127.0.0.1:{port}"))
+                .args(["-cert", "server.pem", "-key", "server.key"])
+                .current_dir(dir),
+            port,
+        );
+        TlsServer {
+            port,
+            _process: process,
         }
-        TlsServer { port, child }
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
 fn answer(redis: &Redis, port: u16, tls: &str, user: &str) -> Response {
     let ports = Ports::new();
-    let config = config(&redis.url(), &ports, port).replace(
-        &format!("    address: 127.0.0.1:{port}\n"),
-        &format!("    address: 127.0.0.1:{port}\n    tls: {tls}\n"),
-    );
+    let config = TestConfig::new(&redis.url(), &ports, port)
+        .set("upstreams.ticketing.tls", tls)
+        .yaml();
     let wg = Waitgate::start(&config, &ports);
     let token = admitted_token(&wg, redis, user);
-    request(
-        wg.addr,
-        "GET",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", &format!("Bearer {token}"))],
-        None,
-    )
-    .unwrap()
+    with_token(wg.addr, "GET", "/api/v1/follow-up/seat", &token, None)
 }
 
 #[test]
 fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
     let dir = tempfile::tempdir().unwrap();
-    make_ca(dir.path());
+    tls::ca_and_server(dir.path(), "tickets.internal");
     let server = TlsServer::start(dir.path());
     let ca = dir.path().join("ca.pem");
     let redis = Redis::start();
@@ -118,14 +85,12 @@ fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
 
     // A CA file that is not one is refused at start, naming the key.
     std::fs::write(dir.path().join("bad.pem"), "not a certificate").unwrap();
-    let config = config(&redis.url(), &Ports::new(), server.port).replace(
-        &format!("    address: 127.0.0.1:{}\n", server.port),
-        &format!(
-            "    address: 127.0.0.1:{}\n    tls: {{ca-file: '{}'}}\n",
-            server.port,
-            dir.path().join("bad.pem").display()
-        ),
-    );
+    let config = TestConfig::new(&redis.url(), &Ports::new(), server.port)
+        .set(
+            "upstreams.ticketing.tls",
+            &format!("{{ca-file: '{}'}}", dir.path().join("bad.pem").display()),
+        )
+        .yaml();
     let path = dir.path().join("bad.yaml");
     std::fs::write(&path, config).unwrap();
     let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
@@ -139,7 +104,7 @@ fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
 #[test]
 fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
     let dir = tempfile::tempdir().unwrap();
-    make_ca(dir.path());
+    tls::ca_and_server(dir.path(), "tickets.internal");
     let files = dir.path().join("api/v1/follow-up");
     std::fs::create_dir_all(&files).unwrap();
     std::fs::write(
@@ -151,13 +116,16 @@ fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
     let redis = Redis::start();
     let ports = Ports::new();
     let port = server.port;
-    let config = config(&redis.url(), &ports, port).replace(
-        &format!("    address: 127.0.0.1:{port}\n"),
-        &format!(
-            "    address: 127.0.0.1:{port}\n    tls: {{sni: tickets.internal, ca-file: '{}'}}\n",
-            dir.path().join("ca.pem").display()
-        ),
-    ) + "log:\n  format: json\n";
+    let config = TestConfig::new(&redis.url(), &ports, port)
+        .set(
+            "upstreams.ticketing.tls",
+            &format!(
+                "{{sni: tickets.internal, ca-file: '{}'}}",
+                dir.path().join("ca.pem").display()
+            ),
+        )
+        .log("{format: json}")
+        .yaml();
     let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_4");
     let mut c = std::net::TcpStream::connect(wg.addr).unwrap();
@@ -183,11 +151,8 @@ fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .find(|l| l["message"] == "request failed")
     };
-    let started = Instant::now();
-    while failed().is_none() && started.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let line = failed().unwrap_or_else(|| panic!("no failure line:\n{}", wg.log()));
+    let line = poll_for(Duration::from_secs(5), failed)
+        .unwrap_or_else(|| panic!("no failure line:\n{}", wg.log()));
     assert_eq!(
         line["error"], "the response body's framing was refused",
         "{line}"

@@ -26,10 +26,7 @@ impl Response {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        first_header(&self.headers, name)
     }
 
     pub fn json(&self) -> serde_json::Value {
@@ -188,6 +185,18 @@ pub fn delete(
     request(addr, "DELETE", target, headers, None)
 }
 
+/// A request with `token` as its bearer token (a protected route's).
+pub fn with_token(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    token: &str,
+    body: Option<&[u8]>,
+) -> Response {
+    let auth = format!("Bearer {token}");
+    request(addr, method, target, &[("Authorization", &auth)], body).unwrap()
+}
+
 // Queue API shortcuts.
 
 pub fn register(addr: SocketAddr, user: &str) -> Response {
@@ -246,6 +255,14 @@ pub struct Client {
 }
 
 /// A response head: status and headers.
+/// The value of the first of `headers` named `name` (case ignored).
+pub fn first_header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
 #[derive(Debug)]
 pub struct Head {
     pub status: u16,
@@ -254,10 +271,7 @@ pub struct Head {
 
 impl Head {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        first_header(&self.headers, name)
     }
 
     pub fn length(&self) -> usize {

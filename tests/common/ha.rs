@@ -2,15 +2,15 @@
 //! nodes, replicas, Sentinels and a Cluster, each a real `redis-server`.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use super::free_port;
+use super::{free_port, wait_until, ChildGuard};
 
 /// One `redis-server` (a node, a replica or a Sentinel), killed on drop.
 pub struct Node {
     pub port: u16,
-    pub child: Option<Child>,
+    process: ChildGuard,
 }
 
 impl Node {
@@ -20,22 +20,22 @@ impl Node {
     }
 
     pub fn start_on(port: u16, dir: &Path, args: &[String]) -> Node {
-        let child = Command::new("redis-server")
-            .args(args)
+        let mut cmd = Command::new("redis-server");
+        cmd.args(args)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", dir.to_str().unwrap(), "--save", ""])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let node = Node {
+            .args(["--dir", dir.to_str().unwrap(), "--save", ""]);
+        Node::ready(
             port,
-            child: Some(child),
-        };
-        wait_for(&format!("redis on {port}"), Duration::from_secs(10), || {
-            node.cmd(&["PING"]).is_some_and(|r| r == "PONG")
+            ChildGuard::spawn(&format!("redis on {port}"), &mut cmd),
+        )
+    }
+
+    /// Once it answers PING.
+    fn ready(port: u16, mut process: ChildGuard) -> Node {
+        process.expect_ready(Duration::from_secs(10), || {
+            redis_cli(port, &["PING"]).is_some_and(|r| r == "PONG")
         });
-        node
+        Node { port, process }
     }
 
     /// A Sentinel watching `master` as `waitgate`. A failover whose
@@ -61,8 +61,8 @@ impl Node {
             ),
         )
         .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&conf)
+        let mut cmd = Command::new("redis-server");
+        cmd.arg(&conf)
             .args([
                 "--sentinel",
                 "--port",
@@ -70,39 +70,26 @@ impl Node {
                 "--bind",
                 "127.0.0.1",
             ])
-            .args(["--dir", dir.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let node = Node {
-            port,
-            child: Some(child),
-        };
-        wait_for("a sentinel", Duration::from_secs(10), || {
-            node.cmd(&["PING"]).is_some_and(|r| r == "PONG")
-        });
-        node
+            .args(["--dir", dir.to_str().unwrap()]);
+        Node::ready(port, ChildGuard::spawn("a sentinel", &mut cmd))
     }
 
     /// `redis-cli` against this node; its output, if it answered.
     pub fn cmd(&self, args: &[&str]) -> Option<String> {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-            .filter(|s| !s.starts_with("Could not connect"))
+        redis_cli(self.port, args)
     }
 
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
+    }
+
+    /// Whether it still runs (was not killed).
+    pub fn is_up(&self) -> bool {
+        !self.process.is_killed()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.id()
     }
 
     pub fn url(&self) -> String {
@@ -110,21 +97,17 @@ impl Node {
     }
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub fn wait_for(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(
-            started.elapsed() < timeout,
-            "{what} not ready within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// `redis-cli` against the server on `port`; its output, if it answered.
+pub fn redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.starts_with("Could not connect"))
 }
 
 /// `count` replicas of `master`, once each has synced with it.
@@ -141,13 +124,43 @@ pub fn replicas_of(dir: &Path, master: &Node, count: usize) -> Vec<Node> {
             )
         })
         .collect();
-    wait_for("replication", Duration::from_secs(10), || {
+    wait_until("replication", Duration::from_secs(10), || {
         replicas.iter().all(|r| {
             r.cmd(&["INFO", "replication"])
                 .is_some_and(|i| i.contains("master_link_status:up"))
         })
     });
     replicas
+}
+
+/// A master, `replicas` replicas of it and three Sentinels that take it
+/// for down after `down_after_ms`, once every Sentinel sees every replica:
+/// the master, the replicas, the Sentinels.
+pub fn sentinel_group(
+    dir: &Path,
+    replicas: usize,
+    down_after_ms: u64,
+) -> (Node, Vec<Node>, Vec<Node>) {
+    let master = Node::start(dir, &[]);
+    let replicas = replicas_of(dir, &master, replicas);
+    let sentinels: Vec<Node> = (0..3)
+        .map(|_| Node::sentinel_after(dir, master.port, down_after_ms))
+        .collect();
+    wait_until(
+        "sentinels to see the replicas",
+        Duration::from_secs(15),
+        || {
+            sentinels.iter().all(|s| {
+                s.cmd(&["SENTINEL", "replicas", "waitgate"])
+                    .is_some_and(|r| {
+                        replicas
+                            .iter()
+                            .all(|replica| r.contains(&replica.port.to_string()))
+                    })
+            })
+        },
+    );
+    (master, replicas, sentinels)
 }
 
 /// Three masters with one replica each, on loopback.
@@ -211,7 +224,7 @@ impl Cluster {
             "{}",
             String::from_utf8_lossy(&out.stdout)
         );
-        wait_for("the cluster", Duration::from_secs(20), || {
+        wait_until("the cluster", Duration::from_secs(20), || {
             nodes.iter().all(|n| {
                 n.cmd(&["CLUSTER", "INFO"])
                     .is_some_and(|i| i.contains("cluster_state:ok"))
@@ -219,7 +232,7 @@ impl Cluster {
         });
         // Every replica has synced with its master: a failover before that
         // would have nothing to promote.
-        wait_for("the replicas to sync", Duration::from_secs(30), || {
+        wait_until("the replicas to sync", Duration::from_secs(30), || {
             nodes.iter().all(|n| {
                 n.cmd(&["INFO", "replication"]).is_some_and(|i| {
                     i.contains("role:master") || i.contains("master_link_status:up")
@@ -232,7 +245,7 @@ impl Cluster {
     /// The node that is master of `key`'s slot now, as a live node sees
     /// the cluster.
     pub fn master_of(&self, key: &str) -> usize {
-        let live = self.nodes.iter().find(|n| n.child.is_some()).unwrap();
+        let live = self.nodes.iter().find(|n| n.is_up()).unwrap();
         let slot: u16 = live
             .cmd(&["CLUSTER", "KEYSLOT", key])
             .unwrap()
@@ -260,7 +273,7 @@ impl Cluster {
 
     /// `ZCARD` on whichever live node has the key, following the cluster.
     pub fn zcard(&self, key: &str) -> u64 {
-        let Some(node) = self.nodes.iter().find(|n| n.child.is_some()) else {
+        let Some(node) = self.nodes.iter().find(|n| n.is_up()) else {
             return 0;
         };
         Command::new("redis-cli")
@@ -273,7 +286,7 @@ impl Cluster {
 
     /// `ZSCORE` on whichever live node has the key, following the cluster.
     pub fn zscore(&self, key: &str, member: &str) -> Option<String> {
-        let node = self.nodes.iter().find(|n| n.child.is_some())?;
+        let node = self.nodes.iter().find(|n| n.is_up())?;
         let out = Command::new("redis-cli")
             .args(["-c", "-p", &node.port.to_string(), "ZSCORE", key, member])
             .output()

@@ -1,6 +1,9 @@
 //! The integration-test harness: a real `redis-server` on a free port, the
-//! real `waitgate` binary on free ports, a recording upstream, and a small
-//! HTTP/1.1 client that can also send malformed requests.
+//! real `waitgate` binary on free ports with a config built by key
+//! ([`TestConfig`]), recording upstreams (one [`Recorded`] per request), a
+//! small HTTP/1.1 client that can also send malformed requests, one
+//! [`ChildGuard`] for every child process, and waits for a condition
+//! ([`wait_until`], [`wait_for`]) instead of sleeps.
 //!
 //! Nothing here talks to the Redis on 6379: every test owns its Redis.
 
@@ -11,15 +14,22 @@ pub mod scripted;
 pub mod tls;
 
 mod client;
+mod config;
+mod process;
 mod redis_server;
 mod relay;
 mod server;
 mod state;
 mod upstream;
+mod wait;
 
 // Each test binary uses some of it.
 #[allow(unused_imports)]
 pub use client::*;
+#[allow(unused_imports)]
+pub use config::*;
+#[allow(unused_imports)]
+pub use process::*;
 #[allow(unused_imports)]
 pub use redis_server::*;
 #[allow(unused_imports)]
@@ -30,9 +40,10 @@ pub use server::*;
 pub use state::*;
 #[allow(unused_imports)]
 pub use upstream::*;
+#[allow(unused_imports)]
+pub use wait::*;
 
 use std::net::TcpListener;
-use std::time::{Duration, Instant};
 
 /// A fixed test key (Base64 of 32 bytes), so tests can sign their own tokens.
 pub const SECRET_B64: &str = "dGVzdC1zZWNyZXQtZm9yLXdhaXRnYXRlLXRlc3RzLTAx";
@@ -97,16 +108,4 @@ fn handout_range() -> (u16, u16) {
     } else {
         (ephemeral.1.saturating_add(1).min(64_000), 65_535)
     }
-}
-
-/// Waits until `ready` holds, failing with `what` after `timeout`.
-pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if ready() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("{what} not ready within {timeout:?}");
 }

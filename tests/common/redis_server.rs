@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use super::*;
@@ -19,7 +19,7 @@ pub const HOLDER: &str = "~admission-held";
 pub struct Redis {
     pub port: u16,
     dir: tempfile::TempDir,
-    child: Option<Child>,
+    child: Option<ChildGuard>,
     extra: Vec<String>,
     hold: bool,
 }
@@ -80,33 +80,21 @@ impl Redis {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
-            .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn().expect("redis-server must be installed");
-        let port = self.port;
-        let pid = child.id();
-        let mut ours = false;
-        wait_until("redis-server", Duration::from_secs(10), || {
-            if child.try_wait().ok().flatten().is_some() {
-                return true;
-            }
-            let server = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .args(&self.extra);
+        let mut child = ChildGuard::spawn("redis-server", &mut cmd);
+        let url = format!("redis://127.0.0.1:{}/", self.port);
+        let pid = format!("process_id:{}\r\n", child.id());
+        // Another's answer: wait for this one to exit.
+        let ours = child.wait_ready(Duration::from_secs(10), || {
+            redis::Client::open(url.as_str())
                 .and_then(|c| c.get_connection())
-                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c));
-            match server {
-                Ok(info) => {
-                    ours = info.contains(&format!("process_id:{pid}\r\n"));
-                    // Another's: wait for this one to exit.
-                    ours
-                }
-                Err(_) => false,
-            }
+                .and_then(|mut c| redis::cmd("INFO").arg("server").query::<String>(&mut c))
+                .is_ok_and(|info| info.contains(&pid))
         });
-        if !ours {
-            let _ = child.kill();
-            let _ = child.wait();
-            return false;
+        match ours {
+            Ok(()) => {}
+            Err(e) if child.is_running() => panic!("{e}"),
+            Err(_) => return false,
         }
         self.child = Some(child);
         if self.hold {
@@ -139,10 +127,7 @@ impl Redis {
 
     /// SIGKILL: no chance to save or close connections.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child = None;
     }
 
     /// Starts again on the same port and directory (an AOF, if any, is
@@ -154,12 +139,7 @@ impl Redis {
 
     pub fn signal(&self, signal: &str) {
         if let Some(child) = &self.child {
-            let status = Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(child.id().to_string())
-                .status()
-                .unwrap();
-            assert!(status.success());
+            child.signal(signal);
         }
     }
 

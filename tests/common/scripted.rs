@@ -4,8 +4,8 @@
 //! written as scripts: late second responses, bodies where none may be,
 //! wrong lengths, 101s, stalls, resets.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{BufReader, Write};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,43 +22,7 @@ pub enum Step {
     Reset,
 }
 
-/// One request as the upstream read it.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    /// Which connection (1, 2, ...) carried it.
-    pub conn: usize,
-    pub method: String,
-    pub target: String,
-    /// The request line and headers exactly as received.
-    pub head: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Recorded {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Values of every header whose name reads as `name` to a CGI or WSGI
-    /// backend (case ignored, `_` read as `-`).
-    pub fn as_cgi_reads(&self, name: &str) -> Vec<&str> {
-        let fold = |s: &str| s.to_ascii_lowercase().replace('_', "-");
-        self.headers
-            .iter()
-            .filter(|(n, _)| fold(n) == fold(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// The path part of the target.
-    pub fn path(&self) -> &str {
-        self.target.split('?').next().unwrap_or("")
-    }
-}
+pub use super::Recorded;
 
 type Script = dyn Fn(&Recorded) -> Vec<Step> + Send + Sync;
 
@@ -71,20 +35,10 @@ pub struct Scripted {
 
 impl Scripted {
     pub fn start(script: impl Fn(&Recorded) -> Vec<Step> + Send + Sync + 'static) -> Scripted {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
         let recorded = Arc::new(Mutex::new(Vec::new()));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let script: Arc<Script> = Arc::new(script);
-        let (r, c) = (recorded.clone(), connections.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let conn = c.fetch_add(1, Ordering::SeqCst) + 1;
-                let (r, script) = (r.clone(), script.clone());
-                std::thread::spawn(move || serve(stream, conn, &*script, &r));
-            }
-        });
+        let r = recorded.clone();
+        let (port, connections) =
+            super::serve_connections(move |stream, conn| serve(stream, conn, &script, &r));
         Scripted {
             port,
             recorded,
@@ -113,7 +67,7 @@ impl Scripted {
 fn serve(stream: TcpStream, conn: usize, script: &Script, recorded: &Mutex<Vec<Recorded>>) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
-    while let Some(request) = read_request(&mut reader, conn) {
+    while let Some(request) = super::read_request(&mut reader, conn) {
         recorded.lock().unwrap().push(request.clone());
         for step in script(&request) {
             match step {
@@ -134,53 +88,6 @@ fn serve(stream: TcpStream, conn: usize, script: &Script, recorded: &Mutex<Vec<R
             }
         }
     }
-}
-
-/// Reads one request: head, then a body by `Content-Length` or chunked.
-fn read_request(reader: &mut impl BufRead, conn: usize) -> Option<Recorded> {
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        head.push_str(&line);
-        if line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut lines = head.lines();
-    let mut parts = lines.next()?.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.to_string(), v.trim().to_string()))
-        .collect();
-    let find = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        super::read_chunked(reader)?
-    } else {
-        let length = find("content-length")
-            .and_then(|v| v.parse::<usize>().ok())
-            .unwrap_or(0);
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).ok()?;
-        body
-    };
-    Some(Recorded {
-        conn,
-        method,
-        target,
-        head,
-        headers,
-        body,
-    })
 }
 
 /// A 200 whose body names what it answers.

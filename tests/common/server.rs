@@ -4,94 +4,13 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use super::*;
 
 // ---------------------------------------------------------------------------
 // waitgate
-
-/// The ports and Redis a config is written for.
-pub struct Ports {
-    pub listen: u16,
-    pub admin: u16,
-}
-
-impl Ports {
-    pub fn new() -> Ports {
-        Ports {
-            listen: free_port(),
-            admin: free_port(),
-        }
-    }
-}
-
-/// A config with one queue `baseball` (the defaults, but at most one
-/// active user: with [`Redis::start`] nobody is admitted), one upstream
-/// `ticketing` and one route.
-pub fn config(redis_url: &str, ports: &Ports, upstream_port: u16) -> String {
-    config_with(
-        redis_url,
-        ports,
-        upstream_port,
-        "baseball: {admission: {max-active: 1}}",
-    )
-}
-
-/// Whether the tests run with the direct lane (`direct-lane`): on unless
-/// `WAITGATE_TEST_DIRECT_LANE=off`. CI runs the edge suites both ways, so
-/// every behaviour they check holds whichever path serves a request.
-pub fn direct_lane() -> bool {
-    !matches!(
-        std::env::var("WAITGATE_TEST_DIRECT_LANE").as_deref(),
-        Ok("off" | "false" | "0")
-    )
-}
-
-/// The `direct-lane` line of a test config; none with
-/// `WAITGATE_TEST_DIRECT_LANE=unset` (for builds that predate the key).
-fn direct_lane_line() -> String {
-    match std::env::var("WAITGATE_TEST_DIRECT_LANE").as_deref() {
-        Ok("unset") => String::new(),
-        _ => format!("direct-lane: {}\n", direct_lane()),
-    }
-}
-
-pub fn config_with(redis_url: &str, ports: &Ports, upstream_port: u16, queues: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:{listen}
-admin-listen: 127.0.0.1:{admin}
-threads: 2
-grace-period-s: 3
-{lane}redis:
-  url: {redis_url}
-  command-timeout-ms: 300
-jwt:
-  issuer: waitgate
-  audience: ticketing
-  ttl-ms: 600000
-  leeway-s: 5
-queues:
-{queues}
-upstreams:
-  ticketing:
-    address: 127.0.0.1:{upstream_port}
-routes:
-  - prefix: /api/v1/follow-up
-    upstream: ticketing
-    queue: baseball
-",
-        listen = ports.listen,
-        admin = ports.admin,
-        lane = direct_lane_line(),
-        queues = indent(queues),
-    )
-}
-
-fn indent(text: &str) -> String {
-    text.lines().map(|l| format!("  {l}\n")).collect::<String>()
-}
 
 /// The heartbeat of `user` in `queue`: when their next poll is due (ms),
 /// as `lua/lib.lua` writes it (`<due>:<arrival>`).
@@ -119,7 +38,7 @@ pub fn make_silent(c: &mut redis::Connection, queue: &str, users: &[String]) {
 pub struct Waitgate {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
-    child: Option<Child>,
+    process: ChildGuard,
     dir: tempfile::TempDir,
 }
 
@@ -186,21 +105,18 @@ impl Waitgate {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("waitgate.yaml");
         std::fs::write(&path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("waitgate.log")).unwrap();
-        let child = Command::new(binary())
-            .arg("-c")
+        let mut cmd = Command::new(binary());
+        cmd.arg("-c")
             .arg(&path)
             .env("JWT_SECRET", SECRET_B64)
             .env("RUST_LOG", "info")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+            .envs(env.iter().copied());
+        let process =
+            ChildGuard::spawn_logged("waitgate", &mut cmd, &dir.path().join("waitgate.log"));
         let mut wg = Waitgate {
             addr: SocketAddr::from(([127, 0, 0, 1], listen)),
             admin: SocketAddr::from(([127, 0, 0, 1], admin)),
-            child: Some(child),
+            process,
             dir,
         };
         // A port taken between `free_port` and waitgate's bind (another
@@ -208,43 +124,46 @@ impl Waitgate {
         // it that moment before polling, so that the poll never lands on
         // the other test's server and shows up in what it recorded.
         std::thread::sleep(Duration::from_millis(100));
-        if let Some(status) = wg.child.as_mut().unwrap().try_wait().unwrap() {
+        if let Some(status) = wg.process.exited() {
             return Err(format!("exited with {status}: {}", wg.log()));
         }
-        let started = Instant::now();
-        loop {
-            if get(wg.admin, "/healthz").is_ok_and(|r| r.status == 200)
-                && TcpStream::connect(wg.addr).is_ok()
-            {
-                return Ok(wg);
-            }
-            if let Some(status) = wg.child.as_mut().unwrap().try_wait().unwrap() {
-                return Err(format!("exited with {status}: {}", wg.log()));
-            }
-            if started.elapsed() > Duration::from_secs(15) {
-                return Err(format!("not up after 15 s: {}", wg.log()));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (addr, admin) = (wg.addr, wg.admin);
+        wg.process.wait_ready(Duration::from_secs(15), || {
+            get(admin, "/healthz").is_ok_and(|r| r.status == 200)
+                && TcpStream::connect(addr).is_ok()
+        })?;
+        Ok(wg)
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("waitgate.log")).unwrap_or_default()
+        self.process.log()
     }
 
     /// Waits up to 5 s for `needle` to be in the log `count` times: the
     /// log is written by a background thread, so a line about a request
     /// may land just after its answer.
     pub fn wait_for_log(&self, needle: &str, count: usize) {
-        let started = Instant::now();
-        while self.log().matches(needle).count() < count {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "no {needle:?} in the log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let logged = eventually(Duration::from_secs(5), || {
+            self.log().matches(needle).count() >= count
+        });
+        assert!(logged, "no {needle:?} in the log:\n{}", self.log());
+    }
+
+    /// Waits up to `timeout` until the admin listener's `/metrics` has
+    /// `needle`; returns that text.
+    pub fn wait_for_metrics(&self, needle: &str, timeout: Duration) -> String {
+        let mut text = String::new();
+        let found = eventually(timeout, || {
+            text = get(self.admin, "/metrics")
+                .map(|r| r.text())
+                .unwrap_or_default();
+            text.contains(needle)
+        });
+        assert!(
+            found,
+            "no {needle:?} in /metrics within {timeout:?}:\n{text}"
+        );
+        text
     }
 
     /// The config file the process was started with (a reload reads it).
@@ -252,43 +171,28 @@ impl Waitgate {
         self.dir.path().join("waitgate.yaml")
     }
 
+    /// Writes `yaml` over the config file and sends SIGHUP: a reload,
+    /// whose outcome the log tells.
+    pub fn reload(&self, yaml: impl AsRef<[u8]>) {
+        std::fs::write(self.config_path(), yaml).unwrap();
+        self.signal("HUP");
+    }
+
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
+        self.process.id()
     }
 
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        self.process.signal(signal);
     }
 
     /// Waits for the process to end; `None` if it outlives `timeout`.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let child = self.child.as_mut()?;
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Some(status) = child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
+        self.process.wait_exit(timeout)
     }
 
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
-    }
-}
-
-impl Drop for Waitgate {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.is_running()
     }
 }
 
@@ -305,6 +209,33 @@ pub fn run_binary(args: &[&str], secret: Option<&str>) -> std::process::Output {
 /// The admin token the tests that use the admin API start waitgate with
 /// (`WAITGATE_ADMIN_TOKEN`).
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// Schedules queue `baseball`'s event through the admin API: an open at
+/// `open_at` (ms), a pre-queue from `prequeue_from` if any, shuffled or
+/// not. Asserts that it was taken; its answer.
+pub fn schedule(
+    wg: &Waitgate,
+    prequeue_from: Option<u64>,
+    open_at: u64,
+    shuffle: bool,
+) -> Response {
+    let at = waitgate::time::rfc3339;
+    let mut event = serde_json::json!({ "openAt": at(open_at) });
+    if let Some(from) = prequeue_from {
+        event["prequeueFrom"] = at(from).into();
+    }
+    if shuffle {
+        event["shuffle"] = true.into();
+    }
+    let r = admin(
+        wg,
+        "PUT",
+        "/admin/v1/queues/baseball/event",
+        Some(&event.to_string()),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    r
+}
 
 /// A call of the admin API with [`ADMIN_TOKEN`], a JSON body if any.
 pub fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {

@@ -13,6 +13,18 @@ use super::*;
 pub const WAITING_KEY: &str = "queue:{baseball}:waiting";
 pub const ACTIVE_KEY: &str = "queue:{baseball}:active";
 
+/// Queue `baseball`'s waiting and active users, each in order, in one
+/// atomic read: admission moves users between them meanwhile, and two
+/// reads could see one in both or in neither.
+pub fn waiting_and_active(c: &mut redis::Connection) -> (Vec<String>, Vec<String>) {
+    redis::pipe()
+        .atomic()
+        .zrange(WAITING_KEY, 0, -1)
+        .zrange(ACTIVE_KEY, 0, -1)
+        .query(c)
+        .unwrap()
+}
+
 /// Holds queue `baseball`'s admission gate: a window far in the future
 /// counts as decided, so no instance admits anyone until [`release_gate`].
 /// Tests fill the queue under it, so that a slow registration cannot leave
@@ -37,29 +49,59 @@ pub fn release_gate(redis: &Redis) {
     .unwrap();
 }
 
+/// `count` instances on `redis` whose queue `baseball` admits `batch` a
+/// window of `interval_ms`, each admission good for `ttl_ms`.
+pub fn admitting_instances(
+    redis: &Redis,
+    count: usize,
+    interval_ms: u64,
+    batch: u64,
+    ttl_ms: u64,
+) -> Vec<Waitgate> {
+    let queue = format!(
+        "baseball:\n  admission: {{interval-ms: {interval_ms}, batch-size: {batch}, active-ttl-ms: {ttl_ms}}}"
+    );
+    (0..count)
+        .map(|_| {
+            TestConfig::on_free_ports(&redis.url(), free_port())
+                .queues(&queue)
+                .start()
+        })
+        .collect()
+}
+
+/// Registers `users` users (`prefix` and a number) across `instances` in
+/// turn, under a held gate ([`hold_gate`]), then releases it.
+pub fn register_across(redis: &Redis, instances: &[Waitgate], prefix: &str, users: usize) {
+    hold_gate(redis);
+    for i in 0..users {
+        let wg = &instances[i % instances.len()];
+        let r = register(wg.addr, &format!("{prefix}{i:03}"));
+        assert_eq!(r.status, 200, "{r:?}");
+    }
+    release_gate(redis);
+}
+
 /// Waits until nobody waits in queue `baseball`, checking on every look
 /// (one atomic read of both sets) that all `users` are in exactly one of
 /// them. Returns how long that took.
 pub fn wait_until_all_admitted(redis: &Redis, users: usize, limit: Duration) -> Duration {
     let mut c = redis.conn();
     let start = Instant::now();
-    loop {
-        let (waiting, active): (u64, u64) = redis::pipe()
+    let mut waiting = 0;
+    let all = eventually(limit, || {
+        let active: u64;
+        (waiting, active) = redis::pipe()
             .atomic()
             .zcard(WAITING_KEY)
             .zcard(ACTIVE_KEY)
             .query(&mut c)
             .unwrap();
         assert_eq!(waiting + active, users as u64, "nobody lost or doubled");
-        if waiting == 0 {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "{waiting} still waiting after {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        waiting == 0
+    });
+    assert!(all, "{waiting} still waiting after {limit:?}");
+    start.elapsed()
 }
 
 /// How many users each admission window of queue `baseball` admitted, in

@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `openssl` in `dir`; panics with its message if it fails.
-pub fn openssl(dir: &Path, args: &[&str]) {
+/// Runs `openssl` in `dir`; panics with its message if it fails. Its
+/// output.
+pub fn openssl(dir: &Path, args: &[&str]) -> Vec<u8> {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -16,6 +17,7 @@ pub fn openssl(dir: &Path, args: &[&str]) {
         "openssl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out.stdout
 }
 
 /// A self-signed CA: `ca.pem` and `ca.key`.
@@ -84,5 +86,17 @@ pub fn signed(dir: &Path, name: &str, cn: &str, extensions: &str) {
             "-extfile",
             &ext,
         ],
+    );
+}
+
+/// A CA, and a server certificate it signs (`server.pem` and `server.key`)
+/// for `name` and 127.0.0.1.
+pub fn ca_and_server(dir: &Path, name: &str) {
+    ca(dir);
+    signed(
+        dir,
+        "server",
+        name,
+        &format!("subjectAltName=DNS:{name},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"),
     );
 }
