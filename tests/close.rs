@@ -26,37 +26,11 @@ const MESSAGE: &str = "Sold out: thank you for waiting! Tickets may be back at 1
 /// `queues:`), a waiting room on `/tickets` and the protected route
 /// `/api/v1/follow-up` (both to `upstream`).
 fn start(redis: &Redis, queues: &str, upstream: u16) -> Waitgate {
-    let ports = Ports::new();
-    let yaml = config_with(&redis.url(), &ports, upstream, queues);
-    let mut config: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
-    let parse = |text: &str| serde_yaml::from_str::<serde_yaml::Value>(text).unwrap();
-    let top = config.as_mapping_mut().unwrap();
-    top.get_mut("routes")
-        .and_then(serde_yaml::Value::as_sequence_mut)
-        .unwrap()
-        .push(parse(
-            "{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}",
-        ));
-    top.insert("cookies".into(), parse("{secure: false}"));
-    Waitgate::start_env(
-        &serde_yaml::to_string(&config).unwrap(),
-        &ports,
-        &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)],
-    )
-}
-
-/// Whether `ready` holds within `limit`, looking every 20 ms.
-fn within(limit: Duration, mut ready: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    loop {
-        if ready() {
-            return true;
-        }
-        if started.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    TestConfig::on_free_ports(&redis.url(), upstream)
+        .queues(queues)
+        .route("{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}")
+        .set("cookies", "{secure: false}")
+        .start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)])
 }
 
 fn close(wg: &Waitgate, message: &str) -> Response {
@@ -81,7 +55,7 @@ fn waiting(redis: &Redis) -> Vec<String> {
 fn register_in(addr: std::net::SocketAddr, user: &str) -> Response {
     let body = json!({ "queue": "baseball", "userId": user }).to_string();
     let mut answer = None;
-    within(Duration::from_secs(3), || {
+    eventually(Duration::from_secs(3), || {
         let r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
         let answered = r.status != 503;
         answer = Some(r);
@@ -104,14 +78,6 @@ fn metric(wg: &Waitgate, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)
-}
-
-/// Waits until a metric series has `value` (the gauges are sampled every
-/// second).
-fn wait_for_metric(wg: &Waitgate, series: &str, value: f64) {
-    wait_until(&format!("{series} {value}"), Duration::from_secs(5), || {
-        metric(wg, series) == value
-    });
 }
 
 /// `r`, an answer to `method path`, is one `docs/openapi.yaml` lists for
@@ -207,7 +173,10 @@ fn a_closed_queue_refuses_registration_answers_closed_and_reopens_with_every_pla
     assert_eq!(r.json()["closedAt"], closed_at.as_str());
     assert_eq!(rank_in(wg.addr, "ann").json()["message"], "Sold out.");
 
-    wait_for_metric(&wg, "waitgate_queue_closed{queue=\"baseball\"}", 1.0);
+    wg.wait_for_metrics(
+        "waitgate_queue_closed{queue=\"baseball\"} 1",
+        Duration::from_secs(5),
+    );
     assert_eq!(
         metric(
             &wg,
@@ -241,7 +210,10 @@ fn a_closed_queue_refuses_registration_answers_closed_and_reopens_with_every_pla
     }
     let r = register_in(wg.addr, "dan");
     assert_eq!((r.status, &r.json()["rank"]), (200, &json!(3)), "{r:?}");
-    wait_for_metric(&wg, "waitgate_queue_closed{queue=\"baseball\"}", 0.0);
+    wg.wait_for_metrics(
+        "waitgate_queue_closed{queue=\"baseball\"} 0",
+        Duration::from_secs(5),
+    );
     let reopened: Option<String> = redis.conn().hget(CONTROL, "closed").unwrap();
     assert_eq!(reopened, None);
 }
@@ -272,14 +244,7 @@ fn a_closed_queue_admits_nobody_and_tokens_already_issued_keep_working() {
         ["w1", "w2"],
         "nobody admitted while closed"
     );
-    let r = request(
-        wg.addr,
-        "GET",
-        "/api/v1/follow-up/x",
-        &[("Authorization", &format!("Bearer {token}"))],
-        None,
-    )
-    .unwrap();
+    let r = with_token(wg.addr, "GET", "/api/v1/follow-up/x", &token, None);
     assert_eq!(r.status, 200, "a token issued before works: {r:?}");
     assert_eq!(
         upstream.seen().last().unwrap().header("X-Waitgate-User"),
