@@ -81,6 +81,11 @@ impl Room {
     }
 
     /// Registers `user` in `baseball` by the API: its credential, when new.
+    /// A POST of the page's own to `target`, with the cookies `cookie`.
+    fn post_as(&self, target: &str, cookie: &str) -> Response {
+        self.send("POST", target, &[("Cookie", cookie), SAME_ORIGIN], Some(Q))
+    }
+
     /// A register call of the page's own (its body names no user), with
     /// `headers`.
     fn register_with(&self, headers: &[(&str, &str)]) -> Response {
@@ -576,12 +581,7 @@ fn cookie_authenticated_changes_must_come_from_this_site() {
     let active: Option<f64> =
         redis::Commands::zscore(&mut room.redis.conn(), ACTIVE_KEY, &user).unwrap();
     assert!(active.is_some(), "still active");
-    let token = room.send(
-        "POST",
-        "/api/v1/queue/active/token",
-        &[("Cookie", &cookie), SAME_ORIGIN],
-        Some(Q),
-    );
+    let token = room.post_as("/api/v1/queue/active/token", &cookie);
     assert_eq!(token.status, 200, "{token:?}");
     assert!(token.json()["accessToken"].is_string());
     assert!(cookie_named(&token, "waitgate-token-baseball").is_some());
@@ -1102,15 +1102,19 @@ fn identity_binding_checks_rs256_and_es256_logins_against_a_jwks_file() {
         "-out",
         "rsa.pem",
     ]);
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        "ec.pem",
-    ]);
+    // An EC key (P-256) in the file `out`.
+    let ec_key = |out: &str| {
+        openssl(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            out,
+        ])
+    };
+    ec_key("ec.pem");
     // The public halves, as JWKs.
     let rsa_text =
         String::from_utf8(openssl(&["rsa", "-in", "rsa.pem", "-noout", "-text"])).unwrap();
@@ -1170,15 +1174,7 @@ fn identity_binding_checks_rs256_and_es256_logins_against_a_jwks_file() {
     }
     // A token signed with a key the JWKS does not have, or an HS256 one
     // (no such key): refused.
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        "other.pem",
-    ]);
+    ec_key("other.pem");
     let stranger = format!(
         "Bearer {}",
         sign(
@@ -1357,12 +1353,7 @@ fn a_token_cookie_changes_nothing_from_another_site() {
         room.upstream.seen().is_empty(),
         "nothing reached the backend"
     );
-    let r = room.send(
-        "POST",
-        "/tickets/buy",
-        &[("Cookie", &token), SAME_ORIGIN],
-        Some(Q),
-    );
+    let r = room.post_as("/tickets/buy", &token);
     assert_eq!(r.status, 200, "{r:?}");
     // Reading with it is fine from anywhere (a link on another site).
     let r = room.get(

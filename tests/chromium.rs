@@ -47,8 +47,7 @@ impl Room {
     fn start_env(env: &[(&str, &str)]) -> Room {
         let redis = Redis::start();
         let upstream = Upstream::start();
-        let ports = Ports::new();
-        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
             .remove("threads")
             .remove("grace-period-s")
             .remove("jwt")
@@ -61,8 +60,7 @@ impl Room {
                 "[{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}]",
             )
             .set("cookies", "{secure: false}")
-            .yaml();
-        let wg = Waitgate::start_env(&config, &ports, env);
+            .start_env(env);
         hold_gate(&redis);
         Room {
             wg,

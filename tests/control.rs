@@ -111,12 +111,7 @@ fn the_admin_api_needs_its_token_and_is_absent_without_one() {
         admin(&wg, "GET", "/admin/v1/queues/baseball/pause", None).status,
         405
     );
-    let bad = admin(
-        &wg,
-        "PATCH",
-        "/admin/v1/queues/baseball/admission",
-        Some(r#"{"batchSize":0}"#),
-    );
+    let bad = patch_admission(&wg, r#"{"batchSize":0}"#);
     assert_eq!(
         (bad.status, bad.error_code().as_str()),
         (400, "invalid_request")
@@ -205,12 +200,7 @@ fn pause_holds_every_instance_and_a_rate_change_is_followed_within_two_windows()
 
     // Three windows at 2, then the batch goes to 6 through another instance.
     std::thread::sleep(Duration::from_millis(3 * INTERVAL_MS));
-    let r = admin(
-        &instances[1],
-        "PATCH",
-        "/admin/v1/queues/baseball/admission",
-        Some(r#"{"batchSize":6}"#),
-    );
+    let r = patch_admission(&instances[1], r#"{"batchSize":6}"#);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["admission"]["batchSize"], 6);
     assert_eq!(r.json()["configured"]["batchSize"], 2);
@@ -1356,12 +1346,7 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
         .query(&mut redis.conn())
         .unwrap();
     let started = Instant::now();
-    let r = admin(
-        &wg,
-        "PATCH",
-        "/admin/v1/queues/baseball/admission",
-        Some(r#"{"batchSize":7}"#),
-    );
+    let r = patch_admission(&wg, r#"{"batchSize":7}"#);
     assert_eq!(r.status, 503, "{r:?}");
     assert!(
         started.elapsed() < Duration::from_millis(1400),
@@ -1377,12 +1362,7 @@ fn an_admin_change_redis_does_not_confirm_in_time_is_answered_as_unconfirmed() {
     // came on was still open when Redis woke: either way, the queue's
     // state says, and the change can be sent again.
     std::thread::sleep(Duration::from_millis(1500));
-    let again = admin(
-        &wg,
-        "PATCH",
-        "/admin/v1/queues/baseball/admission",
-        Some(r#"{"batchSize":7}"#),
-    );
+    let again = patch_admission(&wg, r#"{"batchSize":7}"#);
     assert_eq!(again.status, 200, "{again:?}");
     let status = admin(&wg, "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["admission"]["batchSize"], 7, "{status}");

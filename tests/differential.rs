@@ -807,17 +807,15 @@ struct Side {
 }
 
 fn side(redis: &Redis, lane: bool) -> Side {
-    let ports = Ports::new();
     let upstream = Scripted::start(script);
     // Nobody registered by a case is removed before the end: their
     // heartbeats outlast the run.
-    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
         .queues("baseball: {admission: {max-active: 1}, heartbeat: {timeout-ms: 600000}}")
         .set("direct-lane", &lane.to_string())
         .set("upstreams.ticketing.read-timeout-ms", "800")
         .log("{format: json}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+        .start_env(&[("RUST_LOG", "")]);
     Side { wg, upstream }
 }
 

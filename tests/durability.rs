@@ -334,12 +334,7 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
         admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
         200
     );
-    let r = admin(
-        &wg,
-        "PATCH",
-        "/admin/v1/queues/baseball/admission",
-        Some(r#"{"batchSize":1}"#),
-    );
+    let r = patch_admission(&wg, r#"{"batchSize":1}"#);
     assert_eq!(r.status, 200, "{r:?}");
     let open_at = "2099-01-01T10:00:00Z";
     let r = admin(
@@ -379,12 +374,7 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
     let revoked: Option<f64> =
         redis::Commands::zscore(&mut redis.conn(), "queue:{baseball}:revoked", "mallory").unwrap();
     assert!(revoked.is_some(), "the revocation is written back");
-    let r = post_json(
-        wg.addr,
-        "/api/v1/queue/register",
-        r#"{"queue":"soccer","userId":"early"}"#,
-    )
-    .unwrap();
+    let r = register_in(wg.addr, "soccer", "early");
     assert_eq!(
         (r.status, &r.json()["error"]),
         (403, &serde_json::json!("queue_not_open"))

@@ -131,14 +131,9 @@ fn register_load(
 /// from its AOF, and counts acknowledged registrations that are missing.
 fn kill_redis_under_load(fsync: &str) -> (usize, usize, Outcomes, Duration) {
     let mut redis = Redis::start_with(&["--appendonly", "yes", "--appendfsync", fsync]);
-    let ports = Ports::new();
-    let cfg = config_with(
-        &redis.url(),
-        &ports,
-        free_port(),
-        "baseball: {admission: {interval-ms: 100, batch-size: 50}}",
-    );
-    let wg = Waitgate::start(&cfg, &ports);
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues("baseball: {admission: {interval-ms: 100, batch-size: 50}}")
+        .start();
 
     let stop = Arc::new(AtomicBool::new(false));
     let mark = Arc::new(Mutex::new(None));

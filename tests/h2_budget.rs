@@ -39,15 +39,13 @@ fn start(tls_extra: &str) -> Target {
     let dir = tempfile::tempdir().unwrap();
     tls::ca_and_server(dir.path(), "localhost");
     let redis = Redis::start();
-    let ports = Ports::new();
     let port = free_port();
-    let config = TestConfig::new(&redis.url(), &ports, free_port())
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
         .set("client-body-timeout-ms", "60000")
         .set("max-connections", "20000")
         .listen_tls(port, dir.path())
         .merge("listen-tls", tls_extra)
-        .yaml();
-    let wg = Waitgate::start(&config, &ports);
+        .start();
     Target {
         dir,
         _redis: redis,

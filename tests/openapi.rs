@@ -104,13 +104,11 @@ impl Contract {
 fn every_answer_is_one_the_openapi_document_describes() {
     let redis = Redis::start();
     let upstream = Upstream::start();
-    let ports = Ports::new();
-    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
         .route("{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}")
         .set("cors", "{allowed-origins: ['https://shop.example']}")
         .set("cookies", "{secure: false}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
+        .start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
     hold_gate(&redis);
     let mut c = Contract {
         doc: document(),

@@ -431,12 +431,10 @@ fn the_access_log_names_the_queue_and_user_of_a_waiting_room_page_load() {
     let redis = Redis::start();
     let upstream = Upstream::start();
     for format in ["json", "text"] {
-        let ports = Ports::new();
-        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
             .set("cookies", "{secure: false}")
             .log(&format!("{{format: {format}}}"))
-            .yaml();
-        let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+            .start_env(&[("RUST_LOG", "")]);
         let page = "/waiting-room/baseball";
         let html = ("Accept", "text/html");
         // The first load mints the visitor; the second is a poll with its
@@ -811,15 +809,13 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
         _ => vec![Step::Send(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec())],
     });
     let redis = Redis::start();
-    let ports = Ports::new();
     let dead = free_port();
-    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+    let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
         .set("upstreams.ticketing.read-timeout-ms", "300")
         .upstream("dead", &format!("{{address: '127.0.0.1:{dead}'}}"))
         .route("{prefix: /api/v1/dead, upstream: dead, queue: baseball}")
         .log("{format: json}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+        .start_env(&[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_3");
     let send = |method: &str, path: &str, leave_early: bool| {
         let body = if method == "POST" {

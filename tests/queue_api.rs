@@ -313,12 +313,7 @@ fn several_queues_need_a_queue_name() {
     let r = register(wg.addr, "fan");
     assert_eq!(r.status, 400);
     assert_eq!(r.error_code(), "invalid_request");
-    let r = post_json(
-        wg.addr,
-        "/api/v1/queue/register",
-        r#"{"userId":"fan","queue":"soccer"}"#,
-    )
-    .unwrap();
+    let r = register_in(wg.addr, "soccer", "fan");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["queue"], "soccer");
     let r = get(wg.addr, "/api/v1/queue/rank?userId=fan&queue=soccer").unwrap();
@@ -465,12 +460,7 @@ fn bad_input_gets_a_clear_4xx_and_changes_nothing() {
         ),
         (
             "unknown queue (register)",
-            post_json(
-                addr,
-                "/api/v1/queue/register",
-                r#"{"userId":"a","queue":"tennis"}"#,
-            )
-            .unwrap(),
+            register_in(addr, "tennis", "a"),
             404,
             "unknown_queue",
         ),

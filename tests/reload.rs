@@ -80,12 +80,7 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     std::thread::sleep(Duration::from_millis(300));
     // Before: no route /v2, no queue `soccer`, no access lines.
     assert_eq!(get(wg.addr, "/v2/seat").unwrap().status, 404);
-    let r = post_json(
-        wg.addr,
-        "/api/v1/queue/register",
-        r#"{"userId":"fan_2","queue":"soccer"}"#,
-    )
-    .unwrap();
+    let r = register_in(wg.addr, "soccer", "fan_2");
     assert_eq!(r.error_code(), "unknown_queue");
     assert!(!wg.log().contains("waitgate::access"), "{}", wg.log());
 
@@ -118,12 +113,7 @@ fn a_reload_changes_routes_queues_and_the_log_filter_without_dropping_a_request(
     let r = v2_seat();
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(second.seen().last().unwrap().target, "/v2/seat");
-    let r = post_json(
-        wg.addr,
-        "/api/v1/queue/register",
-        r#"{"userId":"fan_2","queue":"soccer"}"#,
-    )
-    .unwrap();
+    let r = register_in(wg.addr, "soccer", "fan_2");
     assert_eq!(r.status, 200, "{r:?}");
     // The background loops run for the new queue: fan_2 is admitted.
     let mut r = None;

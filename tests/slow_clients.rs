@@ -12,11 +12,9 @@ use common::*;
 
 fn start_with(extra: &str) -> (Redis, Waitgate) {
     let redis = Redis::start();
-    let ports = Ports::new();
-    let cfg = TestConfig::new(&redis.url(), &ports, free_port())
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
         .with(extra)
-        .yaml();
-    let wg = Waitgate::start(&cfg, &ports);
+        .start();
     (redis, wg)
 }
 

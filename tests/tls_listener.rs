@@ -34,13 +34,11 @@ impl Tls {
         tls::ca_and_server(dir.path(), "localhost");
         let redis = Redis::start();
         let upstream = Upstream::start();
-        let ports = Ports::new();
         let port = free_port();
-        let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
             .with(extra)
             .listen_tls(port, dir.path())
-            .yaml();
-        let wg = Waitgate::start(&config, &ports);
+            .start();
         Tls {
             dir,
             redis,

@@ -42,11 +42,9 @@ impl TlsServer {
 }
 
 fn answer(redis: &Redis, port: u16, tls: &str, user: &str) -> Response {
-    let ports = Ports::new();
-    let config = TestConfig::new(&redis.url(), &ports, port)
+    let wg = TestConfig::on_free_ports(&redis.url(), port)
         .set("upstreams.ticketing.tls", tls)
-        .yaml();
-    let wg = Waitgate::start(&config, &ports);
+        .start();
     let token = admitted_token(&wg, redis, user);
     with_token(wg.addr, "GET", "/api/v1/follow-up/seat", &token, None)
 }
@@ -114,9 +112,8 @@ fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
     .unwrap();
     let server = TlsServer::start_as(dir.path(), "-HTTP");
     let redis = Redis::start();
-    let ports = Ports::new();
     let port = server.port;
-    let config = TestConfig::new(&redis.url(), &ports, port)
+    let wg = TestConfig::on_free_ports(&redis.url(), port)
         .set(
             "upstreams.ticketing.tls",
             &format!(
@@ -125,8 +122,7 @@ fn a_tls_upstreams_broken_chunked_body_is_logged_as_one() {
             ),
         )
         .log("{format: json}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+        .start_env(&[("RUST_LOG", "")]);
     let token = admitted_token(&wg, &redis, "fan_4");
     let mut c = std::net::TcpStream::connect(wg.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

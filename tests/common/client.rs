@@ -208,6 +208,16 @@ pub fn register(addr: SocketAddr, user: &str) -> Response {
     .unwrap()
 }
 
+/// A registration of `user` in `queue`, named in the call.
+pub fn register_in(addr: SocketAddr, queue: &str, user: &str) -> Response {
+    post_json(
+        addr,
+        "/api/v1/queue/register",
+        &serde_json::json!({ "userId": user, "queue": queue }).to_string(),
+    )
+    .unwrap()
+}
+
 /// Registers a new user and returns the queueCredential of the reply.
 pub fn register_new(addr: SocketAddr, user: &str) -> String {
     let r = register(addr, user);

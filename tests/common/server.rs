@@ -237,6 +237,17 @@ pub fn schedule(
     r
 }
 
+/// Changes queue `baseball`'s admission settings through the admin API
+/// (`json`, such as `{"batchSize":2}`); the answer, whatever it is.
+pub fn patch_admission(wg: &Waitgate, json: &str) -> Response {
+    admin(
+        wg,
+        "PATCH",
+        "/admin/v1/queues/baseball/admission",
+        Some(json),
+    )
+}
+
 /// A call of the admin API with [`ADMIN_TOKEN`], a JSON body if any.
 pub fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {
     let auth = format!("Bearer {ADMIN_TOKEN}");
