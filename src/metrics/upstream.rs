@@ -28,7 +28,7 @@ pub struct UpstreamMetrics {
 
 /// `value` written into `buffer` without allocating: the label values of
 /// a request's series, on the hot path.
-fn label<'b>(buffer: &'b mut [u8], value: impl std::fmt::Display) -> &'b str {
+fn label(buffer: &mut [u8], value: impl std::fmt::Display) -> &str {
     let mut cursor = std::io::Cursor::new(&mut buffer[..]);
     let _ = write!(cursor, "{value}");
     let end = cursor.position() as usize;
