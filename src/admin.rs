@@ -107,9 +107,10 @@ fn values(headers: &http::HeaderMap, name: http::header::HeaderName) -> Vec<&[u8
 async fn control_request(control: &ControlApi, session: &mut ServerSession) -> Reply {
     let header = session.req_header();
     let authorization = values(&header.headers, http::header::AUTHORIZATION);
-    if let Err(reply) = control.authorize(&authorization) {
-        return reply;
-    }
+    let actor = match control.authorize(&authorization) {
+        Ok(actor) => actor,
+        Err(reply) => return reply,
+    };
     let body = match read_body(session, control::MAX_ADMIN_BODY_BYTES).await {
         Ok(body) => body,
         Err(error) => {
@@ -122,6 +123,7 @@ async fn control_request(control: &ControlApi, session: &mut ServerSession) -> R
     let header = session.req_header();
     let content_type = values(&header.headers, http::header::CONTENT_TYPE);
     let request = control::Request {
+        actor: &actor,
         method: header.method.as_str(),
         path: header.uri.path(),
         content_type: &content_type,

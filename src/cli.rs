@@ -54,7 +54,7 @@ pub fn check(cli: &Cli) -> Result<(Config, Keys), CliError> {
     if let Some(identity) = &config.identity {
         crate::edge::login::Logins::load(identity)?;
     }
-    crate::control::AdminToken::from_env().map_err(StartError::from)?;
+    crate::control::AdminAccess::from_env().map_err(StartError::from)?;
     Ok((config, keys))
 }
 

@@ -5,8 +5,9 @@
 //! direct lane keeps the pools of upstreams that did not change), the
 //! queues and their parameters (the background loops restart with them),
 //! the cookie and origin settings (`cookies`, `cors`, `public-origin`:
-//! the queue API's and the same-site rule of the routes), and the log
-//! filter and access-log switch. What needs a restart is named
+//! the queue API's and the same-site rule of the routes), the log
+//! filter and access-log switch, and the admin tokens' file. A changed
+//! admission value that a live override masks is named in a warning. What needs a restart is named
 //! in the log: the listeners, threads, the Redis connection, the JWT policy,
 //! identity binding, the client limits, `direct-lane`, `trusted-proxies`
 //! and `log.format`.
@@ -27,10 +28,12 @@ use pingora::services::background::BackgroundService;
 use tokio::sync::watch;
 
 use crate::config::{BrowserConfig, Config};
+use crate::control::AdminAccess;
 use crate::metrics::Metrics;
 use crate::proxy::lane::DirectLane;
 use crate::proxy::routes::RouteTable;
 use crate::queues::Queues;
+use crate::store::Store;
 
 /// Set by the SIGHUP handler installed at start-up ([`catch_sighup`]), so
 /// that a SIGHUP that arrives before the reloader runs is not lost, and
@@ -63,6 +66,11 @@ pub struct Reloader {
     /// Bumped after the queues are replaced: the background loops restart.
     pub reloaded: watch::Sender<u64>,
     pub metrics: Arc<Metrics>,
+    /// The admin tokens: their file is read again on each reload.
+    pub admin_access: Option<Arc<AdminAccess>>,
+    /// Where live overrides are read, to warn of a reloaded value one
+    /// masks.
+    pub store: Arc<Store>,
 }
 
 #[async_trait]
@@ -103,6 +111,9 @@ impl BackgroundService for Reloader {
 impl Reloader {
     /// Reads, checks and applies the file; or refuses it and says why.
     pub async fn reload(&self) {
+        if let Some(access) = &self.admin_access {
+            access.reload();
+        }
         let path = self.path.clone();
         let previous = self.routes.load_full();
         // Resolving upstream names blocks: off the runtime's threads.
@@ -122,6 +133,12 @@ impl Reloader {
                 return;
             }
         };
+        let old_queues = self.apply(config, routes);
+        self.warn_of_masked_values(&old_queues).await;
+    }
+
+    /// Puts a checked config in force; the queues it replaced.
+    fn apply(&self, config: Config, routes: RouteTable) -> Arc<Queues> {
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         for key in needs_restart(&self.started, &config) {
             tracing::warn!(
@@ -151,7 +168,7 @@ impl Reloader {
         if let Some(lane) = &self.lane {
             lane.update(routes);
         }
-        self.queues.store(Arc::new(Queues::new(&config)));
+        let old_queues = self.queues.swap(Arc::new(Queues::new(&config)));
         self.browsers.store(Arc::new(config.browsers.clone()));
         let gone = current
             .queues
@@ -170,6 +187,40 @@ impl Reloader {
             "config reloaded"
         );
         *current = config;
+        old_queues
+    }
+
+    /// A reload that changes an admission value a live override
+    /// (`PATCH .../admission`) masks changes nothing in effect: said once
+    /// per value, naming it, with how to drop the override.
+    async fn warn_of_masked_values(&self, old: &Queues) {
+        let new = self.queues.load_full();
+        for queue in new.iter() {
+            let Ok(before) = old.find(Some(&queue.name)) else {
+                continue;
+            };
+            match crate::control::masked(&self.store, before, queue).await {
+                Ok(masked) => {
+                    for (key, configured, in_effect) in masked {
+                        tracing::warn!(
+                            queue = %queue.name,
+                            key = %format_args!("queues.{}.admission.{key}", queue.name),
+                            configured,
+                            in_effect,
+                            "the reloaded value is masked by a live override and is not in \
+                             effect; DELETE /admin/v1/queues/{}/admission drops the override",
+                            queue.name
+                        );
+                    }
+                }
+                Err(error) => tracing::warn!(
+                    queue = %queue.name,
+                    %error,
+                    "the reload changed admission settings; whether a live override masks \
+                     them could not be read"
+                ),
+            }
+        }
     }
 }
 

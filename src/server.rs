@@ -21,7 +21,7 @@ use pingora::services::listening::Service;
 use crate::admin::AdminApp;
 use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared, Watch};
 use crate::config::Config;
-use crate::control::{AdminToken, ControlApi};
+use crate::control::{AdminAccess, ControlApi};
 use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::edge::login::Logins;
@@ -118,8 +118,9 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         logins,
     ));
     let browsers = api.browser_settings();
+    let admin_access = AdminAccess::from_env()?.map(Arc::new);
     let control_api = ControlApi {
-        token: AdminToken::from_env()?,
+        access: admin_access.clone(),
         store: control.clone(),
         queues: queues.clone(),
         tokens: tokens.clone(),
@@ -243,6 +244,8 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             browsers,
             reloaded,
             metrics: metrics.clone(),
+            admin_access,
+            store: control.clone(),
         },
     ));
 

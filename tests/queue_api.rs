@@ -221,6 +221,116 @@ fn an_active_user_is_told_so() {
     assert!(heartbeat(&mut c, "vip").is_none());
 }
 
+/// A user admitted on one device, whose credential is lost (another
+/// browser, a cleared store), is told so by register, with when the
+/// admission ends and what to do; the site's release is the way back
+/// sooner. The credential is never given to whoever sends the userId.
+#[test]
+fn an_admitted_user_without_its_credential_is_told_the_way_back() {
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .start_env(&[("WAITGATE_ADMIN_TOKEN", ADMIN_TOKEN)]);
+    let kept = register_new(wg.addr, "lost-1");
+    let until_ms = redis.now_ms() + 60_000;
+    admit_by_hand(&mut redis.conn(), "lost-1", until_ms);
+
+    let r = register(wg.addr, "lost-1");
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["status"], "ACTIVE", "{v}");
+    assert_eq!(v["activeUntil"], waitgate::time::rfc3339(until_ms), "{v}");
+    assert!(v.get("queueCredential").is_none(), "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    for part in [
+        "already admitted",
+        "queueCredential",
+        "activeUntil",
+        "releases",
+    ] {
+        assert!(message.contains(part), "{part} in {message:?}");
+    }
+    // Whoever kept the credential still trades it; nobody else can.
+    let token = |credential: &str| {
+        post_json(
+            wg.addr,
+            "/api/v1/queue/active/token",
+            &serde_json::json!({"userId": "lost-1", "queueCredential": credential}).to_string(),
+        )
+        .unwrap()
+    };
+    assert_eq!(token(&kept).status, 200);
+    assert_eq!(token(&credential_for("lost-1", 1)).status, 403);
+
+    // The way back sooner: the site releases the user (here through the
+    // admin API), and register gives a new place and a new credential.
+    let r = admin(
+        &wg,
+        "POST",
+        "/admin/v1/queues/baseball/revoke",
+        Some(r#"{"userId":"lost-1"}"#),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let again = register(wg.addr, "lost-1").json();
+    assert_eq!(again["status"], "WAITING", "{again}");
+    assert!(again["queueCredential"].as_str().is_some(), "{again}");
+}
+
+/// With identity binding the login proves who registers: an admitted user
+/// on a new device is given its credential again, and trades it.
+#[test]
+fn with_identity_binding_an_admitted_user_gets_the_credential_again() {
+    const SECRET: &str = "the-shops-login-secret-at-least-32-bytes!";
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .with("identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET}")
+        .start_env(&[("SHOP_LOGIN_SECRET", SECRET)]);
+    let login = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"sub": "dana", "iss": "shop", "aud": "waitgate",
+            "exp": redis.now_ms() / 1000 + 600}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let auth = format!("Bearer {login}");
+    let join = || {
+        request(
+            wg.addr,
+            "POST",
+            "/api/v1/queue/register",
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            Some(b"{}"),
+        )
+        .unwrap()
+    };
+    let first = join();
+    assert_eq!(first.status, 200, "{first:?}");
+    admit_by_hand(&mut redis.conn(), "dana", redis.now_ms() + 60_000);
+    let v = join().json();
+    assert_eq!(v["status"], "ACTIVE", "{v}");
+    assert!(v.get("message").is_none(), "{v}");
+    let credential = v["queueCredential"].as_str().expect("the credential again");
+    let r = request(
+        wg.addr,
+        "POST",
+        "/api/v1/queue/active/token",
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        Some(
+            serde_json::json!({"userId": "dana", "queueCredential": credential})
+                .to_string()
+                .as_bytes(),
+        ),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["accessToken"].as_str().is_some());
+}
+
 #[test]
 fn dropout_removes_all_three_together() {
     let s = setup();

@@ -6,14 +6,18 @@
 //! Every change is one script (`lua/control.lua`, `lua/revoke.lua`) on the
 //! queue's Redis keys, which every instance reads on its next admission,
 //! register or rank call: a change holds everywhere within one admission
-//! interval, whichever instance took it. Each change is logged and counted
-//! (`waitgate_admin_changes_total`).
+//! interval, whichever instance took it. Each change is counted
+//! (`waitgate_admin_changes_total`) and logged as one audit line: who
+//! (`actor`, the name of the token used), `action`, `queue`, and the state
+//! it changed `before` and `after`.
 //!
-//! The API needs `Authorization: Bearer <WAITGATE_ADMIN_TOKEN>`. With the
-//! variable unset it does not exist (404), so an instance nobody set up for
-//! it exposes nothing.
+//! The API needs `Authorization: Bearer <token>`, one of the named tokens
+//! of `WAITGATE_ADMIN_TOKENS` or `WAITGATE_ADMIN_TOKEN` (see [`token`]).
+//! With neither set it does not exist (404), so an instance nobody set up
+//! for it exposes nothing.
 
 mod status;
+pub use status::masked;
 mod token;
 
 use std::borrow::Cow;
@@ -33,7 +37,7 @@ use crate::store::{Change, Refused, Setting, Store, StoreError, MAX_CLOSED_MESSA
 use crate::user::UserId;
 use crate::wire;
 
-pub use token::{AdminToken, AdminTokenError, ENV as ADMIN_TOKEN_ENV};
+pub use token::{AdminAccess, AdminTokenError, AdminTokens, ENV as ADMIN_TOKEN_ENV};
 
 /// Where the API lives on the admin listener.
 pub const PREFIX: &str = "/admin/v1/";
@@ -43,8 +47,9 @@ pub const MAX_ADMIN_BODY_BYTES: usize = 4096;
 
 /// The admin API: the store and queues it changes.
 pub struct ControlApi {
-    /// `WAITGATE_ADMIN_TOKEN`; without one the admin API answers 404.
-    pub token: Option<AdminToken>,
+    /// The admin tokens; without any source of them the admin API answers
+    /// 404.
+    pub access: Option<Arc<AdminAccess>>,
     pub store: Arc<Store>,
     pub queues: Arc<ArcSwap<Queues>>,
     pub tokens: Arc<Tokens>,
@@ -55,6 +60,8 @@ pub struct ControlApi {
 
 /// One admin request, as the listener read it.
 pub struct Request<'a> {
+    /// The name of the token it carried ([`ControlApi::authorize`]).
+    pub actor: &'a str,
     pub method: &'a str,
     pub path: &'a str,
     /// The `Content-Type` values sent: a body must be declared JSON.
@@ -63,22 +70,25 @@ pub struct Request<'a> {
 }
 
 impl ControlApi {
-    /// Whether a request under [`PREFIX`] with these `Authorization`
-    /// values may go on: checked before its body is read.
     /// What the Redis that holds the queues cannot keep, in words (see
     /// `Store::durability_warnings`).
     pub async fn durability_warnings(&self) -> Result<Vec<String>, StoreError> {
         durability_warnings(&self.store, &self.queues.load()).await
     }
 
-    pub fn authorize(&self, authorization: &[&[u8]]) -> Result<(), Reply> {
-        let Some(token) = &self.token else {
+    /// Whether a request under [`PREFIX`] with these `Authorization`
+    /// values may go on, checked before its body is read: the name of the
+    /// token it carries.
+    pub fn authorize(&self, authorization: &[&[u8]]) -> Result<String, Reply> {
+        let Some(access) = &self.access else {
             return Err(Reply::from(ApiError::NotFound));
         };
-        if !matches!(authorization, [one] if token.admits(one)) {
-            return Err(Reply::from(ApiError::AdminUnauthorized));
+        let tokens = access.tokens();
+        match authorization {
+            [one] => tokens.admits(one).map(String::from),
+            _ => None,
         }
-        Ok(())
+        .ok_or_else(|| Reply::from(ApiError::AdminUnauthorized))
     }
 
     /// Answers one request under [`PREFIX`] that [`Self::authorize`]
@@ -111,56 +121,14 @@ impl ControlApi {
                 let queue = self.queue(name)?;
                 Ok(Reply::json(200, &status::read(&self.store, &queue).await))
             }
-            ["queues", name, "pause"] => {
-                allow(method, "POST")?;
-                no_body(request.body)?;
-                self.change(self.queue(name)?, "pause", Change::Pause).await
-            }
-            ["queues", name, "resume"] => {
-                allow(method, "POST")?;
-                no_body(request.body)?;
-                self.change(self.queue(name)?, "resume", Change::Resume)
-                    .await
-            }
-            ["queues", name, "close"] => {
-                allow(method, "POST")?;
-                let queue = self.queue(name)?;
-                let change = close_change(request.body)?;
-                self.change(queue, "close", change).await
-            }
-            ["queues", name, "reopen"] => {
-                allow(method, "POST")?;
-                no_body(request.body)?;
-                let queue = self.queue(name)?;
-                let grace_ms = queue.heartbeat.outage_grace.as_millis() as u64;
-                self.change(queue, "reopen", Change::Reopen { grace_ms })
-                    .await
-            }
-            ["queues", name, "admission"] => {
-                allow(method, "PATCH")?;
-                let queue = self.queue(name)?;
-                let change =
-                    admission_change(request.body, queue.admission.interval.as_millis() as u64)?;
-                self.change(queue, "admission", change).await
-            }
-            ["queues", name, "event"] => match method {
-                "PUT" => {
-                    let change = event_change(request.body)?;
-                    self.change(self.queue(name)?, "event", change).await
-                }
-                "DELETE" => {
-                    no_body(request.body)?;
-                    self.change(self.queue(name)?, "end_event", Change::EndEvent)
-                        .await
-                }
-                _ => Err(Reply::from(ApiError::MethodNotAllowed {
-                    path: "/admin/v1/queues/<queue>/event",
-                    allow: "PUT, DELETE",
-                })),
-            },
             ["queues", name, "revoke"] => {
                 allow(method, "POST")?;
-                self.revoke(name, request.body).await
+                self.revoke(request.actor, name, request.body).await
+            }
+            ["queues", name, action] => {
+                let queue = self.queue(name)?;
+                let (action, change) = change_asked(&queue, action, method, request.body)?;
+                self.change(request.actor, queue, action, change).await
             }
             _ => Err(Reply::from(ApiError::NotFound)),
         }
@@ -178,12 +146,16 @@ impl ControlApi {
 
     /// Applies a change, logs and counts it, and answers with the queue's
     /// state after it.
+    /// Applies a change, logs and counts it, and answers with the queue's
+    /// state after it.
     async fn change(
         &self,
+        actor: &str,
         queue: Arc<Queue>,
-        action: &str,
+        action: &'static str,
         change: Change,
     ) -> Result<Reply, Reply> {
+        let before = status::read(&self.store, &queue).await;
         let mut made = self.store.control(&queue.keys, &change).await;
         if let Err(StoreError::Lost) = made {
             // Redis lost the queue's state: written back first.
@@ -200,15 +172,18 @@ impl ControlApi {
         // This instance remembers the change at once, should Redis lose it
         // before the next look (a failure here is the next look's to mend).
         let _ = self.durability.look(&queue).await;
-        tracing::info!(queue = %queue.name, action, ?change, "admin change");
-        self.metrics
-            .admin_changes
-            .with_label_values(&[&queue.name, action])
-            .inc();
-        Ok(Reply::json(200, &status::read(&self.store, &queue).await))
+        let after = status::read(&self.store, &queue).await;
+        self.audit(
+            actor,
+            action,
+            &queue.name,
+            &before.audited(action),
+            &after.audited(action),
+        );
+        Ok(Reply::json(200, &after))
     }
 
-    async fn revoke(&self, name: &str, body: &[u8]) -> Result<Reply, Reply> {
+    async fn revoke(&self, actor: &str, name: &str, body: &[u8]) -> Result<Reply, Reply> {
         let queue = self.queue(name)?;
         let user = revoke_body(body)?;
         let (was_active, at_ms) = crate::revocation::revoke(
@@ -221,11 +196,13 @@ impl ControlApi {
         )
         .await
         .map_err(|e| self.unavailable(e))?;
-        tracing::info!(queue = %queue.name, action = "revoke", user = user.as_str(), was_active, "admin change");
-        self.metrics
-            .admin_changes
-            .with_label_values(&[&queue.name, "revoke"])
-            .inc();
+        self.audit(
+            actor,
+            "revoke",
+            &queue.name,
+            &serde_json::json!({"userId": user.as_str(), "active": was_active}),
+            &serde_json::json!({"userId": user.as_str(), "active": false, "revoked": true}),
+        );
         Ok(Reply::json(
             200,
             &Revocation {
@@ -235,6 +212,33 @@ impl ControlApi {
                 revoked_at: crate::time::rfc3339(at_ms),
             },
         ))
+    }
+
+    /// The audit line of a change made, and its count. `before` and `after`
+    /// are the state the action changes, as compact JSON (`null` where Redis
+    /// could not be read); with `log.format: json` every field is one of
+    /// the line's JSON fields.
+    fn audit(
+        &self,
+        actor: &str,
+        action: &str,
+        queue: &str,
+        before: &serde_json::Value,
+        after: &serde_json::Value,
+    ) {
+        tracing::info!(
+            target: "waitgate::audit",
+            actor = %actor,
+            action = %action,
+            queue = %queue,
+            before = %before,
+            after = %after,
+            "admin change"
+        );
+        self.metrics
+            .admin_changes
+            .with_label_values(&[queue, action])
+            .inc();
     }
 
     fn unavailable(&self, error: StoreError) -> Reply {
@@ -252,6 +256,71 @@ impl ControlApi {
             StoreError::Failed(_) => tracing::error!(%error, "admin change failed: redis"),
         }
         Reply::from(ApiError::AdminUnconfirmed)
+    }
+}
+
+/// The change a `<method> /admin/v1/queues/<q>/<action>` asks for, and the
+/// action's name in the audit line and the metric.
+fn change_asked(
+    queue: &Queue,
+    action: &str,
+    method: &str,
+    body: &[u8],
+) -> Result<(&'static str, Change), Reply> {
+    let configured_interval_ms = queue.admission.interval.as_millis() as u64;
+    match action {
+        "pause" => {
+            allow(method, "POST")?;
+            no_body(body)?;
+            Ok(("pause", Change::Pause))
+        }
+        "resume" => {
+            allow(method, "POST")?;
+            no_body(body)?;
+            Ok(("resume", Change::Resume))
+        }
+        "close" => {
+            allow(method, "POST")?;
+            Ok(("close", close_change(body)?))
+        }
+        "reopen" => {
+            allow(method, "POST")?;
+            no_body(body)?;
+            let grace_ms = queue.heartbeat.outage_grace.as_millis() as u64;
+            Ok(("reopen", Change::Reopen { grace_ms }))
+        }
+        "admission" => match method {
+            "PATCH" => Ok(("admission", admission_change(body, configured_interval_ms)?)),
+            "DELETE" => {
+                no_body(body)?;
+                let configured = Some(Setting::Configured);
+                Ok((
+                    "admission",
+                    Change::Admission {
+                        batch_size: configured,
+                        interval_ms: configured,
+                        max_active: configured,
+                        configured_interval_ms,
+                    },
+                ))
+            }
+            _ => Err(Reply::from(ApiError::MethodNotAllowed {
+                path: "/admin/v1/queues/<queue>/admission",
+                allow: "PATCH, DELETE",
+            })),
+        },
+        "event" => match method {
+            "PUT" => Ok(("event", event_change(body)?)),
+            "DELETE" => {
+                no_body(body)?;
+                Ok(("end_event", Change::EndEvent))
+            }
+            _ => Err(Reply::from(ApiError::MethodNotAllowed {
+                path: "/admin/v1/queues/<queue>/event",
+                allow: "PUT, DELETE",
+            })),
+        },
+        _ => Err(Reply::from(ApiError::NotFound)),
     }
 }
 
@@ -553,6 +622,7 @@ mod tests {
     fn a_body_must_be_declared_json() {
         let checked = |content_type: &[&[u8]], body: &[u8]| {
             media_type(&Request {
+                actor: "test",
                 method: "POST",
                 path: "/admin/v1/queues/q/pause",
                 content_type,

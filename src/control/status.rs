@@ -31,11 +31,20 @@ pub struct QueueStatus {
     active: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prequeued: Option<u64>,
-    /// In effect: the live overrides, else the configured values.
+    /// In effect: the live overrides, else the configured values (the
+    /// same as `inEffect`, kept for clients of earlier versions).
     admission: Admission,
     /// The admission rate in effect: users per window and per second.
     rate: Rate,
+    /// What the config file says.
     configured: Admission,
+    /// What admits users now: a live override (`PATCH .../admission`)
+    /// where there is one, else `configured`.
+    in_effect: Admission,
+    /// The values a live override sets (`batchSize`, `intervalMs`,
+    /// `maxActive`): a reload's change to them is masked until
+    /// `DELETE .../admission`.
+    overridden: Vec<&'static str>,
     /// Users admitted per window and per second, as observed.
     #[serde(skip_serializing_if = "Option::is_none")]
     rate_per_window: Option<f64>,
@@ -126,6 +135,80 @@ struct Event {
     placed_at: Option<String>,
 }
 
+/// The values an operator can override live: the control hash's field,
+/// the API's name, and the config file's key.
+pub const OVERRIDABLE: [(&str, &str, &str); 3] = [
+    ("batch", "batchSize", "batch-size"),
+    ("interval", "intervalMs", "interval-ms"),
+    ("max_active", "maxActive", "max-active"),
+];
+
+/// `queue`'s configured value of an [`OVERRIDABLE`] field.
+fn configured_value(queue: &Queue, field: &str) -> u64 {
+    match field {
+        "batch" => u64::from(queue.admission.batch_size),
+        "interval" => queue.admission.interval.as_millis() as u64,
+        _ => queue.admission.max_active,
+    }
+}
+
+/// What a reload from `old` to `new` changed that a live override masks:
+/// each as (config key, the value configured now, the value in effect).
+pub async fn masked(
+    store: &Store,
+    old: &Queue,
+    new: &Queue,
+) -> Result<Vec<(&'static str, u64, u64)>, crate::store::StoreError> {
+    let changed: Vec<_> = OVERRIDABLE
+        .iter()
+        .filter(|(field, _, _)| configured_value(old, field) != configured_value(new, field))
+        .collect();
+    if changed.is_empty() {
+        return Ok(Vec::new());
+    }
+    let read = store.status(&new.keys).await?;
+    Ok(changed
+        .into_iter()
+        .filter_map(|(field, _, key)| {
+            let in_effect = read.number(field)?;
+            Some((*key, configured_value(new, field), in_effect))
+        })
+        .collect())
+}
+
+impl QueueStatus {
+    /// The part of the state `action` changes, as the audit line shows it
+    /// before and after; `null` when Redis could not be read.
+    pub fn audited(&self, action: &str) -> serde_json::Value {
+        use serde_json::json;
+        if !self.redis_up {
+            return serde_json::Value::Null;
+        }
+        match action {
+            "pause" | "resume" => json!({ "paused": self.paused }),
+            "close" | "reopen" => json!({
+                "closed": self.closed,
+                "message": self.closed_message,
+            }),
+            "admission" => json!({
+                "batchSize": self.in_effect.batch_size,
+                "intervalMs": self.in_effect.interval_ms,
+                "maxActive": self.in_effect.max_active,
+                "overridden": self.overridden,
+            }),
+            "event" | "end_event" => json!({
+                "phase": self.phase,
+                "event": self.event.as_ref().map(|e| json!({
+                    "prequeueFrom": e.prequeue_from,
+                    "openAt": e.open_at,
+                    "shuffle": e.shuffle,
+                })),
+            }),
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
 /// The queue's state; with Redis down, what the config says and
 /// `redisUp: false`.
 pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
@@ -148,6 +231,8 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         admission: configured,
         rate: configured.into(),
         configured,
+        in_effect: configured,
+        overridden: Vec::new(),
         rate_per_window: None,
         rate_per_second: None,
         admitted_total: None,
@@ -175,6 +260,12 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
     status.active = Some(read.active);
     status.prequeued = Some(read.prequeued);
     status.admission = admission;
+    status.in_effect = admission;
+    status.overridden = OVERRIDABLE
+        .iter()
+        .filter(|(field, _, _)| number(field).is_some())
+        .map(|(_, name, _)| *name)
+        .collect();
     status.rate = admission.into();
     status.rate_per_window = read.rate_per_window;
     status.rate_per_second = read

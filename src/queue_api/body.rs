@@ -60,7 +60,25 @@ struct ActiveBody<'a> {
     user_id: &'a str,
     queue: &'a str,
     status: &'static str,
+    /// When the admission ends (register's answer only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_until: Option<String>,
+    /// The registration's credential made again, for a user the login
+    /// proves (identity binding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_credential: Option<&'a str>,
+    /// For a client without the credential: the way back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'static str>,
 }
+
+/// What register tells an admitted user it cannot give a credential to
+/// (anyone may send a `userId`: only the credential given at the join, or
+/// a login with identity binding, proves it is theirs).
+pub const LOST_CREDENTIAL: &str = "This user is already admitted. Its token is \
+    exchanged with the queueCredential given when it joined (POST /api/v1/queue/token). \
+    Without that credential, the user can join again when the admission ends \
+    (activeUntil), or sooner if the site releases the user.";
 
 /// `estimatedWaitSeconds` is the gate's estimate (see `lua/lib.lua`),
 /// rounded to the nearest second.
@@ -109,6 +127,31 @@ pub fn active(queue: &Queue, user: &str) -> Reply {
             user_id: user,
             queue: &queue.name,
             status: "ACTIVE",
+            active_until: None,
+            queue_credential: None,
+            message: None,
+        },
+    )
+}
+
+/// Register's answer to an admitted user: until when, and either the
+/// credential made again (`credential`, for a user a login proves) or how
+/// to get back without it.
+pub fn registered_active(
+    queue: &Queue,
+    user: &str,
+    expires_at_ms: u64,
+    credential: Option<&str>,
+) -> Reply {
+    Reply::json(
+        200,
+        &ActiveBody {
+            user_id: user,
+            queue: &queue.name,
+            status: "ACTIVE",
+            active_until: (expires_at_ms > 0).then(|| crate::time::rfc3339(expires_at_ms)),
+            queue_credential: credential,
+            message: credential.is_none().then_some(LOST_CREDENTIAL),
         },
     )
 }

@@ -295,7 +295,7 @@ impl QueueApi {
 
     /// Registers `user` for the page.
     async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
-        let (registration, credential, _) = self.register_user(queue, user).await?;
+        let (registration, credential, _) = self.register_user(queue, user, false).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {

@@ -58,6 +58,9 @@ struct Registrant {
     user: UserId,
     /// A browser: the place is kept in the queue cookie.
     browser: bool,
+    /// A login proves the user is who it says (identity binding): an
+    /// admitted user is given its credential again.
+    proven: bool,
 }
 
 pub async fn handle(api: &QueueApi, session: &mut Session, caller: &Caller) -> Reply {
@@ -81,7 +84,9 @@ pub(super) async fn registered(
     let request = parse(body)?;
     let queue = api.queue(request.queue.as_deref())?;
     let registrant = registrant(api, &queue, request.user, caller)?;
-    let (registration, credential, reply) = api.register_user(&queue, &registrant.user).await?;
+    let (registration, credential, reply) = api
+        .register_user(&queue, &registrant.user, registrant.proven)
+        .await?;
     let reply = reply.about(&queue.name, registrant.user.as_str());
     Ok(match (credential, registrant.browser) {
         (Some(credential), true) => reply.header(
@@ -123,12 +128,14 @@ fn registrant(
         return Ok(Registrant {
             user: who.user,
             browser: is_browser,
+            proven: true,
         });
     }
     if let Some(user) = given {
         return Ok(Registrant {
             user,
             browser: false,
+            proven: false,
         });
     }
     let cookie = api.visitor_cookie(queue, caller, None);
@@ -147,6 +154,7 @@ fn registrant(
     Ok(Registrant {
         user,
         browser: true,
+        proven: false,
     })
 }
 
@@ -171,18 +179,20 @@ pub fn mint() -> UserId {
 impl QueueApi {
     /// Registers `user` in `queue`: the one Redis call, the metric, and the
     /// reply, with the store's answer and the credential it issued (to a
-    /// new registration only). Shared by the API and the waiting-room page.
+    /// new registration only, or again to an admitted user a login proves:
+    /// `proven`). Shared by the API and the waiting-room page.
     pub(super) async fn register_user(
         &self,
         queue: &Arc<Queue>,
         user: &UserId,
+        proven: bool,
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
         let registration = self
             .register_call(queue, user.as_str())
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
         let mut issued = None;
-        let (result, reply) = outcome(queue, user, registration.clone(), |arrival| {
+        let (result, reply) = outcome(queue, user, registration.clone(), proven, |arrival| {
             let credential = self
                 .credentials()
                 .issue(&queue.name, user.as_str(), arrival);
@@ -214,13 +224,15 @@ impl QueueApi {
     }
 }
 
-/// What the store's answer means: the metric label and the reply. Only a
-/// new registration gets a credential, made by `credential` from the
-/// arrival that Redis just gave this user.
+/// What the store's answer means: the metric label and the reply. A new
+/// registration gets a credential, made by `credential` from the arrival
+/// that Redis just gave this user; so does an admitted user whom a login
+/// proves (`proven`), from the arrival it was admitted from.
 fn outcome(
     queue: &Queue,
     user: &UserId,
     registration: Registration,
+    proven: bool,
     credential: impl FnOnce(u64) -> String,
 ) -> (&'static str, Reply) {
     match registration {
@@ -235,7 +247,16 @@ fn outcome(
             REGISTERED_AGAIN,
             body::waiting(queue, user.as_str(), place, None),
         ),
-        Registration::Active { .. } => (REGISTERED_ACTIVE, body::active(queue, user.as_str())),
+        Registration::Active {
+            expires_at_ms,
+            arrival,
+        } => {
+            let again = (proven && arrival > 0).then(|| credential(arrival));
+            (
+                REGISTERED_ACTIVE,
+                body::registered_active(queue, user.as_str(), expires_at_ms, again.as_deref()),
+            )
+        }
         Registration::Prequeued {
             opens_in_ms,
             arrival: Some(arrival),
@@ -315,6 +336,7 @@ mod tests {
             &queue,
             &user,
             Registration::New { place, arrival: 7 },
+            false,
             |arrival| format!("credential-{arrival}"),
         );
         assert_eq!(label, REGISTERED_NEW);
@@ -324,6 +346,7 @@ mod tests {
             &queue,
             &user,
             Registration::AlreadyWaiting { place, arrival: 7 },
+            false,
             |_| unreachable!("no credential for a second registration"),
         );
         assert_eq!(label, REGISTERED_AGAIN);
@@ -333,20 +356,39 @@ mod tests {
             &queue,
             &user,
             Registration::Active {
-                expires_at_ms: 1,
+                expires_at_ms: 1_000,
                 arrival: 7,
             },
-            |_| unreachable!(),
+            false,
+            |_| unreachable!("anyone may send a userId"),
         );
         assert_eq!(label, REGISTERED_ACTIVE);
         let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["status"], "ACTIVE");
+        assert_eq!(v["activeUntil"], "1970-01-01T00:00:01.000Z");
+        assert!(v.get("queueCredential").is_none());
+        assert_eq!(v["message"], body::LOST_CREDENTIAL);
+        // A login proves the user: its credential is made again.
+        let (_, reply) = outcome(
+            &queue,
+            &user,
+            Registration::Active {
+                expires_at_ms: 1_000,
+                arrival: 7,
+            },
+            true,
+            |arrival| format!("credential-{arrival}"),
+        );
+        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(v["queueCredential"], "credential-7");
+        assert!(v.get("message").is_none());
         let (label, reply) = outcome(
             &queue,
             &user,
             Registration::Closed(crate::store::Closed {
                 message: "Sold out.".into(),
             }),
+            false,
             |_| unreachable!("nobody joins a closed queue"),
         );
         assert_eq!((label, reply.status), (REGISTERED_CLOSED, 410));
