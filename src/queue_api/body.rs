@@ -76,7 +76,7 @@ struct ActiveBody<'a> {
 /// (anyone may send a `userId`: only the credential given at the join, or
 /// a login with identity binding, proves it is theirs).
 pub const LOST_CREDENTIAL: &str = "This user is already admitted. Its token is \
-    exchanged with the queueCredential given when it joined (POST /api/v1/queue/token). \
+    exchanged with the queueCredential given when it joined (POST /api/v1/queue/active/token). \
     Without that credential, the user can join again when the admission ends \
     (activeUntil), or sooner if the site releases the user.";
 
