@@ -34,7 +34,9 @@
 --         until the instance has written back what it knows
 --
 -- Returns {admitted, window, why, now_ms, next_ms}, and when why is 0 the
--- users admitted in all and the two frontiers too: why = 0 decided now,
+-- users admitted in all and the two frontiers too, then each admitted
+-- user's wait from arrival (the pre-queue arrival for a placed pre-queue
+-- user) to now, in ms (at most a batch of numbers, once a window): why = 0 decided now,
 -- 1 this window was already decided (by any instance), 2 nobody waits,
 -- 3 the max-active cap left no room, 4 admission is paused, 5 the queue has
 -- not opened yet, 6 placed a step of the pre-queue (call again at once),
@@ -204,7 +206,7 @@ if max_active > 0 then
   room = math.max(0, math.min(room, max_active - live))
 end
 
-local admitted = 0
+local admitted, waited = 0, {}
 if room > 0 then
   -- ZPOPMIN takes the head in FIFO order and removes it in the same step,
   -- so a user is in exactly one of the two sets at any time.
@@ -228,8 +230,10 @@ if room > 0 then
     end)
   end
   for i = 1, #users do
+    local arrival = tonumber(prequeued[i] or popped[2 * i])
     arrivals[#arrivals + 1] = users[i]
-    arrivals[#arrivals + 1] = int(tonumber(prequeued[i] or popped[2 * i]))
+    arrivals[#arrivals + 1] = int(arrival)
+    waited[i] = math.max(0, now_ms - math.floor(arrival / 1000))
   end
   local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
   local highest, highest_prequeued = tonumber(frontier[1]) or 0, tonumber(frontier[2]) or 0
@@ -282,5 +286,9 @@ end
 -- The deciding instance learns the gate's record at once: should Redis
 -- lose it, that instance knows the latest (see lua/recover.lua).
 local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
-return {admitted, window, 0, now_ms, next_ms, total, tonumber(frontier[1]) or 0,
+local reply = {admitted, window, 0, now_ms, next_ms, total, tonumber(frontier[1]) or 0,
   tonumber(frontier[2]) or 0}
+for i = 1, #waited do
+  reply[#reply + 1] = waited[i]
+end
+return reply

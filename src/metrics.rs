@@ -25,6 +25,12 @@ pub struct Metrics {
     /// Users admitted per second, as the gate observes it (from Redis).
     pub admission_rate: GaugeVec,
     pub admitted: IntCounterVec,
+    /// Arrival to admission of each user admitted (by the deciding
+    /// instance: summed over instances, each admission once).
+    pub admitted_wait: HistogramVec,
+    /// How far off the wait estimate a sample of users was last given,
+    /// `early` or `late` (see `queue_api::estimates`).
+    pub wait_estimate_error: HistogramVec,
     pub cleanup_removed: IntCounterVec,
     pub registrations: IntCounterVec,
     pub tokens_issued: IntCounterVec,
@@ -113,6 +119,33 @@ const REGISTERED: [&str; 5] = [
 const BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
+
+/// Waits in a queue: seconds to hours.
+const WAIT_BUCKETS: &[f64] = &[
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
+];
+
+/// How far off an estimate was: a second to half an hour.
+const ESTIMATE_ERROR_BUCKETS: &[f64] =
+    &[1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0];
+
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("static metric definition");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("each metric is registered once");
+    h
+}
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition");
@@ -217,6 +250,20 @@ impl Metrics {
                 "waitgate_admitted_total",
                 "Users moved from waiting to active.",
                 &["queue"],
+            ),
+            admitted_wait: histogram(
+                &registry,
+                "waitgate_admitted_wait_seconds",
+                "Each admitted user's wait from arrival to admission (counted by the instance that admitted).",
+                WAIT_BUCKETS,
+                &["queue"],
+            ),
+            wait_estimate_error: histogram(
+                &registry,
+                "waitgate_wait_estimate_error_seconds",
+                "For a sample of users, how far the admission came from the last wait estimate this instance gave (direction early or late).",
+                ESTIMATE_ERROR_BUCKETS,
+                &["queue", "direction"],
             ),
             cleanup_removed: counter(
                 &registry,
@@ -365,6 +412,10 @@ impl Metrics {
             self.queue_active.with_label_values(&[q]);
             self.admission_rate.with_label_values(&[q]);
             self.admitted.with_label_values(&[q]);
+            self.admitted_wait.with_label_values(&[q]);
+            for direction in ["early", "late"] {
+                self.wait_estimate_error.with_label_values(&[q, direction]);
+            }
             self.tokens_issued.with_label_values(&[q]);
             self.queue_paused.with_label_values(&[q]);
             self.queue_closed.with_label_values(&[q]);
@@ -398,6 +449,12 @@ impl Metrics {
             let _ = self.queue_active.remove_label_values(&[q]);
             let _ = self.admission_rate.remove_label_values(&[q]);
             let _ = self.admitted.remove_label_values(&[q]);
+            let _ = self.admitted_wait.remove_label_values(&[q]);
+            for direction in ["early", "late"] {
+                let _ = self
+                    .wait_estimate_error
+                    .remove_label_values(&[q, direction]);
+            }
             let _ = self.tokens_issued.remove_label_values(&[q]);
             let _ = self.queue_paused.remove_label_values(&[q]);
             let _ = self.queue_closed.remove_label_values(&[q]);

@@ -3,6 +3,13 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
+/// This machine's clock, in ms since the epoch (0 before 1970).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// `ms` since the epoch as RFC 3339 (`2026-12-01T10:00:00.000Z`).
 pub fn rfc3339(ms: u64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms as i64)

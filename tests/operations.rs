@@ -930,3 +930,70 @@ fn an_upstream_failure_is_logged_alike_on_both_paths() {
         assert!(l.get("error").is_none(), "{method}: {l}");
     }
 }
+
+/// The value of the series `name{labels}` in a metrics text, 0 if absent.
+fn series(metrics: &str, name_and_labels: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name_and_labels)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Each admission is counted once with its wait from arrival, and the
+/// followed users' last estimates are compared with their admission, on
+/// the rank polls of both HTTP paths.
+#[test]
+fn admitted_waits_and_the_error_of_the_estimates_are_measured() {
+    use waitgate::queue_api::estimates::followed;
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues("baseball: {admission: {interval-ms: 1000, batch-size: 2}}")
+        .start();
+    // Four users the estimates do not follow go first, then four they do.
+    let mut others = (0..)
+        .map(|i| format!("plain-{i}"))
+        .filter(|u| !followed("baseball", u));
+    let mut watched = (0..)
+        .map(|i| format!("watched-{i}"))
+        .filter(|u| followed("baseball", u));
+    let users: Vec<String> = (0..4)
+        .map(|_| others.next().unwrap())
+        .chain((0..4).map(|_| watched.next().unwrap()))
+        .collect();
+    let started = Instant::now();
+    for user in &users {
+        assert_eq!(register(wg.addr, user).status, 200);
+    }
+    let mut active = std::collections::HashSet::new();
+    wait_until("everyone admitted", Duration::from_secs(20), || {
+        for user in &users {
+            if !active.contains(user) && rank(wg.addr, user).json()["status"] == "ACTIVE" {
+                active.insert(user.clone());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        active.len() == users.len()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let metrics = get(wg.admin, "/metrics").unwrap().text();
+    let waits = r#"waitgate_admitted_wait_seconds_count{queue="baseball"}"#;
+    assert_eq!(series(&metrics, waits), 8.0, "{metrics}");
+    let sum = series(
+        &metrics,
+        r#"waitgate_admitted_wait_seconds_sum{queue="baseball"}"#,
+    );
+    // Two a window from an empty gate: about 0+0+1+1+2+2+3+3 s in all.
+    assert!(sum >= 6.0 && sum <= 8.0 * elapsed, "{sum} s in {elapsed} s");
+    let compared: f64 = ["early", "late"]
+        .iter()
+        .map(|d| {
+            series(
+                &metrics,
+                &format!(
+                    r#"waitgate_wait_estimate_error_seconds_count{{direction="{d}",queue="baseball"}}"#
+                ),
+            )
+        })
+        .sum();
+    assert_eq!(compared, 4.0, "each followed user once:\n{metrics}");
+}

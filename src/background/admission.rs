@@ -45,6 +45,13 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                         .admitted
                         .with_label_values(&[&queue.name])
                         .inc_by(a.admitted);
+                    let waits = shared
+                        .metrics
+                        .admitted_wait
+                        .with_label_values(&[&queue.name]);
+                    for &waited in &a.waited_ms {
+                        waits.observe(waited as f64 / 1000.0);
+                    }
                     tracing::debug!(queue = %queue.name, admitted = a.admitted, window = a.window, "admitted");
                 }
                 let to_next = Duration::from_millis(a.next_ms.saturating_sub(a.now_ms));

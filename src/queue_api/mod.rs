@@ -10,6 +10,7 @@ mod body;
 mod calls;
 pub mod credential;
 mod dropout;
+pub mod estimates;
 pub mod input;
 pub mod page;
 pub mod rank;
@@ -73,6 +74,8 @@ pub struct QueueApi {
     /// lost is made again after), and seats again the users whose places
     /// went with it.
     durability: Arc<Durability>,
+    /// A sample of users' last wait estimates, to measure their error.
+    estimates: estimates::Estimates,
 }
 
 impl QueueApi {
@@ -97,6 +100,7 @@ impl QueueApi {
             body_timeout: config.clients.body_timeout,
             logins,
             browsers: Arc::new(ArcSwap::from_pointee(config.browsers.clone())),
+            estimates: estimates::Estimates::default(),
         }
     }
 
@@ -219,9 +223,7 @@ impl QueueApi {
         let Ok(queue) = self.queue(Some(&identity.queue)) else {
             return;
         };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now_ms = crate::time::now_ms();
         self.tokens
             .revoked()
             .insert(&queue.name, &identity.user, now_ms);

@@ -39,6 +39,13 @@ impl QueueApi {
     ) -> Result<Position, StoreError> {
         let position = self.calls.rank(queue, user).await?;
         if position != Position::NotQueued {
+            self.estimates.saw(
+                &self.metrics,
+                &queue.name,
+                user,
+                &position,
+                crate::time::now_ms(),
+            );
             return Ok(position);
         }
         match credential.and_then(|c| self.credentials().check(&queue.name, user, c)) {

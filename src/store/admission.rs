@@ -11,7 +11,7 @@ use super::scripts::*;
 use crate::config::{AdmissionConfig, HeartbeatConfig};
 
 /// The outcome of one admission call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
     pub admitted: u64,
     /// The window the call fell in: floor(Redis time / interval).
@@ -24,6 +24,9 @@ pub struct Admission {
     /// The gate's record after a decision: what the deciding instance
     /// remembers in case Redis loses it (see `durability`).
     pub record: Option<GateRecord>,
+    /// Each user admitted by this call: the wait from arrival (the
+    /// pre-queue arrival for a placed pre-queue user) to admission, in ms.
+    pub waited_ms: Vec<u64>,
 }
 
 /// Users admitted in all, and the frontiers: every place at or before
@@ -153,13 +156,16 @@ impl Store {
         let (&[admitted, window, why, now_ms, next_ms], record) = reply
             .split_first_chunk::<5>()
             .ok_or_else(|| StoreError::Failed("admit: a short answer".into()))?;
-        let record = match *record {
-            [total, frontier, frontier_prequeue] => Some(GateRecord {
-                total: count(total)?,
-                frontier: count(frontier)?,
-                frontier_prequeue: count(frontier_prequeue)?,
-            }),
-            _ => None,
+        let (record, waited_ms) = match *record {
+            [total, frontier, frontier_prequeue, ref waited @ ..] => (
+                Some(GateRecord {
+                    total: count(total)?,
+                    frontier: count(frontier)?,
+                    frontier_prequeue: count(frontier_prequeue)?,
+                }),
+                waited.iter().map(|&w| count(w)).collect::<Result<_, _>>()?,
+            ),
+            _ => (None, Vec::new()),
         };
         let outcome = match AdmitCode::of(why)? {
             AdmitCode::Decided => AdmitOutcome::Decided,
@@ -181,6 +187,7 @@ impl Store {
             outcome,
             now_ms: count(now_ms)?,
             next_ms: count(next_ms)?,
+            waited_ms,
         })
     }
     /// One cleanup step: active entries past their expiry, and a batch of
