@@ -28,10 +28,12 @@ pub const SAMPLE_ONE_IN: u64 = 16;
 /// The users a process follows at most.
 pub const MAX_FOLLOWED: usize = 16_384;
 
-/// The followed users' promised admission times (ms since the epoch), by
-/// (queue, user).
+/// A followed user: (queue, userId).
+type Followed = (Box<str>, Box<str>);
+
+/// The followed users' promised admission times (ms since the epoch).
 pub struct Estimates {
-    promised: Mutex<LruCache<(Box<str>, Box<str>), u64>>,
+    promised: Mutex<LruCache<Followed, u64>>,
 }
 
 impl Default for Estimates {
@@ -50,7 +52,7 @@ impl Default for Estimates {
 pub fn followed(queue: &str, user: &str) -> bool {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (queue, user).hash(&mut hasher);
-    hasher.finish() % SAMPLE_ONE_IN == 0
+    hasher.finish().is_multiple_of(SAMPLE_ONE_IN)
 }
 
 impl Estimates {
