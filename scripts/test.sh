@@ -3,7 +3,7 @@
 # integration tests (each starts its own redis-server and waitgate on free
 # ports; nothing touches a Redis you already run). The suites about the
 # edge (edge, direct, faults, hostile, integrity, operations, reload, pools,
-# control, browser, slow_clients, upstream_metrics, close) then run a second time
+# control, browser, slow_clients, upstream_metrics, close, limits) then run a second time
 # with the direct lane off (`direct-lane: false`), so that every behaviour
 # they check is checked on both HTTP paths; tests/differential.rs compares
 # the two paths request by request.
@@ -21,7 +21,7 @@ ensure_packages haproxy promtool systemd-analyze openssl curl chromium
 ensure_python_tools
 
 cargo build --all-targets --locked
-edge_suites=(--test edge --test direct --test faults --test hostile --test integrity --test operations --test reload --test pools --test control --test browser --test slow_clients --test upstream_metrics --test close)
+edge_suites=(--test edge --test direct --test faults --test hostile --test integrity --test operations --test reload --test pools --test control --test browser --test slow_clients --test upstream_metrics --test close --test limits)
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --locked --no-fail-fast "$@"
   echo "The edge suites again, with the direct lane off:" >&2

@@ -94,6 +94,9 @@ pub enum ApiError {
     InvalidLogin,
     /// 403: identity binding is on and the request names another user.
     IdentityMismatch,
+    /// 429: the client is over a per-client limit (`limits.*`); it may ask
+    /// again after this many seconds.
+    RateLimited { retry_after_s: u64 },
 }
 
 impl ApiError {
@@ -120,6 +123,7 @@ impl ApiError {
             ApiError::UnknownQueue | ApiError::UserNotQueued { .. } | ApiError::NotFound => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::RequestTimeout => 408,
+            ApiError::RateLimited { .. } => 429,
             ApiError::BodyTooLarge => 413,
             ApiError::HeadersTooLarge => 431,
             ApiError::UnsupportedMediaType => 415,
@@ -168,6 +172,7 @@ impl ApiError {
             ApiError::LoginRequired => "login_required",
             ApiError::InvalidLogin => "invalid_login",
             ApiError::IdentityMismatch => "identity_mismatch",
+            ApiError::RateLimited { .. } => "rate_limited",
         }
     }
 
@@ -190,6 +195,11 @@ impl ApiError {
             }
             ApiError::QueueNotOpen { opens_at } => {
                 return Cow::Owned(format!("Registration opens at {opens_at}."))
+            }
+            ApiError::RateLimited { retry_after_s } => {
+                return Cow::Owned(format!(
+                    "Too many requests from this address; try again in {retry_after_s} s."
+                ))
             }
             // (Empty only when the queue reopened as its answer was made.)
             ApiError::QueueClosed(message) if message.is_empty() => "The queue is closed.",
@@ -286,6 +296,7 @@ impl ApiError {
             ApiError::LoginRequired,
             ApiError::InvalidLogin,
             ApiError::IdentityMismatch,
+            ApiError::RateLimited { retry_after_s: 1 },
         ];
         for error in &all {
             match error {
@@ -322,7 +333,8 @@ impl ApiError {
                 | ApiError::OriginNotAllowed
                 | ApiError::LoginRequired
                 | ApiError::InvalidLogin
-                | ApiError::IdentityMismatch => {}
+                | ApiError::IdentityMismatch
+                | ApiError::RateLimited { .. } => {}
             }
         }
         all

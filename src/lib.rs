@@ -14,6 +14,7 @@
 //! - [`queue`]: the queue API (register, rank, dropout), one file per
 //!   endpoint.
 //! - [`edge`]: the signing key and the JWT checks at the edge.
+//! - [`limits`]: how often one client may call the queue API.
 //! - [`store`]: Redis, as typed calls over the Lua scripts in `lua/`.
 //! - [`background`]: the admission gate, the heartbeat cleanup and the
 //!   gauge sampler, run by every instance with no leader.
@@ -39,6 +40,7 @@ pub mod control;
 pub mod durability;
 pub mod edge;
 pub mod error;
+pub mod limits;
 pub mod logging;
 pub mod metrics;
 pub mod path;

@@ -55,6 +55,9 @@ pub struct Metrics {
     pub rank_samples: IntGaugeVec,
     /// 1 for the phase a queue's event is in, 0 for the others (sampled).
     pub event_phase: IntGaugeVec,
+    /// Queue API requests refused by a per-client limit, by route (see
+    /// [`LIMITED_ROUTES`]).
+    pub rate_limited: IntCounterVec,
     /// Admin API changes, by queue and action.
     pub admin_changes: IntCounterVec,
     /// Revocations this instance made, by source (`admin`, `release`).
@@ -113,6 +116,11 @@ const REGISTERED: [&str; 5] = [
     REGISTERED_NOT_OPEN,
     REGISTERED_CLOSED,
 ];
+
+/// The `route` label of a request a per-client limit refused: `register`,
+/// `rank`, `token`, or `page` for a waiting-room page load (counted
+/// against the register limit).
+pub const LIMITED_ROUTES: [&str; 4] = ["register", "rank", "token", "page"];
 
 /// Latency buckets: the queue API answers in well under a millisecond when
 /// Redis is local; the tail up to the command timeout and beyond matters.
@@ -250,6 +258,12 @@ impl Metrics {
                 "waitgate_admitted_total",
                 "Users moved from waiting to active.",
                 &["queue"],
+            ),
+            rate_limited: counter(
+                &registry,
+                "waitgate_rate_limited_total",
+                "Queue API requests refused by a per-client limit (429), by route.",
+                &["route"],
             ),
             admitted_wait: histogram(
                 &registry,
@@ -396,6 +410,9 @@ impl Metrics {
         }
         for result in ["ok", "refused"] {
             m.reloads.with_label_values(&[result]);
+        }
+        for route in LIMITED_ROUTES {
+            m.rate_limited.with_label_values(&[route]);
         }
         for reject in Reject::ALL {
             m.jwt_rejected.with_label_values(&[reject.reason()]);

@@ -6,7 +6,8 @@
 //! queues and their parameters (the background loops restart with them),
 //! the cookie and origin settings (`cookies`, `cors`, `public-origin`:
 //! the queue API's and the same-site rule of the routes), the log
-//! filter and access-log switch, and the admin tokens' file. A changed
+//! filter and access-log switch, the per-client limits, and the admin
+//! tokens' file. A changed
 //! admission value that a live override masks is named in a warning. What needs a restart is named
 //! in the log: the listeners, threads, the Redis connection, the JWT policy,
 //! identity binding, the client limits, `direct-lane`, `trusted-proxies`
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 
 use crate::config::{BrowserConfig, Config};
 use crate::control::AdminAccess;
+use crate::limits::ClientLimits;
 use crate::metrics::Metrics;
 use crate::proxy::lane::DirectLane;
 use crate::proxy::routes::RouteTable;
@@ -71,6 +73,8 @@ pub struct Reloader {
     /// Where live overrides are read, to warn of a reloaded value one
     /// masks.
     pub store: Arc<Store>,
+    /// The per-client limits: new rates at once.
+    pub limits: Arc<ClientLimits>,
 }
 
 #[async_trait]
@@ -179,6 +183,7 @@ impl Reloader {
             .add_queues(config.queues.keys().map(String::as_str));
         self.reloaded.send_modify(|generation| *generation += 1);
         crate::logging::reload(&config.log);
+        self.limits.update(&config.limits);
         self.metrics.reloads.with_label_values(&["ok"]).inc();
         tracing::info!(
             routes = config.routes.len(),

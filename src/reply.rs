@@ -274,6 +274,9 @@ impl From<ApiError> for Reply {
                 reply.header("WWW-Authenticate", r#"Bearer error="insufficient_scope""#)
             }
             ApiError::AdminUnauthorized => reply.header("WWW-Authenticate", "Bearer"),
+            ApiError::RateLimited { retry_after_s } => {
+                reply.header("Retry-After", retry_after_s.to_string())
+            }
             _ if error.status() == 503 => reply.header("Retry-After", RETRY_AFTER_S),
             _ => reply,
         }

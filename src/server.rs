@@ -138,6 +138,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             trusted.clone(),
         ))
     });
+    let client_limits = api.limits().clone();
     let gate = Gate {
         api,
         routes: routes.clone(),
@@ -246,6 +247,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             metrics: metrics.clone(),
             admin_access,
             store: control.clone(),
+            limits: client_limits,
         },
     ));
 

@@ -40,6 +40,7 @@ mod browser;
 mod checks;
 mod defaults;
 mod jwt;
+mod limits;
 mod listen;
 mod log;
 mod queue;
@@ -52,6 +53,8 @@ use checks::*;
 pub use checks::{ConfigError, MAX_DURATION_MS, MIN_INTERVAL_MS};
 pub use jwt::JwtConfig;
 use jwt::RawJwt;
+use limits::RawLimits;
+pub use limits::{LimitsConfig, Rate};
 use listen::{check_tls_pair, RawTlsListener};
 pub use listen::{ClientLimits, TlsListener};
 use log::RawLog;
@@ -102,6 +105,8 @@ pub struct Config {
     /// Take register's and rank's userId from the site's own login token
     /// instead of from the request.
     pub identity: Option<IdentityConfig>,
+    /// How often one client may register, poll and trade a credential.
+    pub limits: LimitsConfig,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +150,8 @@ struct RawConfig {
     public_origin: Option<String>,
     #[serde(default)]
     identity: Option<RawIdentity>,
+    #[serde(default)]
+    limits: RawLimits,
 }
 
 impl Config {
@@ -368,6 +375,7 @@ impl RawConfig {
             log: self.log.validate()?,
             browsers,
             identity,
+            limits: self.limits.validate()?,
         })
     }
 }

@@ -117,7 +117,15 @@ use crate::queue_api::page::Returns;
 impl Gate {
     /// The waiting-room page (loading it with a `GET` registers and polls;
     /// a `HEAD` does neither) or one of its files.
-    async fn page(&self, session: &Session, page: PagePath, returns: &Returns<'_>) -> Reply {
+    /// `client` is checked against the register limit for a load (which
+    /// joins or polls); a `HEAD` changes nothing and is not counted.
+    async fn page(
+        &self,
+        session: &Session,
+        page: PagePath,
+        returns: &Returns<'_>,
+        client: Option<IpAddr>,
+    ) -> Reply {
         let header = session.req_header();
         let method = header.method.as_str();
         match page {
@@ -130,8 +138,9 @@ impl Gate {
                 if method == "HEAD" {
                     self.api.page_head(&queue, &caller)
                 } else {
+                    let limited = self.api.limits().check_page(client);
                     self.api
-                        .page(&queue, header.uri.query(), &caller, returns)
+                        .page(&queue, header.uri.query(), &caller, returns, limited)
                         .await
                 }
             }
@@ -191,7 +200,11 @@ impl ProxyHttp for Gate {
         ctx.peer = Peer::new(client, &self.trusted);
         ctx.request_id =
             forward::request_id(ctx.peer, fields(&session.req_header().headers).into_iter());
-        ctx.client = forward::client(ctx.peer, fields(&session.req_header().headers).into_iter());
+        ctx.client = forward::client(
+            ctx.peer,
+            fields(&session.req_header().headers).into_iter(),
+            &self.trusted,
+        );
         let raw_head = session.as_downstream().to_h1_raw();
         let target = request_target(&raw_head)
             .unwrap_or_else(|| session.req_header().raw_path())
@@ -225,7 +238,10 @@ impl ProxyHttp for Gate {
             }
             Decision::Queue(endpoint) => {
                 ctx.endpoint = Some(endpoint);
-                self.api.serve(endpoint, session).await
+                match self.api.limits().check_endpoint(endpoint, ctx.client) {
+                    Ok(()) => self.api.serve(endpoint, session).await,
+                    Err(limited) => Reply::from(limited),
+                }
             }
             Decision::Deny { route, reject } => {
                 ctx.route = Some(route);
@@ -259,7 +275,7 @@ impl ProxyHttp for Gate {
                             .map_or_else(|| "/".to_string(), |r| r.prefix.clone())
                     },
                 };
-                self.page(session, page, &returns).await
+                self.page(session, page, &returns, ctx.client).await
             }
         };
         // An unread body would have to be drained before the connection could

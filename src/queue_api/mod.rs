@@ -32,6 +32,7 @@ use crate::durability::Durability;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
 use crate::error::ApiError;
+use crate::limits::ClientLimits;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
 pub use crate::path::Endpoint;
 use crate::queues::{Queue, Queues};
@@ -76,6 +77,8 @@ pub struct QueueApi {
     durability: Arc<Durability>,
     /// A sample of users' last wait estimates, to measure their error.
     estimates: estimates::Estimates,
+    /// The per-client limits both HTTP paths check first.
+    limits: Arc<ClientLimits>,
 }
 
 impl QueueApi {
@@ -89,6 +92,7 @@ impl QueueApi {
         logins: Option<Logins>,
     ) -> QueueApi {
         let Redis { store, durability } = redis;
+        let limits = Arc::new(ClientLimits::new(&config.limits, metrics.clone()));
         QueueApi {
             durability,
             calls: calls::Calls::new(store.clone(), config.redis.coalesce),
@@ -101,6 +105,7 @@ impl QueueApi {
             logins,
             browsers: Arc::new(ArcSwap::from_pointee(config.browsers.clone())),
             estimates: estimates::Estimates::default(),
+            limits,
         }
     }
 
@@ -172,6 +177,12 @@ impl QueueApi {
     }
 
     /// Where a reload puts new cookie and origin settings.
+    /// The per-client limits: both HTTP paths check them before calling
+    /// the API, and a reload updates them.
+    pub fn limits(&self) -> &Arc<ClientLimits> {
+        &self.limits
+    }
+
     pub fn browser_settings(&self) -> Arc<ArcSwap<BrowserConfig>> {
         self.browsers.clone()
     }

@@ -101,13 +101,16 @@ pub struct Returns<'a> {
 
 impl QueueApi {
     /// Answers a load of the waiting-room page of `queue`. `query` is the
-    /// request's query string.
+    /// request's query string; `limited`, the client's register limit
+    /// (a load over it neither joins nor polls, and shows the page that
+    /// retries, with 429).
     pub async fn page(
         &self,
         queue: &str,
         query: Option<&str>,
         caller: &Caller,
         returns: &Returns<'_>,
+        limited: Result<(), ApiError>,
     ) -> Reply {
         let lang = Lang::negotiate(caller.accept_language.as_deref());
         let wanted = query.and_then(|q| {
@@ -121,7 +124,10 @@ impl QueueApi {
             Ok(queue) => queue,
             Err(reply) => return reply,
         };
-        let (user, visit) = self.visit(&queue, caller).await;
+        let (user, visit) = match limited {
+            Ok(()) => self.visit(&queue, caller).await,
+            Err(limited) => (None, Err(limited)),
+        };
         let reply = self.show(&queue, lang, &back, visit);
         // The access log names whom the load was for, as the API's do.
         match &user {
@@ -177,6 +183,13 @@ impl QueueApi {
         let visit = match visit {
             Ok(visit) => visit,
             Err(ApiError::RedisUnavailable) => Visit::Show(View::Unavailable, None),
+            // The page that says it will retry, and does, told when.
+            Err(ApiError::RateLimited { retry_after_s }) => {
+                let mut reply = render(queue, lang, &View::Unavailable, back);
+                reply.status = 429;
+                reply.headers.retain(|(name, _)| *name != "Retry-After");
+                return reply.header("Retry-After", retry_after_s.to_string());
+            }
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => {
                 Visit::Show(View::LoginRequired, None)
             }

@@ -56,6 +56,7 @@ use super::upstream::Upstream;
 use crate::edge::jwt::Tokens;
 use crate::metrics::Metrics;
 use crate::queue_api::{Endpoint, QueueApi};
+use crate::reply::Reply;
 use crate::shutdown::InFlight;
 use io::send;
 use request::{Take, Taken};
@@ -191,6 +192,7 @@ impl DirectLane {
                 &request,
                 consumed,
                 peer,
+                &self.trusted,
             ) {
                 Some(taken) => taken,
                 None => return Lane::Pass,
@@ -291,16 +293,21 @@ impl DirectLane {
                 // The queue API's futures are boxed: they wait on Redis, and
                 // inlined they would make every connection's future (kept
                 // for as long as it idles) larger by their size.
-                let (endpoint, reply) = match &take {
-                    Take::Register { caller, .. } => (
-                        Endpoint::Register,
-                        Box::pin(self.api.register(&body, caller)).await,
-                    ),
-                    Take::Rank { query, caller } => (
-                        Endpoint::Rank,
-                        Box::pin(self.api.rank(query.as_deref(), caller)).await,
-                    ),
-                    Take::Forward(_) => return Lane::Closed,
+                let endpoint = match &take {
+                    Take::Register { .. } => Endpoint::Register,
+                    _ => Endpoint::Rank,
+                };
+                let reply = match self.api.limits().check_endpoint(endpoint, logged_client) {
+                    Err(limited) => Reply::from(limited),
+                    Ok(()) => match &take {
+                        Take::Register { caller, .. } => {
+                            Box::pin(self.api.register(&body, caller)).await
+                        }
+                        Take::Rank { query, caller } => {
+                            Box::pin(self.api.rank(query.as_deref(), caller)).await
+                        }
+                        Take::Forward(_) => return Lane::Closed,
+                    },
                 };
                 record.route = endpoint.name();
                 let mut reply = reply.header(REQUEST_ID, request_id.as_str());

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use crate::browser::Caller;
 use crate::edge::jwt::{self, Identity, Tokens};
 use crate::proxy::decision::{decide, Decision, RequestHead};
-use crate::proxy::rules::forward::{self, Hop, Peer};
+use crate::proxy::rules::forward::{self, Hop, Peer, TrustedProxies};
 use crate::proxy::rules::name::Name;
 use crate::proxy::rules::Field;
 use crate::queue_api::{input, Endpoint};
@@ -72,6 +72,7 @@ pub fn take(
     request: &httparse::Request<'_, '_>,
     consumed: usize,
     peer: Peer,
+    trusted: &TrustedProxies,
 ) -> Option<Taken> {
     if request.version != Some(1) {
         return None;
@@ -153,7 +154,7 @@ pub fn take(
             upgrade: false,
         } if pooled(route) && !post => {
             let request_id = forward::request_id(peer, fields.clone());
-            let client = forward::client(peer, fields.clone());
+            let client = forward::client(peer, fields.clone(), trusted);
             let head = upstream_head(method, target, fields, peer, &identity, &request_id);
             return Some(Taken {
                 take: Take::Forward(Plan {
@@ -188,7 +189,7 @@ pub fn take(
         consumed,
         client_close,
         request_id: forward::request_id(peer, fields.clone()),
-        client: forward::client(peer, fields),
+        client: forward::client(peer, fields, trusted),
         method,
         path: path_of(target),
     })

@@ -164,28 +164,42 @@ pub fn forwarded_for<'p, 'a>(
     Cow::Owned(value)
 }
 
-/// The client's address for the access log: the peer's, or, from a
-/// trusted peer, the last address its `X-Forwarded-For` names (the one the
-/// load balancer saw; a port after it is dropped), as nginx's realip module
-/// reads it with `real_ip_recursive off`; the peer's when that is not an
-/// address.
-pub fn client<'a>(peer: Peer, fields: impl Iterator<Item = Field<'a>>) -> Option<IpAddr> {
+/// The client's address, for the access log and the per-client limits:
+/// the peer's; or, from a trusted peer, the last address its
+/// `X-Forwarded-For` names that is not itself a trusted proxy (walking the
+/// hops from the right, as nginx's realip module does with
+/// `real_ip_recursive on`), so that behind a CDN and a balancer both
+/// trusted the client is the address the CDN saw. A port after an address
+/// is dropped; a hop that is not an address ends the walk (at the peer,
+/// when it is the last hop).
+pub fn client<'a>(
+    peer: Peer,
+    fields: impl Iterator<Item = Field<'a>>,
+    trusted: &TrustedProxies,
+) -> Option<IpAddr> {
     if !peer.trusted {
         return peer.ip;
     }
-    let last = fields
+    let hops: Vec<&[u8]> = fields
         .filter(|(name, _)| is(name, "x-forwarded-for"))
-        .filter_map(|(_, sent)| elements(sent).last())
-        .last();
-    // An address with a port (as some balancers write it) is that address.
-    last.and_then(|hop| std::str::from_utf8(hop).ok())
-        .and_then(|hop| {
+        .flat_map(|(_, sent)| elements(sent))
+        .collect();
+    let mut client = peer.ip;
+    for hop in hops.iter().rev() {
+        let Some(ip) = std::str::from_utf8(hop).ok().and_then(|hop| {
             hop.parse::<IpAddr>()
                 .ok()
                 .or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))
-        })
-        .map(|ip| ip.to_canonical())
-        .or(peer.ip)
+        }) else {
+            break;
+        };
+        let ip = ip.to_canonical();
+        client = Some(ip);
+        if !trusted.contains(ip) {
+            break;
+        }
+    }
+    client
 }
 
 /// `X-Forwarded-Proto` as sent upstream: what a trusted peer said (`http`
@@ -478,19 +492,33 @@ mod tests {
             ("x-forwarded-for", " 2001:db8::1 "),
         ];
         let ip = |text: &str| Some(text.parse::<IpAddr>().unwrap());
-        assert_eq!(client(proxy, fields(&sent)), ip("2001:db8::1"));
-        assert_eq!(client(stranger, fields(&sent)), ip("192.0.2.7"));
+        assert_eq!(client(proxy, fields(&sent), &trust), ip("2001:db8::1"));
+        assert_eq!(client(stranger, fields(&sent), &trust), ip("192.0.2.7"));
         let one = [("X-FORWARDED-FOR", "1.2.3.4, ::ffff:5.6.7.8")];
-        assert_eq!(client(proxy, fields(&one)), ip("5.6.7.8"));
+        assert_eq!(client(proxy, fields(&one), &trust), ip("5.6.7.8"));
         let ported = [("X-Forwarded-For", "1.2.3.4:80, [2001:db8::2]:443")];
-        assert_eq!(client(proxy, fields(&ported)), ip("2001:db8::2"));
+        assert_eq!(client(proxy, fields(&ported), &trust), ip("2001:db8::2"));
         let ported = [("X-Forwarded-For", "192.0.2.1:8080")];
-        assert_eq!(client(proxy, fields(&ported)), ip("192.0.2.1"));
+        assert_eq!(client(proxy, fields(&ported), &trust), ip("192.0.2.1"));
         for junk in ["unknown", "1.2.3.4, not-an-address", "", "1.2.3.4:x"] {
             let sent = [("X-Forwarded-For", junk)];
-            assert_eq!(client(proxy, fields(&sent)), ip("10.1.2.3"), "{junk}");
+            assert_eq!(
+                client(proxy, fields(&sent), &trust),
+                ip("10.1.2.3"),
+                "{junk}"
+            );
         }
-        assert_eq!(client(proxy, fields(&[])), ip("10.1.2.3"));
+        assert_eq!(client(proxy, fields(&[]), &trust), ip("10.1.2.3"));
+        // Hops that are trusted proxies themselves are walked past.
+        let chain = [(
+            "X-Forwarded-For",
+            "198.51.100.1, 1.2.3.4, 10.9.9.9, 10.8.8.8",
+        )];
+        assert_eq!(client(proxy, fields(&chain), &trust), ip("1.2.3.4"));
+        let inside = [("X-Forwarded-For", "10.5.5.5, 10.9.9.9")];
+        assert_eq!(client(proxy, fields(&inside), &trust), ip("10.5.5.5"));
+        let broken = [("X-Forwarded-For", "1.2.3.4, unknown, 10.9.9.9")];
+        assert_eq!(client(proxy, fields(&broken), &trust), ip("10.9.9.9"));
     }
 
     #[test]
