@@ -303,13 +303,13 @@ mod tests {
     }
 
     #[test]
-    fn unavailable_says_when_to_retry() {
+    fn unavailable_and_rate_limited_say_when_to_retry() {
         for error in ApiError::all() {
             let status = error.status();
             let h = Reply::from(error).response_header().unwrap();
             assert_eq!(
                 h.headers.get("retry-after").is_some(),
-                status == 503,
+                status == 503 || status == 429,
                 "{status}"
             );
         }
@@ -317,6 +317,10 @@ mod tests {
             .response_header()
             .unwrap();
         assert_eq!(h.headers["retry-after"], RETRY_AFTER_S);
+        let h = Reply::from(ApiError::RateLimited { retry_after_s: 7 })
+            .response_header()
+            .unwrap();
+        assert_eq!(h.headers["retry-after"], "7");
     }
 
     #[test]
