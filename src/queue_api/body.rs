@@ -54,7 +54,7 @@ struct ClosedBody<'a> {
 }
 
 /// An admitted user.
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct ActiveBody<'a> {
     user_id: &'a str,
@@ -120,6 +120,7 @@ pub fn prequeued(
     )
 }
 
+/// Rank's answer to an admitted user.
 pub fn active(queue: &Queue, user: &str) -> Reply {
     Reply::json(
         200,
@@ -127,9 +128,7 @@ pub fn active(queue: &Queue, user: &str) -> Reply {
             user_id: user,
             queue: &queue.name,
             status: "ACTIVE",
-            active_until: None,
-            queue_credential: None,
-            message: None,
+            ..ActiveBody::default()
         },
     )
 }
@@ -143,17 +142,15 @@ pub fn registered_active(
     expires_at_ms: u64,
     credential: Option<&str>,
 ) -> Reply {
-    Reply::json(
-        200,
-        &ActiveBody {
-            user_id: user,
-            queue: &queue.name,
-            status: "ACTIVE",
-            active_until: (expires_at_ms > 0).then(|| crate::time::rfc3339(expires_at_ms)),
-            queue_credential: credential,
-            message: credential.is_none().then_some(LOST_CREDENTIAL),
-        },
-    )
+    let body = ActiveBody {
+        user_id: user,
+        queue: &queue.name,
+        status: "ACTIVE",
+        active_until: (expires_at_ms > 0).then(|| crate::time::rfc3339(expires_at_ms)),
+        queue_credential: credential,
+        message: credential.is_none().then_some(LOST_CREDENTIAL),
+    };
+    Reply::json(200, &body)
 }
 
 /// `message` is the operator's, from the close.
