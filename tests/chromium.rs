@@ -45,6 +45,11 @@ impl Room {
     }
 
     fn start_env(env: &[(&str, &str)]) -> Room {
+        Room::start_with(env, "")
+    }
+
+    /// [`Room::start_env`] with the top-level keys of `with` (YAML) added.
+    fn start_with(env: &[(&str, &str)], with: &str) -> Room {
         let redis = Redis::start();
         let upstream = Upstream::start();
         let wg = TestConfig::on_free_ports(&redis.url(), upstream.port)
@@ -60,6 +65,7 @@ impl Room {
                 "[{prefix: /tickets, upstream: ticketing, queue: baseball, waiting-room: true}]",
             )
             .set("cookies", "{secure: false}")
+            .with(with)
             .start_env(env);
         hold_gate(&redis);
         Room {
@@ -624,4 +630,58 @@ fn a_browser_that_refuses_cookies_is_told_so_and_joins_once() {
         );
         chromium.close().await;
     });
+}
+
+/// One visitor's share of the per-client limits docs/operations.md gives as
+/// safe (a twentieth: one poll a second, a burst of 3): the page, with its
+/// reloads, its polls and its token exchange, never meets them.
+#[test]
+fn the_page_never_meets_one_visitors_share_of_the_safe_limits() {
+    let room = Room::start_with(
+        &[],
+        "limits: {register-per-client: {per-second: 1, burst: 3}, \
+         rank-per-client: {per-second: 1, burst: 3}, \
+         token-per-client: {per-second: 1, burst: 2}}",
+    );
+    register_new(room.wg.addr, "ahead");
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium
+            .open(
+                room.url("/tickets/seat"),
+                "location.pathname === '/waiting-room/baseball'",
+                Duration::from_secs(10),
+            )
+            .await;
+        until(
+            &page,
+            "document.readyState === 'complete'",
+            Duration::from_secs(5),
+        )
+        .await;
+        page.reload().await.unwrap();
+        // Five seconds of polls, someone ahead let in meanwhile.
+        std::thread::sleep(Duration::from_secs(2));
+        admit_by_hand(&mut room.redis.conn(), "ahead", u64::MAX / 2_000_000);
+        until(
+            &page,
+            &format!("{MESSAGE} === \"You're next.\""),
+            Duration::from_secs(5),
+        )
+        .await;
+        std::thread::sleep(Duration::from_secs(3));
+        release_gate(&room.redis);
+        until(
+            &page,
+            "location.pathname === '/tickets/seat'",
+            Duration::from_secs(15),
+        )
+        .await;
+        chromium.close().await;
+    });
+    let metrics = get(room.wg.admin, "/metrics").unwrap().text();
+    for route in ["register", "rank", "token", "page"] {
+        let series = format!("waitgate_rate_limited_total{{route=\"{route}\"}} 0");
+        assert!(metrics.contains(&series), "{series}:\n{metrics}");
+    }
 }
