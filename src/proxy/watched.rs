@@ -668,7 +668,13 @@ impl VirtualSocket for Watched {
             return Ok(());
         };
         match opt {
-            VirtualSockOpt::NoDelay => conn.set_nodelay(true),
+            // Set once, when the socket was connected (`connect`): Pingora
+            // asks again for every request, which on a kept-alive socket
+            // was one `setsockopt` a request for nothing (measured: 1.0
+            // a protected POST, docs/performance.md).
+            VirtualSockOpt::NoDelay => Ok(()),
+            // Likewise kept from the first request on the socket.
+            VirtualSockOpt::KeepAlive(_) if self.pooled => Ok(()),
             VirtualSockOpt::KeepAlive(ka) => {
                 let keepalive = socket2::TcpKeepalive::new()
                     .with_time(ka.idle)
