@@ -21,18 +21,7 @@ ensure_packages wrk curl python3
 DURATION=${BOT_DURATION:-20}
 cargo build --release --locked --bin waitgate >&2
 BIN=$RELEASE/waitgate
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+work_and_children
 
 LOGIN_SECRET=the-bot-runs-login-secret-at-least-32-bytes
 # An HS256 login token of the site's for `sub`, valid for an hour.

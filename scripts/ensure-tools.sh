@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Sourced by the other scripts: checks that what building and testing need is
-# there. Debian/Ubuntu packages: build-essential (a C compiler for the -sys
+# there, and the few helpers several scripts share (a work directory and
+# child processes gone on exit, a free port). Debian/Ubuntu packages: build-essential (a C compiler for the -sys
 # crates), cmake (Pingora's build), redis-server and redis-tools (tests, demo).
 #
 # ensure_packages never installs anything and never calls sudo: when something
@@ -103,4 +104,23 @@ ensure_rust() {
     echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh" >&2
     exit 1
   fi
+}
+
+# A work directory in $work and the background processes a script puts in
+# $pids, both gone when the script exits, however it ends.
+work_and_children() {
+  work=$(mktemp -d)
+  pids=()
+  trap 'for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+        wait 2>/dev/null || true
+        rm -rf "$work"' EXIT INT TERM
+}
+
+# A port on 127.0.0.1 nobody listens on.
+free_port() {
+  local port
+  while :; do
+    port=$((20000 + RANDOM % 20000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
 }

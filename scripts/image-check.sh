@@ -13,23 +13,7 @@ ensure_rust
 ensure_packages curl
 
 repo=$PWD
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-
-# A port nobody listens on.
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-}
+work_and_children
 
 # The lines of the build stage (from `FROM ... AS build` to the next FROM),
 # continuation lines joined.

@@ -42,14 +42,7 @@ seconds=${2:-20}
 echo "Building release binaries ..." >&2
 cargo build --release --locked --bin waitgate --example pollers >&2
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
+work_and_children
 
 P_REDIS=19205 P_ON=19206 P_ON_ADMIN=19207 P_OFF=19208 P_OFF_ADMIN=19209
 # With SCALE_PIN=1: Redis on core 0, everything else on the other cores.

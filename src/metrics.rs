@@ -122,6 +122,10 @@ const REGISTERED: [&str; 5] = [
 /// against the register limit).
 pub const LIMITED_ROUTES: [&str; 4] = ["register", "rank", "token", "page"];
 
+/// The `direction` label of `waitgate_wait_estimate_error_seconds`:
+/// admitted before the estimate, or after it.
+pub const ESTIMATE_DIRECTIONS: [&str; 2] = ["early", "late"];
+
 /// Latency buckets: the queue API answers in well under a millisecond when
 /// Redis is local; the tail up to the command timeout and beyond matters.
 const BUCKETS: &[f64] = &[
@@ -191,18 +195,13 @@ impl Metrics {
         registry
             .register(Box::new(admission_rate.clone()))
             .expect("registered once");
-        let http_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "waitgate_http_request_duration_seconds",
-                "Time from request header to the end of the reply.",
-            )
-            .buckets(BUCKETS.to_vec()),
+        let http_duration = histogram(
+            &registry,
+            "waitgate_http_request_duration_seconds",
+            "Time from request header to the end of the reply.",
+            BUCKETS,
             &["route"],
-        )
-        .expect("static metric");
-        registry
-            .register(Box::new(http_duration.clone()))
-            .expect("registered once");
+        );
 
         let connections = IntGauge::new(
             "waitgate_connections",
@@ -430,7 +429,7 @@ impl Metrics {
             self.admission_rate.with_label_values(&[q]);
             self.admitted.with_label_values(&[q]);
             self.admitted_wait.with_label_values(&[q]);
-            for direction in ["early", "late"] {
+            for direction in ESTIMATE_DIRECTIONS {
                 self.wait_estimate_error.with_label_values(&[q, direction]);
             }
             self.tokens_issued.with_label_values(&[q]);
@@ -467,7 +466,7 @@ impl Metrics {
             let _ = self.admission_rate.remove_label_values(&[q]);
             let _ = self.admitted.remove_label_values(&[q]);
             let _ = self.admitted_wait.remove_label_values(&[q]);
-            for direction in ["early", "late"] {
+            for direction in ESTIMATE_DIRECTIONS {
                 let _ = self
                     .wait_estimate_error
                     .remove_label_values(&[q, direction]);

@@ -7,9 +7,8 @@
 //! the cookie and origin settings (`cookies`, `cors`, `public-origin`:
 //! the queue API's and the same-site rule of the routes), the log
 //! filter and access-log switch, the per-client limits, and the admin
-//! tokens' file. A changed
-//! admission value that a live override masks is named in a warning. What needs a restart is named
-//! in the log: the listeners, threads, the Redis connection, the JWT policy,
+//! tokens' file. A changed admission value that a live override masks is
+//! named in a warning. What needs a restart is named in the log: the listeners, threads, the Redis connection, the JWT policy,
 //! identity binding, the client limits, `direct-lane`, `trusted-proxies`
 //! and `log.format`.
 //!

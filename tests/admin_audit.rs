@@ -186,12 +186,7 @@ fn with_json_logs_an_audit_line_is_one_object_whose_fields_are_the_change() {
         Some(r#"{"batchSize":3}"#),
     );
     assert_eq!(r.status, 200, "{r:?}");
-    let r = admin(
-        &wg,
-        "POST",
-        "/admin/v1/queues/baseball/revoke",
-        Some(r#"{"userId":"u-1"}"#),
-    );
+    let r = revoke(&wg, "u-1");
     assert_eq!(r.status, 200, "{r:?}");
     wg.wait_for_log("admin change", 3);
     let lines: Vec<serde_json::Value> = wg

@@ -211,6 +211,10 @@ fn runtime() -> tokio::runtime::Runtime {
 
 const MESSAGE: &str = "document.getElementById('wg-message').textContent";
 
+/// The visitor is on the waiting-room page, loaded.
+const IN_THE_ROOM: &str =
+    "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'";
+
 #[test]
 fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
     let room = Room::start();
@@ -222,16 +226,10 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
         let page = chromium
             .open(
                 room.url("/tickets/seat?from=chromium"),
-                "location.pathname === '/waiting-room/baseball'",
+                IN_THE_ROOM,
                 Duration::from_secs(10),
             )
             .await;
-        until(
-            &page,
-            "document.readyState === 'complete'",
-            Duration::from_secs(5),
-        )
-        .await;
         let message: String = eval(&page, MESSAGE).await;
         assert_eq!(message, "2 people are ahead of you.");
         let place: String = eval(&page, "document.getElementById('wg-place').textContent").await;
@@ -423,7 +421,14 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
         let chromium = Chromium::launch().await;
         for (name, width, height, scale, mobile, language) in [
             ("waiting-room-phone.png", 390, 844, 2.0, true, "en-US,en"),
-            ("waiting-room-desktop.png", 1280, 800, 1.0, false, "en-US,en"),
+            (
+                "waiting-room-desktop.png",
+                1280,
+                800,
+                1.0,
+                false,
+                "en-US,en",
+            ),
             ("waiting-room-phone-ko.png", 390, 844, 2.0, true, "ko-KR,ko"),
         ] {
             let page = chromium.browser.new_page("about:blank").await.unwrap();
@@ -433,7 +438,13 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
             .await
             .unwrap();
             accept_language(&page, language).await;
-            go(&page, room.url("/tickets/seat"), "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'", Duration::from_secs(10)).await;
+            go(
+                &page,
+                room.url("/tickets/seat"),
+                IN_THE_ROOM,
+                Duration::from_secs(10),
+            )
+            .await;
             let message: String = eval(&page, MESSAGE).await;
             assert!(message.contains("1,241"), "{message}");
             // Nothing wider than the screen.
@@ -477,7 +488,7 @@ fn the_page_backs_off_while_redis_is_down() {
         let page = chromium
             .open(
                 room.url("/tickets/seat"),
-                "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'",
+                IN_THE_ROOM,
                 Duration::from_secs(10),
             )
             .await;
@@ -649,16 +660,10 @@ fn the_page_never_meets_one_visitors_share_of_the_safe_limits() {
         let page = chromium
             .open(
                 room.url("/tickets/seat"),
-                "location.pathname === '/waiting-room/baseball'",
+                IN_THE_ROOM,
                 Duration::from_secs(10),
             )
             .await;
-        until(
-            &page,
-            "document.readyState === 'complete'",
-            Duration::from_secs(5),
-        )
-        .await;
         page.reload().await.unwrap();
         // Five seconds of polls, someone ahead let in meanwhile.
         std::thread::sleep(Duration::from_secs(2));

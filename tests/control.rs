@@ -681,12 +681,7 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     };
 
     // Pushed.
-    let r = admin(
-        &instances[1],
-        "POST",
-        "/admin/v1/queues/baseball/revoke",
-        Some(r#"{"userId":"mallory"}"#),
-    );
+    let r = revoke(&instances[1], "mallory");
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["wasActive"], true);
     let pushed = refused_everywhere(&first);
@@ -725,12 +720,7 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
         .unwrap();
     assert_eq!(killed, 1);
     let revoker = (deaf + 1) % 3;
-    let r = admin(
-        &instances[revoker],
-        "POST",
-        "/admin/v1/queues/baseball/revoke",
-        Some(r#"{"userId":"trudy"}"#),
-    );
+    let r = revoke(&instances[revoker], "trudy");
     assert_eq!(r.status, 200);
     let synced = refused_everywhere(&second);
     println!(

@@ -346,12 +346,7 @@ fn a_redis_that_lost_its_data_gets_the_operators_state_back_and_the_places_too()
         )),
     );
     assert_eq!(r.status, 200, "{r:?}");
-    let r = admin(
-        &wg,
-        "POST",
-        "/admin/v1/queues/baseball/revoke",
-        Some(r#"{"userId":"mallory"}"#),
-    );
+    let r = revoke(&wg, "mallory");
     assert_eq!(r.status, 200, "{r:?}");
     let waiting_before = join(wg.addr, "w", 4);
     let (gone, gone_credential) = &waiting_before[3];

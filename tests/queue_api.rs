@@ -263,12 +263,7 @@ fn an_admitted_user_without_its_credential_is_told_the_way_back() {
 
     // The way back sooner: the site releases the user (here through the
     // admin API), and register gives a new place and a new credential.
-    let r = admin(
-        &wg,
-        "POST",
-        "/admin/v1/queues/baseball/revoke",
-        Some(r#"{"userId":"lost-1"}"#),
-    );
+    let r = revoke(&wg, "lost-1");
     assert_eq!(r.status, 200, "{r:?}");
     let again = register(wg.addr, "lost-1").json();
     assert_eq!(again["status"], "WAITING", "{again}");

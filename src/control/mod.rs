@@ -146,8 +146,6 @@ impl ControlApi {
 
     /// Applies a change, logs and counts it, and answers with the queue's
     /// state after it.
-    /// Applies a change, logs and counts it, and answers with the queue's
-    /// state after it.
     async fn change(
         &self,
         actor: &str,

@@ -143,12 +143,23 @@ pub const OVERRIDABLE: [(&str, &str, &str); 3] = [
     ("max_active", "maxActive", "max-active"),
 ];
 
-/// `queue`'s configured value of an [`OVERRIDABLE`] field.
-fn configured_value(queue: &Queue, field: &str) -> u64 {
-    match field {
-        "batch" => u64::from(queue.admission.batch_size),
-        "interval" => queue.admission.interval.as_millis() as u64,
-        _ => queue.admission.max_active,
+impl Admission {
+    /// What `queue`'s config file says.
+    fn configured(queue: &Queue) -> Admission {
+        Admission {
+            batch_size: u64::from(queue.admission.batch_size),
+            interval_ms: queue.admission.interval.as_millis() as u64,
+            max_active: queue.admission.max_active,
+        }
+    }
+
+    /// The value of an [`OVERRIDABLE`] field (its control hash name).
+    fn value(&self, field: &str) -> u64 {
+        match field {
+            "batch" => self.batch_size,
+            "interval" => self.interval_ms,
+            _ => self.max_active,
+        }
     }
 }
 
@@ -159,9 +170,10 @@ pub async fn masked(
     old: &Queue,
     new: &Queue,
 ) -> Result<Vec<(&'static str, u64, u64)>, crate::store::StoreError> {
+    let (old, new_values) = (Admission::configured(old), Admission::configured(new));
     let changed: Vec<_> = OVERRIDABLE
         .iter()
-        .filter(|(field, _, _)| configured_value(old, field) != configured_value(new, field))
+        .filter(|(field, _, _)| old.value(field) != new_values.value(field))
         .collect();
     if changed.is_empty() {
         return Ok(Vec::new());
@@ -171,7 +183,7 @@ pub async fn masked(
         .into_iter()
         .filter_map(|(field, _, key)| {
             let in_effect = read.number(field)?;
-            Some((*key, configured_value(new, field), in_effect))
+            Some((*key, new_values.value(field), in_effect))
         })
         .collect())
 }
@@ -212,11 +224,7 @@ impl QueueStatus {
 /// The queue's state; with Redis down, what the config says and
 /// `redisUp: false`.
 pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
-    let configured = Admission {
-        batch_size: u64::from(queue.admission.batch_size),
-        interval_ms: queue.admission.interval.as_millis() as u64,
-        max_active: queue.admission.max_active,
-    };
+    let configured = Admission::configured(queue);
     let mut status = QueueStatus {
         queue: queue.name.clone(),
         redis_up: false,
@@ -245,10 +253,11 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         return status;
     };
     let number = |key: &str| read.number(key);
+    let in_effect = |field: &str| number(field).unwrap_or(configured.value(field));
     let admission = Admission {
-        batch_size: number("batch").unwrap_or(configured.batch_size),
-        interval_ms: number("interval").unwrap_or(configured.interval_ms),
-        max_active: number("max_active").unwrap_or(configured.max_active),
+        batch_size: in_effect("batch"),
+        interval_ms: in_effect("interval"),
+        max_active: in_effect("max_active"),
     };
     status.redis_up = true;
     status.phase = Some(read.phase());

@@ -248,6 +248,13 @@ pub fn patch_admission(wg: &Waitgate, json: &str) -> Response {
     )
 }
 
+/// Revokes `user` of queue `baseball` through the admin API; the answer,
+/// whatever it is.
+pub fn revoke(wg: &Waitgate, user: &str) -> Response {
+    let body = serde_json::json!({ "userId": user }).to_string();
+    admin(wg, "POST", "/admin/v1/queues/baseball/revoke", Some(&body))
+}
+
 /// A call of the admin API with [`ADMIN_TOKEN`], a JSON body if any.
 pub fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Response {
     let auth = format!("Bearer {ADMIN_TOKEN}");
