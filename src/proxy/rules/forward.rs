@@ -186,10 +186,16 @@ pub fn client<'a>(
         .collect();
     let mut client = peer.ip;
     for hop in hops.iter().rev() {
+        // An address, an address with a port, or an IPv6 address in
+        // brackets without one (as some balancers write it).
         let Some(ip) = std::str::from_utf8(hop).ok().and_then(|hop| {
             hop.parse::<IpAddr>()
                 .ok()
                 .or_else(|| hop.parse::<SocketAddr>().ok().map(|a| a.ip()))
+                .or_else(|| {
+                    let inner = hop.strip_prefix('[')?.strip_suffix(']')?;
+                    inner.parse::<std::net::Ipv6Addr>().ok().map(IpAddr::V6)
+                })
         }) else {
             break;
         };
@@ -498,6 +504,8 @@ mod tests {
         assert_eq!(client(proxy, fields(&one), &trust), ip("5.6.7.8"));
         let ported = [("X-Forwarded-For", "1.2.3.4:80, [2001:db8::2]:443")];
         assert_eq!(client(proxy, fields(&ported), &trust), ip("2001:db8::2"));
+        let bracketed = [("X-Forwarded-For", "[2001:db8::3]")];
+        assert_eq!(client(proxy, fields(&bracketed), &trust), ip("2001:db8::3"));
         let ported = [("X-Forwarded-For", "192.0.2.1:8080")];
         assert_eq!(client(proxy, fields(&ported), &trust), ip("192.0.2.1"));
         for junk in ["unknown", "1.2.3.4, not-an-address", "", "1.2.3.4:x"] {
