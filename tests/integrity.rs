@@ -135,6 +135,42 @@ fn a_late_second_response_never_reaches_the_next_user() {
     }
 }
 
+/// An upstream that answers, then slips in one more response, is a
+/// response ahead from then on: the client's next request on it is answered
+/// with the slipped-in bytes and the real answer is still on its way. The
+/// connection must not be kept for another user with that answer behind it,
+/// however fast the next user comes and whether or not the first one asked
+/// to close.
+#[test]
+fn a_connection_a_response_ahead_is_never_given_to_the_next_user() {
+    let env = setup(echo_or(|p| {
+        p.ends_with("/late").then(|| {
+            vec![
+                Step::Send(ok(p)),
+                Step::Pause(Duration::from_millis(300)),
+                Step::Send(injected()),
+            ]
+        })
+    }));
+    for round in 0..4 {
+        for via in BOTH {
+            for close in ["Connection: close\r\n", ""] {
+                let mut c = Client::connect(env.wg.addr);
+                let first = env.request(via, &path("/late"), "");
+                let second = env.request(via, &path(&format!("/second-{round}")), close);
+                c.send(&format!("{first}{second}"));
+                let (head, body) = c.response();
+                assert_eq!((head.status, body), (200, path("/late").into_bytes()));
+                // The second answer is whatever the upstream sent next; it
+                // reached the user who asked on that connection, if anyone.
+                let _ = c.response();
+                drop(c);
+                env.assert_next_users_get_their_own(1);
+            }
+        }
+    }
+}
+
 #[test]
 fn a_body_sent_after_a_head_204_or_304_answer_never_reaches_the_next_user() {
     let late_body = |head: &str| {
@@ -678,20 +714,30 @@ fn chunked_framing_limits_are_the_same_on_both_paths() {
 }
 
 /// The Pingora path's upstream connections are waitgate's own (watched, see
-/// `src/proxy/watched.rs`), and still kept alive: requests one after
-/// another, each from a new client connection, share one upstream
-/// connection.
+/// `src/proxy/watched.rs`), and still kept alive: one client's requests,
+/// one after another, share one upstream connection; another client's
+/// never do.
 #[test]
-fn the_pingora_path_keeps_its_upstream_connections_alive() {
+fn the_pingora_path_keeps_its_upstream_connections_alive_for_their_client() {
     let env = setup(echo_or(|_| None));
-    for i in 0..5 {
-        let (head, body) = env.call(Via::Post, &path(&format!("/kept-{i}")), "");
-        assert_eq!(head.status, 200, "{head:?}");
-        assert_eq!(body, path(&format!("/kept-{i}")).into_bytes());
-        // Pingora hands the connection back once the reply is out.
-        std::thread::sleep(Duration::from_millis(50));
+    for client in 0..2 {
+        let mut c = Client::connect(env.wg.addr);
+        for i in 0..5 {
+            let target = path(&format!("/kept-{client}-{i}"));
+            c.send(&env.request(Via::Post, &target, ""));
+            let (head, body) = c.response();
+            assert_eq!(head.status, 200, "{head:?}");
+            assert_eq!(body, target.into_bytes());
+            // Pingora hands the connection back once the reply is out.
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(
+            env.upstream.connections(),
+            client + 1,
+            "{:?}",
+            env.upstream.seen()
+        );
     }
-    assert_eq!(env.upstream.connections(), 1, "{:?}", env.upstream.seen());
 }
 
 /// An upstream that closes a kept-alive connection as the next request
@@ -718,8 +764,9 @@ fn a_kept_connection_closed_before_answering_is_retried_only_when_idempotent() {
     });
     let wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();
     let token = admitted_token(&wg, &redis, "fan");
-    let call = |method: &str, target: &str| {
-        let mut c = Client::connect(wg.addr);
+    // One client connection: kept upstream connections are its own.
+    let mut c = Client::connect(wg.addr);
+    let mut call = |method: &str, target: &str| {
         c.send(&format!(
             "{method} {target} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {token}\r\n\
              Content-Length: 2\r\n\r\nhi"

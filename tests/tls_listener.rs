@@ -653,3 +653,36 @@ fn an_http2_client_that_gives_up_is_no_failure() {
         "no 400 counted for it:\n{metrics}"
     );
 }
+
+/// An HTTP/2 connection's streams are served on tasks of Pingora's, yet
+/// they reuse the upstream connections their client connection kept, and
+/// only those: a second client connection gets one of its own.
+#[test]
+fn an_http2_clients_requests_reuse_its_own_upstream_connection_only() {
+    let Tls {
+        dir,
+        redis,
+        upstream,
+        wg,
+        port,
+    } = Tls::start("");
+    let token = admitted_token(&wg, &redis, "h2_user");
+    for client in 0..2 {
+        // One curl, one connection, three requests one after another, 50 ms
+        // apart: Pingora hands a connection back just after the reply.
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--http2", "--rate", "20/s", "--cacert"])
+            .arg(dir.path().join("ca.pem"))
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .args(["-w", "%{http_code} %{http_version} %{num_connects}\n"]);
+        for i in 0..3 {
+            cmd.args(["-o", "/dev/null"]).arg(format!(
+                "https://127.0.0.1:{port}/api/v1/follow-up/{client}-{i}"
+            ));
+        }
+        let out = cmd.output().expect("curl is installed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text, "200 2 1\n200 2 0\n200 2 0\n", "{out:?}");
+        assert_eq!(upstream.connections(), client + 1, "client {client}");
+    }
+}

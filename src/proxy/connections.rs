@@ -45,6 +45,7 @@ use super::fenced;
 use super::head::{head_end_from, MAX_REQUEST_HEAD_BYTES};
 use super::lane::{DirectLane, Lane};
 use super::rules::forward::{self, REQUEST_ID};
+use super::rules::pool;
 use super::rules::record::Record;
 use super::rules::request;
 use crate::error::ApiError;
@@ -342,6 +343,26 @@ where
 {
     async fn process_new(
         self: &Arc<Self>,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        // The upstream connections this connection's requests use are its
+        // own, and closed with it (`super::rules::pool`).
+        pool::for_client(self.serve(stream, shutdown)).await
+    }
+
+    async fn cleanup(&self) {
+        self.inner.http_cleanup().await;
+    }
+}
+
+impl<A> Guarded<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    /// One client connection, from its accept to its end.
+    async fn serve(
+        self: &Arc<Self>,
         mut stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
@@ -528,10 +549,6 @@ where
             close_notify(&mut stream).await;
         }
         None
-    }
-
-    async fn cleanup(&self) {
-        self.inner.http_cleanup().await;
     }
 }
 

@@ -24,6 +24,7 @@ use super::rules;
 use super::rules::failure::why::NO_HEALTHY_ADDRESS;
 use super::rules::failure::{self, Failure};
 use super::rules::forward::{self, Hop, Peer, TrustedProxies, REQUEST_ID};
+use super::rules::pool;
 use super::rules::record::Record;
 use super::rules::Field;
 use super::upstream::Chosen;
@@ -294,7 +295,7 @@ impl ProxyHttp for Gate {
 
     async fn upstream_peer(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         ctx: &mut RequestCtx,
     ) -> Result<Box<HttpPeer>> {
         let Some(route) = ctx
@@ -309,7 +310,13 @@ impl ProxyHttp for Gate {
         let chosen = route.upstream.select().ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, NO_HEALTHY_ADDRESS).into_up()
         })?;
-        let peer = route.upstream.peer(chosen.addr);
+        // The client connection's own kept upstream connections: HTTP/1's
+        // by the task serving it, HTTP/2's by its socket.
+        let kept = pool::this_client().or_else(|| {
+            let digest = session.digest()?.socket_digest.as_ref()?;
+            Some(pool::for_connection(digest))
+        });
+        let peer = route.upstream.peer(chosen.addr, kept);
         ctx.chosen = Some(chosen);
         Ok(peer)
     }

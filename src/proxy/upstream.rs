@@ -29,10 +29,11 @@ use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 
+use super::rules::pool::Kept;
 pub use super::rules::pool::UPSTREAM_IDLE;
 
 /// How long Pingora keeps a watched connection it released before dropping
-/// it (which hands the socket to the shared pool).
+/// it (which hands the socket back to its client's kept ones).
 const WATCHED_IDLE: Duration = Duration::from_millis(1);
 use super::watched::Connectors;
 use crate::config::{HealthCheckConfig, LoadBalancing, UpstreamConfig};
@@ -194,9 +195,15 @@ impl Upstream {
             .min_by_key(|addr| active.get(addr).map_or(0, |n| n.load(Ordering::Relaxed)))
     }
 
-    /// Pingora's peer for `addr`, with this upstream's TLS and timeouts.
-    pub fn peer(&self, addr: SocketAddr) -> Box<HttpPeer> {
+    /// Pingora's peer for `addr`, with this upstream's TLS and timeouts,
+    /// whose connections are kept for the client connection `kept` only
+    /// (`super::rules::pool`); none: a connection of its own, not kept.
+    pub fn peer(&self, addr: SocketAddr, kept: Option<Arc<Kept>>) -> Box<HttpPeer> {
         let mut peer = HttpPeer::new(addr, self.tls, self.sni.clone());
+        // Pingora keeps TLS connections itself, by a key this is part of:
+        // one client's are never another's. Without a client, a key no
+        // other request has.
+        peer.group_key = kept.as_ref().map_or_else(Kept::unique_id, |k| k.id);
         // Pingora verifies the certificate and the name by default; a
         // private CA replaces the public roots for this upstream.
         peer.options.ca = self.ca.clone();
@@ -207,14 +214,14 @@ impl Upstream {
         // reused: upstreams commonly close idle connections after 60 s+.
         peer.options.idle_timeout = Some(UPSTREAM_IDLE);
         if !self.tls {
-            peer.options.custom_l4 = Some(self.watched.get(
-                addr,
-                self.connect_timeout,
-                self.read_timeout,
-            ));
+            peer.options.custom_l4 =
+                Some(
+                    self.watched
+                        .get(addr, self.connect_timeout, self.read_timeout, kept),
+                );
             // Pingora cannot reuse a watched connection (see
             // `super::watched`): it lets go of one it keeps at once, which
-            // puts the socket back in the shared pool.
+            // gives the socket back to its client's kept ones.
             peer.options.idle_timeout = Some(WATCHED_IDLE);
         }
         Box::new(peer)

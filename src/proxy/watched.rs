@@ -15,9 +15,10 @@
 //!
 //! What it takes on as a consequence: Pingora reuses a connection only when
 //! it can match the socket's file descriptor, which a stream of this kind
-//! does not expose. So keeping connections alive is done here too, with the
-//! lane's pool (`super::rules::pool`): a watched stream gives its socket
-//! back when Pingora drops it, only if its one exchange ended exactly (the
+//! does not expose. So keeping connections alive is done here too, as the
+//! lane keeps them, for the client connection only (`super::rules::pool`):
+//! a watched stream gives its socket back to that client's kept ones when
+//! Pingora drops it, only if its one exchange ended exactly (the
 //! request and the response both whole by their framing, nothing read past
 //! the response, no `Connection: close`, no tunnel). A socket is checked
 //! for unread bytes and EOF again when taken. And as Pingora retries an
@@ -35,7 +36,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use super::rules::chunked::ChunkedEnd;
-use super::rules::pool::Pool;
+use super::rules::pool::{Kept, Pool};
 use super::rules::response::{self, Body, Unread};
 
 /// The largest request or response head watched; a longer one is passed
@@ -122,10 +123,14 @@ fn io_cause<T: std::error::Error + 'static>(error: &Error) -> Option<&T> {
     None
 }
 
-/// Makes the watched connections of one upstream address, keeping its
-/// idle ones.
+/// Makes the watched connections of one upstream address for one client
+/// connection, keeping its idle ones for that client only
+/// (`super::rules::pool`).
 pub struct Connector {
     pool: Arc<Pool>,
+    /// The client connection the request is for; none: a new connection,
+    /// not kept.
+    kept: Option<Arc<Kept>>,
 }
 
 impl fmt::Debug for Connector {
@@ -135,24 +140,18 @@ impl fmt::Debug for Connector {
     }
 }
 
-impl Connector {
-    pub fn new(addr: SocketAddr, connect_timeout: Duration, read_timeout: Duration) -> Connector {
-        Connector {
-            pool: Pool::shared(addr, connect_timeout, read_timeout),
-        }
-    }
-}
-
 #[async_trait]
 impl L4Connect for Connector {
     async fn connect(&self, _addr: &PeerAddr) -> pingora::Result<Stream> {
-        let (conn, pooled) = match self.pool.take() {
+        let taken = self.kept.as_ref().and_then(|kept| kept.take(&self.pool));
+        let (conn, pooled) = match taken {
             Some(conn) => (conn, true),
             None => (connect(&self.pool).await?, false),
         };
         let watched = Watched {
             conn: Some(conn),
             pool: self.pool.clone(),
+            kept: self.kept.as_ref().map(Arc::downgrade),
             pooled,
             answered: false,
             exchange: Exchange::default(),
@@ -189,24 +188,30 @@ async fn connect(pool: &Pool) -> pingora::Result<TcpStream> {
     }
 }
 
-/// The connectors of an upstream's addresses, made as each is first used.
+/// The addresses of an upstream, each made into a [`Pool`] as it is first
+/// used.
 #[derive(Debug, Default)]
 pub struct Connectors {
-    by_addr: Mutex<HashMap<SocketAddr, Arc<Connector>>>,
+    by_addr: Mutex<HashMap<SocketAddr, Arc<Pool>>>,
 }
 
 impl Connectors {
+    /// A connector to `addr` for the client connection `kept`.
     pub fn get(
         &self,
         addr: SocketAddr,
         connect_timeout: Duration,
         read_timeout: Duration,
+        kept: Option<Arc<Kept>>,
     ) -> Arc<Connector> {
-        let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        by_addr
-            .entry(addr)
-            .or_insert_with(|| Arc::new(Connector::new(addr, connect_timeout, read_timeout)))
-            .clone()
+        let pool = {
+            let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
+            by_addr
+                .entry(addr)
+                .or_insert_with(|| Arc::new(Pool::new(addr, connect_timeout, read_timeout)))
+                .clone()
+        };
+        Arc::new(Connector { pool, kept })
     }
 }
 
@@ -323,6 +328,8 @@ struct Watched {
     /// Always there until dropped.
     conn: Option<TcpStream>,
     pool: Arc<Pool>,
+    /// The client connection it is kept for, while that one lasts.
+    kept: Option<Weak<Kept>>,
     /// Taken from the pool, rather than connected for this exchange.
     pooled: bool,
     /// A byte of a response has come.
@@ -698,8 +705,11 @@ fn body_refused() -> io::Error {
 impl Drop for Watched {
     fn drop(&mut self) {
         if self.exchange.reusable() {
-            if let (Some(conn), Some(ended)) = (self.conn.take(), self.exchange.ended) {
-                self.pool.put_idle_since(conn, ended);
+            let kept = self.kept.as_ref().and_then(Weak::upgrade);
+            if let (Some(kept), Some(conn), Some(ended)) =
+                (kept, self.conn.take(), self.exchange.ended)
+            {
+                kept.put(&self.pool, conn, ended);
             }
         }
     }

@@ -114,7 +114,13 @@ impl LaneTable {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         pools
             .entry(key)
-            .or_insert_with(|| Pool::shared(addr, upstream.connect_timeout, upstream.read_timeout))
+            .or_insert_with(|| {
+                Arc::new(Pool::new(
+                    addr,
+                    upstream.connect_timeout,
+                    upstream.read_timeout,
+                ))
+            })
             .clone()
     }
 }

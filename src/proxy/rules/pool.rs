@@ -4,157 +4,232 @@
 //! request. One that has bytes waiting (a late second response, a body sent
 //! after a HEAD, 204 or 304 answer, bytes past `Content-Length`) or that
 //! the upstream closed would hand those bytes, or a failure, to whoever is
-//! served next. So [`Pool::take`] asks the kernel before reuse, with one
+//! served next. So a kept connection is asked before reuse, with one
 //! non-blocking `recv(MSG_PEEK)`: `WouldBlock` is the only answer that
-//! keeps a connection. That costs one system call per reuse, where Pingora's
-//! pool keeps a task per idle connection watching it; the measured cost is
-//! in the README's performance section.
+//! keeps it. That costs one system call per reuse, where Pingora's pool
+//! keeps a task per idle connection watching it.
 //!
 //! Connections go back only after a response that ended exactly where its
 //! framing said, with nothing read past it: the lane's relay
 //! (`crate::proxy::lane`) and the Pingora path's watched connections
-//! (`crate::proxy::watched`) both keep that rule, and share the pools
-//! ([`Pool::shared`]), one per upstream address and timeouts for the whole
-//! process: a connection one path kept, the other may reuse, and a config
-//! reload keeps them. [`sweep`] closes, once a second, the idle ones that
-//! are too old or that the upstream closed, so that an address that no
-//! longer gets requests does not hold sockets the upstream has let go.
+//! (`crate::proxy::watched`) both keep that rule.
+//!
+//! **Whose they are.** A kept connection is its client connection's
+//! ([`Kept`]), never another's: it is reused for the same client's next
+//! requests, on either HTTP path, and closed when that client's connection
+//! ends. No check can make sharing safe. An upstream that slips in one
+//! unrequested response while a request is on its way is a response ahead
+//! from then on: the slipped-in bytes read as the answer, and the real
+//! answer arrives a moment after the connection was given back, too late
+//! for any look at the socket. HTTP/1.1 has no way to tell the two apart.
+//! Shared, such a connection handed one user's answer to the next client
+//! (measured: every try on loopback, both paths); kept by its client, a
+//! confused upstream can only confuse the answers of the client that was
+//! talking to it. The cost is one upstream connection per client connection
+//! that makes protected requests, where a shared pool could serve several
+//! one-request clients with one (HAProxy's `http-reuse never` makes the same
+//! trade; the operations guide sizes it).
+//!
+//! A client connection's [`Kept`] is found through the task that serves
+//! it: an HTTP/1 connection is served by one task from its accept to its
+//! end (`crate::proxy::connections`), which runs under [`for_client`]; an
+//! HTTP/2 connection's streams are served on tasks of Pingora's, and find
+//! theirs by the connection's socket ([`for_connection`]).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use pingora::protocols::SocketDigest;
 use tokio::net::TcpStream;
 
 use crate::proxy::rules::failure::Failure;
 
-/// How long an idle upstream connection stays in the pool: upstreams
-/// commonly close idle connections after 60 s or more.
+/// How long an idle upstream connection is kept: upstreams commonly close
+/// idle connections after 60 s or more.
 pub const UPSTREAM_IDLE: Duration = Duration::from_secs(55);
 
-/// Idle connections kept per upstream.
-const POOL_SIZE: usize = 128;
+/// Idle upstream connections one client connection keeps. An HTTP/1
+/// client has one request in flight, so one per upstream address it uses;
+/// an HTTP/2 client, one per stream it runs at once, up to this many.
+const KEPT_PER_CLIENT: usize = 32;
 
-/// One upstream's kept-alive connections.
+/// One upstream address and the timeouts of the connections made to it.
 #[derive(Debug)]
 pub struct Pool {
     pub addr: SocketAddr,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
-    /// Oldest first; taken from the end.
-    idle: Mutex<Vec<(TcpStream, Instant)>>,
 }
 
-/// Pools are shared by upstream address and timeouts.
+/// Connections are reused only for the same address and timeouts.
 type Key = (SocketAddr, Duration, Duration);
 
-fn pools() -> &'static Mutex<HashMap<Key, Arc<Pool>>> {
-    static POOLS: OnceLock<Mutex<HashMap<Key, Arc<Pool>>>> = OnceLock::new();
-    POOLS.get_or_init(Default::default)
+/// The idle upstream connections of one client connection.
+#[derive(Debug)]
+pub struct Kept {
+    /// Tells one client's connections from every other's, as Pingora's
+    /// pool key for TLS upstreams (`HttpPeer::group_key`).
+    pub id: u64,
+    /// Oldest first; taken from the end.
+    idle: Mutex<Vec<Idle>>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    key: Key,
+    conn: TcpStream,
+    since: Instant,
+}
+
+tokio::task_local! {
+    /// The client connection this task serves.
+    static CLIENT: Arc<Kept>;
+}
+
+/// Runs `serve`, a task's service of one client connection, with that
+/// connection's [`Kept`]: every upstream connection kept while it runs is
+/// its client's, and closed when `serve` ends.
+pub async fn for_client<F: Future>(serve: F) -> F::Output {
+    CLIENT.scope(Arc::new(Kept::new()), serve).await
+}
+
+/// The client connection the running task serves, if any.
+pub fn this_client() -> Option<Arc<Kept>> {
+    CLIENT.try_with(Arc::clone).ok()
+}
+
+/// HTTP/2 connections' [`Kept`], by the address of their socket's digest,
+/// which one allocation holds for the connection's life: the `Weak` keeps
+/// the address from being reused while the entry is here, and [`sweep`]
+/// removes the entries of connections that ended.
+type ByConnection = HashMap<usize, (Weak<SocketDigest>, Arc<Kept>)>;
+
+fn by_connection() -> &'static Mutex<ByConnection> {
+    static BY_CONNECTION: OnceLock<Mutex<ByConnection>> = OnceLock::new();
+    BY_CONNECTION.get_or_init(Default::default)
+}
+
+/// The [`Kept`] of the connection whose socket `digest` describes (an
+/// HTTP/2 stream's, served on a task of Pingora's).
+pub fn for_connection(digest: &Arc<SocketDigest>) -> Arc<Kept> {
+    let key = Arc::as_ptr(digest) as usize;
+    let mut all = by_connection().lock().unwrap_or_else(|e| e.into_inner());
+    let entry = all
+        .entry(key)
+        .or_insert_with(|| (Arc::downgrade(digest), Arc::new(Kept::new())));
+    entry.1.clone()
 }
 
 /// How often [`sweep`] runs.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// Closes the idle connections that are too old or have something to say,
-/// in every pool, and forgets the pools nobody uses that hold none. Run
-/// every [`SWEEP_EVERY`] (`crate::proxy::routes::Maintenance`).
+/// Forgets the HTTP/2 connections that ended, closing the upstream
+/// connections they kept. Run every [`SWEEP_EVERY`]
+/// (`crate::proxy::routes::Maintenance`).
 pub fn sweep() {
-    // Each pool's idle connections are looked at outside every lock, so
-    // that requests taking and keeping connections meanwhile never wait on
-    // the sweep's system calls.
-    let all: Vec<Arc<Pool>> = {
-        let pools = pools().lock().unwrap_or_else(|e| e.into_inner());
-        pools.values().cloned().collect()
+    let ended: Vec<Arc<Kept>> = {
+        let mut all = by_connection().lock().unwrap_or_else(|e| e.into_inner());
+        let mut ended = Vec::new();
+        all.retain(|_, (digest, kept)| {
+            let live = digest.strong_count() > 0;
+            if !live {
+                ended.push(kept.clone());
+            }
+            live
+        });
+        ended
     };
-    for pool in &all {
-        let mut idle = std::mem::take(&mut *pool.idle.lock().unwrap_or_else(|e| e.into_inner()));
-        idle.retain(|(conn, since)| since.elapsed() < UPSTREAM_IDLE && is_quiet(conn));
-        if !idle.is_empty() {
-            let mut now = pool.idle.lock().unwrap_or_else(|e| e.into_inner());
-            // Those kept meanwhile are newer: they stay at the end.
-            idle.append(&mut now);
-            idle.truncate(POOL_SIZE);
-            *now = idle;
+    // Closed outside the lock.
+    drop(ended);
+}
+
+impl Kept {
+    fn new() -> Kept {
+        Kept {
+            id: Kept::unique_id(),
+            idle: Mutex::new(Vec::new()),
         }
     }
-    drop(all);
-    let mut pools = pools().lock().unwrap_or_else(|e| e.into_inner());
-    pools.retain(|_, pool| {
-        Arc::strong_count(pool) > 1
-            || !pool
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
-    });
+
+    /// An id no other client connection has or will have.
+    pub fn unique_id() -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The most recently kept connection to `pool`'s address that is young
+    /// enough and has nothing waiting on it. Others found on the way are
+    /// closed.
+    pub fn take(&self, pool: &Pool) -> Option<TcpStream> {
+        let key = pool.key();
+        loop {
+            let found = {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                let at = idle.iter().rposition(|i| i.key == key)?;
+                idle.remove(at)
+            };
+            if found.since.elapsed() < UPSTREAM_IDLE && is_quiet(&found.conn) {
+                return Some(found.conn);
+            }
+        }
+    }
+
+    /// Keeps a connection to `pool`'s address whose last response ended
+    /// exactly at `since`; past [`KEPT_PER_CLIENT`], the oldest is closed.
+    pub fn put(&self, pool: &Pool, conn: TcpStream, since: Instant) {
+        if since.elapsed() >= UPSTREAM_IDLE {
+            return;
+        }
+        let closed = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            // Oldest first, as `take` expects.
+            let at = idle.partition_point(|i| i.since <= since);
+            idle.insert(
+                at,
+                Idle {
+                    key: pool.key(),
+                    conn,
+                    since,
+                },
+            );
+            (idle.len() > KEPT_PER_CLIENT).then(|| idle.remove(0))
+        };
+        drop(closed);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.idle.lock().unwrap().len()
+    }
 }
 
 impl Pool {
-    /// The process's pool for `addr` with these timeouts.
-    pub fn shared(
-        addr: SocketAddr,
-        connect_timeout: Duration,
-        read_timeout: Duration,
-    ) -> Arc<Pool> {
-        let mut pools = pools().lock().unwrap_or_else(|e| e.into_inner());
-        pools
-            .entry((addr, connect_timeout, read_timeout))
-            .or_insert_with(|| Arc::new(Pool::new(addr, connect_timeout, read_timeout)))
-            .clone()
-    }
-
     pub fn new(addr: SocketAddr, connect_timeout: Duration, read_timeout: Duration) -> Pool {
         Pool {
             addr,
             connect_timeout,
             read_timeout,
-            idle: Mutex::new(Vec::new()),
         }
     }
 
-    /// The most recently used idle connection that is young enough and has
-    /// nothing waiting on it. Others found on the way are closed.
+    fn key(&self) -> Key {
+        (self.addr, self.connect_timeout, self.read_timeout)
+    }
+
+    /// A connection the running task's client kept, as [`Kept::take`].
     pub fn take(&self) -> Option<TcpStream> {
-        loop {
-            let (conn, since) = {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                let newest = idle.pop()?;
-                if newest.1.elapsed() >= UPSTREAM_IDLE {
-                    // The rest are older still.
-                    idle.clear();
-                    return None;
-                }
-                newest
-            };
-            debug_assert!(since.elapsed() < UPSTREAM_IDLE);
-            if is_quiet(&conn) {
-                return Some(conn);
-            }
-        }
+        CLIENT.try_with(|kept| kept.take(self)).ok().flatten()
     }
 
-    /// Keeps a connection whose last response ended exactly.
+    /// Gives a connection whose last response just ended exactly to the
+    /// running task's client; closed if the task serves none.
     pub fn put(&self, conn: TcpStream) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < POOL_SIZE {
-            idle.push((conn, Instant::now()));
-        }
-    }
-
-    /// Keeps a connection whose last response ended exactly at `since`.
-    pub fn put_idle_since(&self, conn: TcpStream, since: Instant) {
-        if since.elapsed() >= UPSTREAM_IDLE {
-            return;
-        }
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < POOL_SIZE {
-            // Oldest first, as `take` expects.
-            let at = idle.partition_point(|(_, t)| *t <= since);
-            idle.insert(at, (conn, since));
-        }
+        let _ = CLIENT.try_with(|kept| kept.put(self, conn, Instant::now()));
     }
 
     pub async fn connect(&self) -> Result<TcpStream, Failure> {
@@ -203,11 +278,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_quiet_connection_is_reused() {
+    async fn a_quiet_connection_is_reused_by_its_client() {
         let (conn, _server) = pair().await;
         let pool = pool();
+        for_client(async {
+            pool.put(conn);
+            assert!(pool.take().is_some());
+            assert!(pool.take().is_none());
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_clients_connection_is_never_another_clients_and_ends_with_it() {
+        let (conn, server) = pair().await;
+        let pool = Arc::new(pool());
+        let first = pool.clone();
+        // Two client connections served at once, on two tasks.
+        let (kept_by_first, other_took) = tokio::join!(
+            for_client(async move {
+                first.put(conn);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                this_client().unwrap().len()
+            }),
+            for_client(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                pool.take().is_some()
+            })
+        );
+        assert_eq!((kept_by_first, other_took), (1, false));
+        // The first client's task ended: its upstream connection is closed.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+        assert!(matches!(
+            socket2::SockRef::from(&server).peek(&mut byte),
+            Ok(0)
+        ));
+        // Outside any client's task, nothing is kept.
+        let (conn, _server) = pair().await;
         pool.put(conn);
-        assert!(pool.take().is_some());
         assert!(pool.take().is_none());
     }
 
@@ -215,23 +324,25 @@ mod tests {
     async fn a_connection_with_unread_bytes_is_closed_not_reused() {
         let (conn, mut server) = pair().await;
         let pool = pool();
-        pool.put(conn);
+        let kept = Kept::new();
+        kept.put(&pool, conn, Instant::now());
         server
             .write_all(b"HTTP/1.1 302 Found\r\n\r\n")
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(pool.take().is_none());
+        assert!(kept.take(&pool).is_none());
     }
 
     #[tokio::test]
     async fn a_connection_the_upstream_closed_is_not_reused() {
         let (conn, server) = pair().await;
         let pool = pool();
-        pool.put(conn);
+        let kept = Kept::new();
+        kept.put(&pool, conn, Instant::now());
         drop(server);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(pool.take().is_none());
+        assert!(kept.take(&pool).is_none());
     }
 
     #[tokio::test]
@@ -239,35 +350,67 @@ mod tests {
         let (good, _keep) = pair().await;
         let (bad, server) = pair().await;
         let pool = pool();
-        pool.put(good);
-        pool.put(bad);
+        let kept = Kept::new();
+        kept.put(&pool, good, Instant::now());
+        kept.put(&pool, bad, Instant::now());
         drop(server);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(pool.take().is_some());
+        assert!(kept.take(&pool).is_some());
     }
 
     #[tokio::test]
-    async fn a_sweep_closes_the_idle_connections_the_upstream_closed() {
-        let (good, _keep) = pair().await;
-        let (bad, server) = pair().await;
-        // A pool of its own: the key is this test's upstream address.
-        let pool = Pool::shared(
-            server.local_addr().unwrap(),
-            Duration::from_millis(1234),
-            Duration::from_secs(1),
-        );
-        pool.put(good);
-        pool.put(bad);
-        drop(server);
+    async fn connections_are_reused_only_for_their_own_address_and_timeouts() {
+        let (conn, _server) = pair().await;
+        let kept = Kept::new();
+        kept.put(&pool(), conn, Instant::now());
+        let slower = Pool::new(pool().addr, Duration::from_secs(1), Duration::from_secs(2));
+        assert!(kept.take(&slower).is_none());
+        assert!(kept.take(&pool()).is_some());
+    }
+
+    #[tokio::test]
+    async fn one_client_keeps_a_bounded_number_the_oldest_closed_first() {
+        let pool = pool();
+        let kept = Kept::new();
+        let mut servers = Vec::new();
+        for _ in 0..KEPT_PER_CLIENT + 3 {
+            let (conn, server) = pair().await;
+            kept.put(&pool, conn, Instant::now());
+            servers.push(server);
+        }
+        assert_eq!(kept.len(), KEPT_PER_CLIENT);
+        // The first three were closed: their upstream sides read EOF.
         tokio::time::sleep(Duration::from_millis(50)).await;
+        let closed = servers
+            .iter()
+            .map(|s| {
+                let mut byte = [MaybeUninit::<u8>::uninit(); 1];
+                matches!(socket2::SockRef::from(s).peek(&mut byte), Ok(0))
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(closed.iter().filter(|c| **c).count(), 3, "{closed:?}");
+        assert!(closed[..3].iter().all(|c| *c));
+    }
+
+    #[tokio::test]
+    async fn an_http2_connections_streams_share_its_kept_until_it_ends() {
+        let (socket, _server) = pair().await;
+        let digest = Arc::new(SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(
+            &socket,
+        )));
+        let one = for_connection(&digest);
+        assert!(Arc::ptr_eq(&one, &for_connection(&digest)));
+        let other = Arc::new(SocketDigest::from_raw_fd(0));
+        assert!(!Arc::ptr_eq(&one, &for_connection(&other)));
+        let weak = Arc::downgrade(&one);
+        drop(one);
         sweep();
-        assert_eq!(pool.idle.lock().unwrap().len(), 1);
-        // Kept while someone holds it; forgotten once nobody does and it
-        // holds nothing.
-        let key = (pool.addr, pool.connect_timeout, pool.read_timeout);
-        assert!(pool.take().is_some());
-        drop(pool);
+        assert!(
+            weak.upgrade().is_some(),
+            "forgotten while the connection lives"
+        );
+        drop(digest);
         sweep();
-        assert!(!pools().lock().unwrap().contains_key(&key));
+        assert!(weak.upgrade().is_none(), "kept after the connection ended");
     }
 }
