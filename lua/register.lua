@@ -12,10 +12,14 @@
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
 -- KEYS[8] due HASH        (userId -> when the next poll is due, ms), KEYS[9]
 --                          dues ZSET (its buckets): see `heartbeats`
+-- KEYS[10] proofs ZSET    (challenge id -> its expiry, ms): proofs of work used
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
--- ARGV[6..] userIds, 1 to 500
+-- ARGV[6] p, how many users of the batch carry a proof of work; then p
+--         triples: the user's place in the batch (from 1), the challenge
+--         id, its expiry (ms)
+-- ARGV[7+3p..] userIds, 1 to 500
 --
 -- Returns, for each user in order, five numbers: four below and the poll
 -- advice (ms; 0 where there is no place to poll):
@@ -31,20 +35,36 @@
 --         {7, 0, 0, 0}                 the queue is closed (control.lua): nobody
 --                                      joins, and a place already had is kept
 --                                      as it is (an active user is told 3)
+--         {8, 0, 0, 0}                 the user's proof of work was used
+--                                      already: nothing is done for them
 -- wait_ms is -1 while admission is paused.
 -- Codes: 1 new, 2 already-waiting, 3 active, 4 already-prequeued, 5 prequeued-now,
--- Codes: 6 not-open, 7 closed
+-- Codes: 6 not-open, 7 closed, 8 proof-reused
 --
 -- A waiting user costs a sorted-set entry, a hash field and a place in a
--- list.
+-- list. A proof of work costs an entry in the proofs set until its challenge
+-- expires: the set holds at most the registers of one challenge lifetime.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
-if #KEYS ~= 9 or not interval or interval < 1 or not batch or batch < 1 or not timeout
-    or not batch_users(6) then
+local proofs = tonumber(ARGV[6])
+-- The first user's ARGV index, and a user's place in the batch from it.
+local first = 7 + 3 * (proofs or 0)
+local count = proofs and batch_users(first)
+if #KEYS ~= 10 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+    or not count or proofs < 0 or proofs > count then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
+-- The proof of work of each user that carries one, by place in the batch.
+local proof_of = {}
+for j = 0, proofs - 1 do
+  local place, id, expiry = tonumber(ARGV[7 + 3 * j]), ARGV[8 + 3 * j], tonumber(ARGV[9 + 3 * j])
+  if not place or place < 1 or place > count or #id == 0 or #id > 64 or not expiry then
+    return redis.error_reply('ERR waitgate register: bad arguments')
+  end
+  proof_of[place] = {id, expiry}
+end
 local control = read_control(KEYS[6])
 if not control.incarnation then
   -- The floor of a placed pre-queue may be among what was lost: nobody
@@ -55,9 +75,9 @@ if control.closed then
   -- Nothing is written: a waiting user's place stays where it is (the
   -- closure holds the heartbeats), an admitted one is still told so.
   local out = {}
-  local expiries = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, 6, #ARGV))
-  for i = 6, #ARGV do
-    local expiry = tonumber(expiries[i - 5])
+  local expiries = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, first, #ARGV))
+  for i = first, #ARGV do
+    local expiry = tonumber(expiries[i - first + 1])
     if expiry and expiry > now_ms then
       for _, n in ipairs({3, expiry, 0, tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '0'),
           0}) do
@@ -115,8 +135,8 @@ local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
 local open = phase == 'open'
 local waiting_scores, active_scores
 if open then
-  waiting_scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 6, #ARGV))
-  active_scores = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, 6, #ARGV))
+  waiting_scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, first, #ARGV))
+  active_scores = redis.call('ZMSCORE', KEYS[4], unpack(ARGV, first, #ARGV))
 end
 -- The adds not written yet (score, user, ...), every user this batch
 -- added, and the size of the waiting set with the batch's adds (once open,
@@ -144,7 +164,7 @@ local function write_adds()
 end
 
 local function join(user, i)
-  if active_scores[i - 5] then
+  if active_scores[i] then
     ran_out[#ran_out + 1] = user
   end
   if not tails[KEYS[1]] then
@@ -165,8 +185,8 @@ local function join(user, i)
 end
 
 local function register(user, i)
-  if open and not added[user] and not waiting_scores[i - 5] then
-    local expiry = active_scores[i - 5]
+  if open and not added[user] and not waiting_scores[i] then
+    local expiry = active_scores[i]
     if not (expiry and tonumber(expiry) > now_ms) then
       return join(user, i)
     end
@@ -241,9 +261,23 @@ local function register(user, i)
   return 1, rank, wait, score, advice
 end
 
+-- A proof is taken once: recorded until its challenge expires, when the
+-- instances refuse it anyway. The expired ones go first (each once, so
+-- this costs, over time, one removal per proof).
+if proofs > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now_ms)
+end
+local function proof_taken(i)
+  local proof = proof_of[i]
+  return proof and redis.call('ZADD', KEYS[10], 'NX', proof[2], proof[1]) == 0
+end
+
 local out = {}
-for i = 6, #ARGV do
-  local code, value, wait, arrival, advice = register(ARGV[i], i)
+for i = 1, count do
+  local code, value, wait, arrival, advice = 8, 0, 0, 0, 0
+  if not proof_taken(i) then
+    code, value, wait, arrival, advice = register(ARGV[first + i - 1], i)
+  end
   out[#out + 1] = code
   out[#out + 1] = value
   out[#out + 1] = wait

@@ -422,8 +422,8 @@ usec_reg=$(( $(evalsha_usec) - usec_before ))
 echo "  waitgate: $reg" >&2
 cat lua/lib.lua lua/register.lua > "$work/register.lua"
 REG_SHA=$(R SCRIPT LOAD "$(cat "$work/register.lua")")
-reg_args=(EVALSHA "$REG_SHA" 9 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
-  "$K:control" "$K:prequeue" "$K:due" "$K:dues" 3000 100 3600000 1000 30000)
+reg_args=(EVALSHA "$REG_SHA" 10 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
+  "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:proofs" 3000 100 3600000 1000 30000 0)
 probe=$(R "${reg_args[@]}" b:probe 2>&1 | head -1)
 case "$probe" in *ERR*) echo "the EVALSHA reference fails: $probe" >&2; exit 1 ;; esac
 usec_before=$(evalsha_usec)

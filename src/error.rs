@@ -97,6 +97,12 @@ pub enum ApiError {
     /// 429: the client is over a per-client limit (`limits.*`); it may ask
     /// again after this many seconds.
     RateLimited { retry_after_s: u64 },
+    /// 403: the queue asks a proof of work (`challenge`) and the register
+    /// carries none.
+    ProofRequired,
+    /// 403: the proof of work is malformed, wrong, expired, for another
+    /// queue, or already used.
+    ProofInvalid,
 }
 
 impl ApiError {
@@ -116,7 +122,9 @@ impl ApiError {
             | ApiError::CrossSite
             | ApiError::Prefetch
             | ApiError::OriginNotAllowed
-            | ApiError::IdentityMismatch => 403,
+            | ApiError::IdentityMismatch
+            | ApiError::ProofRequired
+            | ApiError::ProofInvalid => 403,
             ApiError::AdminUnauthorized | ApiError::LoginRequired | ApiError::InvalidLogin => 401,
             ApiError::Conflict(_) => 409,
             ApiError::QueueClosed(_) => 410,
@@ -173,6 +181,8 @@ impl ApiError {
             ApiError::InvalidLogin => "invalid_login",
             ApiError::IdentityMismatch => "identity_mismatch",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::ProofRequired => "proof_required",
+            ApiError::ProofInvalid => "proof_invalid",
         }
     }
 
@@ -245,6 +255,12 @@ impl ApiError {
             }
             ApiError::InvalidLogin => "The login token is not valid.",
             ApiError::IdentityMismatch => "The userId must be the signed-in user's.",
+            ApiError::ProofRequired => {
+                "This queue asks a proof of work: get a challenge from /api/v1/queue/challenge and send its answer in X-Waitgate-Proof."
+            }
+            ApiError::ProofInvalid => {
+                "The proof of work is wrong, expired or already used: get a new challenge."
+            }
         };
         Cow::Borrowed(text)
     }
@@ -297,6 +313,8 @@ impl ApiError {
             ApiError::InvalidLogin,
             ApiError::IdentityMismatch,
             ApiError::RateLimited { retry_after_s: 1 },
+            ApiError::ProofRequired,
+            ApiError::ProofInvalid,
         ];
         for error in &all {
             match error {
@@ -334,7 +352,9 @@ impl ApiError {
                 | ApiError::LoginRequired
                 | ApiError::InvalidLogin
                 | ApiError::IdentityMismatch
-                | ApiError::RateLimited { .. } => {}
+                | ApiError::RateLimited { .. }
+                | ApiError::ProofRequired
+                | ApiError::ProofInvalid => {}
             }
         }
         all

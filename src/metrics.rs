@@ -73,7 +73,24 @@ pub struct Metrics {
     pub admission_held: IntGaugeVec,
     /// Places seated again after a loss of state.
     pub reseated: IntCounterVec,
+    /// Proof-of-work challenges issued.
+    pub challenges: IntCounterVec,
+    /// Registers refused for their proof of work, by reason (see
+    /// [`PROOF_REFUSALS`]).
+    pub proof_refused: IntCounterVec,
 }
+
+/// The `reason` label of `waitgate_proof_refused_total`: `required` (none
+/// sent), and each of `queue_api::challenge::Refused`.
+pub const PROOF_REFUSALS: [&str; 7] = [
+    "required",
+    "malformed",
+    "forged",
+    "expired",
+    "stale_difficulty",
+    "wrong",
+    "reused",
+];
 
 /// Label values of `waitgate_redis_incidents_total{kind}`.
 pub const INCIDENT_KINDS: [&str; 3] = ["outage", "failover", "data_loss"];
@@ -284,6 +301,18 @@ impl Metrics {
                 "Users removed by the cleanup, by reason.",
                 &["queue", "reason"],
             ),
+            challenges: counter(
+                &registry,
+                "waitgate_challenges_issued_total",
+                "Proof-of-work challenges issued.",
+                &["queue"],
+            ),
+            proof_refused: counter(
+                &registry,
+                "waitgate_proof_refused_total",
+                "Registers refused for their proof of work (403), by reason.",
+                &["queue", "reason"],
+            ),
             registrations: counter(
                 &registry,
                 "waitgate_registrations_total",
@@ -454,6 +483,10 @@ impl Metrics {
             for result in REGISTERED {
                 self.registrations.with_label_values(&[q, result]);
             }
+            self.challenges.with_label_values(&[q]);
+            for reason in PROOF_REFUSALS {
+                self.proof_refused.with_label_values(&[q, reason]);
+            }
         }
     }
 
@@ -490,6 +523,10 @@ impl Metrics {
             }
             for result in REGISTERED {
                 let _ = self.registrations.remove_label_values(&[q, result]);
+            }
+            let _ = self.challenges.remove_label_values(&[q]);
+            for reason in PROOF_REFUSALS {
+                let _ = self.proof_refused.remove_label_values(&[q, reason]);
             }
         }
     }

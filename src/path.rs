@@ -280,14 +280,17 @@ pub enum Endpoint {
     Rank,
     Dropout,
     Token,
+    /// A proof-of-work challenge for register.
+    Challenge,
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 4] = [
+    pub const ALL: [Endpoint; 5] = [
         Endpoint::Register,
         Endpoint::Rank,
         Endpoint::Dropout,
         Endpoint::Token,
+        Endpoint::Challenge,
     ];
 
     pub fn from_path(path: &str) -> Option<Endpoint> {
@@ -300,6 +303,7 @@ impl Endpoint {
             Endpoint::Rank => "/api/v1/queue/rank",
             Endpoint::Dropout => "/api/v1/queue/dropout",
             Endpoint::Token => "/api/v1/queue/active/token",
+            Endpoint::Challenge => "/api/v1/queue/challenge",
         }
     }
 
@@ -307,7 +311,7 @@ impl Endpoint {
     pub fn method(self) -> &'static str {
         match self {
             Endpoint::Register | Endpoint::Token => "POST",
-            Endpoint::Rank => "GET",
+            Endpoint::Rank | Endpoint::Challenge => "GET",
             Endpoint::Dropout => "DELETE",
         }
     }
@@ -319,6 +323,7 @@ impl Endpoint {
             Endpoint::Rank => "rank",
             Endpoint::Dropout => "dropout",
             Endpoint::Token => "token",
+            Endpoint::Challenge => "challenge",
         }
     }
 }

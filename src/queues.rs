@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::config::{AdmissionConfig, Config, HeartbeatConfig, PageConfig};
+use crate::config::{AdmissionConfig, ChallengeConfig, Config, HeartbeatConfig, PageConfig};
 use crate::error::ApiError;
 use crate::store::ranks::NearHead;
 use crate::store::{QueueKeys, Samples};
@@ -21,6 +21,8 @@ pub struct Queue {
     pub require_credential: bool,
     /// How many places from the head ranks are exact, at least.
     pub exact_rank_window: u64,
+    /// The proof of work a register must carry, if any.
+    pub challenge: Option<ChallengeConfig>,
     /// The samples ranks far back are derived from (see `store::ranks`).
     pub ranks: RankSamples,
     /// The users this instance last answered near the head.
@@ -71,6 +73,7 @@ impl Queues {
                     page: q.page.clone(),
                     require_credential: q.require_credential,
                     exact_rank_window: q.exact_rank_window,
+                    challenge: q.challenge,
                     ranks: RankSamples::default(),
                     near_head: Default::default(),
                 };

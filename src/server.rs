@@ -33,7 +33,6 @@ use crate::proxy::routes::Maintenance;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::rules::forward::TrustedProxies;
 use crate::proxy::Gate;
-use crate::queue_api::credential::Credentials;
 use crate::queue_api::QueueApi;
 use crate::queues::Queues;
 use crate::reload::Reloader;
@@ -96,7 +95,6 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
     let metrics = Arc::new(Metrics::new(config));
     let tokens = Arc::new(Tokens::with_keys(keys, &config.jwt));
     let routes = Arc::new(ArcSwap::from_pointee(RouteTable::build(config)?));
-    let credentials = Credentials::with_keys(keys);
     let queues = Arc::new(ArcSwap::from_pointee(Queues::new(config)));
     let (reloaded, reloaded_rx) = watch::channel(0u64);
     let logins = config.identity.as_ref().map(Logins::load).transpose()?;
@@ -113,7 +111,7 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
             durability: durability.clone(),
         },
         tokens.clone(),
-        credentials,
+        keys,
         metrics.clone(),
         logins,
     ));

@@ -690,3 +690,135 @@ fn the_page_never_meets_one_visitors_share_of_the_safe_limits() {
         assert!(metrics.contains(&series), "{series}:\n{metrics}");
     }
 }
+
+/// The difficulty the docs give as the default (`challenge: {}`).
+const DEFAULT_DIFFICULTY_BITS: u64 = 16;
+
+/// A queue that asks a proof of work: the page solves the challenge in a
+/// Web Worker, showing how it goes, registers with the proof and shows the
+/// place; a visitor with the cookie is not asked again. Each solve, from
+/// the page's load to the place shown, is timed: at the default difficulty
+/// the median is under 2 s here.
+#[test]
+fn the_page_solves_the_challenge_and_joins_within_two_seconds() {
+    let room = Room::start_with(
+        &[],
+        "queues: {baseball: {admission: {interval-ms: 1000, batch-size: 1}, challenge: {}, \
+         page: {title: 'Baseball ticket open'}}}",
+    );
+    register_new_with_proof(&room.wg, "early_1");
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let mut times = Vec::new();
+        for round in 0..7 {
+            chromium.browser.clear_cookies().await.unwrap();
+            let page = chromium
+                .open(
+                    room.url("/tickets/seat"),
+                    IN_THE_ROOM,
+                    Duration::from_secs(10),
+                )
+                .await;
+            // The place shown, measured in the page from its navigation.
+            let placed = "document.getElementById('waitgate').dataset.status === 'WAITING'";
+            until(&page, placed, Duration::from_secs(30)).await;
+            let ms: f64 = eval(&page, "performance.now()").await;
+            times.push(ms);
+            let message: String = eval(&page, MESSAGE).await;
+            assert_eq!(
+                message,
+                if round == 0 {
+                    "1 person is ahead of you.".to_string()
+                } else {
+                    format!("{} people are ahead of you.", round + 1)
+                }
+            );
+            if round == 0 {
+                // A reload keeps the place, with no puzzle this time: the
+                // cookie's place is polled.
+                page.reload().await.unwrap();
+                until(&page, IN_THE_ROOM, Duration::from_secs(5)).await;
+                let status: String =
+                    eval(&page, "document.getElementById('waitgate').dataset.status").await;
+                assert_eq!(status, "WAITING");
+            }
+            page.close().await.unwrap();
+        }
+        assert_eq!(room.waiting().len(), 8, "one place per visitor");
+        let proofs = proofs_issued(&room.wg);
+        assert_eq!(proofs, 8, "one challenge per place");
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        println!(
+            "time to a place at {DEFAULT_DIFFICULTY_BITS} bits, page load to place shown (ms): {times:.0?}; median {median:.0}"
+        );
+        assert!(median < 2_000.0, "median {median:.0} ms: {times:?}");
+        chromium.close().await;
+    });
+}
+
+/// Without JavaScript, a queue that asks a proof of work says that the
+/// page needs it, and neither joins nor refreshes.
+#[test]
+fn without_javascript_the_challenge_page_says_it_needs_it() {
+    let room = Room::start_with(&[], "queues: {baseball: {challenge: {difficulty-bits: 8}}}");
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium.browser.new_page("about:blank").await.unwrap();
+        page.execute(SetScriptExecutionDisabledParams::new(true))
+            .await
+            .unwrap();
+        go(
+            &page,
+            room.url("/tickets/seat"),
+            IN_THE_ROOM,
+            Duration::from_secs(10),
+        )
+        .await;
+        let note: String = eval(&page, "document.getElementById('wg-note').textContent").await;
+        assert!(note.contains("needs JavaScript"), "{note}");
+        let refresh: bool = eval(
+            &page,
+            "document.documentElement.innerHTML.includes('http-equiv=\"refresh\"')",
+        )
+        .await;
+        assert!(!refresh, "a page that cannot join does not reload itself");
+        assert!(room.waiting().is_empty());
+        chromium.close().await;
+    });
+}
+
+/// How many challenges waitgate issued for `baseball`.
+fn proofs_issued(wg: &Waitgate) -> u64 {
+    let metrics = get(wg.admin, "/metrics").unwrap().text();
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("waitgate_challenges_issued_total{queue=\"baseball\"} ")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Registers `user` through the API with a solved challenge.
+fn register_new_with_proof(wg: &Waitgate, user: &str) {
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=baseball").unwrap();
+    let v = r.json();
+    let challenge = v["challenge"].as_str().unwrap();
+    let bits = v["difficultyBits"].as_u64().unwrap() as u32;
+    let proof = solve_proof(challenge, bits);
+    let body = serde_json::json!({ "userId": user }).to_string();
+    let r = request(
+        wg.addr,
+        "POST",
+        "/api/v1/queue/register",
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Waitgate-Proof", &proof),
+        ],
+        Some(body.as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+}

@@ -202,7 +202,7 @@ fn coalesced_registrations_keep_each_clients_order() {
 fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str]) -> Vec<i64> {
     give_state(c, q);
     let mut call = redis::cmd("EVAL");
-    call.arg(script).arg(9);
+    call.arg(script).arg(10);
     for key in [
         "waiting",
         "heartbeat",
@@ -213,10 +213,17 @@ fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str
         "prequeue",
         "due",
         "dues",
+        "proofs",
     ] {
         call.arg(format!("queue:{{{q}}}:{key}"));
     }
-    call.arg(3000).arg(100).arg(3_600_000).arg(1000).arg(30_000);
+    // No proofs of work.
+    call.arg(3000)
+        .arg(100)
+        .arg(3_600_000)
+        .arg(1000)
+        .arg(30_000)
+        .arg(0);
     call.arg(users).query(c).unwrap()
 }
 

@@ -626,9 +626,12 @@ routes: []
                     match step {
                         Step::Register(i) => {
                             runtime
-                                .block_on(store.register_many(
+                                .block_on(store.register(
                                     &queue.keys,
-                                    &[&user(*i)],
+                                    waitgate::store::Joining {
+                                        user: &user(*i),
+                                        proof: None,
+                                    },
                                     &queue.admission,
                                     &queue.heartbeat,
                                 ))

@@ -17,6 +17,11 @@
  * is never more than one request at a time. A closed queue (status CLOSED)
  * ends it: the page shows the operator's message and neither polls nor
  * reloads.
+ *
+ * A queue that asks a proof of work (status CHALLENGE) is joined from here:
+ * the client solves a challenge in a Web Worker (proof-worker.js), the
+ * progress bar shows how it goes, and the register that carries the proof
+ * sets the queue cookie; then the page polls as above.
  */
 (() => {
   "use strict";
@@ -301,28 +306,79 @@
     return;
   }
 
-  // The progress bar's spoken value, which the template cannot know.
-  if (config.status === "PREQUEUE") showProgress(0);
-  else if (Number.isFinite(config.rank)) setProgress(config.rank);
-
   const client = new window.WaitgateClient({
     queue: config.queue,
     credentials: "same-origin",
     pollAfterMs: fallbackPollMs,
+    proofWorker: typeof config.proofWorker === "string" ? config.proofWorker : null,
   });
 
-  client
-    .waitUntilAdmitted({ onUpdate: render, delayMs: fallbackPollMs })
-    .then(admitted)
-    .catch((err) => {
-      // Closed: shown by render; the page stops there.
-      if (err && err.code === "queue_closed") return;
-      // 404 (the place is gone), 403 (not admitted after all) and any other
-      // 4xx: reload at once, the server sorts it out. Anything else: reload
-      // after a poll interval.
-      const status = err && err.status;
-      reload({ soon: status >= 400 && status < 500 });
-    });
+  // Polls until admitted, from the first poll after `delayMs`.
+  function follow(delayMs) {
+    client
+      .waitUntilAdmitted({ onUpdate: render, delayMs })
+      .then(admitted)
+      .catch((err) => {
+        // Closed: shown by render; the page stops there.
+        if (err && err.code === "queue_closed") return;
+        // 404 (the place is gone), 403 (not admitted after all) and any other
+        // 4xx: reload at once, the server sorts it out. Anything else: reload
+        // after a poll interval.
+        const status = err && err.status;
+        reload({ soon: status >= 400 && status < 500 });
+      });
+  }
+
+  // The chance that a proof would be found by now, as the progress bar's
+  // value: finding one is luck, so no count of tries is ever "done".
+  function proofProgress({ tried, expected }) {
+    const pct = Math.min(99, Math.floor(100 * (1 - Math.exp(-tried / expected))));
+    if (progress && Number(progress.value) !== pct) progress.value = pct;
+    const label = text("checking_progress", pct);
+    if (label !== null) {
+      if (progress) progress.setAttribute("aria-valuetext", label);
+      setText(progressText, label);
+    }
+  }
+
+  if (config.status === "CHALLENGE") {
+    setText(note, text("note"));
+    proofProgress({ tried: 0, expected: 1 });
+    client
+      .register({ prove: true, onProof: proofProgress })
+      .then((answer) => {
+        if (answer && Number.isFinite(answer.rank)) startRank = answer.rank;
+        render(answer);
+        follow(Math.max(MIN_POLL_MS, Number(answer && answer.pollAfterMs) || fallbackPollMs));
+      })
+      .catch((err) => {
+        if (err && err.code === "queue_closed") {
+          closed(err.message);
+          return;
+        }
+        if (err && err.code === "proof_unsupported") {
+          setStatus("CHALLENGE_FAILED");
+          setText(message, text("checking_failed"));
+          return;
+        }
+        if (err && err.code === "queue_not_open") {
+          setStatus("NOT_OPEN");
+          setText(heading, text("heading_not_open"));
+          setText(message, err.message);
+          reload();
+          return;
+        }
+        // A login needed, an outage: the server says which.
+        const status = err && err.status;
+        reload({ soon: status >= 400 && status < 500 });
+      });
+    return;
+  }
+
+  // The progress bar's spoken value, which the template cannot know.
+  if (config.status === "PREQUEUE") showProgress(0);
+  else if (Number.isFinite(config.rank)) setProgress(config.rank);
+  follow(fallbackPollMs);
 
   // A page restored from the back/forward cache may hold a stale state.
   window.addEventListener("pageshow", (event) => {

@@ -20,7 +20,21 @@
  *   cors.allowed-origins.
  *
  * Methods (each returns a Promise of the JSON answer):
- *   register({ userId })  POST   /api/v1/queue/register
+ *   register({ userId, prove, onProof })
+ *                         POST   /api/v1/queue/register; where the queue asks
+ *       a proof of work (403 proof_required or proof_invalid), it gets a
+ *       challenge, solves it and registers again with the proof, up to
+ *       three times. `prove: true` solves one before the first try (the
+ *       queue is known to ask one); onProof({ tried, expected }) is called
+ *       about every 200 ms while solving.
+ *   challenge()           GET    /api/v1/queue/challenge
+ *   solve(challengeAnswer, { onProof })
+ *       the X-Waitgate-Proof value for a challenge answer: SHA-256 of
+ *       "<challenge>:<nonce>" with difficultyBits leading zero bits, by
+ *       Web Crypto, in a Web Worker when `proofWorker` (the URL of
+ *       proof-worker.js, served by waitgate at
+ *       /waiting-room/assets/proof-worker.js) is given and Workers exist,
+ *       else on this thread (Node 20+ too).
  *   rank()                GET    /api/v1/queue/rank
  *   token()               POST   /api/v1/queue/active/token
  *   dropout()             DELETE /api/v1/queue/dropout (resolves to null)
@@ -57,7 +71,7 @@
 
   class WaitgateClient {
     constructor({ base = "", queue, userId, queueCredential, credentials = "same-origin",
-      pollAfterMs = 3000, timeoutMs = 10000 } = {}) {
+      pollAfterMs = 3000, timeoutMs = 10000, proofWorker = null } = {}) {
       this.base = String(base).replace(/\/+$/, "");
       this.queue = queue;
       this.userId = userId;
@@ -65,20 +79,48 @@
       this.credentials = credentials;
       this.pollAfterMs = pollAfterMs; // the last advised interval (a fallback until one is)
       this.timeoutMs = timeoutMs;     // a request that takes longer counts as no answer
+      this.proofWorker = proofWorker; // proof-worker.js's URL, to solve off this thread
     }
 
-    async register({ userId, signal } = {}) {
+    async register({ userId, signal, prove = false, onProof } = {}) {
       if (userId) this.userId = userId;
-      const answer = await this._request("POST", "/register", {
-        body: { queue: this.queue, userId: this.userId }, signal });
-      if (answer && answer.userId) this.userId = answer.userId;
-      if (answer && answer.queueCredential) this.queueCredential = answer.queueCredential;
-      return answer;
+      let proof = null;
+      for (let attempt = 0; ; attempt += 1) {
+        if (prove || attempt > 0) {
+          const challenge = await this.challenge({ signal });
+          // A queue that asks none: register as is.
+          proof = challenge.challenge ? await this.solve(challenge, { onProof, signal }) : null;
+        }
+        try {
+          const answer = await this._request("POST", "/register", {
+            body: { queue: this.queue, userId: this.userId }, proofOfWork: proof, signal });
+          if (answer && answer.userId) this.userId = answer.userId;
+          if (answer && answer.queueCredential) this.queueCredential = answer.queueCredential;
+          return answer;
+        } catch (err) {
+          const asked = err && err.status === 403
+            && (err.code === "proof_required" || err.code === "proof_invalid");
+          if (!asked || attempt >= 2) throw err;
+        }
+      }
+    }
+
+    challenge({ signal } = {}) {
+      return this._request("GET", "/challenge", { query: { queue: this.queue }, signal });
+    }
+
+    async solve({ challenge, difficultyBits }, { onProof, signal } = {}) {
+      const expected = 2 ** Number(difficultyBits);
+      const progress = (tried) => { if (onProof) onProof({ tried, expected }); };
+      if (this.proofWorker && typeof Worker === "function") {
+        return solveInWorker(this.proofWorker, challenge, difficultyBits, progress, signal);
+      }
+      return solveHere(challenge, Number(difficultyBits), progress, signal);
     }
 
     rank({ signal } = {}) {
       return this._request("GET", "/rank", {
-        query: { queue: this.queue, userId: this.userId }, proof: true, signal });
+        query: { queue: this.queue, userId: this.userId }, credential: true, signal });
     }
 
     token({ signal } = {}) {
@@ -88,7 +130,7 @@
 
     dropout({ signal } = {}) {
       return this._request("DELETE", "/dropout", {
-        query: { queue: this.queue, userId: this.userId }, proof: true, signal });
+        query: { queue: this.queue, userId: this.userId }, credential: true, signal });
     }
 
     async waitUntilAdmitted({ onUpdate = () => {}, signal, delayMs = 0 } = {}) {
@@ -127,14 +169,15 @@
       }
     }
 
-    async _request(method, path, { query = {}, body, proof = false, signal } = {}) {
+    async _request(method, path, { query = {}, body, credential = false, proofOfWork, signal } = {}) {
       const params = new URLSearchParams();
       for (const [key, value] of Object.entries(query)) {
         if (value != null && value !== "") params.set(key, value);
       }
       const url = this.base + API + path + (params.toString() ? "?" + params : "");
       const headers = { Accept: "application/json" };
-      if (proof && this.queueCredential) headers["X-Queue-Credential"] = this.queueCredential;
+      if (credential && this.queueCredential) headers["X-Queue-Credential"] = this.queueCredential;
+      if (proofOfWork) headers["X-Waitgate-Proof"] = proofOfWork;
       const init = { method, headers, credentials: this.credentials, cache: "no-store" };
       if (body !== undefined) {
         headers["Content-Type"] = "application/json";
@@ -174,6 +217,65 @@
       }
       return data;
     }
+  }
+
+  // How many leading zero bits a digest has.
+  function zeroBits(bytes) {
+    let bits = 0;
+    for (let i = 0; i < bytes.length; i += 1) {
+      if (bytes[i] !== 0) return bits + Math.clz32(bytes[i]) - 24;
+      bits += 8;
+    }
+    return bits;
+  }
+
+  // Solves on this thread: Web Crypto's digest is asynchronous, so a batch
+  // of them is kept in flight (one at a time, the round trip costs more
+  // than the hash), and the page stays responsive between batches.
+  async function solveHere(challenge, bits, progress, signal) {
+    const subtle = globalThis.crypto && globalThis.crypto.subtle;
+    if (!subtle) throw apiError(0, "proof_unsupported", "Web Crypto is not available here.");
+    const encoder = new TextEncoder();
+    let lastProgress = Date.now();
+    for (let next = 0; ; next += 512) {
+      if (signal && signal.aborted) throw abortReason(signal);
+      const digests = [];
+      for (let n = next; n < next + 512; n += 1) {
+        digests.push(subtle.digest("SHA-256", encoder.encode(challenge + ":" + n)));
+      }
+      const done = await Promise.all(digests);
+      for (let i = 0; i < done.length; i += 1) {
+        if (zeroBits(new Uint8Array(done[i])) >= bits) return challenge + ":" + (next + i);
+      }
+      if (Date.now() - lastProgress >= 200) {
+        lastProgress = Date.now();
+        progress(next + 512);
+      }
+    }
+  }
+
+  // Solves in proof-worker.js, which posts { tried } now and then and
+  // { proof } (or { error }) at the end.
+  function solveInWorker(url, challenge, difficultyBits, progress, signal) {
+    return new Promise((resolve, reject) => {
+      if (signal && signal.aborted) return reject(abortReason(signal));
+      const worker = new Worker(url);
+      const finish = (error, proof) => {
+        worker.terminate();
+        if (signal) signal.removeEventListener("abort", onAbort);
+        if (error) reject(error); else resolve(proof);
+      };
+      const onAbort = () => finish(abortReason(signal));
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+      worker.onmessage = (event) => {
+        const data = event.data || {};
+        if (typeof data.proof === "string") finish(null, data.proof);
+        else if (data.error) finish(apiError(0, "proof_unsupported", String(data.error)));
+        else if (Number.isFinite(data.tried)) progress(data.tried);
+      };
+      worker.onerror = () => finish(apiError(0, "proof_unsupported", "The proof worker failed."));
+      worker.postMessage({ challenge, difficultyBits });
+    });
   }
 
   function apiError(status, code, message) {

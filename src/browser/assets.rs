@@ -22,6 +22,12 @@ pub const ASSETS: &[Asset] = &[
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../../assets/waiting-room/page.js"),
     },
+    // Solves a queue's proof-of-work challenge off the page's thread.
+    Asset {
+        name: "proof-worker.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../../assets/waiting-room/proof-worker.js"),
+    },
     // The client a site's own page can use too (examples/js/README.md).
     Asset {
         name: "waitgate-client.js",

@@ -69,6 +69,9 @@ pub struct Caller {
     pub authorization: Option<String>,
     /// `X-Queue-Credential`, when there is exactly one.
     pub credential: Option<String>,
+    /// `X-Waitgate-Proof`: a register's proof of work (empty when it was
+    /// sent twice, or not as text).
+    pub proof: Option<String>,
     pub accept_language: Option<String>,
 }
 
@@ -78,6 +81,7 @@ impl Caller {
         let mut caller = Caller::default();
         let mut authorizations = 0;
         let mut credentials = 0;
+        let mut proofs = 0;
         for (name, value) in fields {
             let text = || {
                 std::str::from_utf8(value)
@@ -102,6 +106,9 @@ impl Caller {
             } else if name.eq_ignore_ascii_case(b"x-queue-credential") {
                 credentials += 1;
                 caller.credential = text();
+            } else if name.eq_ignore_ascii_case(b"x-waitgate-proof") {
+                proofs += 1;
+                caller.proof = Some(text().unwrap_or_default());
             } else if name.eq_ignore_ascii_case(b"accept-language") {
                 caller.accept_language = text();
             }
@@ -112,6 +119,10 @@ impl Caller {
         }
         if credentials > 1 {
             caller.credential = None;
+        }
+        // Two proofs are one malformed one: refused, never guessed at.
+        if proofs > 1 {
+            caller.proof = Some(String::new());
         }
         caller
     }

@@ -82,7 +82,7 @@ pub fn preflight(origins: &Origins, sent: Sent<'_>) -> Option<Vec<(&'static str,
         // Authorization: the site's login token, with identity binding.
         (
             "Access-Control-Allow-Headers",
-            "Authorization, Content-Type, X-Queue-Credential".into(),
+            "Authorization, Content-Type, X-Queue-Credential, X-Waitgate-Proof".into(),
         ),
         ("Access-Control-Max-Age", "600".into()),
     ]);
@@ -153,13 +153,12 @@ mod tests {
         assert!(h.contains(&("Access-Control-Allow-Origin", "https://shop.example".into())));
         assert!(o.cors(sent(Some("https://evil.example"), None)).is_none());
         assert!(o.cors(sent(None, None)).is_none());
-        assert!(
-            preflight(&o, sent(Some("https://shop.example"), None))
-                .unwrap()
-                .iter()
-                .any(|(n, v)| *n == "Access-Control-Allow-Headers"
-                    && v.contains("X-Queue-Credential"))
-        );
+        assert!(preflight(&o, sent(Some("https://shop.example"), None))
+            .unwrap()
+            .iter()
+            .any(|(n, v)| *n == "Access-Control-Allow-Headers"
+                && v.contains("X-Queue-Credential")
+                && v.contains("X-Waitgate-Proof")));
     }
 
     #[test]

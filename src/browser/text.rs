@@ -70,6 +70,20 @@ const EN: &[(&str, &str)] = &[
     ("heading_busy", "The waiting room is busy"),
     ("heading_cookies", "Cookies are needed to keep your place"),
     ("heading_closed", "The queue is closed"),
+    ("heading_checking", "Checking your browser"),
+    (
+        "checking",
+        "Your browser is solving a short puzzle that keeps bots out of the line. It takes a second or two.",
+    ),
+    ("checking_progress", "Checking… {n}%"),
+    (
+        "checking_needs_script",
+        "This queue asks your browser to solve a short puzzle before it joins, which needs JavaScript. Turn JavaScript on, then reload this page.",
+    ),
+    (
+        "checking_failed",
+        "Your browser could not solve the puzzle. Reload this page to try again.",
+    ),
     ("ahead", "{n} people are ahead of you."),
     ("ahead_one", "1 person is ahead of you."),
     ("next", "You're next."),
@@ -134,6 +148,20 @@ const KO: &[(&str, &str)] = &[
     ("heading_busy", "대기실이 혼잡합니다"),
     ("heading_cookies", "순서를 유지하려면 쿠키가 필요합니다"),
     ("heading_closed", "대기열이 닫혔습니다"),
+    ("heading_checking", "브라우저를 확인하는 중입니다"),
+    (
+        "checking",
+        "봇이 줄에 끼어들지 못하도록 브라우저가 짧은 퍼즐을 푸는 중입니다. 1~2초면 끝납니다.",
+    ),
+    ("checking_progress", "확인 중… {n}%"),
+    (
+        "checking_needs_script",
+        "이 대기열은 들어오기 전에 브라우저가 짧은 퍼즐을 풀어야 하며, 여기에는 JavaScript가 필요합니다. JavaScript를 켠 뒤 페이지를 새로 고쳐 주세요.",
+    ),
+    (
+        "checking_failed",
+        "브라우저가 퍼즐을 풀지 못했습니다. 페이지를 새로 고쳐 다시 시도해 주세요.",
+    ),
     ("ahead", "앞에 {n}명이 있습니다."),
     ("ahead_one", "앞에 1명이 있습니다."),
     ("next", "다음 차례입니다."),

@@ -28,7 +28,23 @@ pub struct QueueConfig {
     /// may be derived from samples of the waiting set, within 0.1% (see
     /// `store::ranks`), and are from place 10,000 on if this is smaller.
     pub exact_rank_window: u64,
+    /// The proof of work a register must carry; `None` when `challenge` is
+    /// absent or asks 0 bits.
+    pub challenge: Option<ChallengeConfig>,
 }
+
+/// A queue's proof of work (`queues.<q>.challenge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChallengeConfig {
+    /// How many leading zero bits SHA-256 of a proof must have: 2^bits
+    /// hashes on average.
+    pub difficulty_bits: u8,
+    /// How long a challenge may be answered for.
+    pub ttl: Duration,
+}
+
+/// The most difficulty a queue may ask (see `queue_api::challenge`).
+pub const MAX_DIFFICULTY_BITS: u64 = 32;
 
 /// The waiting-room page of a queue.
 #[derive(Debug, Clone, Default)]
@@ -75,6 +91,7 @@ pub(super) struct RawQueue {
     pub(super) page: RawPage,
     pub(super) require_credential: bool,
     pub(super) exact_rank_window: Option<u64>,
+    pub(super) challenge: Option<RawChallenge>,
 }
 
 #[derive(Deserialize, Default)]
@@ -93,6 +110,14 @@ section! {
         poll_max_ms: u64 = 30_000,
         // The page and the JS client wait at most 8 s between tries.
         outage_grace_ms: u64 = 10_000,
+    }
+}
+
+section! {
+    RawChallenge {
+        // About 65,000 hashes: under a second in a browser (docs/security.md).
+        difficulty_bits: u64 = 16,
+        ttl_ms: u64 = 60_000,
     }
 }
 
@@ -173,7 +198,29 @@ impl RawQueue {
                 ));
             }
         }
+        let challenge = match self.challenge {
+            None => None,
+            Some(c) => {
+                let bits = ranged(
+                    &format!("{key}.challenge.difficulty-bits"),
+                    c.difficulty_bits,
+                    0,
+                    MAX_DIFFICULTY_BITS,
+                )? as u8;
+                let ttl = Duration::from_millis(ranged(
+                    &format!("{key}.challenge.ttl-ms"),
+                    c.ttl_ms,
+                    1_000,
+                    3_600_000,
+                )?);
+                (bits > 0).then_some(ChallengeConfig {
+                    difficulty_bits: bits,
+                    ttl,
+                })
+            }
+        };
         Ok(QueueConfig {
+            challenge,
             heartbeat,
             admission,
             page: PageConfig {

@@ -585,7 +585,6 @@ mod tests {
     use crate::config::Config;
     use crate::edge::jwt::Reject;
     use crate::edge::secret::Secret;
-    use crate::queue_api::credential::Credentials;
     use crate::queues::Queues;
     use crate::store::Store;
 
@@ -616,7 +615,7 @@ routes:
                 )),
             },
             tokens.clone(),
-            Credentials::new(&secret),
+            &crate::edge::secret::Keys::single(secret.clone()),
             metrics.clone(),
             None,
         ));

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
+use super::challenge::Spent;
 use crate::queues::Queue;
 use crate::store::coalesce::{Batch, Coalescer};
-use crate::store::{Position, Registration, Store, StoreError};
+use crate::store::{Joining, Position, Registration, SpentProof, Store, StoreError};
 
 /// Who a call is for; every request of a batch is for one queue, whose
 /// settings (as of the first request) the call uses.
@@ -18,6 +19,21 @@ pub struct ForUser {
     user: String,
     /// The arrival a credential names (token exchange only).
     arrival: u64,
+    /// The proof of work the user sent (register only, where the queue
+    /// asks one).
+    proof: Option<Spent>,
+}
+
+impl ForUser {
+    fn joining(&self) -> Joining<'_> {
+        Joining {
+            user: &self.user,
+            proof: self.proof.as_ref().map(|p| SpentProof {
+                id: &p.id,
+                expires_at_ms: p.expires_at_ms,
+            }),
+        }
+    }
 }
 
 /// One kind of call: the store's batch call for it.
@@ -51,7 +67,7 @@ fn registers(
 ) -> BoxFuture<'static, Result<Vec<Registration>, StoreError>> {
     Box::pin(async move {
         let queue = &requests[0].queue;
-        let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+        let users: Vec<Joining<'_>> = requests.iter().map(ForUser::joining).collect();
         store
             .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
             .await
@@ -139,24 +155,34 @@ impl Calls {
             queue: queue.clone(),
             user: user.to_string(),
             arrival,
+            proof: None,
         }
     }
 
+    /// Registers `user`, taking their proof of work when the queue asks
+    /// one.
     pub async fn register(
         &self,
         queue: &Arc<Queue>,
         user: &str,
+        proof: Option<Spent>,
     ) -> Result<Registration, StoreError> {
+        let request = ForUser {
+            proof,
+            ..Calls::request(queue, user, 0)
+        };
         if !self.coalesce {
             return self
                 .store
-                .register(&queue.keys, user, &queue.admission, &queue.heartbeat)
+                .register(
+                    &queue.keys,
+                    request.joining(),
+                    &queue.admission,
+                    &queue.heartbeat,
+                )
                 .await;
         }
-        self.of(queue)
-            .register
-            .call(Calls::request(queue, user, 0))
-            .await
+        self.of(queue).register.call(request).await
     }
 
     pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Position, StoreError> {

@@ -8,11 +8,13 @@
 
 mod body;
 mod calls;
+pub mod challenge;
 pub mod credential;
 mod dropout;
 pub mod estimates;
 pub mod input;
 pub mod page;
+mod proof;
 pub mod rank;
 pub mod register;
 mod reseat;
@@ -31,6 +33,7 @@ use crate::config::{BrowserConfig, Config};
 use crate::durability::Durability;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
+use crate::edge::secret::Keys;
 use crate::error::ApiError;
 use crate::limits::ClientLimits;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
@@ -39,6 +42,7 @@ use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
 use crate::revocation::revoke;
 use crate::store::{Store, StoreError};
+use challenge::Challenges;
 use credential::Credentials;
 
 /// A release's Redis call is tried this many times, the pauses between
@@ -60,6 +64,8 @@ pub struct QueueApi {
     store: Arc<Store>,
     tokens: Arc<Tokens>,
     credentials: Credentials,
+    /// Issues and checks the proofs of work of queues that ask one.
+    challenges: Challenges,
     metrics: Arc<Metrics>,
     /// A body must arrive whole within this.
     body_timeout: std::time::Duration,
@@ -87,7 +93,7 @@ impl QueueApi {
         queues: Arc<ArcSwap<Queues>>,
         redis: Redis,
         tokens: Arc<Tokens>,
-        credentials: Credentials,
+        keys: &Keys,
         metrics: Arc<Metrics>,
         logins: Option<Logins>,
     ) -> QueueApi {
@@ -99,7 +105,8 @@ impl QueueApi {
             queues,
             store,
             tokens,
-            credentials,
+            credentials: Credentials::with_keys(keys),
+            challenges: Challenges::with_keys(keys),
             metrics,
             body_timeout: config.clients.body_timeout,
             logins,
@@ -134,6 +141,7 @@ impl QueueApi {
                 Endpoint::Rank => rank::answer(self, head.uri.query(), &caller).await,
                 Endpoint::Dropout => dropout::handle(self, &head, &caller).await,
                 Endpoint::Token => token::handle(self, session, &caller).await,
+                Endpoint::Challenge => self.challenge(head.uri.query()),
             }
         };
         self.finish(reply, &caller)
@@ -329,6 +337,7 @@ pub(crate) mod tests {
             page: queue.page.clone(),
             require_credential: queue.require_credential,
             exact_rank_window: queue.exact_rank_window,
+            challenge: queue.challenge,
             ranks: Default::default(),
             near_head: Default::default(),
         }

@@ -72,6 +72,10 @@ enum View {
     Closed {
         message: Arc<str>,
     },
+    /// The queue asks a proof of work to join: the page's script solves a
+    /// challenge and registers with it (without JavaScript the page says
+    /// that it needs it).
+    Challenge,
 }
 
 /// What a visit comes to.
@@ -260,6 +264,11 @@ impl QueueApi {
                 return Ok(visit);
             }
         }
+        // Joining takes a proof of work, which only the page's script can
+        // make: it registers through the API once it has one.
+        if queue.challenge.is_some() {
+            return Ok(Visit::Show(View::Challenge, None));
+        }
         self.join(queue, user).await
     }
 
@@ -308,7 +317,7 @@ impl QueueApi {
 
     /// Registers `user` for the page.
     async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
-        let (registration, credential, _) = self.register_user(queue, user, false).await?;
+        let (registration, credential, _) = self.register_user(queue, user, false, None).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {
@@ -355,6 +364,8 @@ impl QueueApi {
                 },
                 None,
             ),
+            // (The page joins only queues that ask no proof.)
+            Registration::ProofReused => return Err(ApiError::ProofInvalid),
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the
@@ -400,6 +411,8 @@ fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
         View::LoginRequired => ("LOGIN_REQUIRED", longest),
         // (Never polled: the page neither polls nor refreshes.)
         View::Closed { .. } => ("CLOSED", longest),
+        // (Nor here: the page's script registers, then polls.)
+        View::Challenge => ("CHALLENGE", longest),
     }
 }
 
@@ -527,6 +540,16 @@ fn words(lang: Lang, view: &View) -> Words {
             progress: 0,
             note: lang.get("closed"),
         },
+        // The note is for a visitor without JavaScript; the script puts
+        // the usual one in its place as it starts.
+        View::Challenge => Words {
+            heading: lang.get("heading_checking").to_string(),
+            message: lang.get("checking").to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+            note: lang.get("checking_needs_script"),
+        },
     }
 }
 
@@ -544,6 +567,9 @@ struct ScriptConfig<'a> {
     opens_in_seconds: Option<u64>,
     opens_at_ms: Option<u64>,
     lang: &'static str,
+    /// Where the script that solves a challenge is (a challenge view only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proof_worker: Option<String>,
     strings: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -572,6 +598,8 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
             _ => None,
         },
         lang: lang.code(),
+        proof_worker: matches!(view, View::Challenge)
+            .then(|| format!("{}proof-worker.js", redirect::ASSETS_PREFIX)),
         strings: lang
             .strings()
             .iter()
@@ -584,9 +612,10 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         .replace('<', "\\u003c");
     // Pages that need no script (the visitor cannot be admitted from here)
     // still refresh, and so does everything without JavaScript; but for a
-    // closed queue, which nothing on the page can change.
+    // closed queue, which nothing on the page can change, and a challenge,
+    // which only a script can answer.
     let refresh_tag = match view {
-        View::Closed { .. } => String::new(),
+        View::Closed { .. } | View::Challenge => String::new(),
         _ => format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n"),
     };
     let head = format!(

@@ -13,6 +13,7 @@ use pingora::proxy::Session;
 use rand::TryRngCore;
 use serde::Deserialize;
 
+use super::challenge::{Refused, Spent};
 use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::cookie::{self, QueueCookie};
@@ -84,8 +85,9 @@ pub(super) async fn registered(
     let request = parse(body)?;
     let queue = api.queue(request.queue.as_deref())?;
     let registrant = registrant(api, &queue, request.user, caller)?;
+    let proof = api.proof(&queue, caller)?;
     let (registration, credential, reply) = api
-        .register_user(&queue, &registrant.user, registrant.proven)
+        .register_user(&queue, &registrant.user, registrant.proven, proof.as_ref())
         .await?;
     let reply = reply.about(&queue.name, registrant.user.as_str());
     Ok(match (credential, registrant.browser) {
@@ -180,17 +182,24 @@ impl QueueApi {
     /// Registers `user` in `queue`: the one Redis call, the metric, and the
     /// reply, with the store's answer and the credential it issued (to a
     /// new registration only, or again to an admitted user a login proves:
-    /// `proven`). Shared by the API and the waiting-room page.
+    /// `proven`). `proof` is the user's checked proof of work, where the
+    /// queue asks one; one Redis found used already is refused. Shared by
+    /// the API and the waiting-room page.
     pub(super) async fn register_user(
         &self,
         queue: &Arc<Queue>,
         user: &UserId,
         proven: bool,
+        proof: Option<&Spent>,
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
         let registration = self
-            .register_call(queue, user.as_str())
+            .register_call(queue, user.as_str(), proof)
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
+        if registration == Registration::ProofReused {
+            self.proof_refused(queue, Refused::Reused.reason());
+            return Err(ApiError::ProofInvalid);
+        }
         let mut issued = None;
         let (result, reply) = outcome(queue, user, registration.clone(), proven, |arrival| {
             let credential = self
@@ -292,6 +301,8 @@ fn outcome(
             REGISTERED_CLOSED,
             Reply::from(ApiError::QueueClosed(closed.message)),
         ),
+        // (Refused by `register_user` before it comes here.)
+        Registration::ProofReused => (REGISTERED_CLOSED, Reply::from(ApiError::ProofInvalid)),
     }
 }
 

@@ -41,6 +41,8 @@ pub enum Registration {
     NotOpen { opens_at_ms: u64 },
     /// The queue is closed: nobody joins (a place already had is kept).
     Closed(Closed),
+    /// The proof of work was used already: nothing was done.
+    ProofReused,
 }
 
 /// The outcome of `rank`.

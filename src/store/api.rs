@@ -41,26 +41,43 @@ pub struct Sample {
     pub phase: &'static str,
 }
 
+/// A user a register call is for, with the proof of work they sent when
+/// their queue asks one.
+#[derive(Debug, Clone, Copy)]
+pub struct Joining<'a> {
+    pub user: &'a str,
+    pub proof: Option<SpentProof<'a>>,
+}
+
+/// A proof of work that passed its checks: its challenge's id, recorded so
+/// that it is taken once, until the challenge expires (ms since the epoch).
+#[derive(Debug, Clone, Copy)]
+pub struct SpentProof<'a> {
+    pub id: &'a str,
+    pub expires_at_ms: u64,
+}
+
 impl Store {
     pub async fn register(
         &self,
         keys: &QueueKeys,
-        user: &str,
+        joining: Joining<'_>,
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Registration, StoreError> {
         one(
             "register",
-            self.register_many(keys, &[user], admission, heartbeat)
+            self.register_many(keys, &[joining], admission, heartbeat)
                 .await?,
         )
     }
     /// Registers each of `users` (at most [`MAX_USERS_PER_SCRIPT`]), in this order, in
-    /// one script call.
+    /// one script call; a user whose proof of work was used already is
+    /// answered [`Registration::ProofReused`] and nothing else.
     pub async fn register_many(
         &self,
         keys: &QueueKeys,
-        users: &[&str],
+        users: &[Joining<'_>],
         admission: &AdmissionConfig,
         heartbeat: &HeartbeatConfig,
     ) -> Result<Vec<Registration>, StoreError> {
@@ -69,8 +86,16 @@ impl Store {
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
-        for user in users {
-            invocation.arg(*user);
+        // The proofs, as (user's place in the batch from 1, id, expiry),
+        // then the users.
+        invocation.arg(users.iter().filter(|u| u.proof.is_some()).count());
+        for (i, joining) in users.iter().enumerate() {
+            if let Some(proof) = joining.proof {
+                invocation.arg(i + 1).arg(proof.id).arg(proof.expires_at_ms);
+            }
+        }
+        for joining in users {
+            invocation.arg(joining.user);
         }
         let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
         let mut registrations = answers("register", &flat, 5, users.len())?
@@ -103,6 +128,7 @@ impl Store {
                         opens_at_ms: count(value)?,
                     }),
                     RegisterCode::Closed => Ok(Registration::Closed(Closed::default())),
+                    RegisterCode::ProofReused => Ok(Registration::ProofReused),
                 }
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

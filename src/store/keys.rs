@@ -36,6 +36,9 @@ pub struct QueueKeys {
     /// again after a loss of state: one they left, or were seated at once
     /// already (see `lua/reseat.lua`).
     pub spent: String,
+    /// ZSET challenge id -> its expiry (ms): the proofs of work registers
+    /// used, kept until their challenge expires (see `lua/register.lua`).
+    pub proofs: String,
 }
 
 impl QueueKeys {
@@ -53,6 +56,7 @@ impl QueueKeys {
             prequeue: key(Key::Prequeue),
             revoked: key(Key::Revoked),
             spent: key(Key::Spent),
+            proofs: key(Key::Proofs),
         }
     }
 }
@@ -71,6 +75,7 @@ pub enum Key {
     Prequeue,
     Revoked,
     Spent,
+    Proofs,
 }
 
 impl Key {
@@ -88,6 +93,7 @@ impl Key {
             Key::Prequeue => "prequeue",
             Key::Revoked => "revoked",
             Key::Spent => "spent",
+            Key::Proofs => "proofs",
         }
     }
 }
@@ -106,6 +112,7 @@ impl QueueKeys {
             Key::Prequeue => &self.prequeue,
             Key::Revoked => &self.revoked,
             Key::Spent => &self.spent,
+            Key::Proofs => &self.proofs,
         }
     }
 }
@@ -128,5 +135,6 @@ mod tests {
         assert_eq!(k.prequeue, "queue:{baseball}:prequeue");
         assert_eq!(k.revoked, "queue:{baseball}:revoked");
         assert_eq!(k.spent, "queue:{baseball}:spent");
+        assert_eq!(k.proofs, "queue:{baseball}:proofs");
     }
 }

@@ -105,7 +105,7 @@ macro_rules! codes {
 
 pub(super) static REGISTER: QueueScript = writes!(
     "register.lua",
-    [Waiting, Heartbeat, Credential, Active, Admission, Control, Prequeue, Due, Dues]
+    [Waiting, Heartbeat, Credential, Active, Admission, Control, Prequeue, Due, Dues, Proofs]
 );
 
 codes! {
@@ -118,6 +118,7 @@ codes! {
         PrequeuedNow = 5,
         NotOpen = 6,
         Closed = 7,
+        ProofReused = 8,
     }
 }
 
@@ -389,7 +390,7 @@ mod tests {
     #[test]
     fn an_unknown_code_is_an_error_naming_the_script() {
         assert_eq!(RegisterCode::of(2).unwrap(), RegisterCode::AlreadyWaiting);
-        let e = RegisterCode::of(8).unwrap_err();
+        let e = RegisterCode::of(9).unwrap_err();
         assert!(e.to_string().contains("register.lua"), "{e}");
     }
 }

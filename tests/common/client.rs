@@ -366,3 +366,28 @@ impl Client {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Proof of work, as a client makes it
+
+/// How many zero bits `digest` starts with.
+pub fn leading_zero_bits(digest: &[u8]) -> u32 {
+    let mut bits = 0;
+    for byte in digest {
+        if *byte != 0 {
+            return bits + byte.leading_zeros();
+        }
+        bits += 8;
+    }
+    bits
+}
+
+/// The first `<challenge>:<nonce>` whose SHA-256 starts with `bits` zero
+/// bits: the `X-Waitgate-Proof` value a client finds.
+pub fn solve_proof(challenge: &str, bits: u32) -> String {
+    use sha2::Digest;
+    (0u64..)
+        .map(|n| format!("{challenge}:{n}"))
+        .find(|p| leading_zero_bits(&sha2::Sha256::digest(p.as_bytes())) >= bits)
+        .expect("some nonce answers it")
+}

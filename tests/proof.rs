@@ -1,0 +1,287 @@
+//! Proof of work (`queues.<q>.challenge`), through real connections on both
+//! HTTP paths: the challenge endpoint, a register refused without a proof
+//! (403 `proof_required`, no Redis call), a solved proof taking one place
+//! and only once, a wrong, expired, forged or malformed one refused as
+//! `proof_invalid`, the refusals counted, and a reload that raises the
+//! difficulty holding from the next register.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use redis::Commands;
+use sha2::{Digest, Sha256};
+
+const WAITING: &str = "queue:{baseball}:waiting";
+
+fn with_challenge(redis: &Redis, challenge: &str) -> Waitgate {
+    TestConfig::on_free_ports(&redis.url(), free_port())
+        .set("queues.baseball.challenge", challenge)
+        .start()
+}
+
+/// A challenge from the endpoint: its text and difficulty.
+fn challenge(wg: &Waitgate) -> (String, u32) {
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=baseball").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    (
+        v["challenge"].as_str().unwrap().to_string(),
+        v["difficultyBits"].as_u64().unwrap() as u32,
+    )
+}
+
+/// A `<challenge>:<nonce>` that does not answer it.
+fn unsolved(challenge: &str, bits: u32) -> String {
+    (0u64..)
+        .map(|n| format!("{challenge}:{n}"))
+        .find(|p| leading_zero_bits(&Sha256::digest(p.as_bytes())) < bits)
+        .unwrap()
+}
+
+fn register_with(wg: &Waitgate, user: &str, proof: Option<&str>) -> Response {
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(proof) = proof {
+        headers.push(("X-Waitgate-Proof", proof));
+    }
+    let body = serde_json::json!({ "userId": user, "queue": "baseball" }).to_string();
+    request(
+        wg.addr,
+        "POST",
+        "/api/v1/queue/register",
+        &headers,
+        Some(body.as_bytes()),
+    )
+    .unwrap()
+}
+
+fn refused(wg: &Waitgate, reason: &str) -> u64 {
+    let metrics = get(wg.admin, "/metrics").unwrap().text();
+    let series = format!("waitgate_proof_refused_total{{queue=\"baseball\",reason=\"{reason}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn waiting(redis: &Redis) -> u64 {
+    redis.conn().zcard(WAITING).unwrap()
+}
+
+fn active(redis: &Redis) -> u64 {
+    redis.conn().zcard(ACTIVE_KEY).unwrap()
+}
+
+#[test]
+fn the_challenge_endpoint_issues_fresh_challenges_at_the_queues_difficulty() {
+    let mut redis = Redis::start_free();
+    let wg = with_challenge(&redis, "{difficulty-bits: 10, ttl-ms: 30000}");
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=baseball").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("Cache-Control"), Some("no-store"));
+    let v = r.json();
+    assert_eq!(v["difficultyBits"], 10);
+    assert_eq!(v["expiresInMs"], 30_000);
+    let first = v["challenge"].as_str().unwrap().to_string();
+    // The queue may be left out when there is one; each is new.
+    let r = get(wg.addr, "/api/v1/queue/challenge").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_ne!(r.json()["challenge"].as_str().unwrap(), first);
+    // Issuing one costs Redis nothing: it goes on with Redis gone.
+    redis.kill();
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=baseball").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/challenge?queue=nope")
+            .unwrap()
+            .error_code(),
+        "unknown_queue"
+    );
+    let r = post_json(wg.addr, "/api/v1/queue/challenge?queue=baseball", "{}").unwrap();
+    assert_eq!(r.status, 405, "{r:?}");
+}
+
+#[test]
+fn a_queue_without_a_challenge_answers_the_endpoint_with_zero_bits_and_takes_registers_as_before() {
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port()).start();
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=baseball").unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["difficultyBits"], 0);
+    assert_eq!(register_with(&wg, "u1", None).status, 200);
+}
+
+#[test]
+fn a_register_without_a_proof_is_refused_before_redis() {
+    let redis = Redis::start_free();
+    let wg = with_challenge(&redis, "{difficulty-bits: 8}");
+    let monitor = Monitor::start(&redis);
+    let r = register_with(&wg, "bot", None);
+    assert_eq!(r.status, 403, "{r:?}");
+    assert_eq!(r.error_code(), "proof_required");
+    for malformed in ["", "no-colon", "x:1", &"a".repeat(200)] {
+        let r = register_with(&wg, "bot", Some(malformed));
+        assert_eq!(r.status, 403, "{malformed:?}: {r:?}");
+        assert_eq!(r.error_code(), "proof_invalid");
+    }
+    let lines = monitor.take_lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("\"bot\"")),
+        "a refused register reached Redis: {lines:#?}"
+    );
+    assert_eq!(waiting(&redis), 0);
+    assert_eq!(refused(&wg, "required"), 1);
+    assert_eq!(refused(&wg, "malformed"), 4);
+    // A huge header is the head limit's to refuse.
+    let huge = "a".repeat(70 * 1024);
+    assert_eq!(register_with(&wg, "bot", Some(&huge)).status, 431);
+}
+
+#[test]
+fn a_solved_proof_takes_one_place_once() {
+    let redis = Redis::start_free();
+    let wg = with_challenge(&redis, "{difficulty-bits: 8}");
+    let (text, bits) = challenge(&wg);
+    assert_eq!(bits, 8);
+    let proof = solve_proof(&text, bits);
+    let r = register_with(&wg, "fan", Some(&proof));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["status"], "WAITING");
+    assert!(r.json()["queueCredential"].is_string());
+    // The same proof again, for anyone, is refused, and changes nothing.
+    for user in ["fan", "bot"] {
+        let r = register_with(&wg, user, Some(&proof));
+        assert_eq!(r.status, 403, "{r:?}");
+        assert_eq!(r.error_code(), "proof_invalid");
+    }
+    assert_eq!(waiting(&redis) + active(&redis), 1);
+    assert_eq!(refused(&wg, "reused"), 2);
+    // A fresh one lets the same user register again (the place is kept).
+    let (text, bits) = challenge(&wg);
+    let r = register_with(&wg, "fan", Some(&solve_proof(&text, bits)));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json().get("queueCredential").is_none(), "{r:?}");
+    // Each proof used is recorded until its challenge expires.
+    let mut c = redis.conn();
+    let recorded: Vec<(String, u64)> = c
+        .zrange_withscores("queue:{baseball}:proofs", 0, -1)
+        .unwrap();
+    assert_eq!(recorded.len(), 2, "{recorded:?}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for (_, expiry) in &recorded {
+        assert!(
+            (now_ms + 50_000..=now_ms + 60_000).contains(expiry),
+            "{expiry}"
+        );
+    }
+}
+
+/// Registers that share one script call (coalesced) each take their own
+/// proof: every fresh proof a place, every replay of one a refusal, in
+/// whatever order they were batched.
+#[test]
+fn concurrent_registers_each_take_their_own_proof_once() {
+    let redis = Redis::start_free();
+    let wg = with_challenge(&redis, "{difficulty-bits: 4}");
+    let proofs: Vec<String> = (0..24)
+        .map(|_| {
+            let (text, bits) = challenge(&wg);
+            solve_proof(&text, bits)
+        })
+        .collect();
+    // Each proof three times, for three users, all at once.
+    let answers: Vec<(usize, u16)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..72)
+            .map(|i| {
+                let (wg, proof) = (&wg, &proofs[i % 24]);
+                s.spawn(move || {
+                    let r = register_with(wg, &format!("u{i}"), Some(proof));
+                    assert!(
+                        r.status == 200 || r.error_code() == "proof_invalid",
+                        "{r:?}"
+                    );
+                    (i % 24, r.status)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for p in 0..24 {
+        let took = answers
+            .iter()
+            .filter(|(q, status)| *q == p && *status == 200)
+            .count();
+        assert_eq!(took, 1, "proof {p}: {answers:?}");
+    }
+    assert_eq!(waiting(&redis) + active(&redis), 24);
+    assert_eq!(refused(&wg, "reused"), 48);
+}
+
+/// An operator who raises the difficulty in a bot wave gets it from the
+/// next register: challenges issued before are refused; a lower one still
+/// takes them.
+#[test]
+fn a_reload_that_raises_the_difficulty_refuses_easier_challenges() {
+    let redis = Redis::start_free();
+    let config = TestConfig::on_free_ports(&redis.url(), free_port())
+        .set("queues.baseball.challenge", "{difficulty-bits: 4}");
+    let wg = config.start();
+    let (early, bits) = challenge(&wg);
+    let early = solve_proof(&early, bits);
+    wg.reload(
+        config
+            .clone()
+            .set("queues.baseball.challenge", "{difficulty-bits: 10}")
+            .yaml(),
+    );
+    wg.wait_for_log("config reloaded", 1);
+    let r = register_with(&wg, "a", Some(&early));
+    assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
+    assert_eq!(refused(&wg, "stale_difficulty"), 1);
+    let (text, bits) = challenge(&wg);
+    assert_eq!(bits, 10);
+    assert_eq!(
+        register_with(&wg, "a", Some(&solve_proof(&text, bits))).status,
+        200
+    );
+    // Turned off: a register needs no proof.
+    wg.reload(config.clone().remove("queues.baseball.challenge").yaml());
+    wg.wait_for_log("config reloaded", 2);
+    assert_eq!(register_with(&wg, "b", None).status, 200);
+    assert_eq!(
+        get(wg.addr, "/api/v1/queue/challenge").unwrap().json()["difficultyBits"],
+        0
+    );
+}
+
+#[test]
+fn wrong_expired_and_foreign_proofs_are_refused() {
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .set(
+            "queues",
+            "{baseball: {challenge: {difficulty-bits: 8, ttl-ms: 1000}}, football: {challenge: {difficulty-bits: 8}}}",
+        )
+        .start();
+    let (text, bits) = challenge(&wg);
+    let r = register_with(&wg, "a", Some(&unsolved(&text, bits)));
+    assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
+    assert_eq!(refused(&wg, "wrong"), 1);
+    // Football's challenge is not baseball's.
+    let r = get(wg.addr, "/api/v1/queue/challenge?queue=football").unwrap();
+    let foreign = r.json()["challenge"].as_str().unwrap().to_string();
+    let r = register_with(&wg, "a", Some(&solve_proof(&foreign, 8)));
+    assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
+    assert_eq!(refused(&wg, "forged"), 1);
+    // Solved, but too late.
+    let proof = solve_proof(&text, bits);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let r = register_with(&wg, "a", Some(&proof));
+    assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
+    assert_eq!(refused(&wg, "expired"), 1);
+    assert_eq!(waiting(&redis), 0);
+}
