@@ -12,7 +12,8 @@
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
 -- KEYS[8] due HASH        (userId -> when the next poll is due, ms), KEYS[9]
 --                          dues ZSET (its buckets): see `heartbeats`
--- KEYS[10] proofs ZSET    (challenge id -> its expiry, ms): proofs of work used
+-- KEYS[10] proofs ZSET    (challenge id -> its expiry, ms): proofs of work that
+--                          bought a place
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
@@ -35,15 +36,16 @@
 --         {7, 0, 0, 0}                 the queue is closed (control.lua): nobody
 --                                      joins, and a place already had is kept
 --                                      as it is (an active user is told 3)
---         {8, 0, 0, 0}                 the user's proof of work was used
---                                      already: nothing is done for them
+--         {8, 0, 0, 0}                 the user's proof of work was spent
+--                                      already (or its challenge expired by
+--                                      Redis's clock): nothing is done
 -- wait_ms is -1 while admission is paused.
 -- Codes: 1 new, 2 already-waiting, 3 active, 4 already-prequeued, 5 prequeued-now,
--- Codes: 6 not-open, 7 closed, 8 proof-reused
+-- Codes: 6 not-open, 7 closed, 8 proof-spent
 --
 -- A waiting user costs a sorted-set entry, a hash field and a place in a
 -- list. A proof of work costs an entry in the proofs set until its challenge
--- expires: the set holds at most the registers of one challenge lifetime.
+-- expires: the set holds at most the places taken in one challenge lifetime.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 local proofs = tonumber(ARGV[6])
@@ -261,22 +263,34 @@ local function register(user, i)
   return 1, rank, wait, score, advice
 end
 
--- A proof is taken once: recorded until its challenge expires, when the
--- instances refuse it anyway. The expired ones go first (each once, so
--- this costs, over time, one removal per proof).
-if proofs > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now_ms)
-end
-local function proof_taken(i)
+-- A proof of work buys one place. It is refused when used already, or
+-- expired by this Redis's clock (an instance whose clock is behind would
+-- take it a moment longer; Redis's clock decides, as for everything else).
+-- It is recorded, until its challenge expires, only once it bought a place
+-- (a new registration, or a new pre-queue entry): a user who was waiting
+-- already, admitted, or found the queue not open or closed keeps it for a
+-- later try.
+local newest = 0
+local function proof_spent(i)
   local proof = proof_of[i]
-  return proof and redis.call('ZADD', KEYS[10], 'NX', proof[2], proof[1]) == 0
+  return proof and (proof[2] <= now_ms or redis.call('ZSCORE', KEYS[10], proof[1]))
+end
+local function spend(i)
+  local proof = proof_of[i]
+  if proof then
+    redis.call('ZADD', KEYS[10], proof[2], proof[1])
+    newest = math.max(newest, proof[2])
+  end
 end
 
 local out = {}
 for i = 1, count do
   local code, value, wait, arrival, advice = 8, 0, 0, 0, 0
-  if not proof_taken(i) then
+  if not proof_spent(i) then
     code, value, wait, arrival, advice = register(ARGV[first + i - 1], i)
+    if code == 1 or code == 5 then
+      spend(i)
+    end
   end
   out[#out + 1] = code
   out[#out + 1] = value
@@ -287,4 +301,14 @@ end
 write_adds()
 beats.flush()
 counted(KEYS[5], 'joined', joined)
+-- Last, after every write that may grow memory (see forget_active): the
+-- proofs whose challenge expired go, each once; and the set is given the
+-- latest expiry of its proofs, so that it goes by itself once proofs are
+-- turned off.
+if newest > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', now_ms)
+  if redis.call('PEXPIRETIME', KEYS[10]) < newest then
+    redis.call('PEXPIREAT', KEYS[10], newest)
+  end
+end
 return out

@@ -9,6 +9,12 @@
 #     from one address (examples/bot/register-flood.lua);
 #   - a real visitor every 0.5 s, each from an address of its own, who
 #     registers once and records how long the place took.
+# Against a queue that asks a proof of work, the bot is either the same
+# flood (which cannot answer a challenge) or examples/proof_bot.rs, which
+# solves each challenge in native code on every core as fast as it can;
+# and each visitor is the JS client in Node (examples/js/waitgate-client.js:
+# Web Crypto, the same code and API the waiting-room page uses), whose
+# time to a place includes solving the challenge.
 # It prints, per case: the places the bot got per minute, the Redis time
 # (INFO commandstats, every command of the run) in all and per bot place,
 # and what the visitors saw.
@@ -16,11 +22,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
 ensure_rust
-ensure_packages wrk curl python3
+ensure_packages wrk curl python3 node
 
 DURATION=${BOT_DURATION:-20}
-cargo build --release --locked --bin waitgate >&2
+cargo build --release --locked --bin waitgate --example proof_bot >&2
 BIN=$RELEASE/waitgate
+SOLVER=$RELEASE/examples/proof_bot
 work_and_children
 
 LOGIN_SECRET=the-bot-runs-login-secret-at-least-32-bytes
@@ -37,9 +44,24 @@ print(f"{head}.{body}.{b(sig)}")
 PY
 }
 
-# run_case NAME EXTRA_YAML
+# A visitor with the JS client: registers (solving the queue's challenge)
+# from its own address; prints the status and the seconds it took.
+cat >"$work/visitor.js" <<'JS'
+const [client, base, user, address] = process.argv.slice(2);
+const WaitgateClient = require(client);
+const plain = globalThis.fetch;
+globalThis.fetch = (url, init = {}) =>
+  plain(url, { ...init, headers: { ...init.headers, "X-Forwarded-For": address } });
+const started = Date.now();
+new WaitgateClient({ base, queue: "baseball", userId: user }).register({ prove: true })
+  .then(() => console.log(`200 ${(Date.now() - started) / 1000}`))
+  .catch((e) => console.log(`${e.status || 0} ${(Date.now() - started) / 1000}`));
+JS
+
+# run_case NAME EXTRA_YAML [QUEUE_YAML] [BOT]: BOT is `flood` (the default)
+# or `solver`.
 run_case() {
-  local name=$1 extra=$2
+  local name=$1 extra=$2 queue=${3:-} bot=${4:-flood}
   local rport listen admin
   rport=$(free_port); listen=$(free_port); admin=$(free_port)
   redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
@@ -55,6 +77,7 @@ queues:
   baseball:
     # Nobody is admitted during the run: every place taken stays counted.
     admission: {interval-ms: 3600000, batch-size: 1}
+    $queue
 upstreams: {ticketing: {address: '127.0.0.1:9'}}
 routes: []
 $extra
@@ -70,7 +93,12 @@ YAML
     i=0
     while :; do
       i=$((i + 1))
-      if [ "$name" = identity ]; then
+      if [ -n "$queue" ]; then
+        node "$work/visitor.js" "$PWD/examples/js/waitgate-client.js" "http://127.0.0.1:$listen" \
+          "visitor-$i" "10.1.$((i / 250)).$((i % 250 + 1))" >>"$work/$name.visitors" || true
+        sleep 0.5
+        continue
+      elif [ "$name" = identity ]; then
         auth=(-H "Authorization: Bearer $(login_for "visitor-$i")"); body='{}'
       else
         auth=(); body="{\"userId\":\"visitor-$i\"}"
@@ -83,16 +111,27 @@ YAML
     done
   ) &
   local visitors=$!
-  BOT_ADDRESS=10.6.6.6 wrk -t1 -c16 -d"${DURATION}s" -s examples/bot/register-flood.lua \
-    "http://127.0.0.1:$listen" >"$work/$name.wrk" 2>&1
+  local requests
+  if [ "$bot" = solver ]; then
+    "$SOLVER" --target "127.0.0.1:$listen" --threads "$(nproc)" --seconds "$DURATION" \
+      --address 10.6.6.6 >"$work/$name.wrk" 2>&1
+    # A challenge and a register per try.
+    requests=$(sed -n 's/^places=\([0-9]*\) refused=\([0-9]*\).*/\1 \2/p' "$work/$name.wrk" |
+      awk '{print 2 * ($1 + $2)}')
+    sed -n 's/^places=\([0-9]*\) refused=\([0-9]*\) hashes=\([0-9]*\).*/bot status solver: \1 placed, \2 refused, \3 hashes/p' \
+      "$work/$name.wrk" >>"$work/$name.wrk"
+  else
+    BOT_ADDRESS=10.6.6.6 wrk -t1 -c16 -d"${DURATION}s" -s examples/bot/register-flood.lua \
+      "http://127.0.0.1:$listen" >"$work/$name.wrk" 2>&1
+    requests=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$work/$name.wrk")
+  fi
   kill "$visitors" 2>/dev/null || true
   wait "$visitors" 2>/dev/null || true
 
-  local bot_places redis_us requests
+  local bot_places redis_us
   bot_places=$(redis-cli -p "$rport" ZRANGE 'queue:{baseball}:waiting' 0 -1 | grep -c '^bot-' || true)
   redis_us=$(redis-cli -p "$rport" INFO commandstats |
     sed -n 's/.*usec=\([0-9]*\),.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  requests=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$work/$name.wrk")
   python3 - "$name" "$DURATION" "$bot_places" "$redis_us" "${requests:-0}" "$work/$name.visitors" \
     "$(grep '^bot status' "$work/$name.wrk" | tr '\n' ';')" <<'PY'
 import statistics, sys
@@ -116,3 +155,7 @@ echo "|---|---|---|---|---|---|---|---|"
 run_case none ""
 run_case limits "limits: {register-per-client: {per-second: 1, burst: 20}}"
 run_case identity "identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET}"
+run_case challenge "" "challenge: {}"
+run_case challenge-solver "" "challenge: {}" solver
+run_case challenge-solver-limits "limits: {register-per-client: {per-second: 1, burst: 20}}" \
+  "challenge: {}" solver

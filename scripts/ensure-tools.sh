@@ -22,6 +22,7 @@ package_for() {
     redis-cli | redis-benchmark) echo redis-tools ;;
     promtool) echo prometheus ;;
     systemd-analyze) echo systemd ;;
+    node) echo nodejs ;;
     *) echo "$1" ;;
   esac
 }

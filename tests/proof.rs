@@ -12,6 +12,8 @@ use std::time::Duration;
 use common::*;
 use redis::Commands;
 use sha2::{Digest, Sha256};
+use waitgate::edge::secret::Secret;
+use waitgate::queue_api::challenge::Challenges;
 
 const WAITING: &str = "queue:{baseball}:waiting";
 
@@ -157,17 +159,35 @@ fn a_solved_proof_takes_one_place_once() {
     }
     assert_eq!(waiting(&redis) + active(&redis), 1);
     assert_eq!(refused(&wg, "reused"), 2);
-    // A fresh one lets the same user register again (the place is kept).
+    // A fresh one lets the same user register again (the place is kept),
+    // and, having bought nothing, is still good for a place.
     let (text, bits) = challenge(&wg);
-    let r = register_with(&wg, "fan", Some(&solve_proof(&text, bits)));
+    let fresh = solve_proof(&text, bits);
+    let r = register_with(&wg, "fan", Some(&fresh));
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.json().get("queueCredential").is_none(), "{r:?}");
-    // Each proof used is recorded until its challenge expires.
+    let r = register_with(&wg, "newcomer", Some(&fresh));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["queueCredential"].is_string(), "{r:?}");
+    assert_eq!(
+        register_with(&wg, "third", Some(&fresh)).error_code(),
+        "proof_invalid"
+    );
+    // Each proof that bought a place is recorded until its challenge
+    // expires, and the set itself no longer than its latest.
     let mut c = redis.conn();
     let recorded: Vec<(String, u64)> = c
         .zrange_withscores("queue:{baseball}:proofs", 0, -1)
         .unwrap();
     assert_eq!(recorded.len(), 2, "{recorded:?}");
+    let expires: i64 = redis::cmd("PEXPIRETIME")
+        .arg("queue:{baseball}:proofs")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        expires as u64,
+        recorded.iter().map(|(_, e)| *e).max().unwrap()
+    );
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -264,7 +284,7 @@ fn wrong_expired_and_foreign_proofs_are_refused() {
     let wg = TestConfig::on_free_ports(&redis.url(), free_port())
         .set(
             "queues",
-            "{baseball: {challenge: {difficulty-bits: 8, ttl-ms: 1000}}, football: {challenge: {difficulty-bits: 8}}}",
+            "{baseball: {challenge: {difficulty-bits: 8}}, football: {challenge: {difficulty-bits: 8}}}",
         )
         .start();
     let (text, bits) = challenge(&wg);
@@ -277,11 +297,103 @@ fn wrong_expired_and_foreign_proofs_are_refused() {
     let r = register_with(&wg, "a", Some(&solve_proof(&foreign, 8)));
     assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
     assert_eq!(refused(&wg, "forged"), 1);
-    // Solved, but too late.
-    let proof = solve_proof(&text, bits);
-    std::thread::sleep(Duration::from_millis(1_100));
-    let r = register_with(&wg, "a", Some(&proof));
+    // Solved, but too late: a challenge waitgate's key signed a minute
+    // ago for ten seconds.
+    let secret = Secret::from_base64(SECRET_B64).unwrap();
+    let a_minute_ago = redis.now_ms() - 60_000;
+    let stale =
+        Challenges::new(&secret).issue("baseball", 8, Duration::from_secs(10), a_minute_ago);
+    let r = register_with(&wg, "a", Some(&solve_proof(&stale.challenge, 8)));
     assert_eq!(r.error_code(), "proof_invalid", "{r:?}");
     assert_eq!(refused(&wg, "expired"), 1);
+    // The same key's challenge, in its lifetime, is good: only time made
+    // the difference.
+    let fresh =
+        Challenges::new(&secret).issue("baseball", 8, Duration::from_secs(10), redis.now_ms());
+    assert_eq!(
+        register_with(&wg, "a", Some(&solve_proof(&fresh.challenge, 8))).status,
+        200
+    );
+    assert_eq!(waiting(&redis) + active(&redis), 1);
+}
+
+/// Over `maxmemory`, a register with a proof takes nothing and changes
+/// nothing (a 503), as one without: the proofs' own bookkeeping comes after
+/// every write Redis may refuse.
+#[test]
+fn a_full_redis_takes_no_place_for_a_proof() {
+    let redis = Redis::start_free();
+    let wg = with_challenge(&redis, "{difficulty-bits: 4}");
+    let (text, bits) = challenge(&wg);
+    assert_eq!(
+        register_with(&wg, "before", Some(&solve_proof(&text, bits))).status,
+        200
+    );
+    let mut c = redis.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let (text, bits) = challenge(&wg);
+    let proof = solve_proof(&text, bits);
+    let r = register_with(&wg, "during", Some(&proof));
+    assert_eq!(r.status, 503, "{r:?}");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
+    let active: Vec<String> = c.zrange(ACTIVE_KEY, 0, -1).unwrap();
+    assert!(!waiting.contains(&"during".to_string()) && !active.contains(&"during".to_string()));
+    // The proof was not spent: it still buys the place.
+    assert_eq!(register_with(&wg, "during", Some(&proof)).status, 200);
+}
+
+/// `register.lua` itself refuses a proof whose challenge expired by Redis's
+/// clock, however many times it is sent: an instance whose clock is behind
+/// cannot let one proof be used again once its record is pruned.
+#[test]
+fn the_script_refuses_a_proof_expired_by_its_own_clock() {
+    let redis = Redis::start_free();
+    let mut c = redis.conn();
+    let script = format!(
+        "{}\n{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/register.lua")
+    );
+    give_state(&mut c, "baseball");
+    let now = redis.now_ms();
+    let call = |c: &mut redis::Connection, user: &str, expiry: u64| -> Vec<i64> {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(&script).arg(10);
+        for key in [
+            "waiting",
+            "heartbeat",
+            "credential",
+            "active",
+            "admission",
+            "control",
+            "prequeue",
+            "due",
+            "dues",
+            "proofs",
+        ] {
+            eval.arg(format!("queue:{{baseball}}:{key}"));
+        }
+        eval.arg(3000).arg(100).arg(30_000).arg(1000).arg(30_000);
+        // One proof, for the batch's first (and only) user.
+        eval.arg(1).arg(1).arg("the-id").arg(expiry).arg(user);
+        eval.query(c).unwrap()
+    };
+    for user in ["a", "b", "c"] {
+        assert_eq!(call(&mut c, user, now.saturating_sub(500))[0], 8, "{user}");
+    }
     assert_eq!(waiting(&redis), 0);
+    // In its lifetime: one place, then refused.
+    assert_eq!(call(&mut c, "a", now + 60_000)[0], 1);
+    assert_eq!(call(&mut c, "b", now + 60_000)[0], 8);
 }

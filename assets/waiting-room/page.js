@@ -362,10 +362,18 @@
           return;
         }
         if (err && err.code === "queue_not_open") {
+          // Come back when registration opens (the proof of work is not
+          // spent on this answer, but it expires): a reload then, spread
+          // over a few seconds so that the whole queue does not come at
+          // once, and at least every ten minutes.
           setStatus("NOT_OPEN");
           setText(heading, text("heading_not_open"));
           setText(message, err.message);
-          reload();
+          setText(note, text("note"));
+          const opensAt = Date.parse(err.body && err.body.opensAt);
+          const until = Number.isFinite(opensAt) ? opensAt - Date.now() : fallbackPollMs;
+          const delay = Math.min(600000, Math.max(fallbackPollMs, until)) + Math.random() * 3000;
+          setTimeout(() => location.reload(), delay);
           return;
         }
         // A login needed, an outage: the server says which.

@@ -2,10 +2,12 @@
  * proof-worker.js: solves waitgate's proof-of-work challenge in a Web Worker,
  * so that the page stays responsive while it runs.
  *
- * Posted { challenge, difficultyBits }, it tries nonces 0, 1, 2 ... until
- * SHA-256 of "<challenge>:<nonce>" starts with difficultyBits zero bits, and
- * posts { proof: "<challenge>:<nonce>", tried } (the X-Waitgate-Proof value).
- * On the way it posts { tried } about every 200 ms, for a progress line.
+ * Posted { challenge, difficultyBits, start, step }, it tries nonces start,
+ * start + step, start + 2 step ... (several workers share the search, one a
+ * core) until SHA-256 of "<challenge>:<nonce>" starts with difficultyBits
+ * zero bits, and posts { proof: "<challenge>:<nonce>", tried } (the
+ * X-Waitgate-Proof value). On the way it posts { tried } (its own count)
+ * about every 200 ms, for a progress line.
  * With no Web Crypto (a page not served over HTTPS or from localhost) it
  * posts { error }.
  *
@@ -39,28 +41,30 @@ function withNonce(prefix, n) {
   return bytes;
 }
 
-async function solve(challenge, bits) {
+async function solve(challenge, bits, start, step) {
   const subtle = self.crypto && self.crypto.subtle;
   if (!subtle) throw new Error("Web Crypto is not available here.");
   const prefix = new TextEncoder().encode(challenge + ":");
-  let next = 0;
+  let tried = 0;
   let lastProgress = Date.now();
-  for (;;) {
-    const start = next;
+  for (let next = start; ; ) {
+    const nonces = [];
     const digests = [];
     for (let i = 0; i < BATCH; i += 1) {
+      nonces.push(next);
       digests.push(subtle.digest("SHA-256", withNonce(prefix, next)));
-      next += 1;
+      next += step;
     }
     const done = await Promise.all(digests);
     for (let i = 0; i < done.length; i += 1) {
       if (leadingZeroBits(new Uint8Array(done[i])) >= bits) {
-        return { proof: challenge + ":" + (start + i), tried: start + i + 1 };
+        return { proof: challenge + ":" + nonces[i], tried: tried + i + 1 };
       }
     }
+    tried += BATCH;
     if (Date.now() - lastProgress >= PROGRESS_MS) {
       lastProgress = Date.now();
-      self.postMessage({ tried: next });
+      self.postMessage({ tried });
     }
   }
 }
@@ -68,11 +72,14 @@ async function solve(challenge, bits) {
 self.onmessage = (event) => {
   const data = event.data || {};
   const bits = Number(data.difficultyBits);
-  if (typeof data.challenge !== "string" || !Number.isInteger(bits) || bits < 0 || bits > 32) {
+  const start = data.start === undefined ? 0 : Number(data.start);
+  const step = data.step === undefined ? 1 : Number(data.step);
+  if (typeof data.challenge !== "string" || !Number.isInteger(bits) || bits < 0 || bits > 32
+      || !Number.isInteger(start) || start < 0 || !Number.isInteger(step) || step < 1) {
     self.postMessage({ error: "Not a challenge." });
     return;
   }
-  solve(data.challenge, bits).then(
+  solve(data.challenge, bits, start, step).then(
     (answer) => self.postMessage(answer),
     (err) => self.postMessage({ error: String((err && err.message) || err) }),
   );

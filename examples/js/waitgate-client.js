@@ -31,8 +31,8 @@
  *   solve(challengeAnswer, { onProof })
  *       the X-Waitgate-Proof value for a challenge answer: SHA-256 of
  *       "<challenge>:<nonce>" with difficultyBits leading zero bits, by
- *       Web Crypto, in a Web Worker when `proofWorker` (the URL of
- *       proof-worker.js, served by waitgate at
+ *       Web Crypto, in Web Workers (one a core, at most 8) when
+ *       `proofWorker` (the URL of proof-worker.js, served by waitgate at
  *       /waiting-room/assets/proof-worker.js) is given and Workers exist,
  *       else on this thread (Node 20+ too).
  *   rank()                GET    /api/v1/queue/rank
@@ -53,7 +53,10 @@
  *
  * A non-2xx answer rejects with an Error carrying .status (the HTTP status;
  * 0 when no answer came: .code is then "network_error" or "timeout"), .code
- * (the answer's JSON "error" field) and .retryAfterMs (from Retry-After).
+ * (the answer's JSON "error" field), .body (the whole JSON answer) and
+ * .retryAfterMs (from Retry-After). A challenge that cannot be solved here
+ * (no Web Crypto: a page not served over HTTPS or from localhost) rejects
+ * with .code "proof_unsupported".
  * Aborting `signal` rejects with the signal's reason.
  */
 (function (root) {
@@ -113,7 +116,12 @@
       const expected = 2 ** Number(difficultyBits);
       const progress = (tried) => { if (onProof) onProof({ tried, expected }); };
       if (this.proofWorker && typeof Worker === "function") {
-        return solveInWorker(this.proofWorker, challenge, difficultyBits, progress, signal);
+        try {
+          return await solveInWorker(this.proofWorker, challenge, difficultyBits, progress, signal);
+        } catch (err) {
+          // A worker that could not start or run: solve on this thread.
+          if (!err || err.code !== "proof_unsupported") throw err;
+        }
       }
       return solveHere(challenge, Number(difficultyBits), progress, signal);
     }
@@ -210,6 +218,7 @@
         const err = apiError(response.status, data && data.error,
           (data && data.message) || `HTTP ${response.status}`);
         err.retryAfterMs = retryAfterMs(response.headers.get("Retry-After"));
+        err.body = data; // the whole answer (queue_not_open's opensAt, say)
         throw err;
       }
       if (data === null && response.status !== 204) {
@@ -254,27 +263,41 @@
     }
   }
 
-  // Solves in proof-worker.js, which posts { tried } now and then and
-  // { proof } (or { error }) at the end.
+  // Solves in proof-worker.js, one worker a core (at most 8), each trying
+  // every n-th nonce; each posts { tried } now and then, and the one that
+  // finds it { proof } (or { error }).
   function solveInWorker(url, challenge, difficultyBits, progress, signal) {
     return new Promise((resolve, reject) => {
       if (signal && signal.aborted) return reject(abortReason(signal));
-      const worker = new Worker(url);
+      const cores = typeof navigator === "object" && Number(navigator.hardwareConcurrency);
+      const n = Math.max(1, Math.min(8, cores || 1));
+      const workers = [];
+      const tried = new Array(n).fill(0);
       const finish = (error, proof) => {
-        worker.terminate();
+        for (const worker of workers) worker.terminate();
         if (signal) signal.removeEventListener("abort", onAbort);
         if (error) reject(error); else resolve(proof);
       };
       const onAbort = () => finish(abortReason(signal));
+      try {
+        for (let k = 0; k < n; k += 1) workers.push(new Worker(url));
+      } catch (err) {
+        return finish(apiError(0, "proof_unsupported", String(err)));
+      }
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
-      worker.onmessage = (event) => {
-        const data = event.data || {};
-        if (typeof data.proof === "string") finish(null, data.proof);
-        else if (data.error) finish(apiError(0, "proof_unsupported", String(data.error)));
-        else if (Number.isFinite(data.tried)) progress(data.tried);
-      };
-      worker.onerror = () => finish(apiError(0, "proof_unsupported", "The proof worker failed."));
-      worker.postMessage({ challenge, difficultyBits });
+      workers.forEach((worker, k) => {
+        worker.onmessage = (event) => {
+          const data = event.data || {};
+          if (typeof data.proof === "string") finish(null, data.proof);
+          else if (data.error) finish(apiError(0, "proof_unsupported", String(data.error)));
+          else if (Number.isFinite(data.tried)) {
+            tried[k] = data.tried;
+            progress(tried.reduce((a, b) => a + b, 0));
+          }
+        };
+        worker.onerror = () => finish(apiError(0, "proof_unsupported", "The proof worker failed."));
+        worker.postMessage({ challenge, difficultyBits, start: k, step: n });
+      });
     });
   }
 

@@ -207,10 +207,11 @@ impl RawQueue {
                     0,
                     MAX_DIFFICULTY_BITS,
                 )? as u8;
+                // Long enough to solve and register on a slow phone.
                 let ttl = Duration::from_millis(ranged(
                     &format!("{key}.challenge.ttl-ms"),
                     c.ttl_ms,
-                    1_000,
+                    10_000,
                     3_600_000,
                 )?);
                 (bits > 0).then_some(ChallengeConfig {

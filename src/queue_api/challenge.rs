@@ -16,9 +16,9 @@
 //! A register answers it with `X-Waitgate-Proof: <challenge>:<nonce>`,
 //! where SHA-256 of that whole value starts with `bits` zero bits. Checking
 //! costs one SHA-256 and one HMAC, and no Redis call: only a proof that
-//! passes reaches Redis, where `register.lua` records its `id` until the
-//! challenge expires and refuses it the second time (the one call it shares
-//! with the register).
+//! passes reaches Redis, where `register.lua`, once the proof bought a
+//! place, records its `id` until the challenge expires and refuses it the
+//! second time (in the one call it shares with the register).
 
 use std::time::Duration;
 
@@ -85,7 +85,8 @@ pub enum Refused {
     TooEasy,
     /// The hash does not start with enough zero bits.
     Wrong,
-    /// The challenge was already answered (found so by `register.lua`).
+    /// The proof already bought a place, or its challenge expired by
+    /// Redis's clock (found so by `register.lua`).
     Reused,
 }
 

@@ -365,7 +365,7 @@ impl QueueApi {
                 None,
             ),
             // (The page joins only queues that ask no proof.)
-            Registration::ProofReused => return Err(ApiError::ProofInvalid),
+            Registration::ProofSpent => return Err(ApiError::ProofInvalid),
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the

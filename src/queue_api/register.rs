@@ -196,7 +196,7 @@ impl QueueApi {
             .register_call(queue, user.as_str(), proof)
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
-        if registration == Registration::ProofReused {
+        if registration == Registration::ProofSpent {
             self.proof_refused(queue, Refused::Reused.reason());
             return Err(ApiError::ProofInvalid);
         }
@@ -302,7 +302,7 @@ fn outcome(
             Reply::from(ApiError::QueueClosed(closed.message)),
         ),
         // (Refused by `register_user` before it comes here.)
-        Registration::ProofReused => (REGISTERED_CLOSED, Reply::from(ApiError::ProofInvalid)),
+        Registration::ProofSpent => (REGISTERED_CLOSED, Reply::from(ApiError::ProofInvalid)),
     }
 }
 

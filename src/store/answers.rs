@@ -41,8 +41,9 @@ pub enum Registration {
     NotOpen { opens_at_ms: u64 },
     /// The queue is closed: nobody joins (a place already had is kept).
     Closed(Closed),
-    /// The proof of work was used already: nothing was done.
-    ProofReused,
+    /// The proof of work was spent already (or its challenge expired by
+    /// Redis's clock): nothing was done.
+    ProofSpent,
 }
 
 /// The outcome of `rank`.

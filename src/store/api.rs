@@ -73,7 +73,7 @@ impl Store {
     }
     /// Registers each of `users` (at most [`MAX_USERS_PER_SCRIPT`]), in this order, in
     /// one script call; a user whose proof of work was used already is
-    /// answered [`Registration::ProofReused`] and nothing else.
+    /// answered [`Registration::ProofSpent`] and nothing else.
     pub async fn register_many(
         &self,
         keys: &QueueKeys,
@@ -128,7 +128,7 @@ impl Store {
                         opens_at_ms: count(value)?,
                     }),
                     RegisterCode::Closed => Ok(Registration::Closed(Closed::default())),
-                    RegisterCode::ProofReused => Ok(Registration::ProofReused),
+                    RegisterCode::ProofSpent => Ok(Registration::ProofSpent),
                 }
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

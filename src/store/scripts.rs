@@ -118,7 +118,7 @@ codes! {
         PrequeuedNow = 5,
         NotOpen = 6,
         Closed = 7,
-        ProofReused = 8,
+        ProofSpent = 8,
     }
 }
 
