@@ -12,14 +12,14 @@
 -- KEYS[7] prequeue ZSET   (userId -> arrival, microseconds)
 -- KEYS[8] due HASH        (userId -> when the next poll is due, ms), KEYS[9]
 --                          dues ZSET (its buckets): see `heartbeats`
--- KEYS[10] proofs ZSET    (challenge id -> its expiry, ms): proofs of work that
---                          bought a place
+-- KEYS[10] proofs ZSET    (id -> its expiry, ms): proofs of work and invites
+--                          that bought a place
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
--- ARGV[6] p, how many users of the batch carry a proof of work; then p
---         triples: the user's place in the batch (from 1), the challenge
---         id, its expiry (ms)
+-- ARGV[6] p, how many proofs of work and invites the batch carries (a user
+--         may carry one of each); then p triples: the user's place in the
+--         batch (from 1), the proof's id, its expiry (ms)
 -- ARGV[7+3p..] userIds, 1 to 500
 --
 -- Returns, for each user in order, five numbers: four below and the poll
@@ -53,19 +53,20 @@ local proofs = tonumber(ARGV[6])
 local first = 7 + 3 * (proofs or 0)
 local count = proofs and batch_users(first)
 if #KEYS ~= 10 or not interval or interval < 1 or not batch or batch < 1 or not timeout
-    or not count or proofs < 0 or proofs > count then
+    or not count or proofs < 0 or proofs > 2 * count then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
--- The proof of work of each user that carries one, by place in the batch.
-local proof_of = {}
+-- The proofs of each user that carries some, by place in the batch.
+local proofs_of = {}
 for j = 0, proofs - 1 do
   local place, id, expiry = tonumber(ARGV[7 + 3 * j]), ARGV[8 + 3 * j], tonumber(ARGV[9 + 3 * j])
-  if not place or place < 1 or place > count or #id == 0 or #id > 64 or not expiry then
+  if not place or place < 1 or place > count or #id == 0 or #id > 80 or not expiry then
     return redis.error_reply('ERR waitgate register: bad arguments')
   end
-  proof_of[place] = {id, expiry}
+  proofs_of[place] = proofs_of[place] or {}
+  table.insert(proofs_of[place], {id, expiry})
 end
 local control = read_control(KEYS[6])
 if not control.incarnation then
@@ -263,7 +264,7 @@ local function register(user, i)
   return 1, rank, wait, score, advice
 end
 
--- A proof of work buys one place. It is refused when used already, or
+-- A proof of work (or an invite) buys one place. It is refused when used already, or
 -- expired by this Redis's clock (an instance whose clock is behind would
 -- take it a moment longer; Redis's clock decides, as for everything else).
 -- It is recorded, until its challenge expires, only once it bought a place
@@ -272,12 +273,15 @@ end
 -- later try.
 local newest = 0
 local function proof_spent(i)
-  local proof = proof_of[i]
-  return proof and (proof[2] <= now_ms or redis.call('ZSCORE', KEYS[10], proof[1]))
+  for _, proof in ipairs(proofs_of[i] or {}) do
+    if proof[2] <= now_ms or redis.call('ZSCORE', KEYS[10], proof[1]) then
+      return true
+    end
+  end
+  return false
 end
 local function spend(i)
-  local proof = proof_of[i]
-  if proof then
+  for _, proof in ipairs(proofs_of[i] or {}) do
     redis.call('ZADD', KEYS[10], proof[2], proof[1])
     newest = math.max(newest, proof[2])
   end

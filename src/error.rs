@@ -103,6 +103,11 @@ pub enum ApiError {
     /// 403: the proof of work is malformed, wrong, expired, for another
     /// queue, or already used.
     ProofInvalid,
+    /// 403: the queue is invite-only and the register carries no invite.
+    InviteRequired,
+    /// 403: the invite is not the site's, expired, for another queue or
+    /// user, or spent already.
+    InviteInvalid,
 }
 
 impl ApiError {
@@ -124,7 +129,9 @@ impl ApiError {
             | ApiError::OriginNotAllowed
             | ApiError::IdentityMismatch
             | ApiError::ProofRequired
-            | ApiError::ProofInvalid => 403,
+            | ApiError::ProofInvalid
+            | ApiError::InviteRequired
+            | ApiError::InviteInvalid => 403,
             ApiError::AdminUnauthorized | ApiError::LoginRequired | ApiError::InvalidLogin => 401,
             ApiError::Conflict(_) => 409,
             ApiError::QueueClosed(_) => 410,
@@ -183,6 +190,8 @@ impl ApiError {
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::ProofRequired => "proof_required",
             ApiError::ProofInvalid => "proof_invalid",
+            ApiError::InviteRequired => "invite_required",
+            ApiError::InviteInvalid => "invite_invalid",
         }
     }
 
@@ -261,6 +270,12 @@ impl ApiError {
             ApiError::ProofInvalid => {
                 "The proof of work is wrong, expired or already used: get a new challenge."
             }
+            ApiError::InviteRequired => {
+                "This queue is by invitation: open the link of your invitation, or send its token in X-Waitgate-Invite."
+            }
+            ApiError::InviteInvalid => {
+                "The invitation is not valid, has expired, is for someone else, or was used already."
+            }
         };
         Cow::Borrowed(text)
     }
@@ -315,6 +330,8 @@ impl ApiError {
             ApiError::RateLimited { retry_after_s: 1 },
             ApiError::ProofRequired,
             ApiError::ProofInvalid,
+            ApiError::InviteRequired,
+            ApiError::InviteInvalid,
         ];
         for error in &all {
             match error {
@@ -354,7 +371,9 @@ impl ApiError {
                 | ApiError::IdentityMismatch
                 | ApiError::RateLimited { .. }
                 | ApiError::ProofRequired
-                | ApiError::ProofInvalid => {}
+                | ApiError::ProofInvalid
+                | ApiError::InviteRequired
+                | ApiError::InviteInvalid => {}
             }
         }
         all

@@ -14,6 +14,8 @@
 //! - [`queue`]: the queue API (register, rank, dropout), one file per
 //!   endpoint.
 //! - [`edge`]: the signing key and the JWT checks at the edge.
+//! - [`entry`]: what a register shows to buy a place where its queue asks
+//!   it: a solved proof-of-work challenge, a signed invitation.
 //! - [`limits`]: how often one client may call the queue API.
 //! - [`store`]: Redis, as typed calls over the Lua scripts in `lua/`.
 //! - [`background`]: the admission gate, the heartbeat cleanup and the
@@ -39,6 +41,7 @@ pub mod config;
 pub mod control;
 pub mod durability;
 pub mod edge;
+pub mod entry;
 pub mod error;
 pub mod limits;
 pub mod logging;

@@ -78,10 +78,24 @@ pub struct Metrics {
     /// Registers refused for their proof of work, by reason (see
     /// [`PROOF_REFUSALS`]).
     pub proof_refused: IntCounterVec,
+    /// Registers refused for their invite, by reason (see
+    /// [`INVITE_REFUSALS`]).
+    pub invite_refused: IntCounterVec,
 }
 
+/// The `reason` label of `waitgate_invite_refused_total`: `required` (none
+/// sent), and each of `entry::invite::InviteRefused`.
+pub const INVITE_REFUSALS: [&str; 6] = [
+    "required",
+    "invalid",
+    "expired",
+    "other_queue",
+    "other_user",
+    "spent",
+];
+
 /// The `reason` label of `waitgate_proof_refused_total`: `required` (none
-/// sent), and each of `queue_api::challenge::Refused`.
+/// sent), and each of `entry::challenge::Refused`.
 pub const PROOF_REFUSALS: [&str; 7] = [
     "required",
     "malformed",
@@ -313,6 +327,12 @@ impl Metrics {
                 "Registers refused for their proof of work (403), by reason.",
                 &["queue", "reason"],
             ),
+            invite_refused: counter(
+                &registry,
+                "waitgate_invite_refused_total",
+                "Registers refused for their invite (403), by reason.",
+                &["queue", "reason"],
+            ),
             registrations: counter(
                 &registry,
                 "waitgate_registrations_total",
@@ -487,6 +507,9 @@ impl Metrics {
             for reason in PROOF_REFUSALS {
                 self.proof_refused.with_label_values(&[q, reason]);
             }
+            for reason in INVITE_REFUSALS {
+                self.invite_refused.with_label_values(&[q, reason]);
+            }
         }
     }
 
@@ -527,6 +550,9 @@ impl Metrics {
             let _ = self.challenges.remove_label_values(&[q]);
             for reason in PROOF_REFUSALS {
                 let _ = self.proof_refused.remove_label_values(&[q, reason]);
+            }
+            for reason in INVITE_REFUSALS {
+                let _ = self.invite_refused.remove_label_values(&[q, reason]);
             }
         }
     }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use crate::config::{AdmissionConfig, ChallengeConfig, Config, HeartbeatConfig, PageConfig};
+use crate::entry::invite::Invites;
 use crate::error::ApiError;
 use crate::store::ranks::NearHead;
 use crate::store::{QueueKeys, Samples};
@@ -23,6 +24,8 @@ pub struct Queue {
     pub exact_rank_window: u64,
     /// The proof of work a register must carry, if any.
     pub challenge: Option<ChallengeConfig>,
+    /// The invite key of an invite-only queue.
+    pub invite: Option<Invites>,
     /// The samples ranks far back are derived from (see `store::ranks`).
     pub ranks: RankSamples,
     /// The users this instance last answered near the head.
@@ -74,6 +77,7 @@ impl Queues {
                     require_credential: q.require_credential,
                     exact_rank_window: q.exact_rank_window,
                     challenge: q.challenge,
+                    invite: q.invite.as_ref().map(|i| Invites::new(&i.secret)),
                     ranks: RankSamples::default(),
                     near_head: Default::default(),
                 };

@@ -822,3 +822,50 @@ fn register_new_with_proof(wg: &Waitgate, user: &str) {
     .unwrap();
     assert_eq!(r.status, 200, "{r:?}");
 }
+
+/// An invite-only queue that also asks a proof of work: the page of the
+/// invitation's link solves the challenge and registers with both.
+#[test]
+fn the_page_of_an_invitation_joins_an_invite_only_queue_with_a_proof() {
+    let secret = "the-site-s-invite-secret-of-32-bytes-or-more";
+    let room = Room::start_with(
+        &[("SITE_INVITE_SECRET", secret)],
+        "queues: {baseball: {challenge: {difficulty-bits: 8}, \
+         invite: {secret-env: SITE_INVITE_SECRET}}}",
+    );
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3600;
+    let invite = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"queue": "baseball", "jti": "chromium-1", "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap();
+    runtime().block_on(async {
+        let chromium = Chromium::launch().await;
+        let page = chromium
+            .open(
+                room.url("/tickets/seat"),
+                IN_THE_ROOM,
+                Duration::from_secs(10),
+            )
+            .await;
+        let status: String =
+            eval(&page, "document.getElementById('waitgate').dataset.status").await;
+        assert_eq!(status, "INVITE_REQUIRED");
+        go(
+            &page,
+            room.url(&format!(
+                "/waiting-room/baseball?return=/tickets/seat&invite={invite}"
+            )),
+            "document.getElementById('waitgate').dataset.status === 'WAITING'",
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!(room.waiting().len(), 1);
+        chromium.close().await;
+    });
+}

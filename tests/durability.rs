@@ -630,7 +630,7 @@ routes: []
                                     &queue.keys,
                                     waitgate::store::Joining {
                                         user: &user(*i),
-                                        proof: None,
+                                        spends: &[],
                                     },
                                     &queue.admission,
                                     &queue.heartbeat,

@@ -13,7 +13,7 @@ use common::*;
 use redis::Commands;
 use sha2::{Digest, Sha256};
 use waitgate::edge::secret::Secret;
-use waitgate::queue_api::challenge::Challenges;
+use waitgate::entry::challenge::Challenges;
 
 const WAITING: &str = "queue:{baseball}:waiting";
 

@@ -259,9 +259,10 @@
     }
   }
 
-  // A closed queue: the server shows the operator's message; nothing the
-  // page could do changes it.
-  if (config.status === "CLOSED") {
+  // A closed queue (the server shows the operator's message), or an
+  // invite-only one without a good invite: nothing the page could do
+  // changes it.
+  if (config.status === "CLOSED" || config.status === "INVITE_REQUIRED") {
     forgetReloads();
     return;
   }
@@ -345,7 +346,11 @@
     setText(note, text("note"));
     proofProgress({ tried: 0, expected: 1 });
     client
-      .register({ prove: true, onProof: proofProgress })
+      .register({
+        prove: true,
+        onProof: proofProgress,
+        invite: typeof config.invite === "string" ? config.invite : undefined,
+      })
       .then((answer) => {
         if (answer && Number.isFinite(answer.rank)) startRank = answer.rank;
         render(answer);
@@ -354,6 +359,13 @@
       .catch((err) => {
         if (err && err.code === "queue_closed") {
           closed(err.message);
+          return;
+        }
+        if (err && (err.code === "invite_required" || err.code === "invite_invalid")) {
+          setStatus("INVITE_REQUIRED");
+          setText(heading, text("heading_invite"));
+          setText(message, text(err.code));
+          setText(note, text("invite_note"));
           return;
         }
         if (err && err.code === "proof_unsupported") {

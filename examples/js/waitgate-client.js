@@ -20,13 +20,14 @@
  *   cors.allowed-origins.
  *
  * Methods (each returns a Promise of the JSON answer):
- *   register({ userId, prove, onProof })
+ *   register({ userId, prove, onProof, invite })
  *                         POST   /api/v1/queue/register; where the queue asks
  *       a proof of work (403 proof_required or proof_invalid), it gets a
  *       challenge, solves it and registers again with the proof, up to
  *       three times. `prove: true` solves one before the first try (the
  *       queue is known to ask one); onProof({ tried, expected }) is called
- *       about every 200 ms while solving.
+ *       about every 200 ms while solving. `invite`: the enqueue token of an
+ *       invite-only queue (X-Waitgate-Invite).
  *   challenge()           GET    /api/v1/queue/challenge
  *   solve(challengeAnswer, { onProof })
  *       the X-Waitgate-Proof value for a challenge answer: SHA-256 of
@@ -85,7 +86,7 @@
       this.proofWorker = proofWorker; // proof-worker.js's URL, to solve off this thread
     }
 
-    async register({ userId, signal, prove = false, onProof } = {}) {
+    async register({ userId, signal, prove = false, onProof, invite } = {}) {
       if (userId) this.userId = userId;
       let proof = null;
       for (let attempt = 0; ; attempt += 1) {
@@ -96,7 +97,7 @@
         }
         try {
           const answer = await this._request("POST", "/register", {
-            body: { queue: this.queue, userId: this.userId }, proofOfWork: proof, signal });
+            body: { queue: this.queue, userId: this.userId }, proofOfWork: proof, invite, signal });
           if (answer && answer.userId) this.userId = answer.userId;
           if (answer && answer.queueCredential) this.queueCredential = answer.queueCredential;
           return answer;
@@ -177,7 +178,8 @@
       }
     }
 
-    async _request(method, path, { query = {}, body, credential = false, proofOfWork, signal } = {}) {
+    async _request(method, path, { query = {}, body, credential = false, proofOfWork, invite,
+      signal } = {}) {
       const params = new URLSearchParams();
       for (const [key, value] of Object.entries(query)) {
         if (value != null && value !== "") params.set(key, value);
@@ -186,6 +188,7 @@
       const headers = { Accept: "application/json" };
       if (credential && this.queueCredential) headers["X-Queue-Credential"] = this.queueCredential;
       if (proofOfWork) headers["X-Waitgate-Proof"] = proofOfWork;
+      if (invite) headers["X-Waitgate-Invite"] = invite;
       const init = { method, headers, credentials: this.credentials, cache: "no-store" };
       if (body !== undefined) {
         headers["Content-Type"] = "application/json";

@@ -72,6 +72,9 @@ pub struct Caller {
     /// `X-Waitgate-Proof`: a register's proof of work (empty when it was
     /// sent twice, or not as text).
     pub proof: Option<String>,
+    /// `X-Waitgate-Invite`: a register's invite to an invite-only queue
+    /// (empty when sent twice, or not as text).
+    pub invite: Option<String>,
     pub accept_language: Option<String>,
 }
 
@@ -82,6 +85,7 @@ impl Caller {
         let mut authorizations = 0;
         let mut credentials = 0;
         let mut proofs = 0;
+        let mut invites = 0;
         for (name, value) in fields {
             let text = || {
                 std::str::from_utf8(value)
@@ -106,6 +110,9 @@ impl Caller {
             } else if name.eq_ignore_ascii_case(b"x-queue-credential") {
                 credentials += 1;
                 caller.credential = text();
+            } else if name.eq_ignore_ascii_case(b"x-waitgate-invite") {
+                invites += 1;
+                caller.invite = Some(text().unwrap_or_default());
             } else if name.eq_ignore_ascii_case(b"x-waitgate-proof") {
                 proofs += 1;
                 caller.proof = Some(text().unwrap_or_default());
@@ -123,6 +130,9 @@ impl Caller {
         // Two proofs are one malformed one: refused, never guessed at.
         if proofs > 1 {
             caller.proof = Some(String::new());
+        }
+        if invites > 1 {
+            caller.invite = Some(String::new());
         }
         caller
     }

@@ -82,7 +82,8 @@ pub fn preflight(origins: &Origins, sent: Sent<'_>) -> Option<Vec<(&'static str,
         // Authorization: the site's login token, with identity binding.
         (
             "Access-Control-Allow-Headers",
-            "Authorization, Content-Type, X-Queue-Credential, X-Waitgate-Proof".into(),
+            "Authorization, Content-Type, X-Queue-Credential, X-Waitgate-Proof, X-Waitgate-Invite"
+                .into(),
         ),
         ("Access-Control-Max-Age", "600".into()),
     ]);

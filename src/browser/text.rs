@@ -84,6 +84,19 @@ const EN: &[(&str, &str)] = &[
         "checking_failed",
         "Your browser could not solve the puzzle. Reload this page to try again.",
     ),
+    ("heading_invite", "This queue is by invitation"),
+    (
+        "invite_required",
+        "Open this page from the link in your invitation to join the queue.",
+    ),
+    (
+        "invite_invalid",
+        "This invitation is not valid: it has expired, was used already, or is for someone else.",
+    ),
+    (
+        "invite_note",
+        "If you think this is a mistake, contact the site that invited you.",
+    ),
     ("ahead", "{n} people are ahead of you."),
     ("ahead_one", "1 person is ahead of you."),
     ("next", "You're next."),
@@ -161,6 +174,19 @@ const KO: &[(&str, &str)] = &[
     (
         "checking_failed",
         "브라우저가 퍼즐을 풀지 못했습니다. 페이지를 새로 고쳐 다시 시도해 주세요.",
+    ),
+    ("heading_invite", "초대받은 분만 들어올 수 있는 대기열입니다"),
+    (
+        "invite_required",
+        "초대장에 있는 링크로 이 페이지를 열어야 대기열에 들어올 수 있습니다.",
+    ),
+    (
+        "invite_invalid",
+        "유효하지 않은 초대장입니다. 기한이 지났거나, 이미 사용되었거나, 다른 분의 초대장입니다.",
+    ),
+    (
+        "invite_note",
+        "잘못된 안내라고 생각되면 초대한 사이트에 문의해 주세요.",
     ),
     ("ahead", "앞에 {n}명이 있습니다."),
     ("ahead_one", "앞에 1명이 있습니다."),

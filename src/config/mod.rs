@@ -61,8 +61,8 @@ use log::RawLog;
 pub use log::{LogConfig, LogFormat, DEFAULT_LOG_FILTER};
 use queue::RawQueue;
 pub use queue::{
-    AdmissionConfig, ChallengeConfig, HeartbeatConfig, PageConfig, QueueConfig, MAX_BATCH_SIZE,
-    MAX_DIFFICULTY_BITS, MAX_EXACT_RANK_WINDOW,
+    AdmissionConfig, ChallengeConfig, HeartbeatConfig, InviteConfig, PageConfig, QueueConfig,
+    MAX_BATCH_SIZE, MAX_DIFFICULTY_BITS, MAX_EXACT_RANK_WINDOW,
 };
 use redis::RawRedis;
 pub use redis::{RedisConfig, RedisMode, RedisTls};

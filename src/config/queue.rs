@@ -31,7 +31,27 @@ pub struct QueueConfig {
     /// The proof of work a register must carry; `None` when `challenge` is
     /// absent or asks 0 bits.
     pub challenge: Option<ChallengeConfig>,
+    /// The invite key of an invite-only queue: every register carries an
+    /// enqueue token the site signed with it.
+    pub invite: Option<InviteConfig>,
 }
+
+/// An invite-only queue's key (`queues.<q>.invite`), read from the
+/// environment when the config is loaded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct InviteConfig {
+    pub secret_env: String,
+    pub secret: Vec<u8>,
+}
+
+impl std::fmt::Debug for InviteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InviteConfig({})", self.secret_env)
+    }
+}
+
+/// The shortest invite secret taken, in bytes.
+pub const MIN_INVITE_SECRET_BYTES: usize = 32;
 
 /// A queue's proof of work (`queues.<q>.challenge`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +63,7 @@ pub struct ChallengeConfig {
     pub ttl: Duration,
 }
 
-/// The most difficulty a queue may ask (see `queue_api::challenge`).
+/// The most difficulty a queue may ask (see `entry::challenge`).
 pub const MAX_DIFFICULTY_BITS: u64 = 32;
 
 /// The waiting-room page of a queue.
@@ -92,6 +112,13 @@ pub(super) struct RawQueue {
     pub(super) require_credential: bool,
     pub(super) exact_rank_window: Option<u64>,
     pub(super) challenge: Option<RawChallenge>,
+    pub(super) invite: Option<RawInvite>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(super) struct RawInvite {
+    pub(super) secret_env: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -220,8 +247,31 @@ impl RawQueue {
                 })
             }
         };
+        let invite = match self.invite {
+            None => None,
+            Some(raw) => {
+                let field = format!("{key}.invite.secret-env");
+                let secret = std::env::var(&raw.secret_env).map_err(|_| {
+                    invalid(field.clone(), format!("{} is not set", raw.secret_env))
+                })?;
+                if secret.len() < MIN_INVITE_SECRET_BYTES {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "{} is shorter than {MIN_INVITE_SECRET_BYTES} bytes",
+                            raw.secret_env
+                        ),
+                    ));
+                }
+                Some(InviteConfig {
+                    secret_env: raw.secret_env,
+                    secret: secret.into_bytes(),
+                })
+            }
+        };
         Ok(QueueConfig {
             challenge,
+            invite,
             heartbeat,
             admission,
             page: PageConfig {

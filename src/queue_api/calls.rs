@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 
-use super::challenge::Spent;
+use crate::entry::challenge::Spent;
 use crate::queues::Queue;
 use crate::store::coalesce::{Batch, Coalescer};
 use crate::store::{Joining, Position, Registration, SpentProof, Store, StoreError};
@@ -19,20 +19,20 @@ pub struct ForUser {
     user: String,
     /// The arrival a credential names (token exchange only).
     arrival: u64,
-    /// The proof of work the user sent (register only, where the queue
-    /// asks one).
-    proof: Option<Spent>,
+    /// The proof of work and the invite the user sent (register only,
+    /// where the queue asks them).
+    spends: Vec<Spent>,
 }
 
 impl ForUser {
-    fn joining(&self) -> Joining<'_> {
-        Joining {
-            user: &self.user,
-            proof: self.proof.as_ref().map(|p| SpentProof {
+    fn spends(&self) -> Vec<SpentProof<'_>> {
+        self.spends
+            .iter()
+            .map(|p| SpentProof {
                 id: &p.id,
                 expires_at_ms: p.expires_at_ms,
-            }),
-        }
+            })
+            .collect()
     }
 }
 
@@ -67,7 +67,15 @@ fn registers(
 ) -> BoxFuture<'static, Result<Vec<Registration>, StoreError>> {
     Box::pin(async move {
         let queue = &requests[0].queue;
-        let users: Vec<Joining<'_>> = requests.iter().map(ForUser::joining).collect();
+        let spends: Vec<Vec<SpentProof<'_>>> = requests.iter().map(ForUser::spends).collect();
+        let users: Vec<Joining<'_>> = requests
+            .iter()
+            .zip(&spends)
+            .map(|(r, spends)| Joining {
+                user: &r.user,
+                spends,
+            })
+            .collect();
         store
             .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
             .await
@@ -155,28 +163,32 @@ impl Calls {
             queue: queue.clone(),
             user: user.to_string(),
             arrival,
-            proof: None,
+            spends: Vec::new(),
         }
     }
 
-    /// Registers `user`, taking their proof of work when the queue asks
-    /// one.
+    /// Registers `user`, spending their proof of work and invite (where
+    /// the queue asks them) if they buy the place.
     pub async fn register(
         &self,
         queue: &Arc<Queue>,
         user: &str,
-        proof: Option<Spent>,
+        spends: Vec<Spent>,
     ) -> Result<Registration, StoreError> {
         let request = ForUser {
-            proof,
+            spends,
             ..Calls::request(queue, user, 0)
         };
         if !self.coalesce {
+            let spends = request.spends();
             return self
                 .store
                 .register(
                     &queue.keys,
-                    request.joining(),
+                    Joining {
+                        user,
+                        spends: &spends,
+                    },
                     &queue.admission,
                     &queue.heartbeat,
                 )

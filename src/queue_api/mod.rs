@@ -8,7 +8,6 @@
 
 mod body;
 mod calls;
-pub mod challenge;
 pub mod credential;
 mod dropout;
 pub mod estimates;
@@ -34,6 +33,7 @@ use crate::durability::Durability;
 use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
+use crate::entry::challenge::Challenges;
 use crate::error::ApiError;
 use crate::limits::ClientLimits;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
@@ -42,7 +42,6 @@ use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
 use crate::revocation::revoke;
 use crate::store::{Store, StoreError};
-use challenge::Challenges;
 use credential::Credentials;
 
 /// A release's Redis call is tried this many times, the pauses between
@@ -338,6 +337,7 @@ pub(crate) mod tests {
             require_credential: queue.require_credential,
             exact_rank_window: queue.exact_rank_window,
             challenge: queue.challenge,
+            invite: queue.invite.clone(),
             ranks: Default::default(),
             near_head: Default::default(),
         }

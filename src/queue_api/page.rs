@@ -24,6 +24,7 @@ use crate::browser::template::Template;
 use crate::browser::text::Lang;
 use crate::browser::Caller;
 use crate::edge::jwt::Issued;
+use crate::entry::challenge::Spent;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
@@ -74,8 +75,15 @@ enum View {
     },
     /// The queue asks a proof of work to join: the page's script solves a
     /// challenge and registers with it (without JavaScript the page says
-    /// that it needs it).
-    Challenge,
+    /// that it needs it), with the page's invite if it has one.
+    Challenge {
+        invite: Option<String>,
+    },
+    /// An invite-only queue, and the page has no invite, or one that is
+    /// not good (`invalid`): the page says so and stops.
+    Invite {
+        invalid: bool,
+    },
 }
 
 /// What a visit comes to.
@@ -128,8 +136,13 @@ impl QueueApi {
             Ok(queue) => queue,
             Err(reply) => return reply,
         };
+        let invite = query.and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "invite")
+                .map(|(_, v)| v.into_owned())
+        });
         let (user, visit) = match limited {
-            Ok(()) => self.visit(&queue, caller).await,
+            Ok(()) => self.visit(&queue, caller, invite).await,
             Err(limited) => (None, Err(limited)),
         };
         let reply = self.show(&queue, lang, &back, visit);
@@ -197,6 +210,8 @@ impl QueueApi {
             Err(ApiError::LoginRequired | ApiError::InvalidLogin) => {
                 Visit::Show(View::LoginRequired, None)
             }
+            Err(ApiError::InviteRequired) => Visit::Show(View::Invite { invalid: false }, None),
+            Err(ApiError::InviteInvalid) => Visit::Show(View::Invite { invalid: true }, None),
             Err(error) => return Reply::from(error),
         };
         match visit {
@@ -219,6 +234,7 @@ impl QueueApi {
         &self,
         queue: &Arc<Queue>,
         caller: &Caller,
+        invite: Option<String>,
     ) -> (Option<UserId>, Result<Visit, ApiError>) {
         let signed_in = match self.login(caller) {
             Ok(signed_in) => signed_in,
@@ -247,7 +263,7 @@ impl QueueApi {
             (None, Some(c)) => c.user.clone(),
             (None, None) => register::mint(),
         };
-        let visit = self.poll_or_join(queue, cookie, &user).await;
+        let visit = self.poll_or_join(queue, cookie, &user, invite).await;
         (Some(user), visit)
     }
 
@@ -258,18 +274,21 @@ impl QueueApi {
         queue: &Arc<Queue>,
         cookie: Option<QueueCookie>,
         user: &UserId,
+        invite: Option<String>,
     ) -> Result<Visit, ApiError> {
         if let Some(c) = &cookie {
             if let Some(visit) = self.poll(queue, c).await? {
                 return Ok(visit);
             }
         }
+        // An invite-only queue: the invite is checked before anything else.
+        let spent = self.invite(queue, user.as_str(), invite.as_deref())?;
         // Joining takes a proof of work, which only the page's script can
         // make: it registers through the API once it has one.
         if queue.challenge.is_some() {
-            return Ok(Visit::Show(View::Challenge, None));
+            return Ok(Visit::Show(View::Challenge { invite }, None));
         }
-        self.join(queue, user).await
+        self.join(queue, user, spent).await
     }
 
     /// A visit with the queue cookie `c`: what its place came to, or
@@ -315,9 +334,16 @@ impl QueueApi {
         })
     }
 
-    /// Registers `user` for the page.
-    async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
-        let (registration, credential, _) = self.register_user(queue, user, false, None).await?;
+    /// Registers `user` for the page, with the page's invite where the
+    /// queue is invite-only.
+    async fn join(
+        &self,
+        queue: &Arc<Queue>,
+        user: &UserId,
+        invite: Option<Spent>,
+    ) -> Result<Visit, ApiError> {
+        let spends: Vec<Spent> = invite.into_iter().collect();
+        let (registration, credential, _) = self.register_user(queue, user, false, &spends).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {
@@ -364,8 +390,9 @@ impl QueueApi {
                 },
                 None,
             ),
-            // (The page joins only queues that ask no proof.)
-            Registration::ProofSpent => return Err(ApiError::ProofInvalid),
+            // (The page joins only queues that ask no proof: this is its
+            // invite, which `register_user` names.)
+            Registration::ProofSpent => return Err(ApiError::InviteInvalid),
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the
@@ -412,7 +439,9 @@ fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
         // (Never polled: the page neither polls nor refreshes.)
         View::Closed { .. } => ("CLOSED", longest),
         // (Nor here: the page's script registers, then polls.)
-        View::Challenge => ("CHALLENGE", longest),
+        View::Challenge { .. } => ("CHALLENGE", longest),
+        // (Nor here: nothing the page can do.)
+        View::Invite { .. } => ("INVITE_REQUIRED", longest),
     }
 }
 
@@ -542,13 +571,27 @@ fn words(lang: Lang, view: &View) -> Words {
         },
         // The note is for a visitor without JavaScript; the script puts
         // the usual one in its place as it starts.
-        View::Challenge => Words {
+        View::Challenge { .. } => Words {
             heading: lang.get("heading_checking").to_string(),
             message: lang.get("checking").to_string(),
             place: none.clone(),
             wait: none,
             progress: 0,
             note: lang.get("checking_needs_script"),
+        },
+        View::Invite { invalid } => Words {
+            heading: lang.get("heading_invite").to_string(),
+            message: lang
+                .get(if *invalid {
+                    "invite_invalid"
+                } else {
+                    "invite_required"
+                })
+                .to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+            note: lang.get("invite_note"),
         },
     }
 }
@@ -570,6 +613,10 @@ struct ScriptConfig<'a> {
     /// Where the script that solves a challenge is (a challenge view only).
     #[serde(skip_serializing_if = "Option::is_none")]
     proof_worker: Option<String>,
+    /// The page's invite, which the script's register carries (a challenge
+    /// view of an invite-only queue only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    invite: Option<&'a str>,
     strings: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -598,8 +645,12 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
             _ => None,
         },
         lang: lang.code(),
-        proof_worker: matches!(view, View::Challenge)
+        proof_worker: matches!(view, View::Challenge { .. })
             .then(|| format!("{}proof-worker.js", redirect::ASSETS_PREFIX)),
+        invite: match view {
+            View::Challenge { invite } => invite.as_deref(),
+            _ => None,
+        },
         strings: lang
             .strings()
             .iter()
@@ -615,7 +666,7 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
     // closed queue, which nothing on the page can change, and a challenge,
     // which only a script can answer.
     let refresh_tag = match view {
-        View::Closed { .. } | View::Challenge => String::new(),
+        View::Closed { .. } | View::Challenge { .. } | View::Invite { .. } => String::new(),
         _ => format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n"),
     };
     let head = format!(

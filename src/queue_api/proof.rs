@@ -1,12 +1,13 @@
-//! The queue API's side of proof of work: `GET /api/v1/queue/challenge`,
-//! and the check of a register's `X-Waitgate-Proof` before any Redis call.
-//! The challenges themselves are [`super::challenge`]'s.
+//! The queue API's side of what buys a place: `GET /api/v1/queue/challenge`,
+//! and the checks of a register's proof of work (`X-Waitgate-Proof`) and
+//! invite (`X-Waitgate-Invite`) before any Redis call. The challenges and
+//! invites themselves are [`super::challenge`]'s and [`super::invite`]'s.
 
 use serde::Serialize;
 
-use super::challenge::Spent;
 use super::{input, QueueApi};
 use crate::browser::Caller;
+use crate::entry::challenge::Spent;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
@@ -94,6 +95,39 @@ impl QueueApi {
     pub(super) fn proof_refused(&self, queue: &Queue, reason: &str) {
         self.metrics
             .proof_refused
+            .with_label_values(&[&queue.name, reason])
+            .inc();
+    }
+
+    /// The invite a register of `user` for `queue` carries, checked (no
+    /// Redis call): `None` for a queue that is not invite-only. The page
+    /// passes the one of its `invite` query parameter as `given`.
+    pub(super) fn invite(
+        &self,
+        queue: &Queue,
+        user: &str,
+        given: Option<&str>,
+    ) -> Result<Option<Spent>, ApiError> {
+        let Some(invites) = &queue.invite else {
+            return Ok(None);
+        };
+        let Some(token) = given else {
+            self.invite_refused(queue, "required");
+            return Err(ApiError::InviteRequired);
+        };
+        invites
+            .check(&queue.name, user, token)
+            .map(Some)
+            .map_err(|refused| {
+                self.invite_refused(queue, refused.reason());
+                ApiError::InviteInvalid
+            })
+    }
+
+    /// Counts a register refused for its invite.
+    pub(super) fn invite_refused(&self, queue: &Queue, reason: &str) {
+        self.metrics
+            .invite_refused
             .with_label_values(&[&queue.name, reason])
             .inc();
     }

@@ -13,11 +13,12 @@ use pingora::proxy::Session;
 use rand::TryRngCore;
 use serde::Deserialize;
 
-use super::challenge::{Refused, Spent};
 use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::cookie::{self, QueueCookie};
 use crate::browser::Caller;
+use crate::entry::challenge::{Refused, Spent};
+use crate::entry::invite::InviteRefused;
 use crate::error::ApiError;
 use crate::metrics::{
     REGISTERED_ACTIVE, REGISTERED_AGAIN, REGISTERED_CLOSED, REGISTERED_NEW, REGISTERED_NOT_OPEN,
@@ -85,9 +86,11 @@ pub(super) async fn registered(
     let request = parse(body)?;
     let queue = api.queue(request.queue.as_deref())?;
     let registrant = registrant(api, &queue, request.user, caller)?;
+    let invite = api.invite(&queue, registrant.user.as_str(), caller.invite.as_deref())?;
     let proof = api.proof(&queue, caller)?;
+    let spends: Vec<Spent> = invite.into_iter().chain(proof).collect();
     let (registration, credential, reply) = api
-        .register_user(&queue, &registrant.user, registrant.proven, proof.as_ref())
+        .register_user(&queue, &registrant.user, registrant.proven, &spends)
         .await?;
     let reply = reply.about(&queue.name, registrant.user.as_str());
     Ok(match (credential, registrant.browser) {
@@ -182,21 +185,28 @@ impl QueueApi {
     /// Registers `user` in `queue`: the one Redis call, the metric, and the
     /// reply, with the store's answer and the credential it issued (to a
     /// new registration only, or again to an admitted user a login proves:
-    /// `proven`). `proof` is the user's checked proof of work, where the
-    /// queue asks one; one Redis found used already is refused. Shared by
-    /// the API and the waiting-room page.
+    /// `proven`). `spends` are the user's checked invite and proof of
+    /// work, where the queue asks them; if Redis found one spent already,
+    /// the register is refused for it. Shared by the API and the
+    /// waiting-room page.
     pub(super) async fn register_user(
         &self,
         queue: &Arc<Queue>,
         user: &UserId,
         proven: bool,
-        proof: Option<&Spent>,
+        spends: &[Spent],
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
         let registration = self
-            .register_call(queue, user.as_str(), proof)
+            .register_call(queue, user.as_str(), spends)
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
         if registration == Registration::ProofSpent {
+            // An invite is spent with the proof it came with: it is the
+            // one to name.
+            if queue.invite.is_some() {
+                self.invite_refused(queue, InviteRefused::Spent.reason());
+                return Err(ApiError::InviteInvalid);
+            }
             self.proof_refused(queue, Refused::Reused.reason());
             return Err(ApiError::ProofInvalid);
         }

@@ -6,26 +6,26 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::challenge::Spent;
 use super::QueueApi;
+use crate::entry::challenge::Spent;
 use crate::queues::Queue;
 use crate::store::{Position, Registration, StoreError};
 
 impl QueueApi {
-    /// Registers `user` (with their proof of work, when the queue asks
-    /// one); when Redis refuses as lost, after writing back what this
-    /// instance knows (a call refused so took no proof).
+    /// Registers `user` (with their proof of work and invite, where the
+    /// queue asks them); when Redis refuses as lost, after writing back
+    /// what this instance knows (a call refused so spent nothing).
     pub(super) async fn register_call(
         &self,
         queue: &Arc<Queue>,
         user: &str,
-        proof: Option<&Spent>,
+        spends: &[Spent],
     ) -> Result<Registration, StoreError> {
         let asked = Instant::now();
-        match self.calls.register(queue, user, proof.cloned()).await {
+        match self.calls.register(queue, user, spends.to_vec()).await {
             Err(StoreError::Lost) => {
                 self.durability.look_after(queue, Some(asked)).await?;
-                self.calls.register(queue, user, proof.cloned()).await
+                self.calls.register(queue, user, spends.to_vec()).await
             }
             other => other,
         }

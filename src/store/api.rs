@@ -41,16 +41,17 @@ pub struct Sample {
     pub phase: &'static str,
 }
 
-/// A user a register call is for, with the proof of work they sent when
-/// their queue asks one.
+/// A user a register call is for, with what buys their place where the
+/// queue asks it: a proof of work, an invite, or both.
 #[derive(Debug, Clone, Copy)]
 pub struct Joining<'a> {
     pub user: &'a str,
-    pub proof: Option<SpentProof<'a>>,
+    pub spends: &'a [SpentProof<'a>],
 }
 
-/// A proof of work that passed its checks: its challenge's id, recorded so
-/// that it is taken once, until the challenge expires (ms since the epoch).
+/// A proof of work or an invite that passed its checks: its id, recorded
+/// once it bought a place so that it buys one only, until it expires (ms
+/// since the epoch).
 #[derive(Debug, Clone, Copy)]
 pub struct SpentProof<'a> {
     pub id: &'a str,
@@ -72,8 +73,8 @@ impl Store {
         )
     }
     /// Registers each of `users` (at most [`MAX_USERS_PER_SCRIPT`]), in this order, in
-    /// one script call; a user whose proof of work was used already is
-    /// answered [`Registration::ProofSpent`] and nothing else.
+    /// one script call; a user whose proof of work or invite was spent
+    /// already is answered [`Registration::ProofSpent`] and nothing else.
     pub async fn register_many(
         &self,
         keys: &QueueKeys,
@@ -86,11 +87,11 @@ impl Store {
             .arg(admission.interval.as_millis() as u64)
             .arg(admission.batch_size);
         heartbeat_args(&mut invocation, heartbeat);
-        // The proofs, as (user's place in the batch from 1, id, expiry),
-        // then the users.
-        invocation.arg(users.iter().filter(|u| u.proof.is_some()).count());
+        // The proofs and invites, as (user's place in the batch from 1, id,
+        // expiry), then the users.
+        invocation.arg(users.iter().map(|u| u.spends.len()).sum::<usize>());
         for (i, joining) in users.iter().enumerate() {
-            if let Some(proof) = joining.proof {
+            for proof in joining.spends {
                 invocation.arg(i + 1).arg(proof.id).arg(proof.expires_at_ms);
             }
         }
