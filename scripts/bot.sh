@@ -26,7 +26,8 @@ ensure_packages wrk curl python3 node
 
 DURATION=${BOT_DURATION:-20}
 cargo build --release --locked --bin waitgate --example proof_bot >&2
-BIN=$RELEASE/waitgate
+# BOT_BINARY: another waitgate to measure (an earlier build, say).
+BIN=${BOT_BINARY:-$RELEASE/waitgate}
 SOLVER=$RELEASE/examples/proof_bot
 work_and_children
 
@@ -58,9 +59,9 @@ new WaitgateClient({ base, queue: "baseball", userId: user }).register({ prove: 
   .catch((e) => console.log(`${e.status || 0} ${(Date.now() - started) / 1000}`));
 JS
 
-# run_case NAME EXTRA_YAML [QUEUE_YAML] [BOT]: BOT is `flood` (the default)
+# run_one NAME EXTRA_YAML [QUEUE_YAML] [BOT]: BOT is `flood` (the default)
 # or `solver`.
-run_case() {
+run_one() {
   local name=$1 extra=$2 queue=${3:-} bot=${4:-flood}
   local rport listen admin
   rport=$(free_port); listen=$(free_port); admin=$(free_port)
@@ -94,8 +95,10 @@ YAML
     while :; do
       i=$((i + 1))
       if [ -n "$queue" ]; then
+        # Each on its own, as visitors come: one every 0.5 s, however
+        # long the one before takes to solve.
         node "$work/visitor.js" "$PWD/examples/js/waitgate-client.js" "http://127.0.0.1:$listen" \
-          "visitor-$i" "10.1.$((i / 250)).$((i % 250 + 1))" >>"$work/$name.visitors" || true
+          "visitor-$i" "10.1.$((i / 250)).$((i % 250 + 1))" >>"$work/$name.visitors" &
         sleep 0.5
         continue
       elif [ "$name" = identity ]; then
@@ -127,6 +130,12 @@ YAML
   fi
   kill "$visitors" 2>/dev/null || true
   wait "$visitors" 2>/dev/null || true
+  if [ -n "$queue" ]; then
+    # The visitors still solving: 15 s to finish, then they are counted as
+    # not placed.
+    for _ in $(seq 150); do pgrep -f "$work/visitor.js" >/dev/null || break; sleep 0.1; done
+    pkill -f "$work/visitor.js" 2>/dev/null || true
+  fi
 
   local bot_places redis_us
   bot_places=$(redis-cli -p "$rport" ZRANGE 'queue:{baseball}:waiting' 0 -1 | grep -c '^bot-' || true)
@@ -152,6 +161,9 @@ echo "Bot for ${DURATION} s per case, 16 connections from one address; a visitor
 echo
 echo "| defence | bot requests/s | bot places per minute | Redis time (all commands) | Redis µs per bot place | visitors placed | visitor's time to a place, median / max | bot answers |"
 echo "|---|---|---|---|---|---|---|---|"
+# BOT_CASES: the cases to run (names, space-separated); all by default.
+want() { [ -z "${BOT_CASES:-}" ] || [[ " $BOT_CASES " == *" $1 "* ]]; }
+run_case() { if want "$1"; then run_one "$@"; fi; }
 run_case none ""
 run_case limits "limits: {register-per-client: {per-second: 1, burst: 20}}"
 run_case identity "identity: {issuer: shop, audience: waitgate, secret-env: SHOP_LOGIN_SECRET}"

@@ -648,7 +648,7 @@ fn cors_preflights_and_answers_are_for_allowed_origins_only() {
         );
         assert_eq!(
             ok.header("Access-Control-Allow-Headers"),
-            Some("Authorization, Content-Type, X-Queue-Credential")
+            Some("Authorization, Content-Type, X-Queue-Credential, X-Waitgate-Proof, X-Waitgate-Invite")
         );
         let refused = preflight("https://evil.example", target);
         assert_eq!(refused.status, 403);

@@ -13,7 +13,10 @@ use redis::Commands;
 const SECRET: &str = "the-site-s-invite-secret-of-32-bytes-or-more";
 const WAITING: &str = "queue:{baseball}:waiting";
 
+/// Queue `baseball`, invite-only, whose gate admits nobody (a place stays
+/// a place while a test looks at it).
 fn invite_only(redis: &Redis, extra: &str) -> Waitgate {
+    hold_gate(redis);
     TestConfig::on_free_ports(&redis.url(), free_port())
         .set(
             "queues.baseball",

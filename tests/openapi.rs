@@ -126,6 +126,7 @@ fn every_answer_is_one_the_openapi_document_describes() {
     const RANK: &str = "/api/v1/queue/rank";
     const DROPOUT: &str = "/api/v1/queue/dropout";
     const TOKEN: &str = "/api/v1/queue/active/token";
+    const CHALLENGE: &str = "/api/v1/queue/challenge";
 
     // register: new, again, and every refusal.
     let first = send("POST", REGISTER, &[], Some(r#"{"userId":"alice"}"#));
@@ -208,8 +209,19 @@ fn every_answer_is_one_the_openapi_document_describes() {
     assert_eq!(r.status, 400);
     c.check("DELETE", DROPOUT, &r);
 
+    // challenge: none asked here, an unknown queue, the wrong method.
+    let r = send("GET", CHALLENGE, &[], None);
+    assert_eq!(r.json()["difficultyBits"], 0, "{r:?}");
+    c.check("GET", CHALLENGE, &r);
+    let r = send("GET", &format!("{CHALLENGE}?queue=nope"), &[], None);
+    assert_eq!(r.status, 404);
+    c.check("GET", CHALLENGE, &r);
+    let r = send("GET", &format!("{CHALLENGE}?queue=a&queue=b"), &[], None);
+    assert_eq!(r.status, 400);
+    c.check("GET", CHALLENGE, &r);
+
     // Preflights, allowed and not.
-    for path in [REGISTER, RANK, DROPOUT, TOKEN] {
+    for path in [REGISTER, RANK, DROPOUT, TOKEN, CHALLENGE] {
         for (origin, status) in [("https://shop.example", 204), ("https://evil.example", 403)] {
             let r = send(
                 "OPTIONS",
