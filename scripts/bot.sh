@@ -95,10 +95,12 @@ YAML
     while :; do
       i=$((i + 1))
       if [ -n "$queue" ]; then
-        # Each on its own, as visitors come: one every 0.5 s, however
-        # long the one before takes to solve.
+        # One after the other, 0.5 s apart: each solves on one core, as
+        # on a visitor's own device (here it shares the machine's two
+        # cores with the bot, waitgate and Redis; visitors solving at
+        # once would measure their own load instead).
         node "$work/visitor.js" "$PWD/examples/js/waitgate-client.js" "http://127.0.0.1:$listen" \
-          "visitor-$i" "10.1.$((i / 250)).$((i % 250 + 1))" >>"$work/$name.visitors" &
+          "visitor-$i" "10.1.$((i / 250)).$((i % 250 + 1))" >>"$work/$name.visitors" || true
         sleep 0.5
         continue
       elif [ "$name" = identity ]; then
