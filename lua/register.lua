@@ -38,10 +38,12 @@
 --                                      as it is (an active user is told 3)
 --         {8, 0, 0, 0}                 the user's proof of work was spent
 --                                      already (or its challenge expired by
---                                      Redis's clock): nothing is done
+--                                      Redis's clock), and the user has no
+--                                      place: nothing is done
+--         {9, 0, 0, 0}                 the same for the user's invite
 -- wait_ms is -1 while admission is paused.
 -- Codes: 1 new, 2 already-waiting, 3 active, 4 already-prequeued, 5 prequeued-now,
--- Codes: 6 not-open, 7 closed, 8 proof-spent
+-- Codes: 6 not-open, 7 closed, 8 proof-spent, 9 invite-spent
 --
 -- A waiting user costs a sorted-set entry, a hash field and a place in a
 -- list. A proof of work costs an entry in the proofs set until its challenge
@@ -62,7 +64,10 @@ local now_ms = math.floor(now / 1000)
 local proofs_of = {}
 for j = 0, proofs - 1 do
   local place, id, expiry = tonumber(ARGV[7 + 3 * j]), ARGV[8 + 3 * j], tonumber(ARGV[9 + 3 * j])
-  if not place or place < 1 or place > count or #id == 0 or #id > 80 or not expiry then
+  -- An expiry past a year and a month is not one waitgate checked (and
+  -- would not print as an integer).
+  if not place or place < 1 or place > count or #id == 0 or #id > 80 or not expiry
+      or expiry > now_ms + 34000000000 then
     return redis.error_reply('ERR waitgate register: bad arguments')
   end
   proofs_of[place] = proofs_of[place] or {}
@@ -272,13 +277,25 @@ end
 -- already, admitted, or found the queue not open or closed keeps it for a
 -- later try.
 local newest = 0
-local function proof_spent(i)
+-- The code for a user whose proof or invite is spent (8 a proof, 9 an
+-- invite: their ids start with 'invite:'), or nil.
+local function spent_code(i)
   for _, proof in ipairs(proofs_of[i] or {}) do
     if proof[2] <= now_ms or redis.call('ZSCORE', KEYS[10], proof[1]) then
-      return true
+      return string.sub(proof[1], 1, 7) == 'invite:' and 9 or 8
     end
   end
-  return false
+  return nil
+end
+-- Whether a user has a place or is admitted: they are answered as such,
+-- whatever they carry, so that a client that lost the answer of the
+-- register that spent its invite can ask again.
+local function placed(user)
+  if redis.call('ZSCORE', KEYS[1], user) or redis.call('ZSCORE', KEYS[7], user) then
+    return true
+  end
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[4], user))
+  return expiry ~= nil and expiry > now_ms
 end
 local function spend(i)
   for _, proof in ipairs(proofs_of[i] or {}) do
@@ -289,8 +306,11 @@ end
 
 local out = {}
 for i = 1, count do
-  local code, value, wait, arrival, advice = 8, 0, 0, 0, 0
-  if not proof_spent(i) then
+  local code, value, wait, arrival, advice = spent_code(i), 0, 0, 0, 0
+  if code and placed(ARGV[first + i - 1]) then
+    code = nil
+  end
+  if not code then
     code, value, wait, arrival, advice = register(ARGV[first + i - 1], i)
     if code == 1 or code == 5 then
       spend(i)

@@ -199,7 +199,8 @@ proxy_pids() { # label
     bare) echo "$BARE_PID" ;;
     waitgate) echo "$WG_PID" ;;
     lane-off) echo "$WG_OFF_PID" ;;
-    baseline) echo "${WG_BASE_PID:-}" ;;
+    baseline | baseline-close) echo "${WG_BASE_PID:-}" ;;
+    close) echo "$WG_PID" ;;
     nginx) cat "$work/proxy/nginx.pid"; pgrep -P "$(cat "$work/proxy/nginx.pid")" ;;
   esac
 }
@@ -265,6 +266,12 @@ for round in $(seq "$rounds"); do
   run_wrk lane-off http://127.0.0.1:$P_WG_OFF/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
   if [ -n "${BENCH_BASELINE:-}" ]; then
     run_wrk baseline http://127.0.0.1:$P_WG_BASE/api/v1/follow-up/seat -H "Authorization: Bearer $token" -s "$work/status.lua"
+    # A client connection per request (and so, since upstream connections
+    # are kept per client connection, an upstream connection per request).
+    run_wrk close http://127.0.0.1:$P_WG/api/v1/follow-up/seat -H "Authorization: Bearer $token" \
+      -H "Connection: close" -s "$work/status.lua"
+    run_wrk baseline-close http://127.0.0.1:$P_WG_BASE/api/v1/follow-up/seat -H "Authorization: Bearer $token" \
+      -H "Connection: close" -s "$work/status.lua"
   fi
   run_wrk nginx http://127.0.0.1:$P_NGINX/api/v1/follow-up/seat -s "$work/status.lua"
   run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
@@ -418,6 +425,8 @@ row("protected GET, proxy CPU per request, lane on", f"{cw:.1f} us", f"nginx {cn
 row("protected GET, proxy CPU per request, lane off", f"{co:.1f} us", f"bare Pingora {cb:.1f} us", f"{cpu_ratio('lane-off', 'bare'):.2f}x", "report", True)
 if "baseline" in runs:
     row("protected GET, lane on vs BENCH_BASELINE build", f"{w:,.0f}", f"baseline {med('baseline'):,.0f}", f"{ratio('waitgate', 'baseline'):.2f}x", "report", True)
+    row("protected GET, Connection: close, vs BENCH_BASELINE build", f"{med('close'):,.0f}", f"baseline {med('baseline-close'):,.0f}", f"{ratio('close', 'baseline-close'):.2f}x", "report", True)
+    row("protected GET, Connection: close, proxy CPU per request", f"{med_cpu('close'):.1f} us", f"baseline {med_cpu('baseline-close'):.1f} us", f"{cpu_ratio('close', 'baseline-close'):.2f}x", "report", True)
 r, rr, q = med("register"), med("evalsha-reg"), ratio("register", "evalsha-reg")
 row("register, req/s", f"{r:,.0f}", f"EVALSHA register.lua {rr:,.0f}", f"{q:.2f}x", ">= 0.5x (aim 0.8x)", q >= 0.5)
 k, kr, q = med("rank"), med("evalsha-rank"), ratio("rank", "evalsha-rank")

@@ -827,11 +827,21 @@ fn register_new_with_proof(wg: &Waitgate, user: &str) {
 /// invitation's link solves the challenge and registers with both.
 #[test]
 fn the_page_of_an_invitation_joins_an_invite_only_queue_with_a_proof() {
+    invited_visitor_joins("challenge: {difficulty-bits: 8}, ");
+}
+
+/// An invite-only queue: the page of the invitation's link joins through
+/// its script, and takes the invite out of the address bar.
+#[test]
+fn the_page_of_an_invitation_joins_an_invite_only_queue() {
+    invited_visitor_joins("");
+}
+
+fn invited_visitor_joins(challenge: &str) {
     let secret = "the-site-s-invite-secret-of-32-bytes-or-more";
     let room = Room::start_with(
         &[("SITE_INVITE_SECRET", secret)],
-        "queues: {baseball: {challenge: {difficulty-bits: 8}, \
-         invite: {secret-env: SITE_INVITE_SECRET}}}",
+        &format!("queues: {{baseball: {{{challenge}invite: {{secret-env: SITE_INVITE_SECRET}}}}}}"),
     );
     let exp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -866,6 +876,11 @@ fn the_page_of_an_invitation_joins_an_invite_only_queue_with_a_proof() {
         )
         .await;
         assert_eq!(room.waiting().len(), 1);
+        let search: String = eval(&page, "location.search").await;
+        assert!(
+            search.starts_with("?return=") && !search.contains("invite"),
+            "the invite left the address: {search}"
+        );
         chromium.close().await;
     });
 }

@@ -105,6 +105,11 @@ fn an_invite_buys_one_place_for_its_queue_and_user() {
         &invite(
             serde_json::json!({"queue": "baseball", "jti": "y", "exp": in_an_hour(), "sub": "someone-else"}),
         ),
+        // "Never expires", and `exp` in milliseconds: not an invitation.
+        &invite(
+            serde_json::json!({"queue": "baseball", "jti": "z", "exp": 9_007_199_254_740_991u64}),
+        ),
+        &invite(serde_json::json!({"queue": "baseball", "jti": "w", "exp": in_an_hour() * 1000})),
     ] {
         let r = register_with(&wg, "crasher", &[("X-Waitgate-Invite", bad)]);
         assert_eq!(
@@ -127,14 +132,14 @@ fn an_invite_buys_one_place_for_its_queue_and_user() {
             refused(&wg, "other_queue"),
             refused(&wg, "other_user")
         ),
-        (1, 3, 1, 1, 1)
+        (1, 5, 1, 1, 1)
     );
 
     let token = open_invite("inv-1");
     let r = register_with(&wg, "guest", &[("X-Waitgate-Invite", &token)]);
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.json()["queueCredential"].is_string());
-    for user in ["guest", "friend"] {
+    for user in ["friend", "stranger"] {
         let r = register_with(&wg, user, &[("X-Waitgate-Invite", &token)]);
         assert_eq!(r.error_code(), "invite_invalid", "{user}: {r:?}");
     }
@@ -150,8 +155,12 @@ fn an_invite_buys_one_place_for_its_queue_and_user() {
     assert_eq!(placed(&redis), 2);
 }
 
+/// The page of an invitation's link neither joins nor spends the invite
+/// on its load (a mail link scanner or a chat preview loads it too): it
+/// hands the invite to its script, whose register (a same-site POST) takes
+/// the place and sets the cookie.
 #[test]
-fn the_page_joins_with_the_invite_of_its_link() {
+fn the_page_of_an_invitation_leaves_the_join_to_its_script() {
     let redis = Redis::start_free();
     let wg = invite_only(&redis, "");
     let html = [
@@ -160,65 +169,83 @@ fn the_page_joins_with_the_invite_of_its_link() {
         ("Sec-Fetch-Dest", "document"),
         ("Sec-Fetch-Site", "none"),
     ];
+    let load = |target: &str, headers: &[(&str, &str)]| {
+        let r = request(wg.addr, "GET", target, headers, None).unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        r
+    };
     // Without an invite the page says the queue is by invitation, and
     // neither joins nor refreshes.
-    let r = request(
-        wg.addr,
-        "GET",
-        "/waiting-room/baseball?return=/tickets",
-        &html,
-        None,
-    )
-    .unwrap();
-    assert_eq!(r.status, 200, "{r:?}");
+    let r = load("/waiting-room/baseball?return=/tickets", &html);
     let page = r.text();
     assert!(page.contains("data-status=\"INVITE_REQUIRED\""), "{page}");
     assert!(page.contains("This queue is by invitation"));
     assert!(!page.contains("http-equiv=\"refresh\""));
     assert!(r.header("Set-Cookie").is_none());
-    // With the invite of its link: a place, and the cookie that keeps it.
+    // A forged one: the same, saying it is not valid.
+    let r = load("/waiting-room/baseball?return=/tickets&invite=a.b.c", &html);
+    assert!(
+        r.text().contains("This invitation is not valid"),
+        "{}",
+        r.text()
+    );
+    // With the invitation's link, loaded twice (a scanner, then the
+    // visitor): the page to join, with the invite for its script; nothing
+    // spent, nobody placed.
     let token = open_invite("page-1");
+    let target = format!("/waiting-room/baseball?return=/tickets&invite={token}");
+    for _ in 0..2 {
+        let r = load(&target, &[("Accept", "text/html")]);
+        let page = r.text();
+        assert!(page.contains("data-status=\"JOIN\""), "{page}");
+        assert!(page.contains(&format!("\"invite\":\"{token}\"")), "{page}");
+        assert!(r.header("Set-Cookie").is_none());
+    }
+    assert_eq!(placed(&redis), 0);
+    // The script's register: the place and the cookie.
     let r = request(
         wg.addr,
-        "GET",
-        &format!("/waiting-room/baseball?return=/tickets&invite={token}"),
-        &html,
-        None,
+        "POST",
+        "/api/v1/queue/register",
+        &[
+            ("Content-Type", "application/json"),
+            ("Sec-Fetch-Site", "same-origin"),
+            ("X-Waitgate-Invite", &token),
+        ],
+        Some(b"{}"),
     )
     .unwrap();
     assert_eq!(r.status, 200, "{r:?}");
-    assert!(r.text().contains("data-status=\"WAITING\""), "{}", r.text());
     let cookie = r
         .header("Set-Cookie")
         .expect("the queue cookie")
         .to_string();
     assert_eq!(placed(&redis), 1);
-    // The cookie keeps the place with no invite; the invite, spent, joins
-    // nobody else.
+    // The cookie keeps the place, invite or not.
     let pair = cookie.split(';').next().unwrap().to_string();
     let mut with_cookie = html.to_vec();
     with_cookie.push(("Cookie", &pair));
-    let r = request(
-        wg.addr,
-        "GET",
-        "/waiting-room/baseball?return=/tickets",
-        &with_cookie,
-        None,
-    )
-    .unwrap();
+    let r = load(&target, &with_cookie);
     assert!(r.text().contains("data-status=\"WAITING\""), "{}", r.text());
-    let r = request(
-        wg.addr,
-        "GET",
-        &format!("/waiting-room/baseball?return=/tickets&invite={token}"),
-        &html,
-        None,
-    )
-    .unwrap();
-    assert!(
-        r.text().contains("This invitation is not valid"),
-        "{}",
-        r.text()
+}
+
+/// A client that lost the answer of the register that spent its invite
+/// (a timeout, a 503) asks again and is told its place, not refused: it
+/// cannot get another invitation.
+#[test]
+fn a_register_asked_again_after_its_invite_was_spent_gets_the_place() {
+    let redis = Redis::start_free();
+    let wg = invite_only(&redis, "");
+    let token = open_invite("again-1");
+    let first = register_with(&wg, "guest", &[("X-Waitgate-Invite", &token)]);
+    assert_eq!(first.status, 200, "{first:?}");
+    let again = register_with(&wg, "guest", &[("X-Waitgate-Invite", &token)]);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.json()["status"], first.json()["status"]);
+    // Anyone else with it is refused.
+    assert_eq!(
+        register_with(&wg, "other", &[("X-Waitgate-Invite", &token)]).error_code(),
+        "invite_invalid"
     );
     assert_eq!(placed(&redis), 1);
 }
@@ -266,8 +293,8 @@ fn an_invite_only_queue_that_asks_a_proof_of_work_takes_both() {
             ]
         )
         .error_code(),
-        "invite_invalid",
-        "the spent proof refuses the register (named by its invite)"
+        "proof_invalid",
+        "the spent proof refuses the register, and is named"
     );
     assert_eq!(placed(&redis), 1);
 }

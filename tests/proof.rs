@@ -151,12 +151,17 @@ fn a_solved_proof_takes_one_place_once() {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["status"], "WAITING");
     assert!(r.json()["queueCredential"].is_string());
-    // The same proof again, for anyone, is refused, and changes nothing.
-    for user in ["fan", "bot"] {
+    // The same proof again: refused for anyone else, and changes nothing;
+    // the user it placed is told the place (an answer lost on the way
+    // can be asked for again), with no new credential.
+    for user in ["bot", "other"] {
         let r = register_with(&wg, user, Some(&proof));
         assert_eq!(r.status, 403, "{r:?}");
         assert_eq!(r.error_code(), "proof_invalid");
     }
+    let r = register_with(&wg, "fan", Some(&proof));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json().get("queueCredential").is_none(), "{r:?}");
     assert_eq!(waiting(&redis) + active(&redis), 1);
     assert_eq!(refused(&wg, "reused"), 2);
     // A fresh one lets the same user register again (the place is kept),

@@ -18,10 +18,11 @@
  * ends it: the page shows the operator's message and neither polls nor
  * reloads.
  *
- * A queue that asks a proof of work (status CHALLENGE) is joined from here:
- * the client solves a challenge in a Web Worker (proof-worker.js), the
- * progress bar shows how it goes, and the register that carries the proof
- * sets the queue cookie; then the page polls as above.
+ * A queue that asks a proof of work (status CHALLENGE), or a page opened
+ * from an invitation's link (status JOIN), is joined from here: the client
+ * solves a challenge in Web Workers (proof-worker.js) where one is asked,
+ * the progress bar shows how it goes, and the register that carries the
+ * proof and the invite sets the queue cookie; then the page polls as above.
  */
 (() => {
   "use strict";
@@ -342,12 +343,24 @@
     }
   }
 
-  if (config.status === "CHALLENGE") {
+  if (config.status === "CHALLENGE" || config.status === "JOIN") {
+    const prove = config.status === "CHALLENGE";
     setText(note, text("note"));
-    proofProgress({ tried: 0, expected: 1 });
+    if (prove) proofProgress({ tried: 0, expected: 1 });
+    // The invite stays out of the address bar (and of the Referer of the
+    // pages that follow) once the page has it.
+    if (typeof config.invite === "string") {
+      try {
+        const url = new URL(location.href);
+        url.searchParams.delete("invite");
+        history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+      } catch (_) {
+        // The invite stays in the address; nothing else changes.
+      }
+    }
     client
       .register({
-        prove: true,
+        prove,
         onProof: proofProgress,
         invite: typeof config.invite === "string" ? config.invite : undefined,
       })

@@ -84,6 +84,12 @@ const EN: &[(&str, &str)] = &[
         "checking_failed",
         "Your browser could not solve the puzzle. Reload this page to try again.",
     ),
+    ("heading_joining", "Joining the queue"),
+    ("joining", "One moment: your invitation is being checked."),
+    (
+        "joining_needs_script",
+        "Joining this queue from an invitation needs JavaScript. Turn JavaScript on, then reload this page.",
+    ),
     ("heading_invite", "This queue is by invitation"),
     (
         "invite_required",
@@ -174,6 +180,12 @@ const KO: &[(&str, &str)] = &[
     (
         "checking_failed",
         "브라우저가 퍼즐을 풀지 못했습니다. 페이지를 새로 고쳐 다시 시도해 주세요.",
+    ),
+    ("heading_joining", "대기열에 들어가는 중입니다"),
+    ("joining", "잠시만 기다려 주세요. 초대장을 확인하고 있습니다."),
+    (
+        "joining_needs_script",
+        "초대장으로 이 대기열에 들어오려면 JavaScript가 필요합니다. JavaScript를 켠 뒤 페이지를 새로 고쳐 주세요.",
     ),
     ("heading_invite", "초대받은 분만 들어올 수 있는 대기열입니다"),
     (

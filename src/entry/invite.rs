@@ -11,9 +11,13 @@
 //!
 //! It comes in `X-Waitgate-Invite`, or, for the waiting-room page, as the
 //! page's `invite` query parameter. Checking it costs one HMAC and no Redis
-//! call; `register.lua` spends it (records `jti` until `exp`) when it buys
-//! a place, in the call it shares with the register, as it spends a proof
-//! of work. With `sub`, only that user may use it.
+//! call; `register.lua` spends it (records `jti` until `exp`, at most a
+//! year away) when it buys a place, in the call it shares with the
+//! register, as it spends a proof of work. With `sub`, only that user may
+//! use it: a `userId` an API client names, or the login's with identity
+//! binding (a page visitor without a login gets a new id, so `sub` suits
+//! API clients and signed-in sites). The secret is used as written (its
+//! bytes, not decoded).
 
 use jsonwebtoken::{decode, Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -25,6 +29,9 @@ pub const MAX_INVITE_BYTES: usize = 2048;
 
 /// The longest `jti`.
 const MAX_JTI: usize = 64;
+
+/// The furthest an invitation's `exp` may be: 366 days.
+pub const MAX_LIFETIME_MS: u64 = 366 * 24 * 3_600_000;
 
 /// A queue's invite key.
 #[derive(Clone)]
@@ -103,6 +110,13 @@ impl Invites {
         if claims.jti.is_empty() || claims.jti.len() > MAX_JTI {
             return Err(InviteRefused::Invalid);
         }
+        // An invitation good for more than a year is not one (an `exp`
+        // written in milliseconds, say); it would also be kept as spent
+        // that long.
+        let expires_at_ms = (claims.exp * 1000.0) as u64;
+        if expires_at_ms > crate::time::now_ms() + MAX_LIFETIME_MS {
+            return Err(InviteRefused::Invalid);
+        }
         if claims.queue != queue {
             return Err(InviteRefused::OtherQueue);
         }
@@ -111,7 +125,7 @@ impl Invites {
         }
         Ok(Spent {
             id: format!("invite:{}", claims.jti),
-            expires_at_ms: (claims.exp.max(0.0) * 1000.0) as u64,
+            expires_at_ms,
         })
     }
 }
@@ -181,6 +195,9 @@ mod tests {
             Err(InviteRefused::Expired)
         );
         for bad in [
+            // `exp` in milliseconds, or "never".
+            serde_json::json!({"queue": "baseball", "jti": "ms", "exp": exp * 1000}),
+            serde_json::json!({"queue": "baseball", "jti": "far", "exp": 9_007_199_254_740_991u64}),
             serde_json::json!({"queue": "baseball", "exp": exp}),
             serde_json::json!({"queue": "baseball", "jti": "", "exp": exp}),
             serde_json::json!({"queue": "baseball", "jti": "x".repeat(65), "exp": exp}),

@@ -24,7 +24,6 @@ use crate::browser::template::Template;
 use crate::browser::text::Lang;
 use crate::browser::Caller;
 use crate::edge::jwt::Issued;
-use crate::entry::challenge::Spent;
 use crate::error::ApiError;
 use crate::queues::Queue;
 use crate::reply::Reply;
@@ -73,11 +72,14 @@ enum View {
     Closed {
         message: Arc<str>,
     },
-    /// The queue asks a proof of work to join: the page's script solves a
-    /// challenge and registers with it (without JavaScript the page says
-    /// that it needs it), with the page's invite if it has one.
-    Challenge {
+    /// Joining is the page's script's: where the queue asks a proof of
+    /// work (`prove`), which only a script can make, and where the page
+    /// came with an invite, which a load must not spend (a link scanner
+    /// or a chat preview loads the page too). The script registers with
+    /// both through the API; without JavaScript the page says it needs it.
+    Join {
         invite: Option<String>,
+        prove: bool,
     },
     /// An invite-only queue, and the page has no invite, or one that is
     /// not good (`invalid`): the page says so and stops.
@@ -281,14 +283,13 @@ impl QueueApi {
                 return Ok(visit);
             }
         }
-        // An invite-only queue: the invite is checked before anything else.
-        let spent = self.invite(queue, user.as_str(), invite.as_deref())?;
-        // Joining takes a proof of work, which only the page's script can
-        // make: it registers through the API once it has one.
-        if queue.challenge.is_some() {
-            return Ok(Visit::Show(View::Challenge { invite }, None));
+        // An invite-only queue: the invite is checked (not spent) first.
+        let invited = self.invite(queue, user.as_str(), invite.as_deref())?;
+        let prove = queue.challenge.is_some();
+        if prove || invited.is_some() {
+            return Ok(Visit::Show(View::Join { invite, prove }, None));
         }
-        self.join(queue, user, spent).await
+        self.join(queue, user).await
     }
 
     /// A visit with the queue cookie `c`: what its place came to, or
@@ -334,16 +335,10 @@ impl QueueApi {
         })
     }
 
-    /// Registers `user` for the page, with the page's invite where the
-    /// queue is invite-only.
-    async fn join(
-        &self,
-        queue: &Arc<Queue>,
-        user: &UserId,
-        invite: Option<Spent>,
-    ) -> Result<Visit, ApiError> {
-        let spends: Vec<Spent> = invite.into_iter().collect();
-        let (registration, credential, _) = self.register_user(queue, user, false, &spends).await?;
+    /// Registers `user` for the page (a queue that asks neither a proof
+    /// nor an invite).
+    async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
+        let (registration, credential, _) = self.register_user(queue, user, false, &[]).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {
@@ -390,9 +385,10 @@ impl QueueApi {
                 },
                 None,
             ),
-            // (The page joins only queues that ask no proof: this is its
-            // invite, which `register_user` names.)
-            Registration::ProofSpent => return Err(ApiError::InviteInvalid),
+            // (The page joins only queues that ask neither: refused by
+            // `register_user` in any case.)
+            Registration::ProofSpent => return Err(ApiError::ProofInvalid),
+            Registration::InviteSpent => return Err(ApiError::InviteInvalid),
             // Active without a cookie: the signed-in user on another device
             // is let in with the admitted registration's credential; an API
             // client's user opening the page cannot be (its token needs the
@@ -439,7 +435,8 @@ fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
         // (Never polled: the page neither polls nor refreshes.)
         View::Closed { .. } => ("CLOSED", longest),
         // (Nor here: the page's script registers, then polls.)
-        View::Challenge { .. } => ("CHALLENGE", longest),
+        View::Join { prove: true, .. } => ("CHALLENGE", longest),
+        View::Join { prove: false, .. } => ("JOIN", longest),
         // (Nor here: nothing the page can do.)
         View::Invite { .. } => ("INVITE_REQUIRED", longest),
     }
@@ -571,13 +568,21 @@ fn words(lang: Lang, view: &View) -> Words {
         },
         // The note is for a visitor without JavaScript; the script puts
         // the usual one in its place as it starts.
-        View::Challenge { .. } => Words {
+        View::Join { prove: true, .. } => Words {
             heading: lang.get("heading_checking").to_string(),
             message: lang.get("checking").to_string(),
             place: none.clone(),
             wait: none,
             progress: 0,
             note: lang.get("checking_needs_script"),
+        },
+        View::Join { prove: false, .. } => Words {
+            heading: lang.get("heading_joining").to_string(),
+            message: lang.get("joining").to_string(),
+            place: none.clone(),
+            wait: none,
+            progress: 0,
+            note: lang.get("joining_needs_script"),
         },
         View::Invite { invalid } => Words {
             heading: lang.get("heading_invite").to_string(),
@@ -613,7 +618,7 @@ struct ScriptConfig<'a> {
     /// Where the script that solves a challenge is (a challenge view only).
     #[serde(skip_serializing_if = "Option::is_none")]
     proof_worker: Option<String>,
-    /// The page's invite, which the script's register carries (a challenge
+    /// The page's invite, which the script's register carries (a join
     /// view of an invite-only queue only).
     #[serde(skip_serializing_if = "Option::is_none")]
     invite: Option<&'a str>,
@@ -645,10 +650,10 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
             _ => None,
         },
         lang: lang.code(),
-        proof_worker: matches!(view, View::Challenge { .. })
+        proof_worker: matches!(view, View::Join { prove: true, .. })
             .then(|| format!("{}proof-worker.js", redirect::ASSETS_PREFIX)),
         invite: match view {
-            View::Challenge { invite } => invite.as_deref(),
+            View::Join { invite, .. } => invite.as_deref(),
             _ => None,
         },
         strings: lang
@@ -666,7 +671,7 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
     // closed queue, which nothing on the page can change, and a challenge,
     // which only a script can answer.
     let refresh_tag = match view {
-        View::Closed { .. } | View::Challenge { .. } | View::Invite { .. } => String::new(),
+        View::Closed { .. } | View::Join { .. } | View::Invite { .. } => String::new(),
         _ => format!("<noscript><meta http-equiv=\"refresh\" content=\"{refresh}\"></noscript>\n"),
     };
     let head = format!(

@@ -200,15 +200,16 @@ impl QueueApi {
             .register_call(queue, user.as_str(), spends)
             .await
             .map_err(|e| self.unavailable(Endpoint::Register, e))?;
-        if registration == Registration::ProofSpent {
-            // An invite is spent with the proof it came with: it is the
-            // one to name.
-            if queue.invite.is_some() {
+        match registration {
+            Registration::ProofSpent => {
+                self.proof_refused(queue, Refused::Reused.reason());
+                return Err(ApiError::ProofInvalid);
+            }
+            Registration::InviteSpent => {
                 self.invite_refused(queue, InviteRefused::Spent.reason());
                 return Err(ApiError::InviteInvalid);
             }
-            self.proof_refused(queue, Refused::Reused.reason());
-            return Err(ApiError::ProofInvalid);
+            _ => {}
         }
         let mut issued = None;
         let (result, reply) = outcome(queue, user, registration.clone(), proven, |arrival| {
@@ -311,8 +312,9 @@ fn outcome(
             REGISTERED_CLOSED,
             Reply::from(ApiError::QueueClosed(closed.message)),
         ),
-        // (Refused by `register_user` before it comes here.)
+        // (Refused by `register_user` before they come here.)
         Registration::ProofSpent => (REGISTERED_CLOSED, Reply::from(ApiError::ProofInvalid)),
+        Registration::InviteSpent => (REGISTERED_CLOSED, Reply::from(ApiError::InviteInvalid)),
     }
 }
 

@@ -42,8 +42,10 @@ pub enum Registration {
     /// The queue is closed: nobody joins (a place already had is kept).
     Closed(Closed),
     /// The proof of work was spent already (or its challenge expired by
-    /// Redis's clock): nothing was done.
+    /// Redis's clock), and the user has no place: nothing was done.
     ProofSpent,
+    /// The same for the user's invite.
+    InviteSpent,
 }
 
 /// The outcome of `rank`.

@@ -130,6 +130,7 @@ impl Store {
                     }),
                     RegisterCode::Closed => Ok(Registration::Closed(Closed::default())),
                     RegisterCode::ProofSpent => Ok(Registration::ProofSpent),
+                    RegisterCode::InviteSpent => Ok(Registration::InviteSpent),
                 }
             })
             .collect::<Result<Vec<_>, StoreError>>()?;

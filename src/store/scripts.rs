@@ -119,6 +119,7 @@ codes! {
         NotOpen = 6,
         Closed = 7,
         ProofSpent = 8,
+        InviteSpent = 9,
     }
 }
 
@@ -390,7 +391,7 @@ mod tests {
     #[test]
     fn an_unknown_code_is_an_error_naming_the_script() {
         assert_eq!(RegisterCode::of(2).unwrap(), RegisterCode::AlreadyWaiting);
-        let e = RegisterCode::of(9).unwrap_err();
+        let e = RegisterCode::of(10).unwrap_err();
         assert!(e.to_string().contains("register.lua"), "{e}");
     }
 }
