@@ -447,7 +447,8 @@ body_of_present_fields! {
 
 /// `{"message"}`: the words the visitors are shown, 1 to
 /// [`MAX_CLOSED_MESSAGE_BYTES`] bytes of text with no control characters
-/// (a line break included: the page shows one paragraph).
+/// (a line break included: the page shows one paragraph) and no invisible
+/// or direction-changing format characters (see [`is_format`]).
 fn close_change(body: &[u8]) -> Result<Change, Reply> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(invalid("message is required."));
@@ -466,10 +467,28 @@ fn close_change(body: &[u8]) -> Result<Change, Reply> {
             "message must be at most {MAX_CLOSED_MESSAGE_BYTES} bytes."
         )));
     }
-    if message.chars().any(char::is_control) {
-        return Err(invalid("message must not hold control characters."));
+    if message.chars().any(|c| c.is_control() || is_format(c)) {
+        return Err(invalid(
+            "message must not hold control characters, line separators, or invisible or direction-changing format characters.",
+        ));
     }
     Ok(Change::Close { message })
+}
+
+/// The format characters a message could hide or reorder text with, on
+/// the page and in the audit line: the bidirectional controls (which make
+/// "sold out" read as something else), the zero-width ones, and the line
+/// and paragraph separators. Written out because the standard library has
+/// no Unicode categories and no crate of ours reads them.
+fn is_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
 }
 
 /// `{"batchSize","intervalMs","maxActive"}`: each a number, or `null` for
@@ -665,6 +684,11 @@ mod tests {
             br#"{"message":"  "}"#,
             br#"{"message":"a\nb"}"#,
             br#"{"message":"a\u0007b"}"#,
+            // Right-to-left override, zero-width space, line separator.
+            br#"{"message":"a\u202Eb"}"#,
+            br#"{"message":"a\u200Bb"}"#,
+            br#"{"message":"a\u2028b"}"#,
+            br#"{"message":"a\u2066b"}"#,
             br#"{"message":"a","extra":1}"#,
             br#"{"message":"a","message":"b"}"#,
             over.as_bytes(),
