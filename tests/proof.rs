@@ -402,3 +402,23 @@ fn the_script_refuses_a_proof_expired_by_its_own_clock() {
     assert_eq!(call(&mut c, "a", now + 60_000)[0], 1);
     assert_eq!(call(&mut c, "b", now + 60_000)[0], 8);
 }
+
+/// With `redis.coalesce: false` (each register its own script call) a
+/// proof buys one place as well.
+#[test]
+fn without_coalescing_a_proof_buys_one_place_too() {
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .set("queues.baseball.challenge", "{difficulty-bits: 4}")
+        .set("redis.coalesce", "false")
+        .start();
+    assert_eq!(register_with(&wg, "a", None).error_code(), "proof_required");
+    let (text, bits) = challenge(&wg);
+    let proof = solve_proof(&text, bits);
+    assert_eq!(register_with(&wg, "a", Some(&proof)).status, 200);
+    assert_eq!(
+        register_with(&wg, "b", Some(&proof)).error_code(),
+        "proof_invalid"
+    );
+    assert_eq!(waiting(&redis) + active(&redis), 1);
+}
