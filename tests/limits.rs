@@ -192,3 +192,38 @@ fn page_loads_count_against_the_register_limit_and_a_reload_changes_the_rate() {
         assert_eq!(register(wg.addr, &format!("y{i}")).status, 200);
     }
 }
+
+/// A register refused by the limit keeps its keep-alive connection on
+/// both HTTP paths: its small JSON body is read (as the direct lane reads
+/// it to answer), so the next request on the connection is answered too.
+#[test]
+fn a_limited_register_keeps_its_connection_on_either_path() {
+    let redis = Redis::start_free();
+    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
+        .set(
+            "limits",
+            "{register-per-client: {per-second: 0.01, burst: 1}}",
+        )
+        .start();
+    let mut client = Client::connect(wg.addr);
+    let register = |user: &str| {
+        let body = format!(r#"{{"userId":"{user}"}}"#);
+        format!(
+            "POST /api/v1/queue/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    client.send(&register("first"));
+    let (head, _) = client.response();
+    assert_eq!(head.status, 200);
+    for user in ["second", "third"] {
+        client.send(&register(user));
+        let (head, _) = client.response();
+        assert_eq!(head.status, 429, "{user}");
+        assert_ne!(head.header("Connection"), Some("close"), "{user}");
+    }
+    // And a rank poll after them, on the same connection.
+    client.send("GET /api/v1/queue/rank?userId=first HTTP/1.1\r\nHost: x\r\n\r\n");
+    let (head, _) = client.response();
+    assert_eq!(head.status, 200);
+}

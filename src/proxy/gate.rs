@@ -241,7 +241,14 @@ impl ProxyHttp for Gate {
                 ctx.endpoint = Some(endpoint);
                 match self.api.limits().check_endpoint(endpoint, ctx.client) {
                     Ok(()) => self.api.serve(endpoint, session).await,
-                    Err(limited) => Reply::from(limited),
+                    Err(limited) => {
+                        let reply = Reply::from(limited);
+                        if self.api.read_refused_body(session).await {
+                            reply
+                        } else {
+                            reply.closing()
+                        }
+                    }
                 }
             }
             Decision::Deny { route, reject } => {

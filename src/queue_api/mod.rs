@@ -288,6 +288,21 @@ impl QueueApi {
         });
     }
 
+    /// Reads and drops the body of a request refused before it was read
+    /// (a per-client limit's 429), as the direct lane has read it when it
+    /// answers: a JSON body of at most 4,096 bytes, within the body
+    /// timeout, not asked for with `100 Continue`. Whether the connection
+    /// may stay; anything else closes it, on both paths.
+    pub async fn read_refused_body(&self, session: &mut Session) -> bool {
+        if session.as_downstream_mut().is_body_empty() {
+            return true;
+        }
+        if crate::wire::body::expects_continue(&session.req_header().headers) {
+            return false;
+        }
+        self.read_body(session).await.is_ok()
+    }
+
     /// Reads a JSON body within the body timeout.
     async fn read_body(&self, session: &mut Session) -> Result<bytes::Bytes, Reply> {
         match tokio::time::timeout(self.body_timeout, input::read_json_body(session)).await {
