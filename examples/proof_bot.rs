@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
+use waitgate::entry::challenge::leading_zero_bits;
 
 struct Args {
     target: String,
@@ -65,17 +66,6 @@ fn call(target: &str, request: &str) -> std::io::Result<(u16, String)> {
     Ok((status, body))
 }
 
-fn zero_bits(digest: &[u8]) -> u32 {
-    let mut bits = 0;
-    for byte in digest {
-        if *byte != 0 {
-            return bits + byte.leading_zeros();
-        }
-        bits += 8;
-    }
-    bits
-}
-
 /// The proof for a challenge, and how many hashes it took.
 fn solve(challenge: &str, bits: u32) -> (String, u64) {
     let prefix = Sha256::new_with_prefix(format!("{challenge}:").as_bytes());
@@ -84,7 +74,7 @@ fn solve(challenge: &str, bits: u32) -> (String, u64) {
             .clone()
             .chain_update(n.to_string().as_bytes())
             .finalize();
-        if zero_bits(&digest) >= bits {
+        if leading_zero_bits(&digest) >= bits {
             return (format!("{challenge}:{n}"), n + 1);
         }
     }

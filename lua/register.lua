@@ -280,7 +280,11 @@ local newest = 0
 -- The code for a user whose proof or invite is spent (8 a proof, 9 an
 -- invite: their ids start with 'invite:'), or nil.
 local function spent_code(i)
-  for _, proof in ipairs(proofs_of[i] or {}) do
+  local proofs_of_user = proofs_of[i]
+  if not proofs_of_user then
+    return nil
+  end
+  for _, proof in ipairs(proofs_of_user) do
     if proof[2] <= now_ms or redis.call('ZSCORE', KEYS[10], proof[1]) then
       return string.sub(proof[1], 1, 7) == 'invite:' and 9 or 8
     end
@@ -298,7 +302,10 @@ local function placed(user)
   return expiry ~= nil and expiry > now_ms
 end
 local function spend(i)
-  for _, proof in ipairs(proofs_of[i] or {}) do
+  if not proofs_of[i] then
+    return
+  end
+  for _, proof in ipairs(proofs_of[i]) do
     redis.call('ZADD', KEYS[10], proof[2], proof[1])
     newest = math.max(newest, proof[2])
   end

@@ -8,6 +8,7 @@
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 /// The environment variable that holds the current key.
@@ -84,6 +85,18 @@ impl Secret {
 
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+
+    /// A MAC key of its own for one use of this secret: HMAC-SHA256 keyed
+    /// with HMAC(secret, `label`), so that no MAC made for one use (a queue
+    /// credential, a challenge) is ever valid for another, nor an HS256
+    /// signature.
+    pub fn derived_mac(&self, label: &[u8]) -> Hmac<Sha256> {
+        let mut derive =
+            Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes keys of any length");
+        derive.update(label);
+        let key = derive.finalize().into_bytes();
+        Hmac::<Sha256>::new_from_slice(&key).expect("HMAC takes keys of any length")
     }
 
     /// The key's id for the `kid` header: the first 64 bits of a labelled

@@ -216,14 +216,9 @@ pub fn leading_zero_bits(digest: &[u8]) -> u32 {
     bits
 }
 
-/// K = HMAC(JWT key, label), as for the queue credential, under a label of
-/// its own.
+/// K = HMAC(JWT key, label): a key of its own (see `Secret::derived_mac`).
 fn derive(secret: &Secret) -> HmacSha256 {
-    let mut derive =
-        HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
-    derive.update(KEY_LABEL);
-    let key = derive.finalize().into_bytes();
-    HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length")
+    secret.derived_mac(KEY_LABEL)
 }
 
 /// The MAC over the queue (length-prefixed) and the signed bytes.

@@ -102,14 +102,9 @@ impl Credentials {
     }
 }
 
-/// K = HMAC(JWT key, label): a key of its own, so that no credential is ever
-/// a valid HS256 signature and the other way round.
+/// K = HMAC(JWT key, label): a key of its own (see `Secret::derived_mac`).
 fn derive(secret: &Secret) -> HmacSha256 {
-    let mut derive =
-        HmacSha256::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
-    derive.update(KEY_LABEL);
-    let key = derive.finalize().into_bytes();
-    HmacSha256::new_from_slice(&key).expect("HMAC takes keys of any length")
+    secret.derived_mac(KEY_LABEL)
 }
 
 /// The MAC over the three fields, each length-prefixed so that no two

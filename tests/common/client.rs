@@ -370,17 +370,7 @@ impl Client {
 // ---------------------------------------------------------------------------
 // Proof of work, as a client makes it
 
-/// How many zero bits `digest` starts with.
-pub fn leading_zero_bits(digest: &[u8]) -> u32 {
-    let mut bits = 0;
-    for byte in digest {
-        if *byte != 0 {
-            return bits + byte.leading_zeros();
-        }
-        bits += 8;
-    }
-    bits
-}
+pub use waitgate::entry::challenge::leading_zero_bits;
 
 /// The first `<challenge>:<nonce>` whose SHA-256 starts with `bits` zero
 /// bits: the `X-Waitgate-Proof` value a client finds.
