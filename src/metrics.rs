@@ -184,14 +184,17 @@ fn histogram(
         labels,
     )
     .expect("static metric definition");
-    registry
-        .register(Box::new(h.clone()))
-        .expect("each metric is registered once");
-    h
+    registered(registry, h)
 }
 
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("static metric definition");
+    registered(registry, c)
+}
+
+/// Registers a collector built from static definitions; each is registered
+/// once per registry.
+fn registered<C: prometheus::core::Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
     registry
         .register(Box::new(c.clone()))
         .expect("each metric is registered once");
@@ -204,28 +207,27 @@ impl Metrics {
     pub fn new(config: &Config) -> Metrics {
         let registry = Registry::new();
         let int_gauge = |name: &str, help: &str| {
-            let g = IntGaugeVec::new(Opts::new(name, help), &["queue"]).expect("static metric");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("registered once");
-            g
+            registered(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), &["queue"]).expect("static metric"),
+            )
         };
         let queue_waiting = int_gauge(
             "waitgate_queue_waiting",
             "Users waiting, sampled from Redis.",
         );
         let queue_active = int_gauge("waitgate_queue_active", "Active users, sampled from Redis.");
-        let admission_rate = GaugeVec::new(
-            Opts::new(
-                "waitgate_admission_rate",
-                "Users admitted per second as observed by the global gate.",
-            ),
-            &["queue"],
-        )
-        .expect("static metric");
-        registry
-            .register(Box::new(admission_rate.clone()))
-            .expect("registered once");
+        let admission_rate = registered(
+            &registry,
+            GaugeVec::new(
+                Opts::new(
+                    "waitgate_admission_rate",
+                    "Users admitted per second as observed by the global gate.",
+                ),
+                &["queue"],
+            )
+            .expect("static metric"),
+        );
         let http_duration = histogram(
             &registry,
             "waitgate_http_request_duration_seconds",
@@ -234,42 +236,42 @@ impl Metrics {
             &["route"],
         );
 
-        let connections = IntGauge::new(
-            "waitgate_connections",
-            "Open client connections on the proxy listener.",
-        )
-        .expect("static metric");
-        registry
-            .register(Box::new(connections.clone()))
-            .expect("registered once");
-        let admin_connections = IntGauge::new(
-            "waitgate_admin_connections",
-            "Open connections on the admin listener.",
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(admin_connections.clone()))
-            .expect("registered once");
+        let connections = registered(
+            &registry,
+            IntGauge::new(
+                "waitgate_connections",
+                "Open client connections on the proxy listener.",
+            )
+            .expect("static metric"),
+        );
+        let admin_connections = registered(
+            &registry,
+            IntGauge::new(
+                "waitgate_admin_connections",
+                "Open connections on the admin listener.",
+            )
+            .expect("static metric"),
+        );
 
-        let redis_up = IntGauge::new(
-            "waitgate_redis_up",
-            "1 while Redis answers this instance's probe (every second), else 0.",
-        )
-        .expect("static metric");
-        registry
-            .register(Box::new(redis_up.clone()))
-            .expect("registered once");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "waitgate_build_info",
-                "Always 1; the labels say which build runs.",
-            ),
-            &["version"],
-        )
-        .expect("static metric");
-        registry
-            .register(Box::new(build_info.clone()))
-            .expect("registered once");
+        let redis_up = registered(
+            &registry,
+            IntGauge::new(
+                "waitgate_redis_up",
+                "1 while Redis answers this instance's probe (every second), else 0.",
+            )
+            .expect("static metric"),
+        );
+        let build_info = registered(
+            &registry,
+            IntGaugeVec::new(
+                Opts::new(
+                    "waitgate_build_info",
+                    "Always 1; the labels say which build runs.",
+                ),
+                &["version"],
+            )
+            .expect("static metric"),
+        );
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
@@ -399,31 +401,25 @@ impl Metrics {
                 "waitgate_rank_samples",
                 "Samples of the waiting set this instance derives ranks far back from (0: every rank is exact).",
             ),
-            event_phase: {
-                let g = IntGaugeVec::new(
+            event_phase: registered(
+                &registry,
+                IntGaugeVec::new(
                     Opts::new(
                         "waitgate_event_phase",
                         "1 for the phase the queue's event is in (scheduled, prequeue, placing, open), sampled from Redis.",
                     ),
                     &["queue", "phase"],
                 )
-                .expect("static metric");
-                registry
-                    .register(Box::new(g.clone()))
-                    .expect("registered once");
-                g
-            },
-            revoked_users: {
-                let g = IntGauge::new(
+                .expect("static metric"),
+            ),
+            revoked_users: registered(
+                &registry,
+                IntGauge::new(
                     "waitgate_revoked_users",
                     "Users this instance refuses tokens of (revoked within a token's lifetime).",
                 )
-                .expect("static metric");
-                registry
-                    .register(Box::new(g.clone()))
-                    .expect("registered once");
-                g
-            },
+                .expect("static metric"),
+            ),
             redis_incidents: counter(
                 &registry,
                 "waitgate_redis_incidents_total",

@@ -452,6 +452,23 @@ struct Words {
     note: &'static str,
 }
 
+impl Words {
+    /// A view that shows no place, wait or progress.
+    fn without_place(heading: &str, message: String, note: &'static str) -> Words {
+        Words {
+            heading: heading.to_string(),
+            message,
+            place: PLACELESS.to_string(),
+            wait: PLACELESS.to_string(),
+            progress: 0,
+            note,
+        }
+    }
+}
+
+/// What stands for a place or a wait a view does not show.
+const PLACELESS: &str = "–";
+
 fn fill(template: &str, n: u64) -> String {
     template.replace("{n}", &grouped(n))
 }
@@ -470,7 +487,6 @@ fn grouped(n: u64) -> String {
 }
 
 fn words(lang: Lang, view: &View) -> Words {
-    let none = "–".to_string();
     match view {
         View::Waiting { place, start_rank } => {
             let rank = place.rank;
@@ -520,84 +536,54 @@ fn words(lang: Lang, view: &View) -> Words {
             } else {
                 fill(lang.get("opens_in_minutes"), seconds.div_ceil(60))
             };
-            Words {
-                heading: lang.get("heading_prequeue").to_string(),
-                message,
-                place: none.clone(),
-                wait: none,
-                progress: 0,
-                note: lang.get("note"),
-            }
+            Words::without_place(lang.get("heading_prequeue"), message, lang.get("note"))
         }
         // In UTC here; the page's script says it in the visitor's own time.
-        View::NotOpen { opens_at_ms } => Words {
-            heading: lang.get("heading_not_open").to_string(),
-            message: lang
-                .get("not_open")
+        View::NotOpen { opens_at_ms } => Words::without_place(
+            lang.get("heading_not_open"),
+            lang.get("not_open")
                 .replace("{t}", &crate::time::readable_utc(*opens_at_ms)),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("note"),
-        },
-        View::Unavailable => Words {
-            heading: lang.get("heading_busy").to_string(),
-            message: lang.get("unavailable").to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("note"),
-        },
-        View::LoginRequired => Words {
-            heading: lang.get("heading_login").to_string(),
-            message: lang.get("login_required").to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("note"),
-        },
+            lang.get("note"),
+        ),
+        View::Unavailable => Words::without_place(
+            lang.get("heading_busy"),
+            lang.get("unavailable").to_string(),
+            lang.get("note"),
+        ),
+        View::LoginRequired => Words::without_place(
+            lang.get("heading_login"),
+            lang.get("login_required").to_string(),
+            lang.get("note"),
+        ),
         // The operator's words, and the page's own line in the visitor's
         // language in place of "keep this page open".
-        View::Closed { message } => Words {
-            heading: lang.get("heading_closed").to_string(),
-            message: message.to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("closed"),
-        },
+        View::Closed { message } => Words::without_place(
+            lang.get("heading_closed"),
+            message.to_string(),
+            lang.get("closed"),
+        ),
         // The note is for a visitor without JavaScript; the script puts
         // the usual one in its place as it starts.
-        View::Join { prove: true, .. } => Words {
-            heading: lang.get("heading_checking").to_string(),
-            message: lang.get("checking").to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("checking_needs_script"),
-        },
-        View::Join { prove: false, .. } => Words {
-            heading: lang.get("heading_joining").to_string(),
-            message: lang.get("joining").to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("joining_needs_script"),
-        },
-        View::Invite { invalid } => Words {
-            heading: lang.get("heading_invite").to_string(),
-            message: lang
-                .get(if *invalid {
-                    "invite_invalid"
-                } else {
-                    "invite_required"
-                })
-                .to_string(),
-            place: none.clone(),
-            wait: none,
-            progress: 0,
-            note: lang.get("invite_note"),
-        },
+        View::Join { prove: true, .. } => Words::without_place(
+            lang.get("heading_checking"),
+            lang.get("checking").to_string(),
+            lang.get("checking_needs_script"),
+        ),
+        View::Join { prove: false, .. } => Words::without_place(
+            lang.get("heading_joining"),
+            lang.get("joining").to_string(),
+            lang.get("joining_needs_script"),
+        ),
+        View::Invite { invalid } => Words::without_place(
+            lang.get("heading_invite"),
+            lang.get(if *invalid {
+                "invite_invalid"
+            } else {
+                "invite_required"
+            })
+            .to_string(),
+            lang.get("invite_note"),
+        ),
     }
 }
 
