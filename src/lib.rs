@@ -43,6 +43,7 @@ pub mod durability;
 pub mod edge;
 pub mod entry;
 pub mod error;
+pub mod fairness;
 pub mod limits;
 pub mod logging;
 pub mod metrics;
