@@ -18,6 +18,7 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
+use crate::fairness::receipt::ReceiptKeys;
 use crate::admin::AdminApp;
 use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared, Watch};
 use crate::config::Config;
@@ -62,7 +63,12 @@ pub enum StartError {
 
 /// Builds the whole server, ready to [`run`].
 /// `path` is the file `config` came from: a SIGHUP reads it again.
-pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartError> {
+pub fn build(
+    config: &Config,
+    keys: &Keys,
+    receipts: ReceiptKeys,
+    path: &Path,
+) -> Result<Server, StartError> {
     // Pingora reports a port in use by panicking in a service thread; check
     // first so the operator gets one line that names the key.
     check_bindable("listen", config.listen)?;
@@ -114,7 +120,8 @@ pub fn build(config: &Config, keys: &Keys, path: &Path) -> Result<Server, StartE
         keys,
         metrics.clone(),
         logins,
-    ));
+    )
+    .with_receipts(receipts));
     let browsers = api.browser_settings();
     let admin_access = AdminAccess::from_env()?.map(Arc::new);
     let control_api = ControlApi {

@@ -99,8 +99,16 @@ impl ReceiptKeys {
         let previous = read(PREVIOUS_ENV)?;
         Ok(match read(ENV)? {
             Some(signing) => ReceiptKeys::new(signing, previous, false),
-            None => ReceiptKeys::new(SigningKey::from_bytes(&rand::random()), previous, true),
+            None => ReceiptKeys {
+                previous: previous.map(|p| PublicKey::of(p.verifying_key())),
+                ..ReceiptKeys::generated()
+            },
         })
+    }
+
+    /// A key made now, for an instance given none.
+    pub fn generated() -> ReceiptKeys {
+        ReceiptKeys::new(SigningKey::from_bytes(&rand::random()), None, true)
     }
 
     /// From a key's text (as [`ENV`] takes it).

@@ -34,6 +34,7 @@ use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
 use crate::entry::challenge::Challenges;
+use crate::fairness::receipt::ReceiptKeys;
 use crate::error::ApiError;
 use crate::limits::ClientLimits;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
@@ -84,6 +85,8 @@ pub struct QueueApi {
     estimates: estimates::Estimates,
     /// The per-client limits both HTTP paths check first.
     limits: Arc<ClientLimits>,
+    /// Signs the receipts register gives, and publishes their keys.
+    receipts: ReceiptKeys,
 }
 
 impl QueueApi {
@@ -112,7 +115,15 @@ impl QueueApi {
             browsers: Arc::new(ArcSwap::from_pointee(config.browsers.clone())),
             estimates: estimates::Estimates::default(),
             limits,
+            receipts: ReceiptKeys::generated(),
         }
+    }
+
+    /// Receipts signed with `receipts` (start-up reads them from the
+    /// environment, and refuses to start on a bad key).
+    pub fn with_receipts(mut self, receipts: ReceiptKeys) -> QueueApi {
+        self.receipts = receipts;
+        self
     }
 
     /// Answers one request to `endpoint`.
