@@ -34,7 +34,9 @@
 --         until the instance has written back what it knows
 --
 -- Returns {admitted, window, why, now_ms, next_ms}, and when why is 0 the
--- users admitted in all and the two frontiers too, then each admitted
+-- users admitted in all, the two frontiers and how many of this call's
+-- users were admitted out of order (after someone behind them) too, then
+-- each admitted
 -- user's wait from arrival (the pre-queue arrival for a placed pre-queue
 -- user) to now, in ms (at most a batch of numbers, once a window): why = 0 decided now,
 -- 1 this window was already decided (by any instance), 2 nobody waits,
@@ -50,7 +52,10 @@
 -- Codes: 6 placing, 7 missing, 8 behind, 9 rebuilding, 10 closed
 --
 -- The gate also records the frontier: the highest waiting score admitted,
--- and of placed pre-queue users the highest pre-queue arrival. Admission
+-- and of placed pre-queue users the highest pre-queue arrival; the arrival
+-- of the last user admitted (last_arrival), and in out_of_order the users
+-- admitted after someone behind them (a place seated again after a loss of
+-- state, for one), which should stay 0: the fairness answer shows both. Admission
 -- is first come, first served, so every place at or before it was admitted
 -- or left (see lua/reseat.lua).
 -- next_ms is when, by Redis's clock, a call may decide again, so the caller
@@ -91,16 +96,17 @@ end
 if phase == 'placing' then
   local base = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
   local c = redis.call('HMGET', KEYS[6], 'seed', 'cursor', 'shuffle', 'placed_count',
-    'shuffle_bits')
+    'shuffle_bits', 'commitment')
   local cursor, count = c[2], tonumber(c[4]) or 0
   local shuffle = c[3] == '1'
   -- (44 for an open an earlier version started.)
-  local drop = 2 ^ (44 - (tonumber(c[5]) or 44))
+  local bits, committed, queue = tonumber(c[5]) or 44, c[6] ~= false, queue_of(KEYS[6])
   if c[1] then
     seed = c[1]
   else
     -- The first step, by whichever instance gets here first: its seed is
-    -- the one.
+    -- the one (for an event scheduled with no seed: before this version,
+    -- or in arrival order).
     redis.call('HSET', KEYS[6], 'seed', seed)
   end
   local from = '-inf'
@@ -116,9 +122,7 @@ if phase == 'placing' then
     if not redis.call('ZSCORE', KEYS[1], user) then
       local offset = count
       if shuffle then
-        -- The hash's first 44 bits, then its first `shuffle_bits`.
-        offset = math.floor(tonumber(string.sub(redis.sha1hex(seed .. ':' .. user), 1, 11), 16)
-          / drop)
+        offset = draw_offset(seed, bits, committed, queue, user)
       end
       count = count + 1
       scored[#scored + 1] = int(base + offset)
@@ -206,7 +210,7 @@ if max_active > 0 then
   room = math.max(0, math.min(room, max_active - live))
 end
 
-local admitted, waited = 0, {}
+local admitted, waited, out_of_order = 0, {}, 0
 if room > 0 then
   -- ZPOPMIN takes the head in FIFO order and removes it in the same step,
   -- so a user is in exactly one of the two sets at any time.
@@ -238,13 +242,24 @@ if room > 0 then
   local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
   local highest, highest_prequeued = tonumber(frontier[1]) or 0, tonumber(frontier[2]) or 0
   for i = 1, #users do
-    highest = math.max(highest, tonumber(popped[2 * i]))
+    local place = tonumber(popped[2 * i])
+    -- Admitted after someone behind them: out of arrival (or draw) order.
+    if place < highest then
+      out_of_order = out_of_order + 1
+    end
+    highest = math.max(highest, place)
     if prequeued[i] then
       highest_prequeued = math.max(highest_prequeued, tonumber(prequeued[i]))
     end
   end
   redis.call('HSET', KEYS[4], 'frontier', int(highest), 'frontier_prequeue',
     int(highest_prequeued))
+  if #arrivals > 0 then
+    redis.call('HSET', KEYS[4], 'last_arrival', arrivals[#arrivals])
+  end
+  if out_of_order > 0 then
+    redis.call('HINCRBY', KEYS[4], 'out_of_order', out_of_order)
+  end
   admitted = #users
   in_chunks(scored, function(...) redis.call('ZADD', KEYS[3], ...) end)
   heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax).forget(users)
@@ -287,7 +302,7 @@ end
 -- lose it, that instance knows the latest (see lua/recover.lua).
 local frontier = redis.call('HMGET', KEYS[4], 'frontier', 'frontier_prequeue')
 local reply = {admitted, window, 0, now_ms, next_ms, total, tonumber(frontier[1]) or 0,
-  tonumber(frontier[2]) or 0}
+  tonumber(frontier[2]) or 0, out_of_order}
 for i = 1, #waited do
   reply[#reply + 1] = waited[i]
 end

@@ -16,7 +16,12 @@
 --               each a number, '' to leave it, or '-' for the configured value
 --   'admission' takes ARGV[5] too: the configured interval (ms), for '-'
 --   'event'     ARGV[2] prequeue_from (ms, '' = now), ARGV[3] open_at (ms),
---               ARGV[4] shuffle ('1' or '0')
+--               ARGV[4] shuffle ('1' or '0'), and for a shuffle ARGV[5] the
+--               draw's seed (64 hex digits) and ARGV[6] its commitment (the
+--               hex SHA-256 of the seed's bytes: waitgate computes it, as
+--               scripts have no SHA-256), else '' and ''. Each schedule draws
+--               a new seed; the one of an event that opened is kept as
+--               `previous_*` (src/fairness/).
 --   'end-event' a pending event opens now; a past one is forgotten
 --
 -- Returns {code, now_ms}: code 1 done, -1 refused: a pre-queue is being
@@ -36,6 +41,20 @@ if not control.incarnation then
   return lost_reply()
 end
 local phase = event_phase(control, now_ms)
+
+-- What an event records as it is scheduled and placed (see lib.lua).
+local EVENT_RECORD = {'placed', 'placed_at', 'placed_count', 'cursor', 'seed',
+  'commitment', 'committed_at', 'base', 'opened_at', 'prequeued', 'shuffle_bits'}
+
+-- The draw of an event that has opened stays public after a new event is
+-- scheduled or the old one is forgotten: its seed, commitment and open.
+local function keep_opened_draw(key)
+  local c = redis.call('HMGET', key, 'seed', 'commitment', 'open_at', 'placed', 'shuffle')
+  if c[1] and c[2] and c[3] and c[4] == '1' and c[5] == '1' then
+    redis.call('HSET', key, 'previous_seed', c[1], 'previous_commitment', c[2],
+      'previous_open_at', c[3])
+  end
+end
 
 local function number_or_mark(s, min)
   if s == '' or s == '-' then
@@ -92,7 +111,10 @@ elseif action == 'admission' and #ARGV == 5 and tonumber(ARGV[5]) and number_or_
       redis.call('HSET', KEYS[2], 'next', int(window_end))
     end
   end
-elseif action == 'event' and #ARGV == 4 and (ARGV[4] == '1' or ARGV[4] == '0') then
+elseif action == 'event' and #ARGV == 6 and (ARGV[4] == '1' or ARGV[4] == '0')
+    and ((ARGV[4] == '1' and string.match(ARGV[5], '^%x+$') and #ARGV[5] == 64
+        and string.match(ARGV[6], '^%x+$') and #ARGV[6] == 64)
+      or (ARGV[4] == '0' and ARGV[5] == '' and ARGV[6] == '')) then
   if phase == 'placing' then
     return {-1, now_ms}
   end
@@ -106,19 +128,23 @@ elseif action == 'event' and #ARGV == 4 and (ARGV[4] == '1' or ARGV[4] == '0') t
   end
   -- A new event starts a new record; the floor stays, so that users a past
   -- event placed keep their places ahead of later arrivals.
-  redis.call('HDEL', KEYS[1], 'placed', 'placed_at', 'placed_count', 'cursor', 'seed',
-    'base', 'opened_at', 'prequeued', 'shuffle_bits')
+  keep_opened_draw(KEYS[1])
+  redis.call('HDEL', KEYS[1], unpack(EVENT_RECORD))
   -- (The pre-queue may still hold users a past event placed who wait yet:
   -- the next placing skips them, so they keep their places.)
   redis.call('HSET', KEYS[1], 'prequeue_from', int(prequeue_from), 'open_at', int(open_at),
     'shuffle', ARGV[4])
+  if ARGV[4] == '1' then
+    redis.call('HSET', KEYS[1], 'seed', ARGV[5], 'commitment', ARGV[6], 'committed_at',
+      int(now_ms))
+  end
 elseif action == 'end-event' and #ARGV == 1 then
   if phase == 'placing' then
     return {-1, now_ms}
   end
   if phase == 'open' then
-    redis.call('HDEL', KEYS[1], 'prequeue_from', 'open_at', 'shuffle', 'placed', 'placed_at',
-      'placed_count', 'cursor', 'seed', 'base', 'opened_at', 'prequeued', 'shuffle_bits')
+    keep_opened_draw(KEYS[1])
+    redis.call('HDEL', KEYS[1], 'prequeue_from', 'open_at', 'shuffle', unpack(EVENT_RECORD))
   else
     -- Whoever pre-queued is placed at once, as at the open.
     redis.call('HSET', KEYS[1], 'prequeue_from', int(now_ms), 'open_at', int(now_ms))

@@ -407,23 +407,32 @@ local function event_phase(c, now_ms)
   return 'placing'
 end
 
--- Offsets of a shuffled placement are the first bits of a hash, 20 more
--- than the pre-queue's count needs (at most 44): n users in about n * 2^20
--- places share one by chance about n / 2^21 times an open (a tie is then
--- ordered by userId, which the recorded seed decides as well). Each open
--- moves the next arrivals' floor past its span; a span of 2^44 each time
--- took scores past 2^53, where they are no longer whole numbers, after
--- about 400 opens of a queue that never emptied. A span sized to the
--- pre-queue leaves room for thousands of opens of a million users; a
--- placement that would still cross 2^53 keeps the pre-queue's arrival
--- order instead (recorded as shuffle 0).
-local function shuffle_bits(count)
-  local bits = 20
-  while count >= 1 and bits < 44 do
-    bits = bits + 1
-    count = math.floor(count / 2)
+-- Offsets of a shuffled placement are the first 32 bits of a hash (its
+-- first 8 hex digits): the draw, written out in docs/fairness.md and
+-- src/fairness/draw.rs. Users with the same offset are ordered by userId, as
+-- a sorted set orders equal scores. Each open moves the next arrivals'
+-- floor 2^32 past the placement's base: scores reach 2^53, where they are
+-- no longer whole numbers, after about 1.7 million opens (a placement that
+-- would still cross it keeps the pre-queue's arrival order instead,
+-- recorded as shuffle 0).
+local DRAW_BITS = 32
+
+-- The queue's name, from one of its keys (queue:{name}:...).
+local function queue_of(key)
+  return string.match(key, '^queue:{(.*)}:')
+end
+
+-- A pre-queued user's offset in a shuffled placement, from the control
+-- HASH's `seed`, `shuffle_bits` and `commitment`: SHA-1(seed ":" queue ":"
+-- userId) for a draw committed to before its pre-queue opened; an event
+-- recorded by an earlier version hashed seed ":" userId, and kept
+-- `shuffle_bits` of its first 44 bits.
+local function draw_offset(seed, bits, committed, queue, user)
+  local hashed = seed .. ':' .. user
+  if committed then
+    hashed = seed .. ':' .. queue .. ':' .. user
   end
-  return bits
+  return math.floor(tonumber(string.sub(redis.sha1hex(hashed), 1, 11), 16) / 2 ^ (44 - bits))
 end
 local MAX_SCORE = 9007199254740992
 
@@ -442,7 +451,7 @@ local function start_placing(control_key, waiting_key, prequeue_key, now)
   local count = redis.call('ZCARD', prequeue_key)
   local span, bits = count, 0
   if c[3] == '1' then
-    bits = shuffle_bits(count)
+    bits = DRAW_BITS
     span = 2 ^ bits
     if base + span >= MAX_SCORE then
       span, bits = count, 0

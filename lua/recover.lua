@@ -133,8 +133,11 @@ end
 -- its progress is not written back, only what places users.
 local progress = {placed = true, placed_at = true, placed_count = true, cursor = true}
 local placing = redis.call('EXISTS', KEYS[9]) == 1
-for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'seed', 'base',
-    'opened_at', 'prequeued', 'shuffle_bits'}) do
+-- (The draw's seed goes back with its commitment, so that the open
+-- reveals the seed committed to.)
+for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'seed', 'commitment',
+    'committed_at', 'base', 'opened_at', 'prequeued', 'shuffle_bits', 'previous_seed',
+    'previous_commitment', 'previous_open_at'}) do
   if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0
       and not (placing and progress[field]) then
     put(field, snapshot[field])
@@ -206,7 +209,7 @@ end
 -- The gate's record: counts and frontiers only grow; the last decided
 -- window is the later one, so that no window is decided twice.
 local gate = redis.call('HMGET', KEYS[2], 'total', 'frontier', 'frontier_prequeue', 'next',
-  'rate')
+  'rate', 'out_of_order', 'last_arrival')
 local read = {}
 for _, p in ipairs(admission_pairs) do
   read[p[1]] = p[2]
@@ -222,6 +225,11 @@ end
 grow('total', gate[1])
 grow('frontier', gate[2])
 grow('frontier_prequeue', gate[3])
+grow('out_of_order', gate[6])
+if read.last_arrival and not gate[7] then
+  record[#record + 1] = 'last_arrival'
+  record[#record + 1] = read.last_arrival
+end
 if tonumber(read.next) and tonumber(read.next) > (tonumber(gate[4]) or 0) then
   for _, field in ipairs({'window', 'next', 'window_ms'}) do
     if read[field] then

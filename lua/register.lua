@@ -30,8 +30,10 @@
 --         {2, rank, wait_ms, arrival}  already waiting: place kept
 --         {3, expiry, 0, arrival}      already active until expiry (ms), with
 --                                      the admitted registration's arrival
---         {4, opens_in_ms, 0, 0}       already pre-queued
---         {5, opens_in_ms, 0, arrival} pre-queued now (0: opening now)
+--         {4, opens_in_ms, c, arrival} already pre-queued, since arrival
+--         {5, opens_in_ms, c, arrival} pre-queued now (0: opening now)
+--                                      (c: when the draw the user joined was
+--                                      committed to, ms; 0 for none)
 --         {6, opens_at_ms, 0, 0}       registration opens at opens_at_ms
 --         {7, 0, 0, 0}                 the queue is closed (control.lua): nobody
 --                                      joins, and a place already had is kept
@@ -131,6 +133,14 @@ local function next_score(key, low)
 end
 
 local opens_in = math.max(0, (control.open_at or now_ms) - now_ms)
+-- When the draw a pre-queued user joins was committed to (ms; 0 for none):
+-- waitgate signs the commitment of that time into the user's receipt.
+local function committed_at()
+  if phase ~= 'prequeue' then
+    return 0
+  end
+  return tonumber(redis.call('HGET', KEYS[6], 'committed_at')) or 0
+end
 local joined = 0
 local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
 
@@ -208,7 +218,8 @@ local function register(user, i)
     beats.arrive(user, tonumber(place))
     if phase ~= 'open' then
       local advice = beats.keep(user, beats.poll_after(opens_in))
-      return 4, opens_in, 0, 0, advice
+      return 4, opens_in, committed_at(), tonumber(redis.call('ZSCORE', KEYS[7], user)) or 0,
+        advice
     end
     local wait = estimate(rank)
     local advice = beats.keep(user, beats.poll_after(wait))
@@ -219,8 +230,9 @@ local function register(user, i)
     local arrival = redis.call('ZSCORE', KEYS[7], user) or place
     return 2, rank, wait, tonumber(arrival), advice
   end
-  if phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user) then
-    return 4, opens_in, 0, 0, beats.poll_after(opens_in)
+  local prequeued_at = phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user)
+  if prequeued_at then
+    return 4, opens_in, committed_at(), tonumber(prequeued_at), beats.poll_after(opens_in)
   end
 
   local expiry = redis.call('ZSCORE', KEYS[4], user)
@@ -238,7 +250,7 @@ local function register(user, i)
     if expiry then
       forget_active(user)
     end
-    return 5, opens_in, 0, score, beats.poll_after(opens_in)
+    return 5, opens_in, committed_at(), score, beats.poll_after(opens_in)
   end
 
   -- After the open (or while the pre-queue is being placed), everyone who

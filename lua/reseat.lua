@@ -90,13 +90,11 @@ local lost = redis.call('HMGET', KEYS[5], 'lost_frontier', 'lost_frontier_preque
 local place = arrival
 local frontier = tonumber(lost[1]) or tonumber(gate[1]) or 0
 if prequeued then
-  local c = redis.call('HMGET', KEYS[5], 'seed', 'base', 'shuffle', 'shuffle_bits')
+  local c = redis.call('HMGET', KEYS[5], 'seed', 'base', 'shuffle', 'shuffle_bits', 'commitment')
   local base, bits = tonumber(c[2]), tonumber(c[4]) or 44
   if c[1] and base and c[3] == '1' and bits > 0 then
-    -- As admit.lua placed them: the hash's first 44 bits, then its first
-    -- `shuffle_bits`.
-    place = base + math.floor(tonumber(string.sub(redis.sha1hex(c[1] .. ':' .. user), 1, 11), 16)
-      / 2 ^ (44 - bits))
+    -- As admit.lua placed them.
+    place = base + draw_offset(c[1], bits, c[5] ~= false, queue_of(KEYS[5]), user)
   else
     -- In arrival order: admitted placed users are a prefix by arrival.
     frontier = tonumber(lost[2]) or tonumber(gate[2]) or 0

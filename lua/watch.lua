@@ -61,7 +61,8 @@ if seen and replid and replid ~= seen and promoted then
     frontier[2] or '0')
 end
 
-local fields = {'total', 'frontier', 'frontier_prequeue', 'window', 'next', 'window_ms', 'rate'}
+local fields = {'total', 'frontier', 'frontier_prequeue', 'window', 'next', 'window_ms', 'rate',
+  'out_of_order', 'last_arrival'}
 local a = redis.call('HMGET', KEYS[1], 'incident', 'incident_at', 'incident_ms', unpack(fields))
 local admission = {}
 for i, field in ipairs(fields) do

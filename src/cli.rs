@@ -102,7 +102,10 @@ pub fn run(cli: &Cli) -> Result<(), CliError> {
         print!("{}", verify(seed, queue, users));
         return Ok(());
     }
-    let conf = cli.conf.as_deref().expect("clap requires --conf without a subcommand");
+    let conf = cli
+        .conf
+        .as_deref()
+        .expect("clap requires --conf without a subcommand");
     let Checked {
         config,
         keys,

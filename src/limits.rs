@@ -124,7 +124,9 @@ impl ClientLimits {
             Endpoint::Register => (Limited::Register, "register"),
             Endpoint::Rank => (Limited::Rank, "rank"),
             Endpoint::Token => (Limited::Token, "token"),
-            Endpoint::Dropout | Endpoint::Challenge => return Ok(()),
+            Endpoint::Dropout | Endpoint::Challenge | Endpoint::Fairness | Endpoint::Keys => {
+                return Ok(())
+            }
         };
         self.check(what, route, client)
     }

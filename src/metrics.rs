@@ -25,6 +25,9 @@ pub struct Metrics {
     /// Users admitted per second, as the gate observes it (from Redis).
     pub admission_rate: GaugeVec,
     pub admitted: IntCounterVec,
+    /// Users admitted after someone behind them in arrival (or draw) order:
+    /// should stay 0 (src/fairness/).
+    pub admitted_out_of_order: IntCounterVec,
     /// Arrival to admission of each user admitted (by the deciding
     /// instance: summed over instances, each admission once).
     pub admitted_wait: HistogramVec,
@@ -291,6 +294,12 @@ impl Metrics {
                 "Users moved from waiting to active.",
                 &["queue"],
             ),
+            admitted_out_of_order: counter(
+                &registry,
+                "waitgate_admitted_out_of_order_total",
+                "Users admitted after someone behind them in arrival or draw order (by the deciding instance); should stay 0.",
+                &["queue"],
+            ),
             rate_limited: counter(
                 &registry,
                 "waitgate_rate_limited_total",
@@ -473,6 +482,7 @@ impl Metrics {
             self.queue_active.with_label_values(&[q]);
             self.admission_rate.with_label_values(&[q]);
             self.admitted.with_label_values(&[q]);
+            self.admitted_out_of_order.with_label_values(&[q]);
             self.admitted_wait.with_label_values(&[q]);
             for direction in ESTIMATE_DIRECTIONS {
                 self.wait_estimate_error.with_label_values(&[q, direction]);
@@ -517,6 +527,7 @@ impl Metrics {
             let _ = self.queue_active.remove_label_values(&[q]);
             let _ = self.admission_rate.remove_label_values(&[q]);
             let _ = self.admitted.remove_label_values(&[q]);
+            let _ = self.admitted_out_of_order.remove_label_values(&[q]);
             let _ = self.admitted_wait.remove_label_values(&[q]);
             for direction in ESTIMATE_DIRECTIONS {
                 let _ = self

@@ -282,15 +282,25 @@ pub enum Endpoint {
     Token,
     /// A proof-of-work challenge for register.
     Challenge,
+    /// The queue's draw and order figures (no Redis call).
+    Fairness,
+    /// The receipts' public keys, as a JWKS (outside the queue API's
+    /// prefix, where such keys are looked for).
+    Keys,
 }
 
+/// Where the receipts' public keys are served.
+pub const KEYS_PATH: &str = "/.well-known/waitgate/keys";
+
 impl Endpoint {
-    pub const ALL: [Endpoint; 5] = [
+    pub const ALL: [Endpoint; 7] = [
         Endpoint::Register,
         Endpoint::Rank,
         Endpoint::Dropout,
         Endpoint::Token,
         Endpoint::Challenge,
+        Endpoint::Fairness,
+        Endpoint::Keys,
     ];
 
     pub fn from_path(path: &str) -> Option<Endpoint> {
@@ -304,6 +314,8 @@ impl Endpoint {
             Endpoint::Dropout => "/api/v1/queue/dropout",
             Endpoint::Token => "/api/v1/queue/active/token",
             Endpoint::Challenge => "/api/v1/queue/challenge",
+            Endpoint::Fairness => "/api/v1/queue/fairness",
+            Endpoint::Keys => KEYS_PATH,
         }
     }
 
@@ -311,7 +323,7 @@ impl Endpoint {
     pub fn method(self) -> &'static str {
         match self {
             Endpoint::Register | Endpoint::Token => "POST",
-            Endpoint::Rank | Endpoint::Challenge => "GET",
+            Endpoint::Rank | Endpoint::Challenge | Endpoint::Fairness | Endpoint::Keys => "GET",
             Endpoint::Dropout => "DELETE",
         }
     }
@@ -324,6 +336,8 @@ impl Endpoint {
             Endpoint::Dropout => "dropout",
             Endpoint::Token => "token",
             Endpoint::Challenge => "challenge",
+            Endpoint::Fairness => "fairness",
+            Endpoint::Keys => "keys",
         }
     }
 }

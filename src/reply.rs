@@ -71,6 +71,11 @@ impl Reply {
         }
     }
 
+    /// A JSON body serialised already.
+    pub fn json_bytes(status: u16, body: Vec<u8>) -> Reply {
+        Reply::raw(status, Bytes::from(body))
+    }
+
     pub fn no_content() -> Reply {
         Reply::raw(204, Bytes::new())
     }

@@ -18,7 +18,6 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
-use crate::fairness::receipt::ReceiptKeys;
 use crate::admin::AdminApp;
 use crate::background::{Admission, Cleanup, Probe, Revocations, Sampler, Shared, Watch};
 use crate::config::Config;
@@ -27,6 +26,7 @@ use crate::durability::Durability;
 use crate::edge::jwt::Tokens;
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
+use crate::fairness::receipt::ReceiptKeys;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits, TlsListener};
 use crate::proxy::lane::DirectLane;
@@ -109,19 +109,21 @@ pub fn build(
         tokens.revoked().clone(),
         metrics.clone(),
     ));
-    let api = Arc::new(QueueApi::new(
-        config,
-        queues.clone(),
-        crate::queue_api::Redis {
-            store: store.clone(),
-            durability: durability.clone(),
-        },
-        tokens.clone(),
-        keys,
-        metrics.clone(),
-        logins,
-    )
-    .with_receipts(receipts));
+    let api = Arc::new(
+        QueueApi::new(
+            config,
+            queues.clone(),
+            crate::queue_api::Redis {
+                store: store.clone(),
+                durability: durability.clone(),
+            },
+            tokens.clone(),
+            keys,
+            metrics.clone(),
+            logins,
+        )
+        .with_receipts(receipts),
+    );
     let browsers = api.browser_settings();
     let admin_access = AdminAccess::from_env()?.map(Arc::new);
     let control_api = ControlApi {

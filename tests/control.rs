@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use redis::Commands;
+use waitgate::fairness::draw::{draw_order, Seed};
 
 const CONTROL: &str = "queue:{baseball}:control";
 const PREQUEUE: &str = "queue:{baseball}:prequeue";
@@ -263,31 +264,6 @@ fn prequeue(instances: &[Waitgate], users: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Each placed user's offset in the shuffle: 44 bits of
-/// SHA-1(seed ":" userId), computed by Redis itself.
-fn shuffle_keys(redis: &Redis, seed: &str, users: &[String]) -> Vec<u64> {
-    let script = redis::Script::new(
-        "local out = {}
-         for i, user in ipairs(ARGV) do
-           if i > 1 then
-             out[#out + 1] = tonumber(string.sub(redis.sha1hex(ARGV[1] .. ':' .. user), 1, 11), 16)
-           end
-         end
-         return out",
-    );
-    let mut keys = Vec::new();
-    for chunk in users.chunks(500) {
-        let mut invocation = script.prepare_invoke();
-        invocation.arg(seed);
-        for user in chunk {
-            invocation.arg(user);
-        }
-        let part: Vec<u64> = invocation.invoke(&mut redis.conn()).unwrap();
-        keys.extend(part);
-    }
-    keys
-}
-
 /// Kolmogorov-Smirnov distance between `sample` (values in [0, 1)) and
 /// the uniform distribution.
 fn ks_uniform(sample: &mut [f64]) -> f64 {
@@ -403,7 +379,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         }
     }
 
-    // The order is the recorded seed's: sorting by SHA-1(seed:user) gives it.
+    // The order is the recorded seed's, as `waitgate verify` draws it.
     let status = admin(&instances[2], "GET", "/admin/v1/queues/baseball", None).json();
     assert_eq!(status["phase"], "open");
     let seed = status["event"]["seed"]
@@ -411,15 +387,11 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         .expect("a seed is recorded")
         .to_string();
     assert_eq!(status["event"]["prequeuedAtOpen"], users.len() as u64);
-    let keys = shuffle_keys(&redis, &seed, users);
-    let mut expected: Vec<(u64, &String)> = keys.into_iter().zip(users.iter()).collect();
-    expected.sort();
-    let expected: Vec<&String> = expected.into_iter().map(|(_, u)| u).collect();
-    assert_eq!(
-        order[..users.len()],
-        expected[..],
-        "the order follows from the recorded seed"
-    );
+    let seed: Seed = seed.parse().expect("the seed is 64 hex digits");
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    let expected = draw_order(&seed, "baseball", &names);
+    let placed: Vec<&str> = order[..users.len()].iter().map(|u| u.as_str()).collect();
+    assert_eq!(placed, expected, "the order follows from the recorded seed");
 
     // Uniformity: the places of the first 100 registrants are spread like
     // a random sample of places (KS at 1%), and so are the last 100's.
@@ -434,7 +406,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
             .map(|u| place_of[u] as f64 / users.len() as f64)
             .collect();
         let d = ks_uniform(&mut sample);
-        println!("seed {seed}: KS distance of the {label} 100 registrants' places {d:.4} (1% critical value {:.4})", ks_critical_1pct(100));
+        println!("seed {}: KS distance of the {label} 100 registrants' places {d:.4} (1% critical value {:.4})", seed.hex(), ks_critical_1pct(100));
     }
 
     // A placed user's pre-queue credential still works: dropout with it.
@@ -475,11 +447,11 @@ fn place_prequeue_now(c: &mut redis::Connection, seed: &str, step: u64) -> u64 {
     }
 }
 
-/// Shuffled opens of a queue that never empties: each open's span is sized
-/// to its pre-queue, so scores stay whole numbers (below 2^53) and later
-/// arrivals stay in order. A span of 2^44 each time took them past 2^53
-/// after about 400 opens, where three registrations in a row tied and were
-/// ranked by userId.
+/// Shuffled opens of a queue that never empties: each open's span is 2^32,
+/// so scores stay whole numbers (below 2^53) and later arrivals stay in
+/// order. A span of 2^44 each time took them past 2^53 after about 400
+/// opens, where three registrations in a row tied and were ranked by
+/// userId.
 #[test]
 fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
     const MAX_SCORE: f64 = 9_007_199_254_740_992.0;
@@ -509,7 +481,7 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
     }
     let top: Vec<(String, f64)> = c.zrevrange_withscores(WAITING_KEY, 0, 0).unwrap();
     // Now in microseconds is about 2^50.6; 500 spans of 2^44 would have
-    // passed 2^53, 500 of at most 2^31 add about 2^40.
+    // passed 2^53, 500 of 2^32 add about 2^41.
     assert!(top[0].1 < MAX_SCORE / 4.0, "{top:?}");
     let floor: f64 = c.hget(CONTROL, "floor").unwrap();
     // Three registrations after the last open, in this order.
@@ -526,11 +498,10 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
         .iter()
         .map(|u| c.zscore(WAITING_KEY, u).unwrap())
         .collect();
-    assert!(scores[0] < scores[1] && scores[1] < scores[2], "{scores:?}"); // The pre-queue keeps placed users who still wait: its count, in bits,
-                                                                           // and 20 more.
+    assert!(scores[0] < scores[1] && scores[1] < scores[2], "{scores:?}");
+    // Each open's offsets are the draw's 32 bits.
     let bits: u64 = c.hget(CONTROL, "shuffle_bits").unwrap();
-    let prequeued: u64 = c.zcard(PREQUEUE).unwrap();
-    assert_eq!(bits, 20 + u64::from(64 - prequeued.leading_zeros()));
+    assert_eq!(bits, 32);
 }
 
 /// Registers `user` in queue `baseball` with the real registration script,

@@ -52,6 +52,14 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                     for &waited in &a.waited_ms {
                         waits.observe(waited as f64 / 1000.0);
                     }
+                    if a.out_of_order > 0 {
+                        shared
+                            .metrics
+                            .admitted_out_of_order
+                            .with_label_values(&[&queue.name])
+                            .inc_by(a.out_of_order);
+                        tracing::warn!(queue = %queue.name, users = a.out_of_order, "admitted out of arrival order");
+                    }
                     tracing::debug!(queue = %queue.name, admitted = a.admitted, window = a.window, "admitted");
                 }
                 let to_next = Duration::from_millis(a.next_ms.saturating_sub(a.now_ms));

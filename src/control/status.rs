@@ -118,13 +118,17 @@ struct Event {
     prequeue_from: Option<String>,
     open_at: String,
     shuffle: bool,
+    /// The draw's commitment, from the schedule on (src/fairness/).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    commitment: Option<String>,
     /// Set once the open has started: when, by whom's seed, and how many.
+    /// The seed stays hidden, from operators too, until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     opened_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<String>,
-    /// How many of the first bits of `SHA-1(seed ":" userId)` order a
-    /// shuffled pre-queue (20 more than its count needs, at most 44).
+    /// How many of the first bits of the draw's hash order a shuffled
+    /// pre-queue (32; an open of an earlier version kept fewer).
     #[serde(skip_serializing_if = "Option::is_none")]
     shuffle_bits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -285,8 +289,13 @@ pub async fn read(store: &Store, queue: &Queue) -> QueueStatus {
         prequeue_from: number("prequeue_from").map(rfc3339),
         open_at: rfc3339(open_at),
         shuffle: read.control.get("shuffle").is_some_and(|v| v == "1"),
+        commitment: read.control.get("commitment").cloned(),
         opened_at: number("opened_at").map(rfc3339),
-        seed: read.control.get("seed").cloned(),
+        seed: read
+            .control
+            .get("seed")
+            .filter(|_| number("opened_at").is_some())
+            .cloned(),
         shuffle_bits: number("shuffle_bits").filter(|&bits| bits > 0),
         prequeued_at_open: number("prequeued"),
         placed: number("placed_count"),

@@ -110,6 +110,18 @@ pub struct Durability {
     metrics: Arc<Metrics>,
     /// Per queue; one look or write-back at a time.
     memories: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Memory>>>>,
+    /// Per queue, what the last look saw, for readers that must not wait
+    /// behind a look in progress (the fairness answer, receipts).
+    last_looks: Mutex<HashMap<String, Arc<LastLook>>>,
+}
+
+/// What one look saw of a queue's control HASH and gate record.
+#[derive(Debug, Default)]
+pub struct LastLook {
+    /// Redis's time of the look (ms).
+    pub now_ms: u64,
+    pub control: Vec<(String, String)>,
+    pub admission: Vec<(String, String)>,
 }
 
 impl Durability {
@@ -119,7 +131,17 @@ impl Durability {
             revoked,
             metrics,
             memories: Mutex::new(HashMap::new()),
+            last_looks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// What the last look at `queue` saw; `None` before the first.
+    pub fn last_look(&self, queue: &str) -> Option<Arc<LastLook>> {
+        self.last_looks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(queue)
+            .cloned()
     }
 
     fn memory(&self, queue: &str) -> Arc<tokio::sync::Mutex<Memory>> {
@@ -217,6 +239,17 @@ impl Durability {
         };
         self.note_incident(queue, &mut m, &w);
         m.learn(&w);
+        self.last_looks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                queue.name.clone(),
+                Arc::new(LastLook {
+                    now_ms: w.now_ms,
+                    control: w.control.clone(),
+                    admission: w.admission.clone(),
+                }),
+            );
         m.looked = Some(std::time::Instant::now());
         let held = match (w.control_number("held"), w.control_number("held_until")) {
             (Some(held), Some(until)) if until > w.now_ms => held,

@@ -10,7 +10,7 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256};
 
 /// The name the fairness answer gives the rule below.
-pub const ALGORITHM: &str = "sha1-52:seed:queue:user";
+pub const ALGORITHM: &str = "sha1-32(seed:queue:userId), ties by userId";
 
 /// A draw's seed: 32 random bytes, written as 64 hex digits.
 #[derive(Clone, PartialEq, Eq)]
@@ -69,9 +69,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A user's draw number: the first 13 hex digits (52 bits) of
-/// SHA-1(seed ":" queue ":" userId), the seed in lowercase hex. 52 bits,
-/// so that a Redis score holds it exactly.
+/// A user's draw number: the first 8 hex digits (32 bits) of
+/// SHA-1(seed ":" queue ":" userId), the seed in lowercase hex. The user's
+/// place in the waiting queue is the placement's base plus this number
+/// (`draw_offset` in `lua/lib.lua`), so that a place can be worked out
+/// again from the seed alone after Redis loses it.
 pub fn draw_number(seed: &Seed, queue: &str, user: &str) -> u64 {
     let digest = Sha1::new()
         .chain_update(seed.hex())
@@ -80,8 +82,9 @@ pub fn draw_number(seed: &Seed, queue: &str, user: &str) -> u64 {
         .chain_update(b":")
         .chain_update(user)
         .finalize();
-    let first = u64::from_be_bytes(digest[..8].try_into().expect("a SHA-1 has 20 bytes"));
-    first >> 12
+    u64::from(u32::from_be_bytes(
+        digest[..4].try_into().expect("a SHA-1 has 20 bytes"),
+    ))
 }
 
 /// The users in draw order: by draw number, then (on the rare tie) by
@@ -134,15 +137,14 @@ mod tests {
     }
 
     #[test]
-    fn the_draw_number_is_the_first_52_bits_of_the_hash() {
+    fn the_draw_number_is_the_first_32_bits_of_the_hash() {
         let seed: Seed = SEED.parse().unwrap();
         let digest = Sha1::digest(format!("{SEED}:baseball:alice"));
         let hex = hex(&digest);
         assert_eq!(
             draw_number(&seed, "baseball", "alice"),
-            u64::from_str_radix(&hex[..13], 16).unwrap()
+            u64::from_str_radix(&hex[..8], 16).unwrap()
         );
-        assert!(draw_number(&seed, "baseball", "alice") < 1 << 52);
         assert_ne!(
             draw_number(&seed, "baseball", "alice"),
             draw_number(&seed, "concert", "alice")

@@ -4,4 +4,5 @@
 //! when they arrived ([`receipt`]). A leaf: it uses nothing else of ours.
 
 pub mod draw;
+pub mod figures;
 pub mod receipt;

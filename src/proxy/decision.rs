@@ -97,7 +97,7 @@ where
     let target_str = std::str::from_utf8(&target).unwrap_or("/");
     let path = target_str.split('?').next().unwrap_or(target_str);
 
-    if is_queue_api_path(path) {
+    if is_queue_api_path(path) || path == path::KEYS_PATH {
         return match Endpoint::from_path(path) {
             Some(_) if shape.upgrade => refuse(ApiError::UpgradeNotAllowed),
             Some(endpoint) => Decision::Queue(endpoint),

@@ -27,6 +27,10 @@ struct WaitingBody<'a> {
     poll_after_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_credential: Option<&'a str>,
+    /// The signed statement of the user's arrival (register's answer only:
+    /// src/fairness/receipt.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<&'a str>,
 }
 
 /// A pre-queued user, before a scheduled open: no place yet.
@@ -40,6 +44,10 @@ struct PrequeueBody<'a> {
     poll_after_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_credential: Option<&'a str>,
+    /// The signed statement of the user's arrival (register's answer only:
+    /// src/fairness/receipt.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<&'a str>,
 }
 
 /// A user polling a closed queue: the operator's message; a place the user
@@ -67,6 +75,10 @@ struct ActiveBody<'a> {
     /// proves (identity binding).
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_credential: Option<&'a str>,
+    /// The signed statement of the user's arrival (register's answer only:
+    /// src/fairness/receipt.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt: Option<&'a str>,
     /// For a client without the credential: the way back.
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'static str>,
@@ -82,7 +94,13 @@ pub const LOST_CREDENTIAL: &str = "This user is already admitted. Its token is \
 
 /// `estimatedWaitSeconds` is the gate's estimate (see `lua/lib.lua`),
 /// rounded to the nearest second.
-pub fn waiting(queue: &Queue, user: &str, place: Place, credential: Option<&str>) -> Reply {
+pub fn waiting(
+    queue: &Queue,
+    user: &str,
+    place: Place,
+    credential: Option<&str>,
+    receipt: Option<&str>,
+) -> Reply {
     Reply::json(
         200,
         &WaitingBody {
@@ -95,6 +113,7 @@ pub fn waiting(queue: &Queue, user: &str, place: Place, credential: Option<&str>
             paused: place.wait_ms.is_none(),
             poll_after_ms: place.poll_after_ms,
             queue_credential: credential,
+            receipt,
         },
     )
 }
@@ -106,6 +125,7 @@ pub fn prequeued(
     opens_in_ms: u64,
     poll_after_ms: u64,
     credential: Option<&str>,
+    receipt: Option<&str>,
 ) -> Reply {
     Reply::json(
         200,
@@ -116,6 +136,7 @@ pub fn prequeued(
             opens_in_seconds: opens_in_ms.div_ceil(1000),
             poll_after_ms,
             queue_credential: credential,
+            receipt,
         },
     )
 }
@@ -141,6 +162,7 @@ pub fn registered_active(
     user: &str,
     expires_at_ms: u64,
     credential: Option<&str>,
+    receipt: Option<&str>,
 ) -> Reply {
     let body = ActiveBody {
         user_id: user,
@@ -148,6 +170,7 @@ pub fn registered_active(
         status: "ACTIVE",
         active_until: (expires_at_ms > 0).then(|| crate::time::rfc3339(expires_at_ms)),
         queue_credential: credential,
+        receipt,
         message: credential.is_none().then_some(LOST_CREDENTIAL),
     };
     Reply::json(200, &body)

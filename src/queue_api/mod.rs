@@ -11,6 +11,7 @@ mod calls;
 pub mod credential;
 mod dropout;
 pub mod estimates;
+mod fairness;
 pub mod input;
 pub mod page;
 mod proof;
@@ -34,8 +35,8 @@ use crate::edge::jwt::{Identity, Tokens};
 use crate::edge::login::Logins;
 use crate::edge::secret::Keys;
 use crate::entry::challenge::Challenges;
-use crate::fairness::receipt::ReceiptKeys;
 use crate::error::ApiError;
+use crate::fairness::receipt::ReceiptKeys;
 use crate::limits::ClientLimits;
 use crate::metrics::{Metrics, REVOKED_BY_RELEASE};
 pub use crate::path::Endpoint;
@@ -152,6 +153,11 @@ impl QueueApi {
                 Endpoint::Dropout => dropout::handle(self, &head, &caller).await,
                 Endpoint::Token => token::handle(self, session, &caller).await,
                 Endpoint::Challenge => self.challenge(head.uri.query()),
+                Endpoint::Fairness => self.fairness(head.uri.query()),
+                Endpoint::Keys => Reply {
+                    cache_control: "public, max-age=300",
+                    ..Reply::json_bytes(200, self.receipts.jwks())
+                },
             }
         };
         self.finish(reply, &caller)

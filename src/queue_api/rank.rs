@@ -65,7 +65,7 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
 /// What the store's answer means for the client.
 fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, ApiError> {
     match position {
-        Position::Waiting(place) => Ok(body::waiting(queue, user.as_str(), place, None)),
+        Position::Waiting(place) => Ok(body::waiting(queue, user.as_str(), place, None, None)),
         Position::Active { .. } => Ok(body::active(queue, user.as_str())),
         Position::Prequeued {
             opens_in_ms,
@@ -75,6 +75,7 @@ fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, Ap
             user.as_str(),
             opens_in_ms,
             poll_after_ms,
+            None,
             None,
         )),
         Position::NotQueued => Err(ApiError::UserNotQueued {

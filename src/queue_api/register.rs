@@ -211,14 +211,28 @@ impl QueueApi {
             }
             _ => {}
         }
+        let receipt = match signed_arrival(&registration) {
+            Some((arrival, committed_at_ms)) => Some(
+                self.receipt(queue, user.as_str(), arrival, committed_at_ms)
+                    .await,
+            ),
+            None => None,
+        };
         let mut issued = None;
-        let (result, reply) = outcome(queue, user, registration.clone(), proven, |arrival| {
-            let credential = self
-                .credentials()
-                .issue(&queue.name, user.as_str(), arrival);
-            issued = Some(credential.clone());
-            credential
-        });
+        let (result, reply) = outcome(
+            queue,
+            user,
+            registration.clone(),
+            receipt.as_deref(),
+            proven,
+            |arrival| {
+                let credential = self
+                    .credentials()
+                    .issue(&queue.name, user.as_str(), arrival);
+                issued = Some(credential.clone());
+                credential
+            },
+        );
         self.metrics()
             .registrations
             .with_label_values(&[&queue.name, result])
@@ -244,14 +258,34 @@ impl QueueApi {
     }
 }
 
+/// The arrival a registration's receipt states, and the draw it joined
+/// (ms it was committed at; 0: none); `None` where there is no arrival to
+/// state.
+fn signed_arrival(registration: &Registration) -> Option<(u64, u64)> {
+    match *registration {
+        Registration::New { arrival, .. } | Registration::AlreadyWaiting { arrival, .. } => {
+            Some((arrival, 0))
+        }
+        Registration::Active { arrival, .. } if arrival > 0 => Some((arrival, 0)),
+        Registration::Prequeued {
+            arrival,
+            committed_at_ms,
+            ..
+        } if arrival > 0 => Some((arrival, committed_at_ms)),
+        _ => None,
+    }
+}
+
 /// What the store's answer means: the metric label and the reply. A new
 /// registration gets a credential, made by `credential` from the arrival
 /// that Redis just gave this user; so does an admitted user whom a login
-/// proves (`proven`), from the arrival it was admitted from.
+/// proves (`proven`), from the arrival it was admitted from. Each answer
+/// with an arrival carries its receipt.
 fn outcome(
     queue: &Queue,
     user: &UserId,
     registration: Registration,
+    receipt: Option<&str>,
     proven: bool,
     credential: impl FnOnce(u64) -> String,
 ) -> (&'static str, Reply) {
@@ -260,12 +294,12 @@ fn outcome(
             let credential = credential(arrival);
             (
                 REGISTERED_NEW,
-                body::waiting(queue, user.as_str(), place, Some(&credential)),
+                body::waiting(queue, user.as_str(), place, Some(&credential), receipt),
             )
         }
         Registration::AlreadyWaiting { place, .. } => (
             REGISTERED_AGAIN,
-            body::waiting(queue, user.as_str(), place, None),
+            body::waiting(queue, user.as_str(), place, None, receipt),
         ),
         Registration::Active {
             expires_at_ms,
@@ -274,34 +308,39 @@ fn outcome(
             let again = (proven && arrival > 0).then(|| credential(arrival));
             (
                 REGISTERED_ACTIVE,
-                body::registered_active(queue, user.as_str(), expires_at_ms, again.as_deref()),
-            )
-        }
-        Registration::Prequeued {
-            opens_in_ms,
-            arrival: Some(arrival),
-            poll_after_ms,
-        } => {
-            let credential = credential(arrival);
-            (
-                REGISTERED_NEW,
-                body::prequeued(
+                body::registered_active(
                     queue,
                     user.as_str(),
-                    opens_in_ms,
-                    poll_after_ms,
-                    Some(&credential),
+                    expires_at_ms,
+                    again.as_deref(),
+                    receipt,
                 ),
             )
         }
         Registration::Prequeued {
             opens_in_ms,
-            arrival: None,
+            arrival,
+            new,
             poll_after_ms,
-        } => (
-            REGISTERED_AGAIN,
-            body::prequeued(queue, user.as_str(), opens_in_ms, poll_after_ms, None),
-        ),
+            ..
+        } => {
+            let credential = new.then(|| credential(arrival));
+            (
+                if new {
+                    REGISTERED_NEW
+                } else {
+                    REGISTERED_AGAIN
+                },
+                body::prequeued(
+                    queue,
+                    user.as_str(),
+                    opens_in_ms,
+                    poll_after_ms,
+                    credential.as_deref(),
+                    receipt,
+                ),
+            )
+        }
         Registration::NotOpen { opens_at_ms } => (
             REGISTERED_NOT_OPEN,
             Reply::from(ApiError::QueueNotOpen {
@@ -359,6 +398,7 @@ mod tests {
             &queue,
             &user,
             Registration::New { place, arrival: 7 },
+            None,
             false,
             |arrival| format!("credential-{arrival}"),
         );
@@ -369,6 +409,7 @@ mod tests {
             &queue,
             &user,
             Registration::AlreadyWaiting { place, arrival: 7 },
+            None,
             false,
             |_| unreachable!("no credential for a second registration"),
         );
@@ -382,6 +423,7 @@ mod tests {
                 expires_at_ms: 1_000,
                 arrival: 7,
             },
+            None,
             false,
             |_| unreachable!("anyone may send a userId"),
         );
@@ -399,6 +441,7 @@ mod tests {
                 expires_at_ms: 1_000,
                 arrival: 7,
             },
+            None,
             true,
             |arrival| format!("credential-{arrival}"),
         );
@@ -411,6 +454,7 @@ mod tests {
             Registration::Closed(crate::store::Closed {
                 message: "Sold out.".into(),
             }),
+            None,
             false,
             |_| unreachable!("nobody joins a closed queue"),
         );

@@ -27,6 +27,9 @@ pub struct Admission {
     /// Each user admitted by this call: the wait from arrival (the
     /// pre-queue arrival for a placed pre-queue user) to admission, in ms.
     pub waited_ms: Vec<u64>,
+    /// Of the users this call admitted, those admitted after someone
+    /// behind them (a place seated again after a loss of state, for one).
+    pub out_of_order: u64,
 }
 
 /// Users admitted in all, and the frontiers: every place at or before
@@ -156,16 +159,17 @@ impl Store {
         let (&[admitted, window, why, now_ms, next_ms], record) = reply
             .split_first_chunk::<5>()
             .ok_or_else(|| StoreError::Failed("admit: a short answer".into()))?;
-        let (record, waited_ms) = match *record {
-            [total, frontier, frontier_prequeue, ref waited @ ..] => (
+        let (record, out_of_order, waited_ms) = match *record {
+            [total, frontier, frontier_prequeue, out_of_order, ref waited @ ..] => (
                 Some(GateRecord {
                     total: count(total)?,
                     frontier: count(frontier)?,
                     frontier_prequeue: count(frontier_prequeue)?,
                 }),
+                count(out_of_order)?,
                 waited.iter().map(|&w| count(w)).collect::<Result<_, _>>()?,
             ),
-            _ => (None, Vec::new()),
+            _ => (None, 0, Vec::new()),
         };
         let outcome = match AdmitCode::of(why)? {
             AdmitCode::Decided => AdmitOutcome::Decided,
@@ -188,6 +192,7 @@ impl Store {
             now_ms: count(now_ms)?,
             next_ms: count(next_ms)?,
             waited_ms,
+            out_of_order,
         })
     }
     /// One cleanup step: active entries past their expiry, and a batch of

@@ -30,11 +30,14 @@ pub enum Registration {
     /// from the registration at `arrival` (0 if unknown).
     Active { expires_at_ms: u64, arrival: u64 },
     /// Is in the pre-queue of a scheduled open, which opens in
-    /// `opens_in_ms` (0: being placed now). `arrival` is set when this call
-    /// pre-queued the user, for its credential.
+    /// `opens_in_ms` (0: being placed now), since `arrival` (0 if unknown);
+    /// `new` when this call pre-queued the user (for its credential).
+    /// `committed_at_ms` names the draw the user joined (0: none).
     Prequeued {
         opens_in_ms: u64,
-        arrival: Option<u64>,
+        arrival: u64,
+        new: bool,
+        committed_at_ms: u64,
         poll_after_ms: u64,
     },
     /// Registration opens at this time (Redis clock, ms).

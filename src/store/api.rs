@@ -115,16 +115,15 @@ impl Store {
                         expires_at_ms: count(value)?,
                         arrival: count(arrival)?,
                     }),
-                    RegisterCode::AlreadyPrequeued => Ok(Registration::Prequeued {
-                        opens_in_ms: count(value)?,
-                        arrival: None,
-                        poll_after_ms: count(advice)?,
-                    }),
-                    RegisterCode::PrequeuedNow => Ok(Registration::Prequeued {
-                        opens_in_ms: count(value)?,
-                        arrival: Some(count(arrival)?),
-                        poll_after_ms: count(advice)?,
-                    }),
+                    RegisterCode::AlreadyPrequeued | RegisterCode::PrequeuedNow => {
+                        Ok(Registration::Prequeued {
+                            opens_in_ms: count(value)?,
+                            arrival: count(arrival)?,
+                            new: RegisterCode::of(code)? == RegisterCode::PrequeuedNow,
+                            committed_at_ms: count(wait)?,
+                            poll_after_ms: count(advice)?,
+                        })
+                    }
                     RegisterCode::NotOpen => Ok(Registration::NotOpen {
                         opens_at_ms: count(value)?,
                     }),

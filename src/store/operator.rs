@@ -8,6 +8,7 @@ use super::error::{count, StoreError};
 use super::incidents::Incident;
 use super::keys::QueueKeys;
 use super::scripts::*;
+use crate::fairness::draw::Seed;
 
 /// An operator's change to a queue (see `lua/control.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,11 +181,18 @@ impl Store {
                 prequeue_from_ms,
                 open_at_ms,
                 shuffle,
-            } => invocation
-                .arg("event")
-                .arg(prequeue_from_ms.map(|t| t.to_string()).unwrap_or_default())
-                .arg(open_at_ms)
-                .arg(if *shuffle { "1" } else { "0" }),
+            } => {
+                // Each schedule of a shuffled pre-queue draws its seed now,
+                // and publishes only its commitment until the open.
+                let seed = shuffle.then(Seed::draw);
+                invocation
+                    .arg("event")
+                    .arg(prequeue_from_ms.map(|t| t.to_string()).unwrap_or_default())
+                    .arg(open_at_ms)
+                    .arg(if *shuffle { "1" } else { "0" })
+                    .arg(seed.as_ref().map(Seed::hex).unwrap_or_default())
+                    .arg(seed.as_ref().map(Seed::commitment).unwrap_or_default())
+            }
             Change::EndEvent => invocation.arg("end-event"),
         };
         let (code, _now): (i64, i64) = self.run_write(invocation, &keys.control).await?;
