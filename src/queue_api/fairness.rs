@@ -5,19 +5,27 @@ use super::{input, QueueApi};
 use crate::error::ApiError;
 use crate::fairness::figures::Figures;
 use crate::fairness::receipt::ReceiptClaims;
+use crate::path::Endpoint;
 use crate::queues::Queue;
 use crate::reply::Reply;
 
 impl QueueApi {
     /// `GET /api/v1/queue/fairness?queue=q`: public, and cacheable for the
     /// second it may be stale by.
-    pub(super) fn fairness(&self, query: Option<&str>) -> Reply {
+    pub(super) async fn fairness(&self, query: Option<&str>) -> Reply {
         let queue = match input::parse_query(query).and_then(|q| self.queue(q.queue.as_deref())) {
             Ok(queue) => queue,
             Err(error) => return Reply::from(error),
         };
-        // Before this instance's first look: nothing known yet.
-        let Some(look) = self.durability.last_look(&queue.name) else {
+        // Before this instance's first look (just started), one look now.
+        let mut look = self.durability.last_look(&queue.name);
+        if look.is_none() {
+            if let Err(e) = self.durability.look(&queue).await {
+                return Reply::from(self.unavailable(Endpoint::Fairness, e));
+            }
+            look = self.durability.last_look(&queue.name);
+        }
+        let Some(look) = look else {
             return Reply::from(ApiError::RedisUnavailable);
         };
         let figures = Figures::from_look(&queue.name, &look.control, &look.admission, look.now_ms);

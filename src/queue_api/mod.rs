@@ -153,7 +153,7 @@ impl QueueApi {
                 Endpoint::Dropout => dropout::handle(self, &head, &caller).await,
                 Endpoint::Token => token::handle(self, session, &caller).await,
                 Endpoint::Challenge => self.challenge(head.uri.query()),
-                Endpoint::Fairness => self.fairness(head.uri.query()),
+                Endpoint::Fairness => self.fairness(head.uri.query()).await,
                 Endpoint::Keys => Reply {
                     cache_control: "public, max-age=300",
                     ..Reply::json_bytes(200, self.receipts.jwks())
