@@ -37,7 +37,7 @@ pub enum Command {
     /// Print the draw order a pre-queue's seed gives these users, one line
     /// each, `<place> <userId>`, place 1 first (no Redis, no config).
     Verify {
-        /// The seed the fairness answer revealed at the open (64 hex digits).
+        /// The draw's seed, as the fairness answer revealed it at the open (64 hex digits).
         #[arg(long, value_name = "SEED")]
         seed: Seed,
         /// The queue the draw was for.

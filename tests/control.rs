@@ -387,7 +387,7 @@ fn a_scheduled_open_places_every_prequeued_user_once_in_the_seeds_order_ahead_of
         .expect("a seed is recorded")
         .to_string();
     assert_eq!(status["event"]["prequeuedAtOpen"], users.len() as u64);
-    let seed: Seed = seed.parse().expect("the seed is 64 hex digits");
+    let seed: Seed = seed.parse().expect("a seed is 64 hex digits");
     let names: Vec<&str> = users.iter().map(String::as_str).collect();
     let expected = draw_order(&seed, "baseball", &names);
     let placed: Vec<&str> = order[..users.len()].iter().map(|u| u.as_str()).collect();

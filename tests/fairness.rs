@@ -144,7 +144,7 @@ fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order()
     assert_eq!(status["event"]["commitment"], commitment.as_str());
     assert!(
         status["event"].get("seed").is_none(),
-        "not even an operator sees the seed before the open: {status}"
+        "not even an operator sees its seed before the open: {status}"
     );
 
     // Fifty pre-queued users, each with a receipt that the published key
@@ -174,7 +174,7 @@ fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order()
     assert_eq!(receipt.arrival, arrivals["fan07"]);
     assert_eq!(receipt.commitment.as_deref(), Some(commitment.as_str()));
 
-    // The open, now: the seed is revealed and hashes to the commitment.
+    // The open, now: its seed is revealed and hashes to the commitment.
     assert_eq!(
         admin(
             &instances[0],
@@ -185,7 +185,7 @@ fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order()
         .status,
         200
     );
-    let after = fairness_when(&instances[1], "the seed", |f| f["seed"].is_string());
+    let after = fairness_when(&instances[1], "the revealed seed", |f| f["seed"].is_string());
     let seed = after["seed"].as_str().unwrap().to_string();
     assert_eq!(after["commitment"], commitment.as_str());
     let seed_bytes: Vec<u8> = (0..64)

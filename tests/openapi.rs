@@ -220,6 +220,28 @@ fn every_answer_is_one_the_openapi_document_describes() {
     assert_eq!(r.status, 400);
     c.check("GET", CHALLENGE, &r);
 
+    // fairness: the figures, an unknown queue, two queues named, the
+    // wrong method; the receipts' keys.
+    const FAIRNESS: &str = "/api/v1/queue/fairness";
+    let r = send("GET", &format!("{FAIRNESS}?queue=baseball"), &[], None);
+    assert_eq!(r.status, 200, "{r:?}");
+    c.check("GET", FAIRNESS, &r);
+    for (query, status) in [("?queue=nope", 404), ("?queue=a&queue=b", 400)] {
+        let r = send("GET", &format!("{FAIRNESS}{query}"), &[], None);
+        assert_eq!(r.status, status);
+        c.check("GET", FAIRNESS, &r);
+    }
+    let r = send("POST", FAIRNESS, &[], Some("{}"));
+    assert_eq!(r.status, 405);
+    c.check("POST", FAIRNESS, &r);
+    const KEYS: &str = "/.well-known/waitgate/keys";
+    let r = send("GET", KEYS, &[], None);
+    assert_eq!(r.status, 200);
+    c.check("GET", KEYS, &r);
+    let r = send("DELETE", KEYS, &[], None);
+    assert_eq!(r.status, 405);
+    c.check("DELETE", KEYS, &r);
+
     // Preflights, allowed and not.
     for path in [REGISTER, RANK, DROPOUT, TOKEN, CHALLENGE] {
         for (origin, status) in [("https://shop.example", 204), ("https://evil.example", 403)] {

@@ -343,6 +343,54 @@
     }
   }
 
+  // Proof of my place: the receipt register signs (docs/fairness.md),
+  // offered as a file once the visitor has a place. The page's own
+  // register gives one; a page that joined on the server asks for it with
+  // a register when the link is first used (registering again keeps the
+  // place and names the same arrival).
+  let receipt = null;
+  let receiptLink = null;
+  function receiptFile() {
+    const origin = location.origin;
+    return JSON.stringify({
+      queue: config.queue,
+      receipt,
+      keys: origin + "/.well-known/waitgate/keys",
+      fairness: origin + "/api/v1/queue/fairness?queue=" + encodeURIComponent(config.queue),
+    }, null, 2) + "\n";
+  }
+  function fillReceiptLink() {
+    receiptLink.href = "data:application/json;charset=utf-8," + encodeURIComponent(receiptFile());
+    receiptLink.setAttribute("data-receipt", receipt);
+  }
+  function offerReceipt() {
+    if (receiptLink || !note || !note.parentNode) return;
+    receiptLink = document.createElement("a");
+    receiptLink.id = "wg-receipt";
+    receiptLink.className = "wg-receipt";
+    receiptLink.download = "waitgate-receipt-" + config.queue + ".json";
+    receiptLink.href = "#";
+    receiptLink.textContent = text("save_receipt");
+    receiptLink.addEventListener("click", (event) => {
+      if (receipt) return; // the file is in the link already
+      event.preventDefault();
+      client.register().then((answer) => {
+        if (!answer || typeof answer.receipt !== "string") return;
+        receipt = answer.receipt;
+        fillReceiptLink();
+        receiptLink.click();
+      }).catch(() => {
+        // No receipt now (an outage, say): the link stays for a later try.
+      });
+    });
+    note.parentNode.insertBefore(receiptLink, note.nextSibling);
+    if (receipt) fillReceiptLink();
+  }
+  function keepReceipt(answer) {
+    if (answer && typeof answer.receipt === "string") receipt = answer.receipt;
+    offerReceipt();
+  }
+
   if (config.status === "CHALLENGE" || config.status === "JOIN") {
     const prove = config.status === "CHALLENGE";
     setText(note, text("note"));
@@ -366,6 +414,9 @@
       })
       .then((answer) => {
         if (answer && Number.isFinite(answer.rank)) startRank = answer.rank;
+        if (answer && (answer.status === "WAITING" || answer.status === "PREQUEUE")) {
+          keepReceipt(answer);
+        }
         render(answer);
         follow(Math.max(MIN_POLL_MS, Number(answer && answer.pollAfterMs) || fallbackPollMs));
       })
@@ -408,6 +459,7 @@
     return;
   }
 
+  if (["WAITING", "PAUSED", "PREQUEUE"].includes(config.status)) offerReceipt();
   // The progress bar's spoken value, which the template cannot know.
   if (config.status === "PREQUEUE") showProgress(0);
   else if (Number.isFinite(config.rank)) setProgress(config.rank);

@@ -28,6 +28,10 @@
  *       queue is known to ask one); onProof({ tried, expected }) is called
  *       about every 200 ms while solving. `invite`: the enqueue token of an
  *       invite-only queue (X-Waitgate-Invite).
+ *       Its answer's `receipt` (a signed statement of the user's arrival,
+ *       docs/fairness.md) is kept as client.receipt.
+ *   fairness()            GET    /api/v1/queue/fairness: the draw's
+ *       commitment, its seed once open, and the order figures
  *   challenge()           GET    /api/v1/queue/challenge
  *   solve(challengeAnswer, { onProof })
  *       the X-Waitgate-Proof value for a challenge answer: SHA-256 of
@@ -100,6 +104,7 @@
             body: { queue: this.queue, userId: this.userId }, proofOfWork: proof, invite, signal });
           if (answer && answer.userId) this.userId = answer.userId;
           if (answer && answer.queueCredential) this.queueCredential = answer.queueCredential;
+          if (answer && typeof answer.receipt === "string") this.receipt = answer.receipt;
           return answer;
         } catch (err) {
           const asked = err && err.status === 403
@@ -107,6 +112,10 @@
           if (!asked || attempt >= 2) throw err;
         }
       }
+    }
+
+    fairness({ signal } = {}) {
+      return this._request("GET", "/fairness", { query: { queue: this.queue }, signal });
     }
 
     challenge({ signal } = {}) {

@@ -122,7 +122,7 @@ struct Event {
     #[serde(skip_serializing_if = "Option::is_none")]
     commitment: Option<String>,
     /// Set once the open has started: when, by whom's seed, and how many.
-    /// The seed stays hidden, from operators too, until then.
+    /// Its seed stays hidden, from operators too, until then.
     #[serde(skip_serializing_if = "Option::is_none")]
     opened_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,5 +1,5 @@
-//! The draw of a shuffled pre-queue: the seed, its commitment, and the
-//! order the seed gives the pre-queued users. `lua/admit.lua` places users
+//! The draw of a shuffled pre-queue: its seed, that seed's commitment, and
+//! the order a seed gives the pre-queued users. `lua/admit.lua` places users
 //! by the same rule; docs/fairness.md writes it out for anyone to check,
 //! and a test holds the two to one table of cases.
 
@@ -27,14 +27,14 @@ impl Seed {
         Seed(rand::random())
     }
 
-    /// The seed as the draw hashes it and the fairness answer shows it:
+    /// This seed as the draw hashes it and the fairness answer shows it:
     /// 64 lowercase hex digits.
     pub fn hex(&self) -> String {
         hex(&self.0)
     }
 
     /// The commitment published before the pre-queue opens: the lowercase
-    /// hex SHA-256 of the seed's 32 bytes.
+    /// hex SHA-256 of this seed's 32 bytes.
     pub fn commitment(&self) -> String {
         hex(&Sha256::digest(self.0))
     }
@@ -57,7 +57,7 @@ impl FromStr for Seed {
     }
 }
 
-/// The seed stays out of logs and debug output: before the open it is the
+/// A seed stays out of logs and debug output: before the open it is the
 /// one secret of the draw.
 impl fmt::Debug for Seed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -70,10 +70,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// A user's draw number: the first 8 hex digits (32 bits) of
-/// SHA-1(seed ":" queue ":" userId), the seed in lowercase hex. The user's
+/// SHA-1(seed ":" queue ":" userId), with its seed in lowercase hex. The user's
 /// place in the waiting queue is the placement's base plus this number
 /// (`draw_offset` in `lua/lib.lua`), so that a place can be worked out
-/// again from the seed alone after Redis loses it.
+/// again from its seed alone after Redis loses it.
 pub fn draw_number(seed: &Seed, queue: &str, user: &str) -> u64 {
     let digest = Sha1::new()
         .chain_update(seed.hex())

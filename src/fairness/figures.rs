@@ -15,9 +15,9 @@ pub struct Figures {
     /// The hex SHA-256 of the scheduled shuffled pre-queue's seed,
     /// published from the schedule on; `null` without one.
     pub commitment: Option<String>,
-    /// When the seed was drawn (RFC 3339).
+    /// When its seed was drawn (RFC 3339).
     pub committed_at: Option<String>,
-    /// The seed, once the open has come (by Redis's clock).
+    /// The draw's seed, once the open has come (by Redis's clock).
     pub seed: Option<String>,
     pub algorithm: &'static str,
     /// Users in the draw, counted at the open.
@@ -54,7 +54,7 @@ fn number(pairs: &[(String, String)], name: &str) -> Option<u64> {
 
 impl Figures {
     /// From a look at the control HASH and the gate record, made at
-    /// `now_ms` by Redis's clock: the seed is shown only from `open_at` on,
+    /// `now_ms` by Redis's clock: a draw's seed is shown only from `open_at` on,
     /// or once the placing has begun (an operator's early open).
     pub fn from_look(
         queue: &str,
