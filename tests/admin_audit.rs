@@ -30,11 +30,7 @@ fn call(wg: &Waitgate, token: &str, method: &str, path: &str, body: Option<&str>
 
 /// The log's audit lines (text format).
 fn audit_lines(wg: &Waitgate) -> Vec<String> {
-    wg.log()
-        .lines()
-        .filter(|l| l.contains("waitgate::audit"))
-        .map(String::from)
-        .collect()
+    wg.log_lines("waitgate::audit")
 }
 
 #[test]
@@ -190,9 +186,8 @@ fn with_json_logs_an_audit_line_is_one_object_whose_fields_are_the_change() {
     assert_eq!(r.status, 200, "{r:?}");
     wg.wait_for_log("admin change", 3);
     let lines: Vec<serde_json::Value> = wg
-        .log()
-        .lines()
-        .filter(|l| l.contains("admin change"))
+        .log_lines("admin change")
+        .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
     assert_eq!(lines.len(), 3, "{lines:#?}");
@@ -257,11 +252,7 @@ fn a_reload_a_live_override_masks_is_named_and_delete_drops_the_override() {
     wg.reload(reloaded.yaml());
     wg.wait_for_log("config reloaded", 1);
     wg.wait_for_log("masked by a live override", 1);
-    let log = wg.log();
-    let warnings: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("masked by a live override"))
-        .collect();
+    let warnings = wg.log_lines("masked by a live override");
     assert_eq!(warnings.len(), 1, "{warnings:#?}");
     for part in [
         "WARN",

@@ -470,19 +470,24 @@ fn the_checker_finds_a_planted_cycle() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `edges` have no cycle; else the cycles, as `what`.
+fn assert_no_cycles(edges: &BTreeMap<Module, BTreeSet<Module>>, what: &str) {
+    let found = cycles(edges);
+    let report: Vec<String> = found.iter().map(|c| show(c)).collect();
+    assert!(
+        found.is_empty(),
+        "{what} (each line is a set of modules that reach each other):\n{}",
+        report.join("\n")
+    );
+}
+
 #[test]
 fn no_module_imports_itself_through_others() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let tree = Tree::load(&src);
     assert!(tree.files.len() > 20, "found {} files", tree.files.len());
     let edges = tree.edges();
-    let found = cycles(&edges);
-    let report: Vec<String> = found.iter().map(|c| show(c)).collect();
-    assert!(
-        found.is_empty(),
-        "import cycles (each line is a set of modules that reach each other):\n{}",
-        report.join("\n")
-    );
+    assert_no_cycles(&edges, "import cycles");
 }
 
 /// The leaf modules import nothing of ours: the rules everything else
@@ -528,11 +533,5 @@ fn no_top_level_module_imports_itself_through_others() {
             }
         }
     }
-    let found = cycles(&top);
-    let report: Vec<String> = found.iter().map(|c| show(c)).collect();
-    assert!(
-        found.is_empty(),
-        "top-level import cycles (each line is a set of modules that reach each other):\n{}",
-        report.join("\n")
-    );
+    assert_no_cycles(&top, "top-level import cycles");
 }

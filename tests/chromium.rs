@@ -16,7 +16,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chromiumoxide::cdp::browser_protocol::emulation::{
     SetDeviceMetricsOverrideParams, SetScriptExecutionDisabledParams, SetTimezoneOverrideParams,
@@ -24,12 +24,9 @@ use chromiumoxide::cdp::browser_protocol::emulation::{
 };
 use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
 use chromiumoxide::page::ScreenshotParams;
-use chromiumoxide::{Browser, BrowserConfig, Page};
+use chromiumoxide::Page;
+use common::browser::{eval, runtime, until, Chromium};
 use common::*;
-use futures::StreamExt;
-
-/// Debian's Chromium (package `chromium`).
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 struct Room {
     wg: Waitgate,
@@ -79,72 +76,29 @@ impl Room {
         format!("http://{}{path}", self.wg.addr)
     }
 
+    /// A new tab at `path`, once it is in the room (within 10 s).
+    async fn enter(&self, chromium: &Chromium, path: &str) -> Page {
+        chromium
+            .open(self.url(path), IN_THE_ROOM, Duration::from_secs(10))
+            .await
+    }
+
+    /// Navigates `page` to `path`, and waits until it is in the room
+    /// (within 10 s).
+    async fn go_in(&self, page: &Page, path: &str) {
+        go(page, self.url(path), IN_THE_ROOM, Duration::from_secs(10)).await;
+    }
+
     fn waiting(&self) -> Vec<String> {
         redis::Commands::zrange(&mut self.redis.conn(), WAITING_KEY, 0, -1).unwrap()
     }
 }
 
-/// A headless Chromium with its own empty profile.
-struct Chromium {
-    browser: Browser,
-    handler: tokio::task::JoinHandle<()>,
-    _profile: tempfile::TempDir,
-}
+/// The window the tests and the screenshots take.
+const WINDOW: Option<(u32, u32)> = Some((1280, 800));
 
-impl Chromium {
-    async fn launch() -> Chromium {
-        Chromium::launch_with(None).await
-    }
-
-    /// With `preferences` written into the profile before start (the
-    /// browser's settings, as its settings page writes them).
-    async fn launch_with(preferences: Option<&str>) -> Chromium {
-        assert!(
-            Path::new(CHROMIUM).exists(),
-            "{CHROMIUM} is missing: apt-get install chromium (scripts/test.sh says so too)"
-        );
-        let profile = tempfile::tempdir().unwrap();
-        if let Some(preferences) = preferences {
-            let default = profile.path().join("Default");
-            std::fs::create_dir_all(&default).unwrap();
-            std::fs::write(default.join("Preferences"), preferences).unwrap();
-        }
-        let config = BrowserConfig::builder()
-            .chrome_executable(CHROMIUM)
-            .user_data_dir(profile.path())
-            .no_sandbox()
-            .new_headless_mode()
-            .window_size(1280, 800)
-            // No connection anywhere but to waitgate.
-            .args([
-                "--disable-gpu",
-                "--disable-quic",
-                "--disable-component-update",
-                "--no-default-browser-check",
-            ])
-            .build()
-            .unwrap();
-        let (browser, mut handler) = Browser::launch(config).await.expect("chromium starts");
-        let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        Chromium {
-            browser,
-            handler,
-            _profile: profile,
-        }
-    }
-
-    /// A new tab at `url`, once `ready` is true in it (within `limit`).
-    async fn open(&self, url: String, ready: &str, limit: Duration) -> Page {
-        let page = self.browser.new_page(url).await.unwrap();
-        until(&page, ready, limit).await;
-        page
-    }
-
-    async fn close(mut self) {
-        let _ = self.browser.close().await;
-        let _ = self.browser.wait().await;
-        self.handler.abort();
-    }
+async fn launch() -> Chromium {
+    Chromium::launch_with(WINDOW, None).await
 }
 
 /// Sends `language` as the page's `Accept-Language` (the browser's own user
@@ -169,46 +123,6 @@ async fn go(page: &Page, url: String, ready: &str, limit: Duration) {
     until(page, ready, limit).await;
 }
 
-/// Evaluates `js` in the page.
-async fn eval<T: serde::de::DeserializeOwned>(page: &Page, js: &str) -> T {
-    page.evaluate(js)
-        .await
-        .unwrap_or_else(|e| panic!("{js}: {e}"))
-        .into_value()
-        .unwrap_or_else(|e| panic!("{js}: {e}"))
-}
-
-/// Waits until `js` is true in the page, at most `limit`.
-async fn until(page: &Page, js: &str, limit: Duration) -> Duration {
-    let started = Instant::now();
-    loop {
-        // A navigation under way makes an evaluation fail: look again.
-        if let Ok(value) = page.evaluate(js).await {
-            if value.into_value::<bool>().unwrap_or(false) {
-                return started.elapsed();
-            }
-        }
-        if started.elapsed() > limit {
-            let url = page.url().await.ok().flatten();
-            let text = page
-                .evaluate("document.body ? document.body.innerText : ''")
-                .await
-                .ok()
-                .and_then(|v| v.into_value::<String>().ok());
-            panic!("not true within {limit:?}: {js}\nat {url:?}\n{text:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 const MESSAGE: &str = "document.getElementById('wg-message').textContent";
 
 /// The visitor is on the waiting-room page, loaded.
@@ -222,14 +136,8 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
         register_new(room.wg.addr, early);
     }
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
-        let page = chromium
-            .open(
-                room.url("/tickets/seat?from=chromium"),
-                IN_THE_ROOM,
-                Duration::from_secs(10),
-            )
-            .await;
+        let chromium = launch().await;
+        let page = room.enter(&chromium, "/tickets/seat?from=chromium").await;
         let message: String = eval(&page, MESSAGE).await;
         assert_eq!(message, "2 people are ahead of you.");
         let place: String = eval(&page, "document.getElementById('wg-place').textContent").await;
@@ -340,7 +248,7 @@ fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
 fn the_page_speaks_korean_and_gets_the_visitor_in_without_javascript() {
     let room = Room::start();
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         let page = chromium.browser.new_page("about:blank").await.unwrap();
         accept_language(&page, "ko-KR,ko;q=0.9,en;q=0.5").await;
         page.execute(SetScriptExecutionDisabledParams::new(true))
@@ -418,7 +326,7 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
     .invoke(&mut room.redis.conn())
     .unwrap();
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         for (name, width, height, scale, mobile, language) in [
             ("waiting-room-phone.png", 390, 844, 2.0, true, "en-US,en"),
             (
@@ -438,13 +346,7 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
             .await
             .unwrap();
             accept_language(&page, language).await;
-            go(
-                &page,
-                room.url("/tickets/seat"),
-                IN_THE_ROOM,
-                Duration::from_secs(10),
-            )
-            .await;
+            room.go_in(&page, "/tickets/seat").await;
             let message: String = eval(&page, MESSAGE).await;
             assert!(message.contains("1,241"), "{message}");
             // Nothing wider than the screen.
@@ -484,14 +386,8 @@ fn screenshots_of_the_page_at_phone_and_desktop_width() {
 fn the_page_backs_off_while_redis_is_down() {
     let mut room = Room::start();
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
-        let page = chromium
-            .open(
-                room.url("/tickets/seat"),
-                IN_THE_ROOM,
-                Duration::from_secs(10),
-            )
-            .await;
+        let chromium = launch().await;
+        let page = room.enter(&chromium, "/tickets/seat").await;
         let _: bool = eval(
             &page,
             "(() => { window.ranks = 0; const f = window.fetch;
@@ -531,7 +427,7 @@ fn a_page_shown_while_redis_is_down_reloads_rather_than_polls() {
     let mut room = Room::start();
     room.redis.kill();
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         let page = chromium
             .open(
                 room.url("/waiting-room/baseball?return=/tickets/seat"),
@@ -583,7 +479,7 @@ fn the_not_open_page_says_when_in_the_visitors_time() {
         h => h,
     };
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         let page = chromium.browser.new_page("about:blank").await.unwrap();
         page.execute(SetTimezoneOverrideParams::new("Asia/Seoul"))
             .await
@@ -614,7 +510,7 @@ fn a_browser_that_refuses_cookies_is_told_so_and_joins_once() {
     let room = Room::start();
     runtime().block_on(async {
         // Cookies blocked for every site, as the browser's settings do it.
-        let chromium = Chromium::launch_with(Some(
+        let chromium = Chromium::launch_with(WINDOW, Some(
             r#"{"profile":{"default_content_setting_values":{"cookies":2}}}"#,
         ))
         .await;
@@ -656,14 +552,8 @@ fn the_page_never_meets_one_visitors_share_of_the_safe_limits() {
     );
     register_new(room.wg.addr, "ahead");
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
-        let page = chromium
-            .open(
-                room.url("/tickets/seat"),
-                IN_THE_ROOM,
-                Duration::from_secs(10),
-            )
-            .await;
+        let chromium = launch().await;
+        let page = room.enter(&chromium, "/tickets/seat").await;
         page.reload().await.unwrap();
         // Five seconds of polls, someone ahead let in meanwhile.
         std::thread::sleep(Duration::from_secs(2));
@@ -708,17 +598,11 @@ fn the_page_solves_the_challenge_and_joins_within_two_seconds() {
     );
     register_new_with_proof(&room.wg, "early_1");
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         let mut times = Vec::new();
         for round in 0..9 {
             chromium.browser.clear_cookies().await.unwrap();
-            let page = chromium
-                .open(
-                    room.url("/tickets/seat"),
-                    IN_THE_ROOM,
-                    Duration::from_secs(10),
-                )
-                .await;
+            let page = room.enter(&chromium, "/tickets/seat").await;
             // The place shown, measured in the page from its navigation.
             let placed = "document.getElementById('waitgate').dataset.status === 'WAITING'";
             until(&page, placed, Duration::from_secs(30)).await;
@@ -763,18 +647,12 @@ fn the_page_solves_the_challenge_and_joins_within_two_seconds() {
 fn without_javascript_the_challenge_page_says_it_needs_it() {
     let room = Room::start_with(&[], "queues: {baseball: {challenge: {difficulty-bits: 8}}}");
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
+        let chromium = launch().await;
         let page = chromium.browser.new_page("about:blank").await.unwrap();
         page.execute(SetScriptExecutionDisabledParams::new(true))
             .await
             .unwrap();
-        go(
-            &page,
-            room.url("/tickets/seat"),
-            IN_THE_ROOM,
-            Duration::from_secs(10),
-        )
-        .await;
+        room.go_in(&page, "/tickets/seat").await;
         let note: String = eval(&page, "document.getElementById('wg-note').textContent").await;
         assert!(note.contains("needs JavaScript"), "{note}");
         let refresh: bool = eval(
@@ -855,14 +733,8 @@ fn invited_visitor_joins(challenge: &str) {
     )
     .unwrap();
     runtime().block_on(async {
-        let chromium = Chromium::launch().await;
-        let page = chromium
-            .open(
-                room.url("/tickets/seat"),
-                IN_THE_ROOM,
-                Duration::from_secs(10),
-            )
-            .await;
+        let chromium = launch().await;
+        let page = room.enter(&chromium, "/tickets/seat").await;
         let status: String =
             eval(&page, "document.getElementById('waitgate').dataset.status").await;
         assert_eq!(status, "INVITE_REQUIRED");

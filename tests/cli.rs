@@ -57,19 +57,24 @@ fn write_cut_pem(path: &std::path::Path) {
 }
 
 /// Asserts that `waitgate -t` passes `config` (with the test secret).
-fn check_passes(config: &str) {
+/// The binary run on `config` (written to a file of its own), with `args`
+/// after `-c <file>`.
+fn run_on(config: &str, args: &[&str], secret: Option<&str>) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("good.yaml");
+    let path = dir.path().join("c.yaml");
     std::fs::write(&path, config).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], Some(SECRET_B64));
+    let mut all = vec!["-c", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run_binary(&all, secret)
+}
+
+fn check_passes(config: &str) {
+    let out = run_on(config, &["-t"], Some(SECRET_B64));
     assert!(out.status.success(), "{out:?}");
 }
 
 fn check_fails(config: &str, secret: Option<&str>) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.yaml");
-    std::fs::write(&path, config).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap(), "-t"], secret);
+    let out = run_on(config, &["-t"], secret);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
@@ -97,23 +102,20 @@ fn a_bad_config_is_one_line_naming_the_key() {
 #[test]
 fn the_check_resolves_upstream_names_and_refuses_shadowed_routes() {
     let base = "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\n";
-    // `.invalid` never resolves (RFC 6761).
-    let e = check_fails(
-        &format!("{base}upstreams: {{up: {{address: 'no-such-host.invalid:80'}}}}\nroutes: [{{prefix: /x, upstream: up, queue: q}}]\n"),
-        Some(SECRET_B64),
-    );
-    assert!(
-        e.contains("upstreams.up: cannot resolve") && e.contains("no-such-host.invalid"),
-        "{e}"
-    );
-    let e = check_fails(
-        &format!("{base}upstreams: {{up: {{address: 'localhost:80'}}}}\nroutes: [{{prefix: /api, upstream: up, queue: q}}, {{prefix: /api/v2, upstream: up, queue: q}}]\n"),
-        Some(SECRET_B64),
-    );
-    assert!(
-        e.contains("routes[1].prefix") && e.contains("shadowed"),
-        "{e}"
-    );
+    for (config, named) in [
+        // `.invalid` never resolves (RFC 6761).
+        (
+            format!("{base}upstreams: {{up: {{address: 'no-such-host.invalid:80'}}}}\nroutes: [{{prefix: /x, upstream: up, queue: q}}]\n"),
+            ["upstreams.up: cannot resolve", "no-such-host.invalid"],
+        ),
+        (
+            format!("{base}upstreams: {{up: {{address: 'localhost:80'}}}}\nroutes: [{{prefix: /api, upstream: up, queue: q}}, {{prefix: /api/v2, upstream: up, queue: q}}]\n"),
+            ["routes[1].prefix", "shadowed"],
+        ),
+    ] {
+        let e = check_fails(&config, Some(SECRET_B64));
+        assert!(named.iter().all(|n| e.contains(n)), "{e}");
+    }
 }
 
 #[test]
@@ -128,10 +130,7 @@ fn a_missing_short_or_garbled_secret_stops_start_up() {
     assert!(!e.contains("***not"), "{e}");
 
     // Without -t the server refuses to start the same way.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.yaml");
-    std::fs::write(&path, GOOD).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap()], None);
+    let out = run_on(GOOD, &[], None);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SECRET"));
 }
@@ -144,10 +143,7 @@ fn a_port_in_use_is_one_line_naming_the_key() {
         "listen: 127.0.0.1:{port}\nadmin-listen: 127.0.0.1:{}\n{GOOD}",
         free_port()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.yaml");
-    std::fs::write(&path, config).unwrap();
-    let out = run_binary(&["-c", path.to_str().unwrap()], Some(SECRET_B64));
+    let out = run_on(&config, &[], Some(SECRET_B64));
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -219,11 +215,7 @@ fn the_dashboard_uses_only_exported_metrics() {
             serde_json::from_str::<serde_json::Value>(&text).expect("valid JSON");
         }
         let mut used = 0;
-        for (i, _) in text.match_indices("waitgate_") {
-            let name: String = text[i..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+        for name in metric_names_in(&text) {
             let family = name
                 .trim_end_matches("_bucket")
                 .trim_end_matches("_sum")
@@ -388,20 +380,17 @@ fn replies_written_while_draining_say_connection_close() {
 /// last of the two, and an edit to the first changed nothing.
 #[test]
 fn a_queue_or_upstream_named_twice_is_refused() {
-    let e = check_fails(
-        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  soccer: {admission: {batch-size: 7}}\n  soccer: {admission: {batch-size: 9}}\nupstreams: {}\nroutes: []\n",
-        Some(SECRET_B64),
-    );
-    assert!(
-        e.contains("queues") && e.contains("duplicate name `soccer`"),
-        "{e}"
-    );
-    let e = check_fails(
-        "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\nupstreams:\n  t: {address: '127.0.0.1:1'}\n  t: {address: '127.0.0.1:2'}\nroutes: []\n",
-        Some(SECRET_B64),
-    );
-    assert!(
-        e.contains("upstreams") && e.contains("duplicate name `t`"),
-        "{e}"
-    );
+    for (config, named) in [
+        (
+            "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues:\n  soccer: {admission: {batch-size: 7}}\n  soccer: {admission: {batch-size: 9}}\nupstreams: {}\nroutes: []\n",
+            ["queues", "duplicate name `soccer`"],
+        ),
+        (
+            "redis: {url: 'redis://127.0.0.1:1/0'}\nqueues: {q: {}}\nupstreams:\n  t: {address: '127.0.0.1:1'}\n  t: {address: '127.0.0.1:2'}\nroutes: []\n",
+            ["upstreams", "duplicate name `t`"],
+        ),
+    ] {
+        let e = check_fails(config, Some(SECRET_B64));
+        assert!(named.iter().all(|n| e.contains(n)), "{e}");
+    }
 }

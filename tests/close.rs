@@ -54,14 +54,7 @@ fn waiting(redis: &Redis) -> Vec<String> {
 /// restart may meet the connection that died with it: tried again on 503).
 fn register_in(addr: std::net::SocketAddr, user: &str) -> Response {
     let body = json!({ "queue": "baseball", "userId": user }).to_string();
-    let mut answer = None;
-    eventually(Duration::from_secs(3), || {
-        let r = post_json(addr, "/api/v1/queue/register", &body).unwrap();
-        let answered = r.status != 503;
-        answer = Some(r);
-        answered
-    });
-    answer.unwrap()
+    register_after_restart(addr, &body)
 }
 
 fn rank_in(addr: std::net::SocketAddr, user: &str) -> Response {
@@ -74,10 +67,7 @@ fn rank_in(addr: std::net::SocketAddr, user: &str) -> Response {
 
 /// The value of one metric series (0 when absent).
 fn metric(wg: &Waitgate, series: &str) -> f64 {
-    let text = get(wg.admin, "/metrics").unwrap().text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0)
+    wg.metric(series).unwrap_or(0.0)
 }
 
 /// `r`, an answer to `method path`, is one `docs/openapi.yaml` lists for
@@ -535,103 +525,12 @@ fn the_waiting_room_page_shows_the_message_in_the_visitors_language_and_stops() 
     );
 }
 
-mod browser {
-    //! The page in Debian's headless Chromium, driven over the DevTools
-    //! protocol (as `tests/chromium.rs` does).
-
-    use std::time::{Duration, Instant};
-
-    use chromiumoxide::{Browser, BrowserConfig, Page};
-    use futures::StreamExt;
-
-    const CHROMIUM: &str = "/usr/bin/chromium";
-
-    pub struct Chromium {
-        pub browser: Browser,
-        handler: tokio::task::JoinHandle<()>,
-        _profile: tempfile::TempDir,
-    }
-
-    impl Chromium {
-        pub async fn launch() -> Chromium {
-            assert!(
-                std::path::Path::new(CHROMIUM).exists(),
-                "{CHROMIUM} is missing: apt-get install chromium"
-            );
-            let profile = tempfile::tempdir().unwrap();
-            let config = BrowserConfig::builder()
-                .chrome_executable(CHROMIUM)
-                .user_data_dir(profile.path())
-                .no_sandbox()
-                .new_headless_mode()
-                .args([
-                    "--disable-gpu",
-                    "--disable-quic",
-                    "--disable-component-update",
-                    "--no-default-browser-check",
-                ])
-                .build()
-                .unwrap();
-            let (browser, mut handler) = Browser::launch(config).await.expect("chromium starts");
-            let handler = tokio::spawn(async move { while handler.next().await.is_some() {} });
-            Chromium {
-                browser,
-                handler,
-                _profile: profile,
-            }
-        }
-
-        pub async fn close(mut self) {
-            let _ = self.browser.close().await;
-            let _ = self.browser.wait().await;
-            self.handler.abort();
-        }
-    }
-
-    pub async fn eval<T: serde::de::DeserializeOwned>(page: &Page, js: &str) -> T {
-        page.evaluate(js)
-            .await
-            .unwrap_or_else(|e| panic!("{js}: {e}"))
-            .into_value()
-            .unwrap_or_else(|e| panic!("{js}: {e}"))
-    }
-
-    /// Waits until `js` is true in the page, at most `limit`.
-    pub async fn until(page: &Page, js: &str, limit: Duration) {
-        let started = Instant::now();
-        loop {
-            if let Ok(value) = page.evaluate(js).await {
-                if value.into_value::<bool>().unwrap_or(false) {
-                    return;
-                }
-            }
-            if started.elapsed() > limit {
-                let text = page
-                    .evaluate("document.body ? document.body.innerText : ''")
-                    .await
-                    .ok()
-                    .and_then(|v| v.into_value::<String>().ok());
-                panic!("not true within {limit:?}: {js}\n{text:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    pub fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-}
-
 /// In a real browser: the open page, polling, hears the closure at its
 /// next poll, shows the message and the closed line, and then neither
 /// polls nor reloads; the client's register surfaces the 410's message.
 #[test]
 fn the_page_in_a_browser_stops_polling_and_shows_the_message_once_closed() {
-    use browser::*;
+    use common::browser::*;
     let redis = Redis::start();
     // Polls a second apart at most.
     let wg = start(

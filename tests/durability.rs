@@ -121,16 +121,7 @@ fn join(addr: SocketAddr, prefix: &str, n: usize) -> Vec<(String, String)> {
         .map(|i| {
             let user = format!("{prefix}{i:02}");
             let body = serde_json::json!({ "queue": "baseball", "userId": user }).to_string();
-            // The first call after Redis restarted may meet the connection
-            // that died with it (the probe drops it within a second).
-            let mut r = None;
-            eventually(Duration::from_secs(3), || {
-                let answer = post_json(addr, "/api/v1/queue/register", &body).unwrap();
-                let answered = answer.status != 503;
-                r = Some(answer);
-                answered
-            });
-            let r = r.unwrap();
+            let r = register_after_restart(addr, &body);
             let Some(credential) = r.json()["queueCredential"].as_str().map(String::from) else {
                 panic!("{user} got no credential: {r:?} {}", r.text());
             };
@@ -141,10 +132,7 @@ fn join(addr: SocketAddr, prefix: &str, n: usize) -> Vec<(String, String)> {
 
 /// A metric's value on an instance's /metrics (0 when absent).
 fn metric(wg: &Waitgate, series: &str) -> f64 {
-    let text = get(wg.admin, "/metrics").unwrap().text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0)
+    wg.metric(series).unwrap_or(0.0)
 }
 
 /// Redis with an AOF written at every change is killed and started again

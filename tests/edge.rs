@@ -17,8 +17,6 @@ use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use redis::Commands;
 use serde_json::{json, Map, Value};
 
-const ACTIVE: &str = "queue:{baseball}:active";
-const CREDENTIAL: &str = "queue:{baseball}:credential";
 const TOKEN_PATH: &str = "/api/v1/queue/active/token";
 const PROTECTED: &str = "/api/v1/follow-up/seats";
 
@@ -366,7 +364,7 @@ fn token_endpoint_refuses_the_credential_of_an_earlier_registration() {
     // Leaving as an active user takes the admitted entry with it.
     assert_eq!(dropout(env.wg.addr, "twice", &second).status, 204);
     let mut c = env.redis.conn();
-    assert!(!c.hexists::<_, _, bool>(CREDENTIAL, "twice").unwrap());
+    assert!(!c.hexists::<_, _, bool>(CREDENTIAL_KEY, "twice").unwrap());
     assert_eq!(env.exchange("twice", &second).status, 403);
     env.assert_upstream_saw_nothing();
 }
@@ -1068,9 +1066,9 @@ fn token_stays_valid_until_exp_after_the_active_entry_is_deleted() {
     let env = setup();
     let token = env.token("gone");
     let mut c = env.redis.conn();
-    let removed: i64 = c.zrem(ACTIVE, "gone").unwrap();
+    let removed: i64 = c.zrem(ACTIVE_KEY, "gone").unwrap();
     assert_eq!(removed, 1);
-    let deleted: i64 = c.hdel(CREDENTIAL, "gone").unwrap();
+    let deleted: i64 = c.hdel(CREDENTIAL_KEY, "gone").unwrap();
     assert_eq!(deleted, 1);
 
     let r = env.get_with_auth(PROTECTED, &bearer(&token));

@@ -195,11 +195,26 @@ fn lost(acknowledged: &[String], mut present: impl FnMut(&str) -> bool) -> usize
     acknowledged.iter().filter(|u| !present(u)).count()
 }
 
-fn waitgate_config(ports: &Ports, redis_section: &str, queues: &str) -> String {
-    format!(
+/// Starts waitgate on ports of its own with `redis_section` and `queues`
+/// (YAML text) in its config.
+fn start_waitgate(redis_section: &str, queues: &str) -> Waitgate {
+    let ports = Ports::new();
+    let config = format!(
         "listen: 127.0.0.1:{}\nadmin-listen: 127.0.0.1:{}\nthreads: 2\n{redis_section}\
          queues:\n{queues}upstreams: {{}}\nroutes: []\nlog: {{filter: 'warn,waitgate=info'}}\n",
         ports.listen, ports.admin
+    );
+    Waitgate::start(&config, &ports)
+}
+
+/// The `redis` section of Sentinel mode through `sentinels`, for the
+/// master `master_name`, a command timeout of 300 ms, and the keys of
+/// `more` (each a line of its own).
+fn sentinel_redis(sentinels: &[Node], master_name: &str, more: &str) -> String {
+    let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
+    format!(
+        "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: {master_name}\n  command-timeout-ms: 300\n{more}",
+        urls.join(", ")
     )
 }
 
@@ -208,17 +223,14 @@ fn waitgate_config(ports: &Ports, redis_section: &str, queues: &str) -> String {
 fn sentinel_failover(wait_replicas: u64, replicas: usize) {
     let dir = tempfile::tempdir().unwrap();
     let (mut master, replicas, sentinels) = sentinel_group(dir.path(), replicas, 1000);
-    let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
-    let ports = Ports::new();
-    let config = waitgate_config(
-        &ports,
-        &format!(
-            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: waitgate\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 500\n",
-            urls.join(", ")
+    let wg = start_waitgate(
+        &sentinel_redis(
+            &sentinels,
+            "waitgate",
+            &format!("  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 500\n"),
         ),
         "  baseball:\n    admission: {interval-ms: 200, batch-size: 5}\n    heartbeat: {timeout-ms: 60000, cleanup-interval-ms: 200}\n",
     );
-    let wg = Waitgate::start(&config, &ports);
     wait_until(
         "waitgate to reach the master",
         Duration::from_secs(10),
@@ -386,9 +398,7 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
     let dir = tempfile::tempdir().unwrap();
     let master = Node::start(dir.path(), &[]);
     let replica = replicas_of(dir.path(), &master, 1).remove(0);
-    let ports = Ports::new();
-    let config = waitgate_config(
-        &ports,
+    let wg = start_waitgate(
         &format!(
             // Not coalesced: the registrations below are writes at once.
             "redis:\n  url: {}\n  command-timeout-ms: 200\n  wait-replicas: 1\n  wait-timeout-ms: 1500\n  coalesce: false\n",
@@ -396,7 +406,6 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
         ),
         "  q:\n    admission: {max-active: 1}\n",
     );
-    let wg = Waitgate::start(&config, &ports);
     wait_until("waitgate to reach Redis", Duration::from_secs(10), || {
         register(wg.addr, "warm-up").status == 200
     });
@@ -492,7 +501,6 @@ fn a_wait_longer_than_the_command_timeout_is_waited_for() {
 fn cluster_failover(wait_replicas: u64, replicas: usize) {
     let mut cluster = Cluster::start(replicas);
     let seeds: Vec<String> = cluster.nodes.iter().map(Node::url).collect();
-    let ports = Ports::new();
     let queues: String = ["baseball", "soccer", "tennis", "golf"]
         .iter()
         .map(|q| {
@@ -501,15 +509,13 @@ fn cluster_failover(wait_replicas: u64, replicas: usize) {
             )
         })
         .collect();
-    let config = waitgate_config(
-        &ports,
+    let wg = start_waitgate(
         &format!(
             "redis:\n  mode: cluster\n  nodes: [{}]\n  command-timeout-ms: 300\n  wait-replicas: {wait_replicas}\n  wait-timeout-ms: 500\n",
             seeds.join(", ")
         ),
         &queues,
     );
-    let wg = Waitgate::start(&config, &ports);
     // The queues live on different masters, and every one works.
     let owners: BTreeSet<usize> = ["baseball", "soccer", "tennis", "golf"]
         .iter()
@@ -557,16 +563,13 @@ fn what_waiting_for_a_replica_costs_in_register_throughput() {
     let _replica = replicas_of(dir.path(), &master, 1).remove(0);
     let mut rates = Vec::new();
     for wait in [0, 1] {
-        let ports = Ports::new();
-        let config = waitgate_config(
-            &ports,
+        let wg = start_waitgate(
             &format!(
                 "redis:\n  url: {}\n  wait-replicas: {wait}\n  wait-timeout-ms: 200\n",
                 master.url()
             ),
             &format!("  q{wait}:\n    admission: {{max-active: 1}}\n"),
         );
-        let wg = Waitgate::start(&config, &ports);
         let counted = Arc::new(Mutex::new(0usize));
         let until = Instant::now() + Duration::from_secs(2);
         let clients: Vec<_> = (0..4)
@@ -614,17 +617,10 @@ fn a_master_name_the_sentinels_do_not_know_is_an_outage_logged_once_a_second() {
     let sentinels: Vec<Node> = (0..3)
         .map(|_| Node::sentinel(dir.path(), master.port))
         .collect();
-    let urls: Vec<String> = sentinels.iter().map(Node::url).collect();
-    let ports = Ports::new();
-    let config = waitgate_config(
-        &ports,
-        &format!(
-            "redis:\n  mode: sentinel\n  sentinels: [{}]\n  master-name: nosuch\n  command-timeout-ms: 300\n",
-            urls.join(", ")
-        ),
+    let wg = start_waitgate(
+        &sentinel_redis(&sentinels, "nosuch", ""),
         "  baseball: {}\n",
     );
-    let wg = Waitgate::start(&config, &ports);
     let started = Instant::now();
     for i in 0..30 {
         let r = register(wg.addr, &format!("u{i}"));

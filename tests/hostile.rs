@@ -275,14 +275,8 @@ fn send(addr: SocketAddr, bytes: &[u8]) -> u16 {
 
 #[test]
 fn thousands_of_malformed_requests_get_no_5xx_and_the_server_survives() {
-    let seed: u64 = std::env::var("WAITGATE_HOSTILE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_2026_1129);
-    let count: usize = std::env::var("WAITGATE_HOSTILE_COUNT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4000);
+    let seed: u64 = env_or("WAITGATE_HOSTILE_SEED", 0x5eed_2026_1129);
+    let count: usize = env_or("WAITGATE_HOSTILE_COUNT", 4000);
     let upstream = Upstream::start();
     let redis = Redis::start();
     let mut wg = TestConfig::on_free_ports(&redis.url(), upstream.port).start();

@@ -54,6 +54,33 @@ fn setup(script: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static) -> Env {
     setup_with("", "", script)
 }
 
+/// [`setup`] with an upstream that answers a path ending in `suffix` with
+/// `steps(path)` and echoes every other path.
+fn setup_at(
+    suffix: &'static str,
+    steps: impl Fn(&str) -> Vec<Step> + Send + Sync + 'static,
+) -> Env {
+    setup(echo_or(move |p| p.ends_with(suffix).then(|| steps(p))))
+}
+
+/// `answer`, then after `pause_ms` one more response nobody asked for.
+fn then_injected(answer: Vec<u8>, pause_ms: u64) -> Vec<Step> {
+    vec![
+        Step::Send(answer),
+        Step::Pause(Duration::from_millis(pause_ms)),
+        Step::Send(injected()),
+    ]
+}
+
+/// One answer of `bytes`, as they are.
+fn sends(bytes: &[u8]) -> Vec<Step> {
+    vec![Step::Send(bytes.to_vec())]
+}
+
+/// An upstream's switch to WebSocket.
+const SWITCH: &[u8] =
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+
 /// A route at `/ws` that switches protocols.
 const WEBSOCKET_ROUTE: &str =
     "{prefix: /ws, upstream: ticketing, queue: baseball, websocket: true}";
@@ -86,11 +113,16 @@ impl Env {
         }
     }
 
-    /// One request on a new connection; the whole response.
-    fn call(&self, via: Via, path: &str, extra: &str) -> (Head, Vec<u8>) {
+    /// A new connection with one request sent on it.
+    fn send(&self, via: Via, path: &str, extra: &str) -> Client {
         let mut c = Client::connect(self.wg.addr);
         c.send(&self.request(via, path, extra));
-        c.response()
+        c
+    }
+
+    /// One request on a new connection; the whole response.
+    fn call(&self, via: Via, path: &str, extra: &str) -> (Head, Vec<u8>) {
+        self.send(via, path, extra).response()
     }
 
     /// Every later user, each on a new connection, gets their own answer.
@@ -117,15 +149,7 @@ fn path(suffix: &str) -> String {
 
 #[test]
 fn a_late_second_response_never_reaches_the_next_user() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/late").then(|| {
-            vec![
-                Step::Send(ok(p)),
-                Step::Pause(Duration::from_millis(300)),
-                Step::Send(injected()),
-            ]
-        })
-    }));
+    let env = setup_at("/late", |p| then_injected(ok(p), 300));
     for via in BOTH {
         let (head, body) = env.call(via, &path("/late"), "");
         assert_eq!((head.status, body), (200, path("/late").into_bytes()));
@@ -143,15 +167,7 @@ fn a_late_second_response_never_reaches_the_next_user() {
 /// to close.
 #[test]
 fn a_connection_a_response_ahead_is_never_given_to_the_next_user() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/late").then(|| {
-            vec![
-                Step::Send(ok(p)),
-                Step::Pause(Duration::from_millis(300)),
-                Step::Send(injected()),
-            ]
-        })
-    }));
+    let env = setup_at("/late", |p| then_injected(ok(p), 300));
     for round in 0..4 {
         for via in BOTH {
             for close in ["Connection: close\r\n", ""] {
@@ -201,8 +217,7 @@ fn a_body_sent_after_a_head_204_or_304_answer_never_reaches_the_next_user() {
 
     for (suffix, status) in [("/none", 204), ("/same", 304)] {
         for via in BOTH {
-            let mut c = Client::connect(env.wg.addr);
-            c.send(&env.request(via, &path(suffix), ""));
+            let mut c = env.send(via, &path(suffix), "");
             assert_eq!(c.head().status, status);
             std::thread::sleep(Duration::from_millis(300));
             env.assert_next_users_get_their_own(2);
@@ -212,15 +227,12 @@ fn a_body_sent_after_a_head_204_or_304_answer_never_reaches_the_next_user() {
 
 #[test]
 fn bytes_past_content_length_arriving_late_never_reach_the_next_user() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/long").then(|| {
-            vec![
-                Step::Send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfive!".to_vec()),
-                Step::Pause(Duration::from_millis(100)),
-                Step::Send(injected()),
-            ]
-        })
-    }));
+    let env = setup_at("/long", |_| {
+        then_injected(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfive!".to_vec(),
+            100,
+        )
+    });
     for via in BOTH {
         let (head, body) = env.call(via, &path("/long"), "");
         assert_eq!((head.status, body), (200, b"five!".to_vec()));
@@ -231,16 +243,11 @@ fn bytes_past_content_length_arriving_late_never_reach_the_next_user() {
 
 #[test]
 fn a_response_left_in_a_dead_upstreams_socket_is_never_served() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/dying").then(|| {
-            vec![
-                Step::Send(ok(p)),
-                Step::Pause(Duration::from_millis(100)),
-                Step::Send(injected()),
-                Step::Close,
-            ]
-        })
-    }));
+    let env = setup_at("/dying", |p| {
+        let mut steps = then_injected(ok(p), 100);
+        steps.push(Step::Close);
+        steps
+    });
     for via in BOTH {
         let (head, _) = env.call(via, &path("/dying"), "");
         assert_eq!(head.status, 200);
@@ -267,8 +274,7 @@ fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
         _ => None,
     }));
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/cut"), ""));
+        let mut c = env.send(via, &path("/cut"), "");
         let head = c.head();
         assert_eq!((head.status, head.length()), (200, 70));
         let rest = c.rest();
@@ -279,8 +285,7 @@ fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
             String::from_utf8_lossy(&rest)
         );
 
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/cut-chunked"), ""));
+        let mut c = env.send(via, &path("/cut-chunked"), "");
         let head = c.head();
         assert_eq!(head.status, 200);
         let rest = String::from_utf8_lossy(&c.rest()).into_owned();
@@ -300,12 +305,11 @@ fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
 fn upgrade_requests_are_refused_where_the_route_does_not_switch_protocols() {
     let env = setup(echo_or(|_| None));
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(
+        let mut c = env.send(
             via,
             &path("/chat"),
             "Upgrade: websocket\r\nConnection: Upgrade\r\n",
-        ));
+        );
         let (head, body) = c.response();
         assert_eq!(head.status, 400, "{via:?}");
         assert!(String::from_utf8_lossy(&body).contains("upgrade_not_allowed"));
@@ -320,17 +324,9 @@ fn upgrade_requests_are_refused_where_the_route_does_not_switch_protocols() {
 
 #[test]
 fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/switch").then(|| {
-            vec![Step::Send(
-                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-                    .to_vec(),
-            )]
-        })
-    }));
+    let env = setup_at("/switch", |_| sends(SWITCH));
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/switch"), ""));
+        let mut c = env.send(via, &path("/switch"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
         assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
@@ -355,14 +351,7 @@ fn websocket_env() -> Env {
     setup_with(
         "",
         WEBSOCKET_ROUTE,
-        echo_or(|p| {
-            p.starts_with("/ws").then(|| {
-                vec![Step::Send(
-                    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-                        .to_vec(),
-                )]
-            })
-        }),
+        echo_or(|p| p.starts_with("/ws").then(|| sends(SWITCH))),
     )
 }
 
@@ -465,7 +454,7 @@ fn an_http10_client_never_gets_a_chunked_body() {
         let until_close = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello world";
         let old = b"HTTP/1.0 200 OK\r\n\r\nhello world";
         match p.rsplit('/').next()? {
-            "chunked" => Some(vec![Step::Send(chunked.to_vec())]),
+            "chunked" => Some(sends(chunked)),
             "until-close" => Some(vec![Step::Send(until_close.to_vec()), Step::Close]),
             "old" => Some(vec![Step::Send(old.to_vec()), Step::Close]),
             _ => None,
@@ -560,8 +549,7 @@ fn ambiguous_upstream_framing_is_a_502() {
     }));
     for via in BOTH {
         for name in ["plus", "lengths", "list", "te-comma", "te-gzip"] {
-            let mut c = Client::connect(env.wg.addr);
-            c.send(&env.request(via, &path(&format!("/{name}")), ""));
+            let mut c = env.send(via, &path(&format!("/{name}")), "");
             let (head, body) = c.response();
             assert_eq!(head.status, 502, "{via:?} {name}: {head:?}");
             let body = String::from_utf8_lossy(&body);
@@ -573,16 +561,11 @@ fn ambiguous_upstream_framing_is_a_502() {
 
 #[test]
 fn a_folded_header_reaches_the_client_on_one_line() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/folded").then(|| {
-            vec![Step::Send(
-                b"HTTP/1.1 200 OK\r\nX-A: one\r\n\t two\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
-            )]
-        })
-    }));
+    let env = setup_at("/folded", |_| {
+        sends(b"HTTP/1.1 200 OK\r\nX-A: one\r\n\t two\r\nContent-Length: 5\r\n\r\nhello")
+    });
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/folded"), "Connection: close\r\n"));
+        let mut c = env.send(via, &path("/folded"), "Connection: close\r\n");
         let raw = String::from_utf8_lossy(&c.rest()).into_owned();
         assert!(raw.contains("\r\nX-A: one two\r\n"), "{via:?}: {raw:?}");
         assert!(raw.ends_with("\r\n\r\nhello"), "{via:?}: {raw:?}");
@@ -598,20 +581,17 @@ fn a_folded_header_reaches_the_client_on_one_line() {
 /// client; the upstream connection is not kept.
 #[test]
 fn both_length_and_chunked_is_a_502_on_both_paths() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/both").then(|| {
-            vec![
-                Step::Send(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nSMUGGLED"
-                        .to_vec(),
-                ),
-                Step::Close,
-            ]
-        })
-    }));
+    let env = setup_at("/both", |_| {
+        vec![
+        Step::Send(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\nSMUGGLED"
+                .to_vec(),
+        ),
+        Step::Close,
+    ]
+    });
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/both"), ""));
+        let mut c = env.send(via, &path("/both"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
         assert_eq!(head.header("transfer-encoding"), None, "{via:?}");
@@ -633,18 +613,12 @@ fn both_length_and_chunked_is_a_502_on_both_paths() {
 /// it came on is not used again.
 #[test]
 fn a_body_pingoras_client_refuses_is_cut_on_both_paths_and_its_connection_closed() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/bad-trailer").then(|| {
-            vec![Step::Send(
-                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n"
-                    .to_vec(),
-            )]
-        })
-    }));
+    let env = setup_at("/bad-trailer", |_| {
+        sends(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n")
+    });
     let last_conn = |p: &str| env.upstream.seen_at(&path(p)).last().map(|r| r.conn);
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/bad-trailer"), ""));
+        let mut c = env.send(via, &path("/bad-trailer"), "");
         assert_eq!(c.head().status, 200, "{via:?}");
         let rest = String::from_utf8_lossy(&c.rest()).into_owned();
         assert!(
@@ -697,8 +671,7 @@ fn chunked_framing_limits_are_the_same_on_both_paths() {
     }));
     for via in BOTH {
         for (p, _, whole) in &cases {
-            let mut c = Client::connect(env.wg.addr);
-            c.send(&env.request(via, &path(p), "Connection: close\r\n"));
+            let mut c = env.send(via, &path(p), "Connection: close\r\n");
             assert_eq!(c.head().status, 200, "{via:?} {p}");
             let rest = c.rest();
             let ended =
@@ -942,15 +915,13 @@ fn a_status_code_below_100_is_a_502_on_both_paths() {
 /// final head arrived).
 #[test]
 fn an_interim_answer_reaches_the_client_before_a_slow_final_one() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/slow").then(|| {
-            vec![
-                Step::Send(b"HTTP/1.1 102 Processing\r\n\r\n".to_vec()),
-                Step::Pause(Duration::from_millis(1500)),
-                Step::Send(ok(p)),
-            ]
-        })
-    }));
+    let env = setup_at("/slow", |p| {
+        vec![
+            Step::Send(b"HTTP/1.1 102 Processing\r\n\r\n".to_vec()),
+            Step::Pause(Duration::from_millis(1500)),
+            Step::Send(ok(p)),
+        ]
+    });
     for via in BOTH {
         let mut c = Client::connect(env.wg.addr);
         let start = std::time::Instant::now();
@@ -973,17 +944,11 @@ fn an_interim_answer_reaches_the_client_before_a_slow_final_one() {
 /// bytes, and the lane does the same).
 #[test]
 fn an_interim_answer_read_with_a_refused_head_is_dropped_with_it() {
-    let env = setup(echo_or(|p| {
-        p.ends_with("/hints").then(|| {
-            vec![Step::Send(
-                b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"
-                    .to_vec(),
-            )]
-        })
-    }));
+    let env = setup_at("/hints", |_| {
+        sends(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok")
+    });
     for via in BOTH {
-        let mut c = Client::connect(env.wg.addr);
-        c.send(&env.request(via, &path("/hints"), ""));
+        let mut c = env.send(via, &path("/hints"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
         assert!(String::from_utf8_lossy(&body).contains("upstream_unavailable"));
@@ -1009,8 +974,7 @@ fn a_request_line_that_reads_more_than_one_way_is_400_on_both_paths() {
             format!("{PROTECTED}/x?q=1 "),
             "/api/v1/queue/rank?userId=fan ".to_string(),
         ] {
-            let mut c = Client::connect(env.wg.addr);
-            c.send(&env.request(via, &target, ""));
+            let mut c = env.send(via, &target, "");
             let (head, body) = c.response();
             assert_eq!(head.status, 400, "{via:?} {target:?}");
             let json: serde_json::Value = serde_json::from_slice(&body).unwrap();

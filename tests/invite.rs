@@ -52,27 +52,14 @@ fn open_invite(jti: &str) -> String {
 }
 
 fn register_with(wg: &Waitgate, user: &str, headers: &[(&str, &str)]) -> Response {
-    let mut all = vec![("Content-Type", "application/json")];
-    all.extend_from_slice(headers);
-    let body = serde_json::json!({ "userId": user }).to_string();
-    request(
-        wg.addr,
-        "POST",
-        "/api/v1/queue/register",
-        &all,
-        Some(body.as_bytes()),
-    )
-    .unwrap()
+    register_sending(wg.addr, serde_json::json!({ "userId": user }), headers)
 }
 
 fn refused(wg: &Waitgate, reason: &str) -> u64 {
-    let metrics = get(wg.admin, "/metrics").unwrap().text();
-    let series =
-        format!("waitgate_invite_refused_total{{queue=\"baseball\",reason=\"{reason}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or(0)
+    wg.metric(&format!(
+        "waitgate_invite_refused_total{{queue=\"baseball\",reason=\"{reason}\"}}"
+    ))
+    .unwrap_or(0)
 }
 
 fn placed(redis: &Redis) -> u64 {

@@ -12,29 +12,29 @@ use redis::Commands;
 
 const HTML: (&str, &str) = ("Accept", "text/html,application/xhtml+xml,*/*;q=0.8");
 
+/// Queue `baseball` with `limits` as its `limits` section.
+fn with_limits(redis: &Redis, limits: &str) -> Waitgate {
+    TestConfig::on_free_ports(&redis.url(), free_port())
+        .set("limits", limits)
+        .start()
+}
+
 fn register_from(wg: &Waitgate, user: &str, forwarded: Option<&str>) -> Response {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(xff) = forwarded {
-        headers.push(("X-Forwarded-For", xff));
-    }
-    let body = format!(r#"{{"userId":"{user}"}}"#);
-    request(
-        wg.addr,
-        "POST",
-        "/api/v1/queue/register",
-        &headers,
-        Some(body.as_bytes()),
-    )
-    .unwrap()
+    let headers: Vec<_> = forwarded
+        .map(|xff| ("X-Forwarded-For", xff))
+        .into_iter()
+        .collect();
+    register_sending(wg.addr, serde_json::json!({ "userId": user }), &headers)
 }
 
 fn limited(wg: &Waitgate, route: &str) -> u64 {
-    let metrics = get(wg.admin, "/metrics").unwrap().text();
-    let series = format!("waitgate_rate_limited_total{{route=\"{route}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    let series = format!("waitgate_rate_limited_total{{route=\"{route}\"}}");
+    wg.metric(&series).unwrap_or_else(|| {
+        panic!(
+            "no {series} in\n{}",
+            get(wg.admin, "/metrics").unwrap().text()
+        )
+    })
 }
 
 fn assert_limited(r: &Response) {
@@ -51,9 +51,7 @@ fn assert_limited(r: &Response) {
 #[test]
 fn over_the_register_limit_a_client_gets_429_and_costs_redis_nothing() {
     let redis = Redis::start_free();
-    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
-        .set("limits", "{register-per-client: {per-second: 1, burst: 3}}")
-        .start();
+    let wg = with_limits(&redis, "{register-per-client: {per-second: 1, burst: 3}}");
     let monitor = Monitor::start(&redis);
     for i in 0..3 {
         let r = register(wg.addr, &format!("u{i}"));
@@ -141,9 +139,7 @@ fn the_client_is_read_through_trusted_proxies_only() {
     assert_limited(&register_from(&trusting, "c2", Some("2001:db8:1:2::99")));
 
     // A client that is not a trusted proxy cannot pick its address.
-    let plain = TestConfig::on_free_ports(&redis.url(), free_port())
-        .set("limits", limits)
-        .start();
+    let plain = with_limits(&redis, limits);
     assert_eq!(register_from(&plain, "d1", Some("10.0.0.3")).status, 200);
     assert_limited(&register_from(&plain, "d2", Some("10.0.0.4")));
 }
@@ -199,12 +195,10 @@ fn page_loads_count_against_the_register_limit_and_a_reload_changes_the_rate() {
 #[test]
 fn a_limited_register_keeps_its_connection_on_either_path() {
     let redis = Redis::start_free();
-    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
-        .set(
-            "limits",
-            "{register-per-client: {per-second: 0.01, burst: 1}}",
-        )
-        .start();
+    let wg = with_limits(
+        &redis,
+        "{register-per-client: {per-second: 0.01, burst: 1}}",
+    );
     let mut client = Client::connect(wg.addr);
     let register = |user: &str| {
         let body = format!(r#"{{"userId":"{user}"}}"#);

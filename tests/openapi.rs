@@ -277,13 +277,9 @@ fn every_answer_is_one_the_openapi_document_describes() {
         .map(|(_, v)| v.split(';').next().unwrap().to_string())
         .unwrap();
     let user = cookie.splitn(3, '.').nth(2).unwrap().to_string();
+    let with_cookie = |target: &str| send("GET", target, &[html, ("Cookie", &cookie)], None);
     admit_by_hand(&mut redis.conn(), &user, u64::MAX / 2_000_000);
-    let r = send(
-        "GET",
-        "/waiting-room/baseball?return=/tickets",
-        &[html, ("Cookie", &cookie)],
-        None,
-    );
+    let r = with_cookie("/waiting-room/baseball?return=/tickets");
     assert_eq!(r.status, 303);
     c.check("GET", PAGE, &r);
     c.check(
@@ -352,12 +348,7 @@ fn every_answer_is_one_the_openapi_document_describes() {
     );
     assert_eq!(r.status, 503);
     c.check("DELETE", DROPOUT, &r);
-    let r = send(
-        "GET",
-        "/waiting-room/baseball",
-        &[html, ("Cookie", &cookie)],
-        None,
-    );
+    let r = with_cookie("/waiting-room/baseball");
     assert_eq!(r.status, 503);
     c.check("GET", PAGE, &r);
     redis.signal("CONT");

@@ -141,14 +141,7 @@ fn the_redis_build_and_process_metrics_are_exported() {
         assert!(text.contains(&line), "missing {line}");
     }
     // A refusal at the edge counts under the route that refused it.
-    let r = request(
-        wg.addr,
-        "GET",
-        "/api/v1/follow-up/seat",
-        &[("Authorization", "Bearer nope")],
-        None,
-    )
-    .unwrap();
+    let r = with_token(wg.addr, "GET", "/api/v1/follow-up/seat", "nope", None);
     assert_eq!(r.status, 401);
     // The request is counted once its reply is written: a scrape may come
     // a moment before.
@@ -338,14 +331,7 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
             .status,
         404
     );
-    let dropout = request(
-        wg.addr,
-        "DELETE",
-        "/api/v1/queue/dropout?userId=nobody_9",
-        &[("X-Queue-Credential", "not-a-credential")],
-        None,
-    )
-    .unwrap();
+    let dropout = dropout(wg.addr, "nobody_9", "not-a-credential");
     assert!(dropout.status >= 400, "{dropout:?}");
     let lines = access_lines_at_least(&wg, 7);
     // register, token, GET, POST (the admission was by hand).
@@ -946,9 +932,10 @@ fn series(metrics: &str, name_and_labels: &str) -> f64 {
 fn admitted_waits_and_the_error_of_the_estimates_are_measured() {
     use waitgate::queue_api::estimates::followed;
     let redis = Redis::start_free();
-    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
-        .queues("baseball: {admission: {interval-ms: 1000, batch-size: 2}}")
-        .start();
+    let wg = start_with_queues(
+        &redis,
+        "baseball: {admission: {interval-ms: 1000, batch-size: 2}}",
+    );
     // Four users the estimates do not follow go first, then four they do.
     let mut others = (0..)
         .map(|i| format!("plain-{i}"))

@@ -43,28 +43,16 @@ fn unsolved(challenge: &str, bits: u32) -> String {
 }
 
 fn register_with(wg: &Waitgate, user: &str, proof: Option<&str>) -> Response {
-    let mut headers = vec![("Content-Type", "application/json")];
-    if let Some(proof) = proof {
-        headers.push(("X-Waitgate-Proof", proof));
-    }
-    let body = serde_json::json!({ "userId": user, "queue": "baseball" }).to_string();
-    request(
-        wg.addr,
-        "POST",
-        "/api/v1/queue/register",
-        &headers,
-        Some(body.as_bytes()),
-    )
-    .unwrap()
+    let headers: Vec<_> = proof.map(|p| ("X-Waitgate-Proof", p)).into_iter().collect();
+    let body = serde_json::json!({ "userId": user, "queue": "baseball" });
+    register_sending(wg.addr, body, &headers)
 }
 
 fn refused(wg: &Waitgate, reason: &str) -> u64 {
-    let metrics = get(wg.admin, "/metrics").unwrap().text();
-    let series = format!("waitgate_proof_refused_total{{queue=\"baseball\",reason=\"{reason}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or(0)
+    wg.metric(&format!(
+        "waitgate_proof_refused_total{{queue=\"baseball\",reason=\"{reason}\"}}"
+    ))
+    .unwrap_or(0)
 }
 
 fn waiting(redis: &Redis) -> u64 {
@@ -335,22 +323,12 @@ fn a_full_redis_takes_no_place_for_a_proof() {
         200
     );
     let mut c = redis.conn();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    redis.config_set("maxmemory", 1);
     let (text, bits) = challenge(&wg);
     let proof = solve_proof(&text, bits);
     let r = register_with(&wg, "during", Some(&proof));
     assert_eq!(r.status, 503, "{r:?}");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut c)
-        .unwrap();
+    redis.config_set("maxmemory", 0);
     let waiting: Vec<String> = c.zrange(WAITING, 0, -1).unwrap();
     let active: Vec<String> = c.zrange(ACTIVE_KEY, 0, -1).unwrap();
     assert!(!waiting.contains(&"during".to_string()) && !active.contains(&"during".to_string()));
@@ -365,30 +343,10 @@ fn a_full_redis_takes_no_place_for_a_proof() {
 fn the_script_refuses_a_proof_expired_by_its_own_clock() {
     let redis = Redis::start_free();
     let mut c = redis.conn();
-    let script = format!(
-        "{}\n{}",
-        include_str!("../lua/lib.lua"),
-        include_str!("../lua/register.lua")
-    );
     give_state(&mut c, "baseball");
     let now = redis.now_ms();
     let call = |c: &mut redis::Connection, user: &str, expiry: u64| -> Vec<i64> {
-        let mut eval = redis::cmd("EVAL");
-        eval.arg(&script).arg(10);
-        for key in [
-            "waiting",
-            "heartbeat",
-            "credential",
-            "active",
-            "admission",
-            "control",
-            "prequeue",
-            "due",
-            "dues",
-            "proofs",
-        ] {
-            eval.arg(format!("queue:{{baseball}}:{key}"));
-        }
+        let mut eval = register_eval(REGISTER_LUA, "baseball");
         eval.arg(3000).arg(100).arg(30_000).arg(1000).arg(30_000);
         // One proof, for the batch's first (and only) user.
         eval.arg(1).arg(1).arg("the-id").arg(expiry).arg(user);

@@ -5,13 +5,10 @@ mod common;
 use common::*;
 use redis::Commands;
 
-const WAITING: &str = "queue:{baseball}:waiting";
 const DUE: &str = "queue:{baseball}:due";
 const DUES: &str = "queue:{baseball}:dues";
 /// The heartbeat buckets' lists, however many (see `heartbeats` in lua/lib.lua).
 const BUCKETS: &str = "queue:{baseball}:dues:*";
-const CREDENTIAL: &str = "queue:{baseball}:credential";
-const ACTIVE: &str = "queue:{baseball}:active";
 
 struct Setup {
     redis: Redis,
@@ -33,7 +30,7 @@ fn heartbeat(c: &mut redis::Connection, user: &str) -> Option<f64> {
 }
 
 fn has_credential(c: &mut redis::Connection, user: &str) -> bool {
-    c.hexists(CREDENTIAL, user).unwrap()
+    c.hexists(CREDENTIAL_KEY, user).unwrap()
 }
 
 /// Every key in the test Redis but the ones the harness and the background
@@ -44,7 +41,7 @@ fn all_keys(c: &mut redis::Connection) -> Vec<String> {
     // The gate's record and the control HASH, which holds the state's
     // incarnation, are every instance's own from its start.
     keys.retain(|k| {
-        k != ACTIVE && k != "queue:{baseball}:admission" && k != "queue:{baseball}:control"
+        k != ACTIVE_KEY && k != "queue:{baseball}:admission" && k != "queue:{baseball}:control"
     });
     for k in keys.iter_mut() {
         if k.starts_with(&BUCKETS[..BUCKETS.len() - 1]) {
@@ -76,12 +73,12 @@ fn first_registration_creates_waiting_heartbeat_and_a_credential() {
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
 
     let mut c = s.redis.conn();
-    assert!(zscore(&mut c, WAITING, "user_10").is_some());
+    assert!(zscore(&mut c, WAITING_KEY, "user_10").is_some());
     assert!(heartbeat(&mut c, "user_10").is_some());
     // The credential is a MAC that waitgate checks itself: a waiting user
     // costs Redis a sorted-set entry, a hash field and a place in a list.
     assert!(!has_credential(&mut c, "user_10"));
-    assert_eq!(all_keys(&mut c), [DUE, DUES, BUCKETS, WAITING]);
+    assert_eq!(all_keys(&mut c), [DUE, DUES, BUCKETS, WAITING_KEY]);
     // It works: the holder can leave with it.
     assert_eq!(dropout(s.wg.addr, "user_10", credential).status, 204);
 }
@@ -93,8 +90,8 @@ fn registering_again_keeps_the_place_and_returns_no_credential() {
     assert!(first.json()["queueCredential"].is_string());
     register(s.wg.addr, "b");
     let mut c = s.redis.conn();
-    let score = zscore(&mut c, WAITING, "a").unwrap();
-    let stored: Vec<u8> = c.hget(CREDENTIAL, "a").unwrap();
+    let score = zscore(&mut c, WAITING_KEY, "a").unwrap();
+    let stored: Vec<u8> = c.hget(CREDENTIAL_KEY, "a").unwrap();
 
     let again = register(s.wg.addr, "a");
     assert_eq!(again.status, 200);
@@ -102,8 +99,8 @@ fn registering_again_keeps_the_place_and_returns_no_credential() {
     assert_eq!(v["status"], "WAITING");
     assert_eq!(v["rank"], 0);
     assert!(v.get("queueCredential").is_none(), "{v}");
-    assert_eq!(zscore(&mut c, WAITING, "a"), Some(score));
-    let stored_again: Vec<u8> = c.hget(CREDENTIAL, "a").unwrap();
+    assert_eq!(zscore(&mut c, WAITING_KEY, "a"), Some(score));
+    let stored_again: Vec<u8> = c.hget(CREDENTIAL_KEY, "a").unwrap();
     assert_eq!(stored, stored_again);
     // The original credential still works.
     let cred = first.json()["queueCredential"]
@@ -130,7 +127,7 @@ fn order_is_strict_fifo_even_within_one_millisecond() {
     assert_eq!(ranks, (0..40).collect::<Vec<_>>());
 
     let mut c = s.redis.conn();
-    let members: Vec<(String, f64)> = c.zrange_withscores(WAITING, 0, -1).unwrap();
+    let members: Vec<(String, f64)> = c.zrange_withscores(WAITING_KEY, 0, -1).unwrap();
     let mut scores: Vec<f64> = members.iter().map(|(_, s)| *s).collect();
     scores.dedup();
     assert_eq!(scores.len(), 40, "no two users share a score");
@@ -139,7 +136,7 @@ fn order_is_strict_fifo_even_within_one_millisecond() {
     for i in 0..5 {
         register(addr, &format!("seq{i}"));
     }
-    let tail: Vec<String> = c.zrange(WAITING, -5, -1).unwrap();
+    let tail: Vec<String> = c.zrange(WAITING_KEY, -5, -1).unwrap();
     assert_eq!(tail, ["seq0", "seq1", "seq2", "seq3", "seq4"]);
 }
 
@@ -148,9 +145,10 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     // One admission a minute: the advice is 15 s (a quarter of the wait),
     // above its floor, so an early poll can be told the time left.
     let redis = Redis::start();
-    let wg = TestConfig::on_free_ports(&redis.url(), free_port())
-        .queues("baseball: {admission: {max-active: 1, interval-ms: 60000, batch-size: 1}}")
-        .start();
+    let wg = start_with_queues(
+        &redis,
+        "baseball: {admission: {max-active: 1, interval-ms: 60000, batch-size: 1}}",
+    );
     let s = Setup { redis, wg };
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");
@@ -209,7 +207,7 @@ fn an_active_user_is_told_so() {
         .unwrap()
         .as_millis()
         + 60_000) as f64;
-    let _: () = c.zadd(ACTIVE, "vip", future_ms).unwrap();
+    let _: () = c.zadd(ACTIVE_KEY, "vip", future_ms).unwrap();
     let r = rank(s.wg.addr, "vip");
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["status"], "ACTIVE");
@@ -217,7 +215,7 @@ fn an_active_user_is_told_so() {
     let r = register(s.wg.addr, "vip");
     assert_eq!(r.json()["status"], "ACTIVE");
     assert!(r.json().get("queueCredential").is_none());
-    assert!(zscore(&mut c, WAITING, "vip").is_none());
+    assert!(zscore(&mut c, WAITING_KEY, "vip").is_none());
     assert!(heartbeat(&mut c, "vip").is_none());
 }
 
@@ -335,7 +333,7 @@ fn dropout_removes_all_three_together() {
     assert_eq!(r.status, 204);
     assert!(r.body.is_empty());
     let mut c = s.redis.conn();
-    assert!(zscore(&mut c, WAITING, "leaver").is_none());
+    assert!(zscore(&mut c, WAITING_KEY, "leaver").is_none());
     assert!(heartbeat(&mut c, "leaver").is_none());
     assert!(!has_credential(&mut c, "leaver"));
     // The other user moves up.
@@ -371,8 +369,8 @@ fn dropout_needs_the_right_credential() {
     .unwrap();
     assert_eq!(twice.status, 400);
 
-    assert!(zscore(&mut c, WAITING, "victim").is_some());
-    assert_eq!(before, [DUE, DUES, BUCKETS, WAITING]);
+    assert!(zscore(&mut c, WAITING_KEY, "victim").is_some());
+    assert_eq!(before, [DUE, DUES, BUCKETS, WAITING_KEY]);
     assert_eq!(all_keys(&mut c), before);
     assert_eq!(dropout(s.wg.addr, "victim", &cred).status, 204);
 }
@@ -389,13 +387,13 @@ fn a_credential_belongs_to_one_registration() {
     assert_eq!(stale.status, 403, "{stale:?}");
     assert_eq!(stale.error_code(), "credential_mismatch");
     let mut c = s.redis.conn();
-    assert!(zscore(&mut c, WAITING, "again").is_some());
+    assert!(zscore(&mut c, WAITING_KEY, "again").is_some());
     // A credential with one character changed is refused too.
     let mut forged = second.clone().into_bytes();
     forged[31] = if forged[31] == b'A' { b'B' } else { b'A' };
     let forged = String::from_utf8(forged).unwrap();
     assert_eq!(dropout(s.wg.addr, "again", &forged).status, 403);
-    assert!(zscore(&mut c, WAITING, "again").is_some());
+    assert!(zscore(&mut c, WAITING_KEY, "again").is_some());
     assert_eq!(dropout(s.wg.addr, "again", &second).status, 204);
 }
 

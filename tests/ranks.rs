@@ -58,10 +58,25 @@ fn fill(
 }
 
 fn samples_of(wg: &Waitgate) -> f64 {
-    let text = get(wg.admin, "/metrics").unwrap().text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(r#"waitgate_rank_samples{queue="baseball"} "#))
-        .map_or(0.0, |v| v.parse().unwrap())
+    wg.metric(r#"waitgate_rank_samples{queue="baseball"}"#)
+        .unwrap_or(0.0)
+}
+
+/// [`fill`] with `head` and `n` users `u0`.. a microsecond apart, once
+/// the sampler has sampled them. Returns the base.
+fn fill_sampled(wg: &Waitgate, redis: &Redis, n: usize) -> u64 {
+    let base = fill(wg, redis, ("head", "u", n), None, 1);
+    wait_for_samples(wg, 0.0);
+    base
+}
+
+/// A waitgate on a Redis of its own, with [`fill_sampled`]'s `n` users;
+/// the base.
+fn sampled(n: usize) -> (Redis, Waitgate, u64) {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let base = fill_sampled(&wg, &redis, n);
+    (redis, wg, base)
 }
 
 fn wait_for_samples(wg: &Waitgate, more_than: f64) {
@@ -77,13 +92,6 @@ fn wait_removed(c: &mut redis::Connection, user: &str) {
             .unwrap()
             .is_none()
     });
-}
-
-fn zrank_calls(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_zrank:calls="))
-        .map_or(0, |v| v.split(',').next().unwrap().parse().unwrap())
 }
 
 /// The API's rank of `user`, and the exact ranks just before and after it.
@@ -105,20 +113,17 @@ fn assert_within(api: u64, exact: u64, what: &str) {
 
 #[test]
 fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
-    let redis = Redis::start();
-    let wg = start(&redis);
+    let (redis, wg, _) = sampled(60_000);
     let mut c = redis.conn();
-    fill(&wg, &redis, ("head", "u", 60_000), None, 1);
-    wait_for_samples(&wg, 0.0);
 
     // Far back, no ZRANK: the rank is read off the samples.
-    let walks = zrank_calls(&mut c);
+    let walks = redis.calls("zrank");
     for i in (15_000..60_000).step_by(1_500) {
         let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));
         assert_within(api, exact, "far back");
     }
     // The test's own two ZRANKs per user, none of waitgate's.
-    assert_eq!(zrank_calls(&mut c) - walks, 2 * 30);
+    assert_eq!(redis.calls("zrank") - walks, 2 * 30);
 
     // Near the head, exact.
     for i in [0, 1, 998, 4_000, 9_000] {
@@ -146,12 +151,12 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
     let few: Vec<String> = (3_000..3_005).map(|i| format!("u{i}")).collect();
     make_silent(&mut c, "baseball", &few);
     wait_removed(&mut c, "u3004");
-    let walks = zrank_calls(&mut c);
+    let walks = redis.calls("zrank");
     for i in (20_000..60_000).step_by(4_000) {
         let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));
         assert_within(api, exact, "after a few removals");
     }
-    assert_eq!(zrank_calls(&mut c) - walks, 2 * 10, "ranks walked");
+    assert_eq!(redis.calls("zrank") - walks, 2 * 10, "ranks walked");
 }
 
 /// During an upgrade, an instance of an earlier version takes a user out
@@ -159,11 +164,8 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
 /// that user, this version does not read a rank off the heartbeat it left.
 #[test]
 fn a_user_an_earlier_version_removed_is_not_told_a_derived_rank() {
-    let redis = Redis::start();
-    let wg = start(&redis);
+    let (redis, wg, _) = sampled(40_000);
     let mut c = redis.conn();
-    fill(&wg, &redis, ("head", "u", 40_000), None, 1);
-    wait_for_samples(&wg, 0.0);
     assert_eq!(rank(wg.addr, "u30000").status, 200);
     // The earlier version's heartbeat set, and its dropout of u30000 (the
     // counts made to agree, as another uncounted change could make them).
@@ -233,30 +235,15 @@ fn commands_logged(c: &mut redis::Connection) -> Vec<Vec<String>> {
 /// kept, and that time is the advice.
 #[test]
 fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
-    let redis = Redis::start();
-    let wg = start(&redis);
+    let (redis, wg, base) = sampled(30_000);
     let mut c = redis.conn();
-    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
-    wait_for_samples(&wg, 0.0);
     // u20000's heartbeat has 20 s left (of a 30 s advice): kept.
     let kept_due = redis.now_ms() + 20_000;
     let arrival = base + 20_000;
     let () = c
         .hset(DUE, "u20000", format!("{kept_due}:{arrival}"))
         .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg(0)
-        .query(&mut c)
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-max-len")
-        .arg(1000)
-        .query(&mut c)
-        .unwrap();
-    let () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+    redis.slowlog_from_now(0, 1000);
 
     let before = redis.now_ms();
     let r = rank(wg.addr, "u20000");
@@ -369,15 +356,7 @@ fn far_back_a_user_who_polls_within_the_advice_is_never_removed() {
         std::thread::sleep(Duration::from_millis(30));
         false
     });
-    let writes = || {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut redis.conn())
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_hset:calls="))
-            .map_or(0, |v| v.split(',').next().unwrap().parse::<u64>().unwrap())
-    };
+    let writes = || redis.calls("hset");
     let written = writes();
     let paces = [
         0.9, 0.1, 1.0, 0.5, 0.95, 0.2, 0.99, 0.7, 1.0, 0.3, 0.97, 0.6,
@@ -425,8 +404,7 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
     let wg = start_at(&relay.url());
     let other = start(&redis);
     let mut c = redis.conn();
-    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
-    wait_for_samples(&wg, 0.0);
+    let base = fill_sampled(&wg, &redis, 30_000);
 
     // A dropout and a new registration: the write names the arrival the
     // user had.
@@ -469,11 +447,8 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
 /// walked only for being past the last sample.
 #[test]
 fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
-    let redis = Redis::start();
-    let wg = start(&redis);
+    let (redis, wg, base) = sampled(30_000);
     let mut c = redis.conn();
-    let base = fill(&wg, &redis, ("head", "u", 30_000), None, 1);
-    wait_for_samples(&wg, 0.0);
     let monitor = Monitor::start(&redis);
 
     let (api, exact, _) = ranks_of(&wg, &mut c, "u5");

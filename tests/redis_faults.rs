@@ -170,7 +170,7 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
     let ran_out: Vec<String> = (0..8).map(|i| format!("ran-out-{i}")).collect();
     for user in &ran_out {
         let _: () = redis::Commands::zadd(&mut c, ACTIVE_KEY, user, 1).unwrap();
-        let _: () = redis::Commands::hset(&mut c, "queue:{baseball}:credential", user, 1).unwrap();
+        let _: () = redis::Commands::hset(&mut c, CREDENTIAL_KEY, user, 1).unwrap();
     }
     let dump = |c: &mut redis::Connection| -> Vec<(String, String)> {
         let mut keys: Vec<String> = redis::Commands::keys(c, "*").unwrap();
@@ -178,19 +178,14 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
         // Cleanup may forget the run-out active states meanwhile: a removal
         // is what a full Redis still allows.
         keys.into_iter()
-            .filter(|k| k != ACTIVE_KEY && k != "queue:{baseball}:credential")
+            .filter(|k| k != ACTIVE_KEY && k != CREDENTIAL_KEY)
             .map(|k| {
                 let dumped: Vec<u8> = redis::cmd("DUMP").arg(&k).query(c).unwrap();
                 (k, format!("{dumped:?}"))
             })
             .collect()
     };
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut c)
-        .unwrap();
+    redis.config_set("maxmemory", 1);
     let before = dump(&mut c);
 
     // One at a time, and a poll that must write its heartbeat.
@@ -238,12 +233,7 @@ fn a_full_redis_takes_no_registration_and_changes_nothing() {
         "{logged} lines for 66 refused calls in about a second:\n{log}"
     );
 
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut c)
-        .unwrap();
+    redis.config_set("maxmemory", 0);
     let r = register(wg.addr, &ran_out[1]);
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.json()["rank"], 1);

@@ -194,14 +194,11 @@ fn a_reload_applies_cookies_cors_and_the_public_origin() {
     let token_cookie = format!("waitgate-token-baseball={token}");
 
     let page_cookie = || {
-        let r = request(
+        let r = get_with(
             wg.addr,
-            "GET",
             "/waiting-room/baseball",
             &[("Accept", "text/html")],
-            None,
-        )
-        .unwrap();
+        );
         assert_eq!(r.status, 200, "{r:?}");
         set_cookie(&r, "waitgate-queue-baseball")
             .unwrap()
@@ -333,10 +330,7 @@ fn a_reload_names_a_certificate_that_changed_on_disk() {
     wg.signal("HUP");
     wg.wait_for_log("config reloaded", 2);
     let log = wg.log();
-    let named: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("changed since start"))
-        .collect();
+    let named = wg.log_lines("changed since start");
     assert_eq!(named.len(), 2, "{log}");
     assert!(named[0].contains("listen-tls.cert-file"), "{log}");
     assert!(named[1].contains("listen-tls.key-file"), "{log}");

@@ -562,10 +562,7 @@ fn tls_handshakes_count_toward_the_cap_and_have_the_header_deadline() {
 #[test]
 fn a_flood_of_bare_tls_connections_takes_no_more_descriptors_than_the_cap() {
     use std::net::TcpStream;
-    let flood: usize = std::env::var("WAITGATE_TLS_FLOOD")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(600);
+    let flood: usize = env_or("WAITGATE_TLS_FLOOD", 600);
     // The defaults for a big flood (a connection is held for its whole
     // deadline); a small cap and deadline otherwise.
     let (cap, deadline_ms) = if flood > 1000 {

@@ -50,26 +50,13 @@ fn each_address_counts_what_it_answered_and_says_whether_it_takes_traffic() {
     assert_eq!(value(&text, &up(b.port, "ticketing")), 1.0, "{text}");
     assert_eq!(value(&text, &up(dead, "gone")), 1.0, "{text}");
 
-    let auth = format!("Bearer {token}");
     let before = get(wg.admin, "/metrics").unwrap().text();
     for _ in 0..6 {
-        let r = request(
-            wg.addr,
-            "GET",
-            "/api/v1/follow-up/seat",
-            &[("Authorization", &auth)],
-            None,
-        );
-        assert_eq!(r.unwrap().status, 200);
+        let r = with_token(wg.addr, "GET", "/api/v1/follow-up/seat", &token, None);
+        assert_eq!(r.status, 200);
     }
-    let r = request(
-        wg.addr,
-        "GET",
-        "/api/v1/gone/seat",
-        &[("Authorization", &auth)],
-        None,
-    );
-    assert_eq!(r.unwrap().status, 502);
+    let r = with_token(wg.addr, "GET", "/api/v1/gone/seat", &token, None);
+    assert_eq!(r.status, 502);
 
     let requests = |text: &str, port: u16, upstream: &str, status: u16| {
         value(

@@ -57,13 +57,12 @@ fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
     let ca = dir.path().join("ca.pem");
     let redis = Redis::start();
 
+    let with_ca = |sni: &str, user: &str| {
+        let tls = format!("{{sni: {sni}, ca-file: '{}'}}", ca.display());
+        answer(&redis, server.port, &tls, user)
+    };
     // The private CA and the certificate's name: through.
-    let ok = answer(
-        &redis,
-        server.port,
-        &format!("{{sni: tickets.internal, ca-file: '{}'}}", ca.display()),
-        "fan_1",
-    );
+    let ok = with_ca("tickets.internal", "fan_1");
     assert_eq!(ok.status, 200, "{ok:?}");
     assert!(ok.text().contains("s_server"), "{}", ok.text());
 
@@ -73,12 +72,7 @@ fn an_upstream_certificate_is_verified_against_the_configured_ca_and_name() {
     assert_eq!(unknown.error_code(), "upstream_unavailable");
 
     // The right CA, the wrong name.
-    let wrong = answer(
-        &redis,
-        server.port,
-        &format!("{{sni: other.internal, ca-file: '{}'}}", ca.display()),
-        "fan_3",
-    );
+    let wrong = with_ca("other.internal", "fan_3");
     assert_eq!(wrong.status, 502, "{wrong:?}");
 
     // A CA file that is not one is refused at start, naming the key.

@@ -167,6 +167,11 @@ pub fn get(addr: SocketAddr, target: &str) -> std::io::Result<Response> {
     request(addr, "GET", target, &[], None)
 }
 
+/// A GET with `headers`.
+pub fn get_with(addr: SocketAddr, target: &str, headers: &[(&str, &str)]) -> Response {
+    request(addr, "GET", target, headers, None).unwrap()
+}
+
 pub fn post_json(addr: SocketAddr, target: &str, body: &str) -> std::io::Result<Response> {
     request(
         addr,
@@ -216,6 +221,40 @@ pub fn register_in(addr: SocketAddr, queue: &str, user: &str) -> Response {
         &serde_json::json!({ "userId": user, "queue": queue }).to_string(),
     )
     .unwrap()
+}
+
+/// A registration with the JSON `body`, sent with `headers` besides its
+/// `Content-Type`.
+pub fn register_sending(
+    addr: SocketAddr,
+    body: serde_json::Value,
+    headers: &[(&str, &str)],
+) -> Response {
+    let mut all = vec![("Content-Type", "application/json")];
+    all.extend_from_slice(headers);
+    let body = body.to_string();
+    request(
+        addr,
+        "POST",
+        "/api/v1/queue/register",
+        &all,
+        Some(body.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A registration with the JSON `body`, sent again for up to 3 s while it
+/// is answered 503: the first call after Redis restarted may meet the
+/// connection that died with it.
+pub fn register_after_restart(addr: SocketAddr, body: &str) -> Response {
+    let mut answer = None;
+    eventually(Duration::from_secs(3), || {
+        let r = post_json(addr, "/api/v1/queue/register", body).unwrap();
+        let answered = r.status != 503;
+        answer = Some(r);
+        answered
+    });
+    answer.unwrap()
 }
 
 /// Registers a new user and returns the queueCredential of the reply.

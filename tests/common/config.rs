@@ -5,7 +5,7 @@
 
 use serde_yaml::{Mapping, Value};
 
-use super::{free_port, Waitgate};
+use super::{free_port, Redis, Waitgate};
 
 /// The ports a config is written for.
 pub struct Ports {
@@ -30,6 +30,15 @@ pub fn direct_lane() -> bool {
         std::env::var("WAITGATE_TEST_DIRECT_LANE").as_deref(),
         Ok("off" | "false" | "0")
     )
+}
+
+/// The environment variable `name` read as a `T`, or `default` when it is
+/// unset or does not parse: a test's size or seed, set by whoever runs it.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// Whether a test config has a `direct-lane` key: not with
@@ -273,6 +282,14 @@ fn parse(yaml: &str) -> Value {
 fn index(key: &str, path: &str) -> usize {
     key.parse()
         .unwrap_or_else(|_| panic!("{path}: {key:?} is not an index in a list"))
+}
+
+/// Starts waitgate on free ports with `queues` (YAML) for its queues, its
+/// upstream on a port nobody listens on.
+pub fn start_with_queues(redis: &Redis, queues: &str) -> Waitgate {
+    TestConfig::on_free_ports(&redis.url(), free_port())
+        .queues(queues)
+        .start()
 }
 
 /// [`TestConfig::new`]'s config, as YAML.

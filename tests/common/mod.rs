@@ -9,6 +9,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod ha;
 pub mod scripted;
 pub mod tls;

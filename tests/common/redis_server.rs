@@ -15,6 +15,16 @@ use super::*;
 /// [`Redis::start`]).
 pub const HOLDER: &str = "~admission-held";
 
+/// The calls of `command` in the text of `INFO commandstats`; 0 when it
+/// was never called.
+pub fn calls_in(commandstats: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    commandstats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.split(',').next().unwrap().parse().unwrap())
+}
+
 /// A `redis-server` of the test's own, killed on drop.
 pub struct Redis {
     pub port: u16,
@@ -116,6 +126,41 @@ impl Redis {
     pub fn now_ms(&self) -> u64 {
         let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut self.conn()).unwrap();
         s * 1000 + us / 1000
+    }
+
+    /// `CONFIG SET name value`.
+    pub fn config_set(&self, name: &str, value: impl redis::ToRedisArgs) {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut self.conn())
+            .unwrap();
+    }
+
+    /// Logs every command slower than `micros` in a slow log of `len`
+    /// entries, emptied now.
+    pub fn slowlog_from_now(&self, micros: u64, len: u64) {
+        self.config_set("slowlog-log-slower-than", micros);
+        self.config_set("slowlog-max-len", len);
+        let () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query(&mut self.conn())
+            .unwrap();
+    }
+
+    /// The text of `INFO section`.
+    pub fn info(&self, section: &str) -> String {
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .unwrap()
+    }
+
+    /// The calls of `command` since start or the last `CONFIG RESETSTAT`
+    /// (`INFO commandstats`); 0 when it was never called.
+    pub fn calls(&self, command: &str) -> u64 {
+        calls_in(&self.info("commandstats"), command)
     }
 
     pub fn conn(&self) -> redis::Connection {

@@ -166,6 +166,21 @@ impl Waitgate {
         text
     }
 
+    /// The value of the sample `series` (a metric's name and labels as
+    /// written) on the admin listener's `/metrics`, if it has one.
+    pub fn metric<T: std::str::FromStr>(&self, series: &str) -> Option<T> {
+        sample(&get(self.admin, "/metrics").unwrap().text(), series)
+    }
+
+    /// The lines of the log that contain `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The config file the process was started with (a reload reads it).
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("waitgate.yaml")
@@ -194,6 +209,31 @@ impl Waitgate {
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
     }
+}
+
+/// The value of the sample `series` (a metric's name and labels as
+/// written) in a `/metrics` text, if it has one.
+pub fn sample<T: std::str::FromStr>(text: &str, series: &str) -> Option<T> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// The `waitgate_*` metric names `text` names, once for each time it
+/// names one.
+pub fn metric_names_in(text: &str) -> Vec<String> {
+    text.match_indices("waitgate_")
+        .map(|(i, _)| {
+            text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
 }
 
 /// Runs the binary to completion (for `-t` and start-up failures).

@@ -12,6 +12,7 @@ use super::*;
 
 pub const WAITING_KEY: &str = "queue:{baseball}:waiting";
 pub const ACTIVE_KEY: &str = "queue:{baseball}:active";
+pub const CREDENTIAL_KEY: &str = "queue:{baseball}:credential";
 
 /// Queue `baseball`'s waiting and active users, each in order, in one
 /// atomic read: admission moves users between them meanwhile, and two
@@ -157,7 +158,7 @@ pub fn admit_by_hand(c: &mut redis::Connection, user: &str, until_ms: u64) {
     .key(WAITING_KEY)
     .key("queue:{baseball}:heartbeat")
     .key(ACTIVE_KEY)
-    .key("queue:{baseball}:credential")
+    .key(CREDENTIAL_KEY)
     .arg(user)
     .arg(until_ms)
     .invoke(c)
@@ -175,6 +176,39 @@ pub fn give_state(c: &mut redis::Connection, queue: &str) {
         .arg("0123abcd")
         .query(c)
         .unwrap();
+}
+
+/// `lua/register.lua` with the library before it, for tests that call
+/// the script themselves.
+pub const REGISTER_LUA: &str = concat!(
+    include_str!("../../lua/lib.lua"),
+    "\n",
+    include_str!("../../lua/register.lua")
+);
+
+/// Queue `q`'s keys in the order `lua/register.lua` takes them.
+pub fn register_keys(q: &str) -> [String; 10] {
+    let k = waitgate::store::QueueKeys::new(q);
+    [
+        k.waiting,
+        k.heartbeat,
+        k.credential,
+        k.active,
+        k.admission,
+        k.control,
+        k.prequeue,
+        k.due,
+        k.dues,
+        k.proofs,
+    ]
+}
+
+/// An `EVAL` of `script` (a `register.lua`) on queue `q`'s keys; the
+/// caller adds the arguments.
+pub fn register_eval(script: &str, q: &str) -> redis::Cmd {
+    let mut call = redis::cmd("EVAL");
+    call.arg(script).arg(10).arg(&register_keys(q)[..]);
+    call
 }
 
 /// A credential as waitgate issues it (with the test secret) for a
