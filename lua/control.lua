@@ -18,7 +18,7 @@
 --   'event'     ARGV[2] prequeue_from (ms, '' = now), ARGV[3] open_at (ms),
 --               ARGV[4] shuffle ('1' or '0'), and for a shuffle ARGV[5] the
 --               draw's seed (64 hex digits) and ARGV[6] its commitment (the
---               hex SHA-256 of the seed's bytes: waitgate computes it, as
+--               hex SHA-256 of its 32 bytes: waitgate computes it, as
 --               scripts have no SHA-256), else '' and ''. Each schedule draws
 --               a new seed; the one of an event that opened is kept as
 --               `previous_*` (src/fairness/).

@@ -134,7 +134,7 @@ end
 local progress = {placed = true, placed_at = true, placed_count = true, cursor = true}
 local placing = redis.call('EXISTS', KEYS[9]) == 1
 -- (The draw's seed goes back with its commitment, so that the open
--- reveals the seed committed to.)
+-- reveals what was committed to.)
 for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'seed', 'commitment',
     'committed_at', 'base', 'opened_at', 'prequeued', 'shuffle_bits', 'previous_seed',
     'previous_commitment', 'previous_open_at'}) do

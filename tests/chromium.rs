@@ -129,6 +129,71 @@ const MESSAGE: &str = "document.getElementById('wg-message').textContent";
 const IN_THE_ROOM: &str =
     "location.pathname === '/waiting-room/baseball' && document.readyState === 'complete'";
 
+/// "Save proof of my place": the link asks for the receipt (a register,
+/// which keeps the place), then holds it as a file whose receipt the
+/// published keys verify.
+#[test]
+fn the_page_offers_a_receipt_of_the_place_that_the_published_keys_verify() {
+    let room = Room::start();
+    register_new(room.wg.addr, "early");
+    runtime().block_on(async {
+        let chromium = launch().await;
+        let page = room.enter(&chromium, "/tickets/seat").await;
+        until(
+            &page,
+            "document.getElementById('wg-receipt') !== null",
+            Duration::from_secs(5),
+        )
+        .await;
+        let label: String = eval(&page, "document.getElementById('wg-receipt').textContent").await;
+        assert_eq!(label, "Save proof of my place");
+        let before = room.waiting();
+        let _: bool = eval(
+            &page,
+            "document.getElementById('wg-receipt').click() || true",
+        )
+        .await;
+        until(
+            &page,
+            "document.getElementById('wg-receipt').hasAttribute('data-receipt')",
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(room.waiting(), before, "asking for it keeps the place");
+        let file: String = eval(
+            &page,
+            "decodeURIComponent(document.getElementById('wg-receipt').href.split(',')[1])",
+        )
+        .await;
+        let file: serde_json::Value = serde_json::from_str(&file).unwrap();
+        assert_eq!(file["queue"], "baseball");
+        assert!(file["keys"]
+            .as_str()
+            .unwrap()
+            .ends_with("/.well-known/waitgate/keys"));
+        let receipt = file["receipt"].as_str().unwrap();
+        let keys = get(room.wg.addr, "/.well-known/waitgate/keys").unwrap();
+        let jwks: jsonwebtoken::jwk::JwkSet = serde_json::from_slice(&keys.body).unwrap();
+        let kid = jsonwebtoken::decode_header(receipt).unwrap().kid.unwrap();
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
+        validation.required_spec_claims.clear();
+        validation.validate_exp = false;
+        let claims = jsonwebtoken::decode::<serde_json::Value>(
+            receipt,
+            &jsonwebtoken::DecodingKey::from_jwk(jwks.find(&kid).unwrap()).unwrap(),
+            &validation,
+        )
+        .unwrap()
+        .claims;
+        assert_eq!(claims["queue"], "baseball");
+        assert_eq!(claims["sub"], before[1].as_str(), "the visitor's own place");
+        let arrival: f64 =
+            redis::Commands::zscore(&mut room.redis.conn(), WAITING_KEY, &before[1]).unwrap();
+        assert_eq!(claims["arrival"].as_u64(), Some(arrival as u64));
+        chromium.close().await;
+    });
+}
+
 #[test]
 fn a_visitor_waits_on_the_page_and_arrives_with_the_token_cookie() {
     let room = Room::start();

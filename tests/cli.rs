@@ -394,3 +394,37 @@ fn a_queue_or_upstream_named_twice_is_refused() {
         assert!(named.iter().all(|n| e.contains(n)), "{e}");
     }
 }
+
+/// `-t` refuses a receipt key that is neither PKCS#8 PEM nor a 32-byte
+/// seed in Base64, naming the variable; either form passes.
+#[test]
+fn the_check_refuses_a_receipt_key_start_up_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let check = |name: &str, key: &str| {
+        std::process::Command::new(binary())
+            .args(["-c", path.to_str().unwrap(), "-t"])
+            .env("JWT_SECRET", SECRET_B64)
+            .env(name, key)
+            .output()
+            .unwrap()
+    };
+    let pem = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIBERERERERERERERERERERERERERERERERERERERERER\n-----END PRIVATE KEY-----\n";
+    for (name, key) in [
+        ("WAITGATE_RECEIPT_KEY", "not-a-key"),
+        ("WAITGATE_RECEIPT_KEY", "c2hvcnQ="),
+        ("WAITGATE_RECEIPT_KEY_PREVIOUS", "not-a-key"),
+    ] {
+        let out = check(name, key);
+        assert_eq!(out.status.code(), Some(1), "{name}={key}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(name), "{stderr}");
+    }
+    let seed = "ERERERERERERERERERERERERERERERERERERERERERE=";
+    for key in [seed, pem] {
+        let out = check("WAITGATE_RECEIPT_KEY", key);
+        assert!(out.status.success(), "{key}: {out:?}");
+    }
+}

@@ -588,7 +588,8 @@ fn run(addr: SocketAddr, case: &Case) -> Seen {
     }
 }
 
-/// A registration's `queueCredential` is random, and its
+/// A registration's `queueCredential` is random, its `receipt` signs its
+/// arrival (each waitgate with a key of its own), and its
 /// `estimatedWaitSeconds` and `pollAfterMs` (the time left to the next
 /// poll, for a user already waiting: one registered twice in one write)
 /// count from the moment they were asked: their values are hidden, their
@@ -596,6 +597,7 @@ fn run(addr: SocketAddr, case: &Case) -> Seen {
 fn hide_unsteady(body: &mut [u8]) {
     for key in [
         &b"\"queueCredential\":\""[..],
+        b"\"receipt\":\"",
         b"\"estimatedWaitSeconds\":",
         b"\"pollAfterMs\":",
     ] {

@@ -15,6 +15,7 @@ use redis::Commands;
 use sha2::{Digest, Sha256};
 
 const CONTROL_KEY: &str = "queue:{baseball}:control";
+const OUT_OF_ORDER: &str = r#"waitgate_admitted_out_of_order_total{queue="baseball"}"#;
 
 /// The receipt key both instances share (a 32-byte seed in base64).
 fn receipt_key() -> String {
@@ -110,13 +111,6 @@ fn verify(seed: &str, queue: &str, users: &[String]) -> Vec<(usize, String)> {
         .collect()
 }
 
-fn metric(wg: &Waitgate, series: &str) -> u64 {
-    let text = get(wg.admin, "/metrics").unwrap().text();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{series} not in {text}"))
-}
-
 #[test]
 fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order() {
     const USERS: usize = 50;
@@ -185,7 +179,9 @@ fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order()
         .status,
         200
     );
-    let after = fairness_when(&instances[1], "the revealed seed", |f| f["seed"].is_string());
+    let after = fairness_when(&instances[1], "the revealed seed", |f| {
+        f["seed"].is_string()
+    });
     let seed = after["seed"].as_str().unwrap().to_string();
     assert_eq!(after["commitment"], commitment.as_str());
     let seed_bytes: Vec<u8> = (0..64)
@@ -248,13 +244,7 @@ fn a_shuffled_open_is_committed_revealed_reproduced_and_admitted_in_draw_order()
     });
     assert_eq!(end["admittedOutOfOrder"], 0, "{end}");
     for wg in &instances {
-        assert_eq!(
-            metric(
-                wg,
-                r#"waitgate_admitted_out_of_order_total{queue="baseball"}"#
-            ),
-            0
-        );
+        assert_eq!(wg.metric::<u64>(OUT_OF_ORDER), Some(0));
     }
 }
 
@@ -276,13 +266,7 @@ fn a_user_admitted_behind_the_head_is_counted_out_of_order() {
     wait_until_all_admitted(&redis, 3, Duration::from_secs(5));
     let f = fairness_when(&wg, "the count", |f| f["admittedOutOfOrder"] == 1);
     assert_eq!(f["lastAdmittedArrival"], 1);
-    assert_eq!(
-        metric(
-            &wg,
-            r#"waitgate_admitted_out_of_order_total{queue="baseball"}"#
-        ),
-        1
-    );
+    assert_eq!(wg.metric::<u64>(OUT_OF_ORDER), Some(1));
 }
 
 #[test]
