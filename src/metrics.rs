@@ -588,6 +588,21 @@ impl Metrics {
     }
 
     /// Counts one failed Redis call.
+    /// One admission call's `users` of `queue`: each one's wait from
+    /// arrival (ms), and how many were admitted out of order.
+    pub fn admitted(&self, queue: &str, users: u64, waited_ms: &[u64], out_of_order: u64) {
+        self.admitted.with_label_values(&[queue]).inc_by(users);
+        let waits = self.admitted_wait.with_label_values(&[queue]);
+        for &waited in waited_ms {
+            waits.observe(waited as f64 / 1000.0);
+        }
+        if out_of_order > 0 {
+            self.admitted_out_of_order
+                .with_label_values(&[queue])
+                .inc_by(out_of_order);
+        }
+    }
+
     pub fn redis_error(&self, op: &str) {
         self.redis_errors.with_label_values(&[op]).inc();
     }

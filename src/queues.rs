@@ -5,31 +5,39 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::config::{AdmissionConfig, ChallengeConfig, Config, HeartbeatConfig, PageConfig};
+use crate::config::{Config, QueueConfig};
 use crate::entry::invite::Invites;
 use crate::error::ApiError;
 use crate::store::ranks::NearHead;
 use crate::store::{QueueKeys, Samples};
 
-/// One queue: its name, its Redis keys and its parameters.
+/// One queue: its name, its Redis keys, its configuration as loaded, and
+/// what the instance keeps of it at run time.
 #[derive(Debug)]
 pub struct Queue {
     pub name: String,
     pub keys: QueueKeys,
-    pub heartbeat: HeartbeatConfig,
-    pub admission: AdmissionConfig,
-    pub page: PageConfig,
-    pub require_credential: bool,
-    /// How many places from the head ranks are exact, at least.
-    pub exact_rank_window: u64,
-    /// The proof of work a register must carry, if any.
-    pub challenge: Option<ChallengeConfig>,
-    /// The invite key of an invite-only queue.
-    pub invite: Option<Invites>,
+    pub config: QueueConfig,
+    /// The invite key of an invite-only queue, read from `config.invite`.
+    pub invites: Option<Invites>,
     /// The samples ranks far back are derived from (see `store::ranks`).
     pub ranks: RankSamples,
     /// The users this instance last answered near the head.
     pub near_head: NearHead,
+}
+
+impl Queue {
+    /// A queue as configured, with nothing learnt yet.
+    pub fn new(name: &str, config: &QueueConfig) -> Queue {
+        Queue {
+            name: name.to_string(),
+            keys: QueueKeys::new(name),
+            config: config.clone(),
+            invites: config.invite.as_ref().map(|i| Invites::new(&i.secret)),
+            ranks: RankSamples::default(),
+            near_head: NearHead::default(),
+        }
+    }
 }
 
 /// A queue's latest samples of its waiting set, taken by the background
@@ -67,22 +75,7 @@ impl Queues {
         let by_name: BTreeMap<String, Arc<Queue>> = config
             .queues
             .iter()
-            .map(|(name, q)| {
-                let queue = Queue {
-                    name: name.clone(),
-                    keys: QueueKeys::new(name),
-                    heartbeat: q.heartbeat.clone(),
-                    admission: q.admission.clone(),
-                    page: q.page.clone(),
-                    require_credential: q.require_credential,
-                    exact_rank_window: q.exact_rank_window,
-                    challenge: q.challenge,
-                    invite: q.invite.as_ref().map(|i| Invites::new(&i.secret)),
-                    ranks: RankSamples::default(),
-                    near_head: Default::default(),
-                };
-                (name.clone(), Arc::new(queue))
-            })
+            .map(|(name, q)| (name.clone(), Arc::new(Queue::new(name, q))))
             .collect();
         let default = match by_name.len() {
             1 => by_name.values().next().cloned(),

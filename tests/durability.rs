@@ -587,7 +587,7 @@ routes: []
             let (mut from, mut crowd) = (None, crowd_first);
             loop {
                 let done = store
-                    .cleanup(&queue.keys, &queue.heartbeat, from, crowd)
+                    .cleanup(&queue.keys, &queue.config.heartbeat, from, crowd)
                     .await
                     .unwrap();
                 if !done.more {
@@ -620,8 +620,8 @@ routes: []
                                         user: &user(*i),
                                         spends: &[],
                                     },
-                                    &queue.admission,
-                                    &queue.heartbeat,
+                                    &queue.config.admission,
+                                    &queue.config.heartbeat,
                                 ))
                                 .unwrap();
                         }
@@ -637,8 +637,8 @@ routes: []
                         Step::Admit => {
                             let _ = runtime.block_on(store.admit(
                                 &queue.keys,
-                                &queue.admission,
-                                &queue.heartbeat,
+                                &queue.config.admission,
+                                &queue.config.heartbeat,
                                 (0, 0),
                             ));
                         }

@@ -25,13 +25,18 @@ fn idle_tick(interval: Duration) -> Duration {
 }
 
 async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
-    let interval = queue.admission.interval;
+    let interval = queue.config.admission.interval;
     let mut log = FailureLog::new("admission");
     loop {
         let seen = shared.durability.seen(&queue).await;
         let pause = match shared
             .store
-            .admit(&queue.keys, &queue.admission, &queue.heartbeat, seen)
+            .admit(
+                &queue.keys,
+                &queue.config.admission,
+                &queue.config.heartbeat,
+                seen,
+            )
             .await
         {
             Ok(a) => {
@@ -42,22 +47,8 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
                 if a.admitted > 0 {
                     shared
                         .metrics
-                        .admitted
-                        .with_label_values(&[&queue.name])
-                        .inc_by(a.admitted);
-                    let waits = shared
-                        .metrics
-                        .admitted_wait
-                        .with_label_values(&[&queue.name]);
-                    for &waited in &a.waited_ms {
-                        waits.observe(waited as f64 / 1000.0);
-                    }
+                        .admitted(&queue.name, a.admitted, &a.waited_ms, a.out_of_order);
                     if a.out_of_order > 0 {
-                        shared
-                            .metrics
-                            .admitted_out_of_order
-                            .with_label_values(&[&queue.name])
-                            .inc_by(a.out_of_order);
                         tracing::warn!(queue = %queue.name, users = a.out_of_order, "admitted out of arrival order");
                     }
                     tracing::debug!(queue = %queue.name, admitted = a.admitted, window = a.window, "admitted");

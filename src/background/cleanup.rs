@@ -22,7 +22,7 @@ pub const CALLS_PER_PASS: usize = 10_000;
 per_queue_service!(Cleanup, cleanup_loop);
 
 async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = ticker(queue.heartbeat.cleanup_interval);
+    let mut ticker = ticker(queue.config.heartbeat.cleanup_interval);
     let mut log = FailureLog::new("cleanup");
     let mut crowd = false;
     loop {
@@ -54,7 +54,7 @@ async fn cleanup_call(
 ) -> (bool, Option<NextBucket>) {
     match shared
         .store
-        .cleanup(&queue.keys, &queue.heartbeat, from, *crowd)
+        .cleanup(&queue.keys, &queue.config.heartbeat, from, *crowd)
         .await
     {
         Ok(removed) => {

@@ -27,7 +27,10 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
 async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = ticker(ranks::SAMPLES_REFRESH);
     let mut log = FailureLog::new("rank sampler");
-    let first = queue.exact_rank_window.max(ranks::FIRST_SAMPLED_PLACE);
+    let first = queue
+        .config
+        .exact_rank_window
+        .max(ranks::FIRST_SAMPLED_PLACE);
     loop {
         ticker.tick().await;
         match shared.store.take_samples(&queue.keys, first).await {
@@ -52,7 +55,7 @@ async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
 async fn gauge_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = ticker(SAMPLE_INTERVAL);
     let mut log = FailureLog::new("sampler");
-    let configured_interval_ms = queue.admission.interval.as_millis() as u64;
+    let configured_interval_ms = queue.config.admission.interval.as_millis() as u64;
     let m = &shared.metrics;
     loop {
         ticker.tick().await;

@@ -265,7 +265,7 @@ fn change_asked(
     method: &str,
     body: &[u8],
 ) -> Result<(&'static str, Change), Reply> {
-    let configured_interval_ms = queue.admission.interval.as_millis() as u64;
+    let configured_interval_ms = queue.config.admission.interval.as_millis() as u64;
     match action {
         "pause" => {
             allow(method, "POST")?;
@@ -284,7 +284,7 @@ fn change_asked(
         "reopen" => {
             allow(method, "POST")?;
             no_body(body)?;
-            let grace_ms = queue.heartbeat.outage_grace.as_millis() as u64;
+            let grace_ms = queue.config.heartbeat.outage_grace.as_millis() as u64;
             Ok(("reopen", Change::Reopen { grace_ms }))
         }
         "admission" => match method {

@@ -151,9 +151,9 @@ impl Admission {
     /// What `queue`'s config file says.
     fn configured(queue: &Queue) -> Admission {
         Admission {
-            batch_size: u64::from(queue.admission.batch_size),
-            interval_ms: queue.admission.interval.as_millis() as u64,
-            max_active: queue.admission.max_active,
+            batch_size: u64::from(queue.config.admission.batch_size),
+            interval_ms: queue.config.admission.interval.as_millis() as u64,
+            max_active: queue.config.admission.max_active,
         }
     }
 

@@ -214,7 +214,10 @@ impl Durability {
                 return Ok(());
             }
         }
-        let w = self.store.watch(&queue.keys, &queue.heartbeat).await?;
+        let w = self
+            .store
+            .watch(&queue.keys, &queue.config.heartbeat)
+            .await?;
         let lost = match (&w.incarnation, &m.incarnation) {
             (None, None) => Some(Why::Fresh),
             (None, Some(_)) => Some(Why::Gone),
@@ -234,7 +237,9 @@ impl Durability {
             Some(why) => {
                 self.recover(queue, &mut m, &w, why).await?;
                 // What is there now, as any later look would see it.
-                self.store.watch(&queue.keys, &queue.heartbeat).await?
+                self.store
+                    .watch(&queue.keys, &queue.config.heartbeat)
+                    .await?
             }
         };
         self.note_incident(queue, &mut m, &w);
@@ -277,13 +282,16 @@ impl Durability {
         let recovery = Recovery {
             known: m.incarnation.as_deref(),
             fresh: matches!(why, Why::Fresh),
-            max_active: setting("max_active", queue.admission.max_active),
-            active_ttl_ms: queue.admission.active_ttl.as_millis() as u64,
+            max_active: setting("max_active", queue.config.admission.max_active),
+            active_ttl_ms: queue.config.admission.active_ttl.as_millis() as u64,
             active: m.active,
             looked_at_ms: m.looked_at_ms,
             total: m.total,
-            batch: setting("batch", u64::from(queue.admission.batch_size)),
-            interval_ms: setting("interval", queue.admission.interval.as_millis() as u64),
+            batch: setting("batch", u64::from(queue.config.admission.batch_size)),
+            interval_ms: setting(
+                "interval",
+                queue.config.admission.interval.as_millis() as u64,
+            ),
             control: &m.control,
             admission: &m.admission,
             revoked: &revoked,
@@ -291,7 +299,7 @@ impl Durability {
         };
         let done = self
             .store
-            .recover(&queue.keys, &queue.heartbeat, &recovery)
+            .recover(&queue.keys, &queue.config.heartbeat, &recovery)
             .await?;
         if matches!(why, Why::Fresh) {
             if w.incarnation.is_none() {

@@ -25,12 +25,21 @@ struct WaitingBody<'a> {
     /// When to poll again (the heartbeat promises the user is kept that
     /// long plus the heartbeat timeout).
     poll_after_ms: u64,
+    #[serde(flatten)]
+    signed: Signed<'a>,
+}
+
+/// What register signs for a user: the queueCredential (to a new
+/// registration, or made again for a user the login proves) and the
+/// receipt of the arrival (src/fairness/receipt.rs). Rank's answers carry
+/// neither.
+#[derive(Serialize, Default, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+pub struct Signed<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    queue_credential: Option<&'a str>,
-    /// The signed statement of the user's arrival (register's answer only:
-    /// src/fairness/receipt.rs).
+    pub queue_credential: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    receipt: Option<&'a str>,
+    pub receipt: Option<&'a str>,
 }
 
 /// A pre-queued user, before a scheduled open: no place yet.
@@ -42,12 +51,8 @@ struct PrequeueBody<'a> {
     status: &'static str,
     opens_in_seconds: u64,
     poll_after_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queue_credential: Option<&'a str>,
-    /// The signed statement of the user's arrival (register's answer only:
-    /// src/fairness/receipt.rs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    receipt: Option<&'a str>,
+    #[serde(flatten)]
+    signed: Signed<'a>,
 }
 
 /// A user polling a closed queue: the operator's message; a place the user
@@ -71,14 +76,10 @@ struct ActiveBody<'a> {
     /// When the admission ends (register's answer only).
     #[serde(skip_serializing_if = "Option::is_none")]
     active_until: Option<String>,
-    /// The registration's credential made again, for a user the login
-    /// proves (identity binding).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    queue_credential: Option<&'a str>,
-    /// The signed statement of the user's arrival (register's answer only:
-    /// src/fairness/receipt.rs).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    receipt: Option<&'a str>,
+    /// With the credential made again, for a user the login proves
+    /// (identity binding).
+    #[serde(flatten)]
+    signed: Signed<'a>,
     /// For a client without the credential: the way back.
     #[serde(skip_serializing_if = "Option::is_none")]
     message: Option<&'static str>,
@@ -94,13 +95,7 @@ pub const LOST_CREDENTIAL: &str = "This user is already admitted. Its token is \
 
 /// `estimatedWaitSeconds` is the gate's estimate (see `lua/lib.lua`),
 /// rounded to the nearest second.
-pub fn waiting(
-    queue: &Queue,
-    user: &str,
-    place: Place,
-    credential: Option<&str>,
-    receipt: Option<&str>,
-) -> Reply {
+pub fn waiting(queue: &Queue, user: &str, place: Place, signed: Signed<'_>) -> Reply {
     Reply::json(
         200,
         &WaitingBody {
@@ -112,8 +107,7 @@ pub fn waiting(
             estimated_wait_seconds: place.wait_ms.map(|ms| ms.saturating_add(500) / 1000),
             paused: place.wait_ms.is_none(),
             poll_after_ms: place.poll_after_ms,
-            queue_credential: credential,
-            receipt,
+            signed,
         },
     )
 }
@@ -124,8 +118,7 @@ pub fn prequeued(
     user: &str,
     opens_in_ms: u64,
     poll_after_ms: u64,
-    credential: Option<&str>,
-    receipt: Option<&str>,
+    signed: Signed<'_>,
 ) -> Reply {
     Reply::json(
         200,
@@ -135,8 +128,7 @@ pub fn prequeued(
             status: "PREQUEUE",
             opens_in_seconds: opens_in_ms.div_ceil(1000),
             poll_after_ms,
-            queue_credential: credential,
-            receipt,
+            signed,
         },
     )
 }
@@ -161,17 +153,15 @@ pub fn registered_active(
     queue: &Queue,
     user: &str,
     expires_at_ms: u64,
-    credential: Option<&str>,
-    receipt: Option<&str>,
+    signed: Signed<'_>,
 ) -> Reply {
     let body = ActiveBody {
         user_id: user,
         queue: &queue.name,
         status: "ACTIVE",
         active_until: (expires_at_ms > 0).then(|| crate::time::rfc3339(expires_at_ms)),
-        queue_credential: credential,
-        receipt,
-        message: credential.is_none().then_some(LOST_CREDENTIAL),
+        signed,
+        message: signed.queue_credential.is_none().then_some(LOST_CREDENTIAL),
     };
     Reply::json(200, &body)
 }

@@ -77,7 +77,12 @@ fn registers(
             })
             .collect();
         store
-            .register_many(&queue.keys, &users, &queue.admission, &queue.heartbeat)
+            .register_many(
+                &queue.keys,
+                &users,
+                &queue.config.admission,
+                &queue.config.heartbeat,
+            )
             .await
     })
 }
@@ -94,8 +99,8 @@ fn ranks(
             .poll_many(
                 &queue.keys,
                 &users,
-                &queue.admission,
-                &queue.heartbeat,
+                &queue.config.admission,
+                &queue.config.heartbeat,
                 samples.as_deref(),
                 &queue.near_head,
             )
@@ -189,8 +194,8 @@ impl Calls {
                         user,
                         spends: &spends,
                     },
-                    &queue.admission,
-                    &queue.heartbeat,
+                    &queue.config.admission,
+                    &queue.config.heartbeat,
                 )
                 .await;
         }
@@ -204,8 +209,8 @@ impl Calls {
                 .rank(
                     &queue.keys,
                     user,
-                    &queue.admission,
-                    &queue.heartbeat,
+                    &queue.config.admission,
+                    &queue.config.heartbeat,
                     queue.ranks.get().as_deref(),
                 )
                 .await;

@@ -360,18 +360,6 @@ pub(crate) mod tests {
         .unwrap();
         let queues = Queues::new(&config);
         let queue = queues.find(None).unwrap();
-        Queue {
-            name: queue.name.clone(),
-            keys: queue.keys.clone(),
-            heartbeat: queue.heartbeat.clone(),
-            admission: queue.admission.clone(),
-            page: queue.page.clone(),
-            require_credential: queue.require_credential,
-            exact_rank_window: queue.exact_rank_window,
-            challenge: queue.challenge,
-            invite: queue.invite.clone(),
-            ranks: Default::default(),
-            near_head: Default::default(),
-        }
+        Queue::new(&queue.name, &queue.config)
     }
 }

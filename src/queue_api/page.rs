@@ -285,7 +285,7 @@ impl QueueApi {
         }
         // An invite-only queue: the invite is checked (not spent) first.
         let invited = self.invite(queue, user.as_str(), invite.as_deref())?;
-        let prove = queue.challenge.is_some();
+        let prove = queue.config.challenge.is_some();
         if prove || invited.is_some() {
             return Ok(Visit::Show(View::Join { invite, prove }, None));
         }
@@ -411,7 +411,7 @@ impl QueueApi {
                         place: Place {
                             rank: 0,
                             wait_ms: Some(0),
-                            poll_after_ms: queue.heartbeat.poll_min.as_millis() as u64,
+                            poll_after_ms: queue.config.heartbeat.poll_min.as_millis() as u64,
                         },
                         start_rank: 0,
                     },
@@ -424,7 +424,7 @@ impl QueueApi {
 
 /// The page's machine status and the advised poll, for a view.
 fn status(queue: &Queue, view: &View) -> (&'static str, u64) {
-    let longest = queue.heartbeat.poll_max.as_millis() as u64;
+    let longest = queue.config.heartbeat.poll_max.as_millis() as u64;
     match view {
         View::Waiting { place, .. } if place.wait_ms.is_none() => ("PAUSED", place.poll_after_ms),
         View::Waiting { place, .. } => ("WAITING", place.poll_after_ms),
@@ -615,7 +615,7 @@ struct ScriptConfig<'a> {
 fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
     let (status, poll_ms) = status(queue, view);
     let words = words(lang, view);
-    let refresh = refresh_s(poll_ms, queue.heartbeat.timeout);
+    let refresh = refresh_s(poll_ms, queue.config.heartbeat.timeout);
     let (rank, start_rank) = match view {
         View::Waiting { place, start_rank } => (Some(place.rank), Some(*start_rank)),
         _ => (None, None),
@@ -668,12 +668,13 @@ fn render(queue: &Queue, lang: Lang, view: &View, back: &str) -> Reply {
         assets = redirect::ASSETS_PREFIX,
     );
     let title = queue
+        .config
         .page
         .title
         .as_deref()
         .unwrap_or_else(|| lang.get("title"));
     let progress = words.progress.to_string();
-    let template = queue.page.template.as_deref().unwrap_or(&BUILT_IN);
+    let template = queue.config.page.template.as_deref().unwrap_or(&BUILT_IN);
     let page = template.render(|name| match name {
         "head" => &head,
         "lang" => lang.code(),

@@ -33,7 +33,7 @@ impl QueueApi {
             Ok(queue) => queue,
             Err(error) => return Reply::from(error),
         };
-        let reply = match queue.challenge {
+        let reply = match queue.config.challenge {
             None => Reply::json(
                 200,
                 &Answer {
@@ -70,7 +70,7 @@ impl QueueApi {
     /// call): `None` for a queue that asks none. A refusal is counted by
     /// its reason.
     pub(super) fn proof(&self, queue: &Queue, caller: &Caller) -> Result<Option<Spent>, ApiError> {
-        let Some(config) = queue.challenge else {
+        let Some(config) = queue.config.challenge else {
             return Ok(None);
         };
         let Some(proof) = caller.proof.as_deref() else {
@@ -91,14 +91,6 @@ impl QueueApi {
             })
     }
 
-    /// Counts a register refused for its proof of work.
-    pub(super) fn proof_refused(&self, queue: &Queue, reason: &str) {
-        self.metrics
-            .proof_refused
-            .with_label_values(&[&queue.name, reason])
-            .inc();
-    }
-
     /// The invite a register of `user` for `queue` carries, checked (no
     /// Redis call): `None` for a queue that is not invite-only. The page
     /// passes the one of its `invite` query parameter as `given`.
@@ -108,7 +100,7 @@ impl QueueApi {
         user: &str,
         given: Option<&str>,
     ) -> Result<Option<Spent>, ApiError> {
-        let Some(invites) = &queue.invite else {
+        let Some(invites) = &queue.invites else {
             return Ok(None);
         };
         let Some(token) = given else {
@@ -124,11 +116,18 @@ impl QueueApi {
             })
     }
 
+    /// Counts a register refused for its proof of work.
+    pub(super) fn proof_refused(&self, queue: &Queue, reason: &str) {
+        count(&self.metrics.proof_refused, queue, reason);
+    }
+
     /// Counts a register refused for its invite.
     pub(super) fn invite_refused(&self, queue: &Queue, reason: &str) {
-        self.metrics
-            .invite_refused
-            .with_label_values(&[&queue.name, reason])
-            .inc();
+        count(&self.metrics.invite_refused, queue, reason);
     }
+}
+
+/// One more refusal of `queue`'s registers, for `reason`.
+fn count(refusals: &prometheus::IntCounterVec, queue: &Queue, reason: &str) {
+    refusals.with_label_values(&[&queue.name, reason]).inc();
 }

@@ -1,5 +1,6 @@
 //! `GET /api/v1/queue/rank?userId=&queue=`: the user's place, and a heartbeat.
 
+use super::body::Signed;
 use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::Caller;
@@ -30,7 +31,7 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
     )?;
     // Whom the answer is about, in the access log, refusals included.
     let about = |error: ApiError| Reply::from(error).about(&queue.name, who.user.as_str());
-    if queue.require_credential {
+    if queue.config.require_credential {
         let presented = who.credential.as_deref().ok_or_else(|| {
             about(ApiError::InvalidRequest(std::borrow::Cow::Borrowed(
                 "This queue needs the queueCredential with rank: send X-Queue-Credential.",
@@ -65,7 +66,12 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
 /// What the store's answer means for the client.
 fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, ApiError> {
     match position {
-        Position::Waiting(place) => Ok(body::waiting(queue, user.as_str(), place, None, None)),
+        Position::Waiting(place) => Ok(body::waiting(
+            queue,
+            user.as_str(),
+            place,
+            Signed::default(),
+        )),
         Position::Active { .. } => Ok(body::active(queue, user.as_str())),
         Position::Prequeued {
             opens_in_ms,
@@ -75,8 +81,7 @@ fn outcome(queue: &Queue, user: &UserId, position: Position) -> Result<Reply, Ap
             user.as_str(),
             opens_in_ms,
             poll_after_ms,
-            None,
-            None,
+            Signed::default(),
         )),
         Position::NotQueued => Err(ApiError::UserNotQueued {
             hint: "register first",

@@ -13,6 +13,7 @@ use pingora::proxy::Session;
 use rand::TryRngCore;
 use serde::Deserialize;
 
+use super::body::Signed;
 use super::who::Login;
 use super::{body, input, Endpoint, QueueApi};
 use crate::browser::cookie::{self, QueueCookie};
@@ -294,12 +295,28 @@ fn outcome(
             let credential = credential(arrival);
             (
                 REGISTERED_NEW,
-                body::waiting(queue, user.as_str(), place, Some(&credential), receipt),
+                body::waiting(
+                    queue,
+                    user.as_str(),
+                    place,
+                    Signed {
+                        queue_credential: Some(&credential),
+                        receipt,
+                    },
+                ),
             )
         }
         Registration::AlreadyWaiting { place, .. } => (
             REGISTERED_AGAIN,
-            body::waiting(queue, user.as_str(), place, None, receipt),
+            body::waiting(
+                queue,
+                user.as_str(),
+                place,
+                Signed {
+                    queue_credential: None,
+                    receipt,
+                },
+            ),
         ),
         Registration::Active {
             expires_at_ms,
@@ -312,8 +329,10 @@ fn outcome(
                     queue,
                     user.as_str(),
                     expires_at_ms,
-                    again.as_deref(),
-                    receipt,
+                    Signed {
+                        queue_credential: again.as_deref(),
+                        receipt,
+                    },
                 ),
             )
         }
@@ -336,8 +355,10 @@ fn outcome(
                     user.as_str(),
                     opens_in_ms,
                     poll_after_ms,
-                    credential.as_deref(),
-                    receipt,
+                    Signed {
+                        queue_credential: credential.as_deref(),
+                        receipt,
+                    },
                 ),
             )
         }

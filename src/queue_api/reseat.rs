@@ -68,8 +68,8 @@ impl QueueApi {
                 &queue.keys,
                 user,
                 arrival,
-                &queue.admission,
-                &queue.heartbeat,
+                &queue.config.admission,
+                &queue.config.heartbeat,
             )
         };
         let asked = Instant::now();
