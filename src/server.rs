@@ -305,11 +305,13 @@ fn h2_options(tls: &crate::config::TlsListener) -> H2Options {
 /// each.
 pub const ADMIN_MAX_CONNECTIONS: usize = 128;
 
-/// Read buffer of each client connection. Pingora's default (64 KiB) suits
-/// TLS records; waitgate's clients send small plaintext requests (a request
-/// header with a JWT is under 1 KiB, queue API bodies at most 4 KiB), and at
-/// 10,000 idle keep-alive connections 64 KiB each is 640 MiB.
-const CLIENT_READ_BUFFER_BYTES: usize = 4 * 1024;
+/// Read buffer of each client connection: none. Pingora's default (64 KiB)
+/// suits TLS records; on the plain listener every reader of a connection
+/// (the connection loop, the direct lane, Pingora's session) reads into a
+/// buffer of its own, allocated while it reads, so a buffer of the stream's
+/// would only copy bytes twice, and hold 4 KiB (zeroed, so resident) for
+/// each idle keep-alive connection (docs/performance.md, idle connections).
+const CLIENT_READ_BUFFER_BYTES: usize = 0;
 
 /// Runs until SIGINT (at once) or SIGTERM or SIGQUIT (after draining).
 pub fn run(server: Server) {
