@@ -94,7 +94,7 @@ if phase == 'scheduled' or phase == 'prequeue' then
 end
 
 if phase == 'placing' then
-  local base = start_placing(KEYS[6], KEYS[1], KEYS[7], now)
+  local base = start_placing(KEYS[6], KEYS[1], KEYS[7], KEYS[4], now)
   local c = redis.call('HMGET', KEYS[6], 'seed', 'cursor', 'shuffle', 'placed_count',
     'shuffle_bits', 'commitment')
   local cursor, count = c[2], tonumber(c[4]) or 0

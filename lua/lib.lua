@@ -436,18 +436,27 @@ local function draw_offset(seed, bits, committed, queue, user)
 end
 local MAX_SCORE = 9007199254740992
 
+-- The highest waiting score admitted (the gate's frontier): no place given
+-- from now on may be at or below it, or it would be admitted out of order.
+local function admitted_frontier(admission_key)
+  return tonumber(redis.call('HGET', admission_key, 'frontier')) or 0
+end
+
 -- Starts placing an event's pre-queue, once (whichever call comes first,
 -- an admission or a registration after open_at): everyone already waiting
 -- stays ahead; the pre-queue gets the scores from `base` up; everyone who
 -- registers from now on gets a score at or above `floor`, behind it.
 -- Returns base, floor.
-local function start_placing(control_key, waiting_key, prequeue_key, now)
+local function start_placing(control_key, waiting_key, prequeue_key, admission_key, now)
   local c = redis.call('HMGET', control_key, 'base', 'floor', 'shuffle')
   if c[1] then
     return tonumber(c[1]), tonumber(c[2])
   end
+  -- Behind everyone waiting and everyone admitted: after a shuffled open,
+  -- arrivals count on from its floor, ahead of the clock, and may all have
+  -- been admitted by the next open.
   local tail = redis.call('ZRANGE', waiting_key, -1, -1, 'WITHSCORES')
-  local base = math.max(now, (tonumber(tail[2]) or 0) + 1)
+  local base = math.max(now, (tonumber(tail[2]) or 0) + 1, admitted_frontier(admission_key) + 1)
   local count = redis.call('ZCARD', prequeue_key)
   local span, bits = count, 0
   if c[3] == '1' then

@@ -131,16 +131,40 @@ end
 -- Where a pre-queue is still there to place (a replica that was behind
 -- in the middle of a placing), the placing goes on from where Redis is:
 -- its progress is not written back, only what places users.
+-- An event's record goes back only onto the same event (the open_at in
+-- force after the merge above is the one the instance knew): a record of
+-- another event would open it, or reveal its draw, at the wrong time. Its
+-- draw (seed, commitment, committed_at) goes back whole or not at all.
 local progress = {placed = true, placed_at = true, placed_count = true, cursor = true}
 local placing = redis.call('EXISTS', KEYS[9]) == 1
--- (The draw's seed goes back with its commitment, so that the open
--- reveals what was committed to.)
-for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'seed', 'commitment',
-    'committed_at', 'base', 'opened_at', 'prequeued', 'shuffle_bits', 'previous_seed',
-    'previous_commitment', 'previous_open_at'}) do
-  if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0
-      and not (placing and progress[field]) then
-    put(field, snapshot[field])
+local open_at_now = redis.call('HGET', KEYS[1], 'open_at')
+if (tonumber(snapshot.version) or 0) > (control.version or 0) then
+  open_at_now = snapshot.open_at
+end
+local same_event = snapshot.open_at ~= nil and snapshot.open_at == open_at_now
+if same_event then
+  for _, field in ipairs({'placed', 'placed_at', 'placed_count', 'cursor', 'base', 'opened_at',
+      'prequeued', 'shuffle_bits'}) do
+    if snapshot[field] and redis.call('HEXISTS', KEYS[1], field) == 0
+        and not (placing and progress[field]) then
+      put(field, snapshot[field])
+    end
+  end
+  if snapshot.seed and redis.call('HEXISTS', KEYS[1], 'seed') == 0
+      and redis.call('HEXISTS', KEYS[1], 'commitment') == 0 then
+    for _, field in ipairs({'seed', 'commitment', 'committed_at'}) do
+      if snapshot[field] then
+        put(field, snapshot[field])
+      end
+    end
+  end
+end
+-- The last draw that opened stays public.
+if snapshot.previous_seed and redis.call('HEXISTS', KEYS[1], 'previous_seed') == 0 then
+  for _, field in ipairs({'previous_seed', 'previous_commitment', 'previous_open_at'}) do
+    if snapshot[field] then
+      put(field, snapshot[field])
+    end
   end
 end
 local floor = math.max(tonumber(snapshot.floor) or 0, control.floor or 0)

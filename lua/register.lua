@@ -118,7 +118,16 @@ end
 -- doubles hold them exactly. The tail is read once per set and batch, then
 -- kept here as this batch adds to it.
 local tails = {}
+-- A place in the waiting set is also above the gate's frontier (read once a
+-- batch): after a shuffled open arrivals count on from its floor, ahead of
+-- the clock, and a clock that steps back would otherwise place a newcomer
+-- ahead of users admitted already.
+local above_admitted
 local function next_score(key, low)
+  if key == KEYS[1] then
+    above_admitted = above_admitted or admitted_frontier(KEYS[5]) + 1
+    low = math.max(low or 0, above_admitted)
+  end
   local score = math.max(now, low or 0)
   local tail = tails[key]
   if not tail then
@@ -217,9 +226,10 @@ local function register(user, i)
     local place = redis.call('ZSCORE', KEYS[1], user)
     beats.arrive(user, tonumber(place))
     if phase ~= 'open' then
+      -- Waiting from before this event (an earlier one placed them): they
+      -- keep that place, and are in no draw of this one.
       local advice = beats.keep(user, beats.poll_after(opens_in))
-      return 4, opens_in, committed_at(), tonumber(redis.call('ZSCORE', KEYS[7], user)) or 0,
-        advice
+      return 4, opens_in, 0, tonumber(redis.call('ZSCORE', KEYS[7], user) or place), advice
     end
     local wait = estimate(rank)
     local advice = beats.keep(user, beats.poll_after(wait))
@@ -259,7 +269,7 @@ local function register(user, i)
   if phase == 'placing' then
     -- Before the first placing step, this registration starts the placing,
     -- so that it cannot land ahead of the pre-queue.
-    floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], now))
+    floor = select(2, start_placing(KEYS[6], KEYS[1], KEYS[7], KEYS[5], now))
   end
   if not tails[KEYS[1]] then
     before_adding(KEYS[5], KEYS[1], now)

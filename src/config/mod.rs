@@ -595,6 +595,14 @@ routes: []
                 "routes[0].prefix:",
             ),
             (
+                vec![route("/.well-known/waitgate", "up", "q")],
+                "routes[0].prefix: overlaps /.well-known/waitgate/keys",
+            ),
+            (
+                vec![route("/.well-known/waitgate/keys", "up", "q")],
+                "routes[0].prefix: overlaps /.well-known/waitgate/keys",
+            ),
+            (
                 vec![route("/x", "up", "q"), route("/x", "up", "q")],
                 "routes[1].prefix:",
             ),

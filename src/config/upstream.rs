@@ -308,5 +308,13 @@ pub(super) fn check_route_prefix(key: &str, prefix: &str) -> Result<(), ConfigEr
             "overlaps the queue API (/api/v1/queue), which waitgate answers itself",
         ));
     }
+    if crate::path::under_prefix(crate::path::KEYS_PATH, prefix)
+        && crate::path::under_prefix(prefix, "/.well-known/waitgate")
+    {
+        return Err(invalid(
+            key,
+            "overlaps /.well-known/waitgate/keys, which waitgate answers itself",
+        ));
+    }
     Ok(())
 }

@@ -7,6 +7,9 @@ use serde::Serialize;
 
 use super::draw::ALGORITHM;
 
+/// The algorithm of a pre-queue placed in arrival order after all.
+pub const ARRIVAL_ORDER: &str = "arrival order";
+
 /// A queue's fairness figures, as the endpoint serves them.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -20,7 +23,7 @@ pub struct Figures {
     /// The draw's seed, once the open has come (by Redis's clock).
     pub seed: Option<String>,
     pub algorithm: &'static str,
-    /// Users in the draw, counted at the open.
+    /// Users the draw placed, from the open on (counted as it places).
     pub prequeued: Option<u64>,
     pub open_at: Option<String>,
     pub admitted_out_of_order: u64,
@@ -85,8 +88,16 @@ impl Figures {
                 .map(str::to_string),
             commitment,
             committed_at: number(control, "committed_at").map(crate::time::rfc3339),
-            algorithm: ALGORITHM,
-            prequeued: number(control, "prequeued").filter(|_| opened),
+            // A placing that would have taken scores past 2^53 keeps the
+            // arrival order, and says so (`shuffle` 0).
+            algorithm: if opened && field(control, "shuffle") == Some("0") {
+                ARRIVAL_ORDER
+            } else {
+                ALGORITHM
+            },
+            // The users the placing drew (the pre-queue may also hold
+            // users an earlier event placed who still wait: not drawn).
+            prequeued: number(control, "placed_count").filter(|_| opened),
             open_at: open_at.map(crate::time::rfc3339),
             admitted_out_of_order: number(admission, "out_of_order").unwrap_or(0),
             last_admitted_arrival: number(admission, "last_arrival"),
@@ -122,7 +133,8 @@ mod tests {
             ("seed", "ab"),
             ("commitment", "cd"),
             ("committed_at", "1000"),
-            ("prequeued", "50"),
+            ("prequeued", "52"),
+            ("placed_count", "50"),
         ]);
         let before = Figures::from_look("q", &control, &[], 1999);
         assert_eq!(before.commitment.as_deref(), Some("cd"));
@@ -142,6 +154,18 @@ mod tests {
         // commitment, is no draw anyone could check.
         let unchecked = pairs(&[("open_at", "2000"), ("seed", "ab")]);
         assert_eq!(Figures::from_look("q", &unchecked, &[], 3000).seed, None);
+        // Placed in arrival order after all: said so.
+        let mut fallen_back = control.clone();
+        fallen_back.push(("shuffle".into(), "0".into()));
+        fallen_back.retain(|(f, v)| f != "shuffle" || v == "0");
+        assert_eq!(
+            Figures::from_look("q", &fallen_back, &[], 2000).algorithm,
+            ARRIVAL_ORDER
+        );
+        assert_eq!(
+            Figures::from_look("q", &control, &[], 2000).algorithm,
+            ALGORITHM
+        );
     }
 
     #[test]

@@ -5,27 +5,50 @@ use super::{input, QueueApi};
 use crate::error::ApiError;
 use crate::fairness::figures::Figures;
 use crate::fairness::receipt::ReceiptClaims;
-use crate::path::Endpoint;
 use crate::queues::Queue;
 use crate::reply::Reply;
 
 impl QueueApi {
+    /// The commitment of the draw committed at `committed_at_ms`: from the
+    /// last look, else from the last one read (a schedule made since the
+    /// look), else read now, once for each new draw; `None` when Redis
+    /// has another draw in force by now, or cannot say.
+    async fn commitment(&self, queue: &Queue, committed_at_ms: u64) -> Option<String> {
+        if let Some(known) = self
+            .durability
+            .last_look(&queue.name)
+            .and_then(|look| Figures::commitment_of(&look.control, committed_at_ms))
+        {
+            return Some(known);
+        }
+        let read_before = self
+            .commitments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&queue.name)
+            .filter(|(at, _)| *at == committed_at_ms)
+            .map(|(_, commitment)| commitment.clone());
+        if read_before.is_some() {
+            return read_before;
+        }
+        let (at, commitment) = self.store.commitment(&queue.keys).await.ok()??;
+        self.commitments
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(queue.name.clone(), (at, commitment.clone()));
+        (at == committed_at_ms).then_some(commitment)
+    }
+
     /// `GET /api/v1/queue/fairness?queue=q`: public, and cacheable for the
     /// second it may be stale by.
-    pub(super) async fn fairness(&self, query: Option<&str>) -> Reply {
+    pub(super) fn fairness(&self, query: Option<&str>) -> Reply {
         let queue = match input::parse_query(query).and_then(|q| self.queue(q.queue.as_deref())) {
             Ok(queue) => queue,
             Err(error) => return Reply::from(error),
         };
-        // Before this instance's first look (just started), one look now.
-        let mut look = self.durability.last_look(&queue.name);
-        if look.is_none() {
-            if let Err(e) = self.durability.look(&queue).await {
-                return Reply::from(self.unavailable(Endpoint::Fairness, e));
-            }
-            look = self.durability.last_look(&queue.name);
-        }
-        let Some(look) = look else {
+        // Before this instance's first look (it has just started): nothing
+        // to answer from yet, and no Redis call is made for it.
+        let Some(look) = self.durability.last_look(&queue.name) else {
             return Reply::from(ApiError::RedisUnavailable);
         };
         let figures = Figures::from_look(&queue.name, &look.control, &look.admission, look.now_ms);
@@ -46,17 +69,10 @@ impl QueueApi {
         arrival: u64,
         committed_at_ms: u64,
     ) -> String {
-        let mut commitment = None;
-        if committed_at_ms > 0 {
-            let known = |look: Option<std::sync::Arc<crate::durability::LastLook>>| {
-                look.and_then(|l| Figures::commitment_of(&l.control, committed_at_ms))
-            };
-            commitment = known(self.durability.last_look(&queue.name));
-            // Scheduled since the last look: one more look learns it.
-            if commitment.is_none() && self.durability.look(queue).await.is_ok() {
-                commitment = known(self.durability.last_look(&queue.name));
-            }
-        }
+        let commitment = match committed_at_ms {
+            0 => None,
+            at => self.commitment(queue, at).await,
+        };
         self.receipts.sign(&ReceiptClaims {
             queue: queue.name.clone(),
             sub: user.to_string(),

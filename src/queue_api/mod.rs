@@ -88,6 +88,9 @@ pub struct QueueApi {
     limits: Arc<ClientLimits>,
     /// Signs the receipts register gives, and publishes their keys.
     receipts: ReceiptKeys,
+    /// Per queue, the last draw commitment read for a receipt (the last
+    /// look knew no such draw yet): when committed (ms), and what.
+    commitments: std::sync::Mutex<std::collections::HashMap<String, (u64, String)>>,
 }
 
 impl QueueApi {
@@ -117,6 +120,7 @@ impl QueueApi {
             estimates: estimates::Estimates::default(),
             limits,
             receipts: ReceiptKeys::generated(),
+            commitments: Default::default(),
         }
     }
 
@@ -153,7 +157,7 @@ impl QueueApi {
                 Endpoint::Dropout => dropout::handle(self, &head, &caller).await,
                 Endpoint::Token => token::handle(self, session, &caller).await,
                 Endpoint::Challenge => self.challenge(head.uri.query()),
-                Endpoint::Fairness => self.fairness(head.uri.query()).await,
+                Endpoint::Fairness => self.fairness(head.uri.query()),
                 Endpoint::Keys => Reply {
                     cache_control: "public, max-age=300",
                     ..Reply::json_bytes(200, self.receipts.jwks())

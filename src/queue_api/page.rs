@@ -338,7 +338,12 @@ impl QueueApi {
     /// Registers `user` for the page (a queue that asks neither a proof
     /// nor an invite).
     async fn join(&self, queue: &Arc<Queue>, user: &UserId) -> Result<Visit, ApiError> {
-        let (registration, credential, _) = self.register_user(queue, user, false, &[]).await?;
+        // The visitor's cookie names the user (or a new one is made).
+        let by = register::By {
+            proven: false,
+            owned: true,
+        };
+        let (registration, credential, _) = self.register_user(queue, user, by, &[]).await?;
         let rank = register::start_rank(&registration);
         let cookie = |credential: &str| Some(self.set_queue_cookie(queue, credential, rank, user));
         Ok(match registration {

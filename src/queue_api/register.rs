@@ -64,6 +64,10 @@ struct Registrant {
     /// A login proves the user is who it says (identity binding): an
     /// admitted user is given its credential again.
     proven: bool,
+    /// The login or the queue cookie names the user (not a body's
+    /// `userId`, which anyone may send): a registration made again is
+    /// answered with its receipt too.
+    owned: bool,
 }
 
 pub async fn handle(api: &QueueApi, session: &mut Session, caller: &Caller) -> Reply {
@@ -91,7 +95,7 @@ pub(super) async fn registered(
     let proof = api.proof(&queue, caller)?;
     let spends: Vec<Spent> = invite.into_iter().chain(proof).collect();
     let (registration, credential, reply) = api
-        .register_user(&queue, &registrant.user, registrant.proven, &spends)
+        .register_user(&queue, &registrant.user, (&registrant).into(), &spends)
         .await?;
     let reply = reply.about(&queue.name, registrant.user.as_str());
     Ok(match (credential, registrant.browser) {
@@ -135,6 +139,7 @@ fn registrant(
             user: who.user,
             browser: is_browser,
             proven: true,
+            owned: true,
         });
     }
     if let Some(user) = given {
@@ -142,6 +147,7 @@ fn registrant(
             user,
             browser: false,
             proven: false,
+            owned: false,
         });
     }
     let cookie = api.visitor_cookie(queue, caller, None);
@@ -161,6 +167,7 @@ fn registrant(
         user,
         browser: true,
         proven: false,
+        owned: true,
     })
 }
 
@@ -194,9 +201,10 @@ impl QueueApi {
         &self,
         queue: &Arc<Queue>,
         user: &UserId,
-        proven: bool,
+        by: By,
         spends: &[Spent],
     ) -> Result<(Registration, Option<String>, Reply), ApiError> {
+        let By { proven, owned } = by;
         let registration = self
             .register_call(queue, user.as_str(), spends)
             .await
@@ -212,7 +220,8 @@ impl QueueApi {
             }
             _ => {}
         }
-        let receipt = match signed_arrival(&registration) {
+        let receipt = match signed_arrival(&registration).filter(|_| owned || is_new(&registration))
+        {
             Some((arrival, committed_at_ms)) => Some(
                 self.receipt(queue, user.as_str(), arrival, committed_at_ms)
                     .await,
@@ -257,6 +266,33 @@ impl QueueApi {
         self.jar()
             .set(cookie::queue_cookie_name(&queue.name), value.value(), None)
     }
+}
+
+/// How a register names its user: whether a login proves it (`proven`),
+/// and whether the login or the queue cookie names it (`owned`, rather
+/// than a body's `userId`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct By {
+    pub proven: bool,
+    pub owned: bool,
+}
+
+impl From<&Registrant> for By {
+    fn from(r: &Registrant) -> By {
+        By {
+            proven: r.proven,
+            owned: r.owned,
+        }
+    }
+}
+
+/// Whether this registration made the user's place (its answer is the
+/// only one a body's `userId` gets a receipt with: anyone may send one).
+fn is_new(registration: &Registration) -> bool {
+    matches!(
+        registration,
+        Registration::New { .. } | Registration::Prequeued { new: true, .. }
+    )
 }
 
 /// The arrival a registration's receipt states, and the draw it joined

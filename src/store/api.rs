@@ -162,6 +162,22 @@ impl Store {
             message: message.unwrap_or_default().into(),
         })
     }
+    /// The draw in force for a shuffled pre-queue: when it was committed
+    /// (ms) and its commitment; `None` when there is none.
+    pub async fn commitment(&self, keys: &QueueKeys) -> Result<Option<(u64, String)>, StoreError> {
+        let mut hmget = redis::cmd("HMGET");
+        hmget
+            .arg(&keys.control)
+            .arg("committed_at")
+            .arg("commitment");
+        let hmget = &hmget;
+        let (at, commitment): (Option<u64>, Option<String>) = self
+            .call(Resend::Safe, |mut c| async move {
+                hmget.query_async(&mut c).await
+            })
+            .await?;
+        Ok(at.zip(commitment))
+    }
     /// The sizes and settings of a queue for the gauges: the admin API's
     /// read, in one round-trip.
     pub async fn sample(&self, keys: &QueueKeys) -> Result<Sample, StoreError> {
