@@ -364,6 +364,37 @@ fn each_schedule_draws_a_new_commitment_and_the_answer_needs_no_redis() {
     assert_eq!(keys.status, 200);
 }
 
+/// Redis restarts empty during the pre-queue: the instances write the
+/// event back with its draw, so the commitment published before the loss
+/// is still the one, and the seed revealed at the open hashes to it.
+#[test]
+fn a_redis_that_lost_its_data_keeps_the_draw_committed_to() {
+    let mut redis = Redis::start_free();
+    let wg = start(&redis, "baseball: {}");
+    let now = redis.now_ms();
+    schedule(&wg, Some(now), now + 3_600_000, true);
+    let before = fairness_when(&wg, "the commitment", |f| f["commitment"].is_string());
+    // Two looks, so that the instance has seen the draw.
+    std::thread::sleep(Duration::from_millis(2_100));
+    redis.restart();
+    wait_until("the state written back", Duration::from_secs(10), || {
+        let c: Option<String> = redis.conn().hget(CONTROL_KEY, "commitment").unwrap_or(None);
+        c.is_some()
+    });
+    let after = fairness_when(&wg, "the commitment again", |f| {
+        f["commitment"] == before["commitment"]
+    });
+    assert!(after["seed"].is_null(), "{after}");
+    assert_eq!(
+        admin(&wg, "DELETE", "/admin/v1/queues/baseball/event", None).status,
+        200
+    );
+    let open = fairness_when(&wg, "the seed", |f| f["seed"].is_string());
+    let seed: waitgate::fairness::draw::Seed = open["seed"].as_str().unwrap().parse().unwrap();
+    assert_eq!(open["commitment"], seed.commitment().as_str());
+    assert_eq!(before["commitment"], seed.commitment().as_str());
+}
+
 #[test]
 fn verify_refuses_a_malformed_seed_with_exit_code_2() {
     for seed in ["", "xyz", &"0".repeat(63), &"g".repeat(64)] {
