@@ -366,7 +366,7 @@ fn each_schedule_draws_a_new_commitment_and_the_answer_needs_no_redis() {
 
 /// Redis restarts empty during the pre-queue: the instances write the
 /// event back with its draw, so the commitment published before the loss
-/// is still the one, and the seed revealed at the open hashes to it.
+/// is still the one, and its seed, revealed at the open, hashes to it.
 #[test]
 fn a_redis_that_lost_its_data_keeps_the_draw_committed_to() {
     let mut redis = Redis::start_free();
@@ -389,7 +389,7 @@ fn a_redis_that_lost_its_data_keeps_the_draw_committed_to() {
         admin(&wg, "DELETE", "/admin/v1/queues/baseball/event", None).status,
         200
     );
-    let open = fairness_when(&wg, "the seed", |f| f["seed"].is_string());
+    let open = fairness_when(&wg, "the revealed seed", |f| f["seed"].is_string());
     let seed: waitgate::fairness::draw::Seed = open["seed"].as_str().unwrap().parse().unwrap();
     assert_eq!(open["commitment"], seed.commitment().as_str());
     assert_eq!(before["commitment"], seed.commitment().as_str());
