@@ -9,6 +9,10 @@
 #   Redis commands per API call      from INFO commandstats
 #   RSS with 10,000 idle keep-alive connections, waitgate vs nginx
 #
+# `scripts/bench.sh cores` measures instead how both grow with the cores
+# (threads 1, 2, 4, 8 against nginx worker_processes 1, 2, 4, 8, pinned):
+# scripts/bench-cores.sh says how.
+#
 # Every reference runs in the same rounds as what it is compared with (A/B
 # alternation), and the table shows medians over the rounds and their ratio.
 # It checks for what it needs (nginx, wrk, redis; it says what to install), starts everything itself and
@@ -20,6 +24,10 @@
 #                                 # also an earlier build, same config, same rounds
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = cores ]; then
+  shift
+  exec scripts/bench-cores.sh "$@"
+fi
 . scripts/ensure-tools.sh
 ensure_rust
 ensure_packages wrk nginx curl python3
