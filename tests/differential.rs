@@ -304,7 +304,7 @@ fn corpus(token: &str) -> Vec<Case> {
                 vec!["GET"],
             )
         });
-        // A body: always the Pingora proxy's.
+        // A body, which came with its head.
         add(&mut cases, &|id| {
             (
                 format!(
@@ -417,6 +417,17 @@ fn corpus(token: &str) -> Vec<Case> {
         // HTTP/1.0 keeping its connection.
         ("GET {P} HTTP/1.0\r\nConnection: keep-alive\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nPOST {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["GET", "POST"]),
+        // Bodies of every method that carries one: the lane forwards those
+        // that came whole with their head, within its limit.
+        ("PUT {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 5\r\n\r\nhello".into(), vec!["PUT"]),
+        ("PATCH {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"seat\":12}".into(), vec!["PATCH"]),
+        ("DELETE {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["DELETE"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 0\r\n\r\n".into(), vec!["POST"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 12000\r\n\r\nBODY12000".into(), vec!["POST"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 20000\r\n\r\nBODY20000".into(), vec!["POST"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),
+        ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),
+        ("PUT {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhiPUT {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 3\r\n\r\nbye".into(), vec!["PUT", "PUT"]),
     ];
     for (template, methods) in hostile {
         add(&mut cases, &|id| {
@@ -424,7 +435,9 @@ fn corpus(token: &str) -> Vec<Case> {
                 .replace("{P}", &format!("{PROTECTED}/h/c{id}"))
                 .replace("AUTH\r\n", &auth)
                 .replace("TOKEN", token)
-                .replace("LONG", &"x".repeat(20_000));
+                .replace("LONG", &"x".repeat(20_000))
+                .replace("BODY12000", &"b".repeat(12_000))
+                .replace("BODY20000", &"b".repeat(20_000));
             (text, methods.clone())
         });
     }

@@ -1,5 +1,6 @@
-//! The direct lane (src/proxy/direct.rs): plain GET and HEAD requests with a
-//! valid token, relayed by waitgate's own HTTP/1.1 path. Each test drives a
+//! The direct lane (src/proxy/lane/): requests with a valid token, without
+//! a body or with one that came whole with its head, relayed by waitgate's
+//! own HTTP/1.1 path. Each test drives a
 //! real waitgate over real TCP connections against a scripted upstream whose
 //! answers exercise one framing rule, and checks what the client got and
 //! what the upstream saw.
@@ -39,6 +40,8 @@ fn answer(bytes: impl Into<Vec<u8>>) -> Answer {
 struct Scripted {
     port: u16,
     heads: Arc<Mutex<Vec<String>>>,
+    /// Each request's body, beside its head in `heads`.
+    bodies: Arc<Mutex<Vec<Vec<u8>>>>,
     connections: Arc<Mutex<usize>>,
 }
 
@@ -47,20 +50,22 @@ impl Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let heads = Arc::new(Mutex::new(Vec::new()));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
         let connections = Arc::new(Mutex::new(0));
-        let (h, c) = (heads.clone(), connections.clone());
+        let (h, b, c) = (heads.clone(), bodies.clone(), connections.clone());
         let script = Arc::new(script);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 *c.lock().unwrap() += 1;
-                let (h, script) = (h.clone(), script.clone());
-                std::thread::spawn(move || serve_script(stream, &script, &h));
+                let (h, b, script) = (h.clone(), b.clone(), script.clone());
+                std::thread::spawn(move || serve_script(stream, &script, &h, &b));
             }
         });
         Scripted {
             port,
             heads,
+            bodies,
             connections,
         }
     }
@@ -69,12 +74,22 @@ impl Scripted {
         self.heads.lock().unwrap().clone()
     }
 
+    fn bodies(&self) -> Vec<Vec<u8>> {
+        self.bodies.lock().unwrap().clone()
+    }
+
     fn connections(&self) -> usize {
         *self.connections.lock().unwrap()
     }
 }
 
-fn serve_script(stream: TcpStream, script: &BTreeMap<&str, Answer>, heads: &Mutex<Vec<String>>) {
+/// Heads and bodies are recorded together, so that they stay in step.
+fn serve_script(
+    stream: TcpStream,
+    script: &BTreeMap<&str, Answer>,
+    heads: &Mutex<Vec<String>>,
+    bodies: &Mutex<Vec<Vec<u8>>>,
+) {
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     loop {
@@ -89,16 +104,16 @@ fn serve_script(stream: TcpStream, script: &BTreeMap<&str, Answer>, heads: &Mute
                 break;
             }
         }
-        // Bodies are only sent through the proxy path in these tests.
         if head
             .to_ascii_lowercase()
             .contains("transfer-encoding: chunked")
         {
-            if read_chunked(&mut reader).is_none() {
+            let Some(body) = read_chunked(&mut reader) else {
                 return;
-            }
+            };
             let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
             heads.lock().unwrap().push(head);
+            bodies.lock().unwrap().push(body);
             let answer = script
                 .get(path.as_str())
                 .cloned()
@@ -124,6 +139,7 @@ fn serve_script(stream: TcpStream, script: &BTreeMap<&str, Answer>, heads: &Mute
         let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
         let is_head = head.starts_with("HEAD ");
         heads.lock().unwrap().push(head);
+        bodies.lock().unwrap().push(body);
         let Some(answer) = script.get(path.as_str()) else {
             let _ = writer.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
             continue;
@@ -319,7 +335,7 @@ fn send_split(c: &mut Client, bytes: &str, split: Option<usize>) {
     }
 }
 
-/// A POST to a protected route: always the Pingora proxy's.
+/// A POST to a protected route, its body in the same write as its head.
 fn post(env: &Env, path: &str, body: &str) -> String {
     format!(
         "POST {PROTECTED}{path} HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
@@ -327,6 +343,67 @@ fn post(env: &Env, path: &str, body: &str) -> String {
         env.token,
         body.len()
     )
+}
+
+/// Every method that may carry a body gets it to the upstream exactly, on
+/// one kept connection, whether the body came with its head (the lane's,
+/// up to its limit), after it (the proxy streams it), or was too long for
+/// the lane.
+#[test]
+fn request_bodies_of_every_method_reach_the_upstream_exactly_however_they_come() {
+    let env = setup(BTreeMap::from([(
+        "/api/v1/follow-up/seat",
+        length_answer(b"ok"),
+    )]));
+    let mut c = env.connect();
+    let long = "b".repeat(40_000);
+    let mut sent = Vec::new();
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        for (body, split) in [
+            ("{\"seat\":12}", None),
+            ("", None),
+            ("{\"seat\":13}", Some(0)),
+            (long.as_str(), None),
+        ] {
+            let request = format!(
+                "{method} {PROTECTED}/seat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                env.token,
+                body.len()
+            );
+            // A split at 0: the head first, its body a moment later.
+            let at = split.map(|_| request.len() - body.len());
+            send_split(&mut c, &request, at);
+            let (head, answer) = c.response();
+            assert_eq!(
+                (head.status, answer.as_slice()),
+                (200, &b"ok"[..]),
+                "{method} with {} bytes",
+                body.len()
+            );
+            sent.push((method, body.as_bytes().to_vec()));
+            if split.is_some() || body.len() > 16 * 1024 {
+                // The proxy's path gives its upstream connection back just
+                // after the client has the answer: a moment for it to land.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    let heads = env.upstream.heads();
+    let bodies = env.upstream.bodies();
+    assert_eq!(heads.len(), sent.len());
+    for ((head, body), (method, sent)) in heads.iter().zip(&bodies).zip(&sent) {
+        assert!(
+            head.starts_with(&format!("{method} {PROTECTED}/seat ")),
+            "{head}"
+        );
+        assert!(
+            head.contains(&format!("Content-Length: {}\r\n", sent.len())),
+            "{head}"
+        );
+        assert_eq!(body, sent, "{method}");
+    }
+    assert_eq!(env.upstream.connections(), 1);
 }
 
 #[test]
@@ -577,7 +654,7 @@ fn requests_the_lane_declines_are_served_by_the_proxy_on_the_same_connection() {
     let mut c = env.connect();
     c.send(&env.get("/seat", ""));
     assert_eq!(c.response().1, b"ok");
-    // A body: the proxy's path.
+    // A body, with its head.
     c.send(&format!(
         "POST {PROTECTED}/seat HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: 10\r\n\r\n{{\"seat\":7}}",
@@ -721,7 +798,7 @@ fn a_request_pipelined_behind_a_body_is_answered_after_it() {
         ("/api/v1/follow-up/b", length_answer(b"second")),
     ]));
     let mut c = env.connect();
-    // A POST (always the proxy's) with a GET pipelined behind its body:
+    // A POST with a GET pipelined behind its body:
     // the body ends where its length says, and the GET is the next request.
     c.send(&format!(
         "{}{}",

@@ -11,9 +11,12 @@
 //!
 //! What it takes (everything else is handed back unread, and the Pingora
 //! proxy reads and answers it):
-//! - HTTP/1.1 `GET` or `HEAD` with an origin-form target, no body
-//!   (`Content-Length`, `Transfer-Encoding`), no `Upgrade`, no `Expect`, and
-//!   a `Connection` header, if any, naming only `close` or `keep-alive`;
+//! - HTTP/1.1 `GET` or `HEAD` with an origin-form target and no body, or
+//!   `POST`, `PUT`, `PATCH` or `DELETE` with no body or one framed by a
+//!   single plain-digit `Content-Length` that came whole with its head
+//!   (within [`MAX_LANE_HEAD_BYTES`]); no `Transfer-Encoding`, no
+//!   `Upgrade`, no `Expect`, and a `Connection` header, if any, naming only
+//!   `close` or `keep-alive`;
 //! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
 //!   plain-TCP upstream, or is the queue API's `GET rank`, which it answers
 //!   with the proxy's handler (`crate::queue_api::QueueApi::rank`);
@@ -208,11 +211,12 @@ impl DirectLane {
             _ => return Lane::Pass,
         };
 
-        // A register's body must have come with its head; if not, the
-        // proxy reads it (under its body timeout).
+        // A body must have come whole with its head; if not, the proxy
+        // reads it (under its body timeout) and streams it.
         let body_length = match &taken.take {
             Take::Register { body, .. } => *body,
-            Take::Forward(_) | Take::Rank { .. } => 0,
+            Take::Forward(plan) => plan.body,
+            Take::Rank { .. } => 0,
         };
         if pending.len() < taken.consumed + body_length {
             return Lane::Pass;
@@ -220,7 +224,7 @@ impl DirectLane {
         let _in_flight = self.in_flight.enter();
         let started = Instant::now();
         let Taken {
-            take,
+            mut take,
             consumed,
             client_close,
             request_id,
@@ -236,6 +240,10 @@ impl DirectLane {
         } else {
             BytesMut::new()
         };
+        // A forwarded body goes upstream in the same write as its head.
+        if let Take::Forward(plan) = &mut take {
+            plan.head.extend_from_slice(&body);
+        }
         let close = client_close || closing;
         let subject;
         let mut record = Record {

@@ -160,8 +160,9 @@ fn logged(failed: Failed) -> Option<Logged> {
 /// Sends the request head and reads the final response head, relaying any
 /// interim (1xx) response to the client. A kept-alive connection that fails
 /// before any answer (the upstream closed it as it was taken) is retried
-/// once on a new connection: the lane only carries `GET` and `HEAD`, which
-/// are safe to repeat.
+/// once on a new connection, for an idempotent method only (`GET`, `HEAD`,
+/// `PUT`, `DELETE`), as on Pingora's path (`Gate::error_while_proxy`): a
+/// `POST` or `PATCH` the upstream may have acted on is not sent twice.
 async fn exchange(
     pool: &Pool,
     plan: &Plan,
@@ -200,7 +201,7 @@ async fn exchange(
             Err(Failed {
                 failure: Failure::Unavailable,
                 ..
-            }) if reused && buf.is_empty() && !relayed => fresh_only = true,
+            }) if reused && buf.is_empty() && !relayed && plan.idempotent => fresh_only = true,
             Err(failure) => return Err(failure),
         }
     }

@@ -1,8 +1,8 @@
 //! Which requests the lane takes, and the request it sends upstream.
 //!
-//! The lane takes only what it can relay without a body and without a
-//! protocol switch, and a register whose small JSON body came with its
-//! head; everything else, and every request whose decision is not
+//! The lane takes only what it can relay without a protocol switch, with
+//! no body or a length-framed one that came whole with its head, and a
+//! register whose small JSON body came with its head; everything else, and every request whose decision is not
 //! "forward", "rank" or "register", goes back to the Pingora proxy unread. The
 //! decision itself is the proxy's (`crate::proxy::decision`), and the headers
 //! sent upstream follow the shared rules (`crate::proxy::rules::forward`).
@@ -45,7 +45,17 @@ pub struct Plan {
     /// The request as the upstream gets it.
     pub head: Vec<u8>,
     pub head_request: bool,
+    /// Bytes of the request body (`Content-Length`), which the lane sends
+    /// after `head` once they have all come with it.
+    pub body: usize,
+    /// Safe to send again (RFC 9110 §9.2.2): `GET`, `HEAD`, `PUT`, `DELETE`.
+    pub idempotent: bool,
 }
+
+/// The largest request body the lane forwards. It forwards only a body
+/// that came whole with its head, within the lane's read of
+/// [`super::MAX_LANE_HEAD_BYTES`]; a longer one streams through the proxy.
+pub const MAX_LANE_BODY_BYTES: usize = super::MAX_LANE_HEAD_BYTES;
 
 /// A taken request and what its record needs.
 pub struct Taken {
@@ -81,27 +91,30 @@ pub fn take(
         "GET" => ("GET", false),
         "HEAD" => ("HEAD", true),
         "POST" => ("POST", false),
+        "PUT" => ("PUT", false),
+        "PATCH" => ("PATCH", false),
+        "DELETE" => ("DELETE", false),
         _ => return None,
     };
-    let post = method == "POST";
+    // GET and HEAD come without a body; the others may carry one, framed
+    // by one Content-Length (a chunked body or `Expect` is the proxy's).
+    let may_have_body = !matches!(method, "GET" | "HEAD");
     let target = request.path?.as_bytes();
     if !target.starts_with(b"/") {
         return None;
     }
-    // The only POST the lane takes: any other goes to the proxy before the
-    // lane decides anything about it.
-    if post && target.split(|&b| b == b'?').next() != Some(Endpoint::Register.path().as_bytes()) {
-        return None;
-    }
+    let register = method == "POST"
+        && target.split(|&b| b == b'?').next() == Some(Endpoint::Register.path().as_bytes());
     let fields = request.headers.iter().map(|h| (h.name.as_bytes(), h.value));
     let mut client_close = false;
     let mut connection_headers = 0;
-    // A POST's body: one Content-Length of plain digits, within the limit,
-    // and one JSON Content-Type (anything else is the proxy's to answer).
+    // The body: one Content-Length of plain digits; for a register, within
+    // the API's limit and with one JSON Content-Type (anything else is the
+    // proxy's to answer).
     let mut body = None;
     let mut json = None;
     for (name, value) in fields.clone() {
-        if post && name.eq_ignore_ascii_case(b"content-type") {
+        if register && name.eq_ignore_ascii_case(b"content-type") {
             if json.is_some() {
                 return None;
             }
@@ -109,9 +122,14 @@ pub fn take(
             continue;
         }
         match Name::of(name) {
-            Name::ContentLength if post && body.is_none() => {
+            Name::ContentLength if may_have_body && body.is_none() => {
                 let length = crate::wire::length::content_length(value).bytes()?;
-                if length > input::MAX_QUEUE_BODY_BYTES as u64 {
+                let limit = if register {
+                    input::MAX_QUEUE_BODY_BYTES
+                } else {
+                    MAX_LANE_BODY_BYTES
+                };
+                if length > limit as u64 {
                     return None;
                 }
                 body = Some(length as usize);
@@ -152,7 +170,7 @@ pub fn take(
             identity,
             origin: None,
             upgrade: false,
-        } if pooled(route) && !post => {
+        } if pooled(route) && !register => {
             let request_id = forward::request_id(peer, fields.clone());
             let client = forward::client(peer, fields.clone(), trusted);
             let head = upstream_head(method, target, fields, peer, &identity, &request_id);
@@ -162,6 +180,8 @@ pub fn take(
                     identity,
                     head,
                     head_request,
+                    body: body.unwrap_or(0),
+                    idempotent: !matches!(method, "POST" | "PATCH"),
                 }),
                 consumed,
                 client_close,
@@ -171,7 +191,7 @@ pub fn take(
                 path: path_of(target),
             });
         }
-        Decision::Queue(Endpoint::Register) if post && json == Some(true) => Take::Register {
+        Decision::Queue(Endpoint::Register) if register && json == Some(true) => Take::Register {
             body: body?,
             caller: Box::new(Caller::from_fields(fields.clone())),
         },
