@@ -347,8 +347,8 @@ fn replies_written_while_draining_say_connection_close() {
     let token = admitted_token(&wg, &redis, "drained");
     *upstream.delay.lock().unwrap() = Duration::from_millis(700);
     // In flight when the drain begins: a plain GET (the direct lane, when
-    // it is on) and a POST (the Pingora proxy), both waiting on the
-    // upstream.
+    // it is on), a length-framed POST (the direct lane too) and a chunked
+    // POST (the Pingora proxy), all waiting on the upstream.
     let mut clients: Vec<Client> = Vec::new();
     for request in [
         format!(
@@ -357,6 +357,10 @@ fn replies_written_while_draining_say_connection_close() {
         format!(
             "POST /api/v1/follow-up/b HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
              Content-Length: 2\r\n\r\nhi"
+        ),
+        format!(
+            "POST /api/v1/follow-up/c HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+             Transfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n"
         ),
     ] {
         let mut c = Client::connect(wg.addr);

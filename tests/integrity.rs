@@ -3,8 +3,9 @@
 //!
 //! Each test drives a real waitgate over real TCP connections against a
 //! scripted upstream (`common::scripted`) that misbehaves in one precise
-//! way. Forwarded requests are sent as a `GET` (served by the direct lane
-//! when it is on) and as a `POST` (always the Pingora proxy); CI runs this
+//! way. Forwarded requests are sent as a `GET` and a `POST` with a
+//! length-framed body (both served by the direct lane when it is on) and as
+//! a `POST` with a chunked body (always the Pingora proxy); CI runs this
 //! suite with `WAITGATE_TEST_DIRECT_LANE=off` too, so every rule is checked
 //! on both paths.
 
@@ -92,15 +93,17 @@ fn echo_or(
     move |path| special(path).unwrap_or_else(|| vec![Step::Send(ok(path))])
 }
 
-/// The two ways a forwarded request arrives: a plain GET (the direct lane's
-/// when it is on) and a POST with a body (always the Pingora proxy's).
+/// The ways a forwarded request arrives: a plain GET and a POST whose
+/// length-framed body came with its head (the direct lane's when it is on),
+/// and a POST with a chunked body (always the Pingora proxy's).
 #[derive(Clone, Copy, Debug)]
 enum Via {
     Get,
     Post,
+    Chunked,
 }
 
-const BOTH: [Via; 2] = [Via::Get, Via::Post];
+const ALL: [Via; 3] = [Via::Get, Via::Post, Via::Chunked];
 
 impl Env {
     fn request(&self, via: Via, path: &str, extra: &str) -> String {
@@ -109,6 +112,10 @@ impl Env {
             Via::Get => format!("GET {path} HTTP/1.1\r\nHost: tickets\r\n{auth}{extra}\r\n"),
             Via::Post => format!(
                 "POST {path} HTTP/1.1\r\nHost: tickets\r\n{auth}Content-Length: 2\r\n{extra}\r\nhi"
+            ),
+            Via::Chunked => format!(
+                "POST {path} HTTP/1.1\r\nHost: tickets\r\n{auth}Transfer-Encoding: chunked\r\n\
+                 {extra}\r\n2\r\nhi\r\n0\r\n\r\n"
             ),
         }
     }
@@ -128,7 +135,7 @@ impl Env {
     /// Every later user, each on a new connection, gets their own answer.
     fn assert_next_users_get_their_own(&self, how_many: usize) {
         for i in 0..how_many {
-            for via in BOTH {
+            for via in ALL {
                 let path = format!("{PROTECTED}/next-{i}");
                 let (head, body) = self.call(via, &path, "");
                 assert_eq!(head.status, 200, "{via:?} {path}: {head:?}");
@@ -150,7 +157,7 @@ fn path(suffix: &str) -> String {
 #[test]
 fn a_late_second_response_never_reaches_the_next_user() {
     let env = setup_at("/late", |p| then_injected(ok(p), 300));
-    for via in BOTH {
+    for via in ALL {
         let (head, body) = env.call(via, &path("/late"), "");
         assert_eq!((head.status, body), (200, path("/late").into_bytes()));
         // The upstream writes its second response while the connection is idle.
@@ -169,7 +176,7 @@ fn a_late_second_response_never_reaches_the_next_user() {
 fn a_connection_a_response_ahead_is_never_given_to_the_next_user() {
     let env = setup_at("/late", |p| then_injected(ok(p), 300));
     for round in 0..4 {
-        for via in BOTH {
+        for via in ALL {
             for close in ["Connection: close\r\n", ""] {
                 let mut c = Client::connect(env.wg.addr);
                 let first = env.request(via, &path("/late"), "");
@@ -216,7 +223,7 @@ fn a_body_sent_after_a_head_204_or_304_answer_never_reaches_the_next_user() {
     env.assert_next_users_get_their_own(2);
 
     for (suffix, status) in [("/none", 204), ("/same", 304)] {
-        for via in BOTH {
+        for via in ALL {
             let mut c = env.send(via, &path(suffix), "");
             assert_eq!(c.head().status, status);
             std::thread::sleep(Duration::from_millis(300));
@@ -233,7 +240,7 @@ fn bytes_past_content_length_arriving_late_never_reach_the_next_user() {
             100,
         )
     });
-    for via in BOTH {
+    for via in ALL {
         let (head, body) = env.call(via, &path("/long"), "");
         assert_eq!((head.status, body), (200, b"five!".to_vec()));
         std::thread::sleep(Duration::from_millis(300));
@@ -248,7 +255,7 @@ fn a_response_left_in_a_dead_upstreams_socket_is_never_served() {
         steps.push(Step::Close);
         steps
     });
-    for via in BOTH {
+    for via in ALL {
         let (head, _) = env.call(via, &path("/dying"), "");
         assert_eq!(head.status, 200);
         std::thread::sleep(Duration::from_millis(300));
@@ -273,7 +280,7 @@ fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
         ]),
         _ => None,
     }));
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/cut"), "");
         let head = c.head();
         assert_eq!((head.status, head.length()), (200, 70));
@@ -304,7 +311,7 @@ fn a_body_cut_short_ends_the_connection_and_never_looks_whole() {
 #[test]
 fn upgrade_requests_are_refused_where_the_route_does_not_switch_protocols() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(
             via,
             &path("/chat"),
@@ -325,7 +332,7 @@ fn upgrade_requests_are_refused_where_the_route_does_not_switch_protocols() {
 #[test]
 fn an_unrequested_101_is_a_502_and_opens_no_tunnel() {
     let env = setup_at("/switch", |_| sends(SWITCH));
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/switch"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
@@ -396,7 +403,7 @@ fn an_http10_request_never_switches_protocols() {
 fn identity_headers_are_dropped_in_every_spelling_a_backend_reads_alike() {
     let env = setup(echo_or(|_| None));
     let spoofed = "X_Waitgate_User: mallory\r\nX-Waitgate_User: mallory\r\nx_waitgate-queue: evil\r\nX-WAITGATE-USER: mallory\r\nx-waitgate-queue: evil\r\n";
-    for via in BOTH {
+    for via in ALL {
         let p = format!("{PROTECTED}/who-{via:?}");
         let (head, _) = env.call(via, &p, spoofed);
         assert_eq!(head.status, 200);
@@ -517,7 +524,7 @@ fn an_http10_client_never_gets_a_chunked_body() {
 #[test]
 fn targets_that_parsers_could_read_two_ways_are_400_on_both_paths() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         for target in [
             format!("{PROTECTED}/a<b"),
             format!("{PROTECTED}/a>b"),
@@ -547,7 +554,7 @@ fn ambiguous_upstream_framing_is_a_502() {
         };
         Some(vec![Step::Send(bytes.to_vec()), Step::Close])
     }));
-    for via in BOTH {
+    for via in ALL {
         for name in ["plus", "lengths", "list", "te-comma", "te-gzip"] {
             let mut c = env.send(via, &path(&format!("/{name}")), "");
             let (head, body) = c.response();
@@ -564,7 +571,7 @@ fn a_folded_header_reaches_the_client_on_one_line() {
     let env = setup_at("/folded", |_| {
         sends(b"HTTP/1.1 200 OK\r\nX-A: one\r\n\t two\r\nContent-Length: 5\r\n\r\nhello")
     });
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/folded"), "Connection: close\r\n");
         let raw = String::from_utf8_lossy(&c.rest()).into_owned();
         assert!(raw.contains("\r\nX-A: one two\r\n"), "{via:?}: {raw:?}");
@@ -590,7 +597,7 @@ fn both_length_and_chunked_is_a_502_on_both_paths() {
         Step::Close,
     ]
     });
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/both"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
@@ -617,7 +624,7 @@ fn a_body_pingoras_client_refuses_is_cut_on_both_paths_and_its_connection_closed
         sends(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX: a\nY: b\r\n\r\n")
     });
     let last_conn = |p: &str| env.upstream.seen_at(&path(p)).last().map(|r| r.conn);
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/bad-trailer"), "");
         assert_eq!(c.head().status, 200, "{via:?}");
         let rest = String::from_utf8_lossy(&c.rest()).into_owned();
@@ -669,7 +676,7 @@ fn chunked_framing_limits_are_the_same_on_both_paths() {
             .find(|(at, _)| p.ends_with(at.as_str()))
             .map(|(_, b)| vec![Step::Send(b.clone())])
     }));
-    for via in BOTH {
+    for via in ALL {
         for (p, _, whole) in &cases {
             let mut c = env.send(via, &path(p), "Connection: close\r\n");
             assert_eq!(c.head().status, 200, "{via:?} {p}");
@@ -697,7 +704,7 @@ fn the_pingora_path_keeps_its_upstream_connections_alive_for_their_client() {
         let mut c = Client::connect(env.wg.addr);
         for i in 0..5 {
             let target = path(&format!("/kept-{client}-{i}"));
-            c.send(&env.request(Via::Post, &target, ""));
+            c.send(&env.request(Via::Chunked, &target, ""));
             let (head, body) = c.response();
             assert_eq!(head.status, 200, "{head:?}");
             assert_eq!(body, target.into_bytes());
@@ -802,7 +809,7 @@ fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
     let sent = format!(
         "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: chosen-by-client\r\nX_Forwarded_For: 5.6.7.8\r\n{SPOOFED}"
     );
-    for via in BOTH {
+    for via in ALL {
         let p = format!("{PROTECTED}/fwd-{via:?}");
         let (head, _) = env.call(via, &p, &sent);
         assert_eq!(head.status, 200);
@@ -842,7 +849,7 @@ fn forwarded_headers_describe_the_client_and_believe_no_one_untrusted() {
 fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
     let env = setup_with("trusted-proxies: ['127.0.0.0/8']\n", "", echo_or(|_| None));
     let sent = "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Request-Id: lb-42\r\nX-Real-IP: 1.2.3.4\r\nX-Forwarded-Host: tickets.example\r\nX-Forwarded-Port: 443\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
-    for via in BOTH {
+    for via in ALL {
         let p = format!("{PROTECTED}/trusted-{via:?}");
         let (head, _) = env.call(via, &p, sent);
         assert_eq!(head.status, 200);
@@ -866,7 +873,7 @@ fn a_trusted_proxy_keeps_its_forwarded_headers_and_request_id() {
     }
     // A `Forwarded` that came through the balancer (most pass a client's
     // on unchanged) is not believed: the chain is `X-Forwarded-For`'s.
-    for via in BOTH {
+    for via in ALL {
         let p = format!("{PROTECTED}/trusted-forwarded-{via:?}");
         let sent =
             "X-Forwarded-For: 192.0.2.60\r\nForwarded: for=6.6.6.6;host=evil;proto=https\r\n";
@@ -893,7 +900,7 @@ fn a_status_code_below_100_is_a_502_on_both_paths() {
         )])
     }));
     for code in ["099", "000", "001"] {
-        for via in BOTH {
+        for via in ALL {
             let odd = path(&format!("/status-{code}"));
             let next = path(&format!("/behind-{code}-{via:?}"));
             let mut c = Client::connect(env.wg.addr);
@@ -922,7 +929,7 @@ fn an_interim_answer_reaches_the_client_before_a_slow_final_one() {
             Step::Send(ok(p)),
         ]
     });
-    for via in BOTH {
+    for via in ALL {
         let mut c = Client::connect(env.wg.addr);
         let start = std::time::Instant::now();
         c.send(&env.request(via, &path("/slow"), ""));
@@ -947,7 +954,7 @@ fn an_interim_answer_read_with_a_refused_head_is_dropped_with_it() {
     let env = setup_at("/hints", |_| {
         sends(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok")
     });
-    for via in BOTH {
+    for via in ALL {
         let mut c = env.send(via, &path("/hints"), "");
         let (head, body) = c.response();
         assert_eq!(head.status, 502, "{via:?}: {head:?}");
@@ -964,7 +971,7 @@ fn an_interim_answer_read_with_a_refused_head_is_dropped_with_it() {
 #[test]
 fn a_request_line_that_reads_more_than_one_way_is_400_on_both_paths() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         for target in [
             format!("{PROTECTED}/.. "),
             format!("{PROTECTED}/a/.  "),
@@ -993,7 +1000,7 @@ fn a_request_line_that_reads_more_than_one_way_is_400_on_both_paths() {
 #[test]
 fn a_request_cannot_have_its_token_dropped_on_the_way() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         for option in ["authorization", "Cookie", "keep-alive, Authorization"] {
             let (head, body) = env.call(via, &path("/x"), &format!("Connection: {option}\r\n"));
             assert_eq!(head.status, 400, "{via:?} {option}: {head:?}");
@@ -1006,7 +1013,7 @@ fn a_request_cannot_have_its_token_dropped_on_the_way() {
         assert_eq!(head.status, 200, "{via:?}");
     }
     let seen = env.upstream.seen();
-    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen.len(), ALL.len(), "{seen:?}");
     assert!(seen.iter().all(|r| r.header("authorization").is_some()));
 }
 
@@ -1016,7 +1023,7 @@ fn a_request_cannot_have_its_token_dropped_on_the_way() {
 #[test]
 fn a_host_that_is_not_a_host_is_400_on_both_paths() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         for host in ["a b", "t/x", "[::1", "t\\x", "a:b"] {
             let request = env.request(via, &path("/h"), "").replacen(
                 "Host: tickets",
@@ -1030,7 +1037,12 @@ fn a_host_that_is_not_a_host_is_400_on_both_paths() {
         let (head, _) = env.call(via, &path("/h"), "");
         assert_eq!(head.status, 200, "{via:?}");
     }
-    assert_eq!(env.upstream.seen().len(), 2, "{:?}", env.upstream.seen());
+    assert_eq!(
+        env.upstream.seen().len(),
+        ALL.len(),
+        "{:?}",
+        env.upstream.seen()
+    );
 }
 
 /// A path in Korean (or another script's letters), percent-encoded as
@@ -1040,7 +1052,7 @@ fn a_host_that_is_not_a_host_is_400_on_both_paths() {
 #[test]
 fn escaped_letters_pass_and_lookalike_separators_do_not() {
     let env = setup(echo_or(|_| None));
-    for via in BOTH {
+    for via in ALL {
         let korean = path("/%EA%B3%B5%EC%97%B0/%EC%A2%8C%EC%84%9D");
         let (head, body) = env.call(via, &korean, "");
         assert_eq!(head.status, 200, "{via:?}");
@@ -1052,7 +1064,7 @@ fn escaped_letters_pass_and_lookalike_separators_do_not() {
         }
     }
     let seen = env.upstream.seen();
-    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen.len(), ALL.len(), "{seen:?}");
     assert!(seen
         .iter()
         .all(|r| r.path().ends_with("/%EC%A2%8C%EC%84%9D")));

@@ -20,10 +20,11 @@ fn protected(addr: SocketAddr, token: &str) -> Response {
     with_token(addr, "GET", "/api/v1/follow-up/seat", token, None)
 }
 
-/// A protected POST with `token`: always Pingora's proxy, where a GET may
-/// take the direct lane.
+/// A protected POST with `token` and a chunked body: always Pingora's
+/// proxy, where a GET (or a length-framed POST) may take the direct lane.
 fn protected_post(addr: SocketAddr, target: &str, token: &str) -> Response {
-    with_token(addr, "POST", target, token, Some(b"{}"))
+    let auth = bearer(token);
+    request_chunked(addr, "POST", target, &[("Authorization", &auth)], b"{}").unwrap()
 }
 
 /// A haproxy in front of `backends`, health-checking each one's
@@ -245,16 +246,18 @@ fn behind_a_trusted_proxy_the_access_log_names_the_client_it_saw() {
     let auth = bearer(&token);
     let xff = ("X-Forwarded-For", "203.0.113.9, 198.51.100.4");
     let send = |method: &str, path: &str, headers: &[(&str, &str)]| {
-        let body = (method == "POST").then_some(&b"{}"[..]);
         let mut all = headers.to_vec();
-        if body.is_some() {
+        if method == "POST" {
             all.push(("Content-Type", "application/json"));
+            return request_chunked(wg.addr, method, path, &all, b"{}")
+                .unwrap()
+                .status;
         }
-        request(wg.addr, method, path, &all, body).unwrap().status
+        request(wg.addr, method, path, &all, None).unwrap().status
     };
-    // A plain GET (the direct lane when it is on), a POST (always Pingora's
-    // proxy), a rank poll, then a GET with a forwarded value that is no
-    // address, and one with none.
+    // A plain GET (the direct lane when it is on), a chunked POST (always
+    // Pingora's proxy), a rank poll, then a GET with a forwarded value that
+    // is no address, and one with none.
     assert_eq!(
         send(
             "GET",
@@ -312,8 +315,8 @@ fn the_access_log_has_one_line_per_request_with_its_fields_from_both_paths() {
     let upstream = Upstream::start();
     let wg = start_json_logged(&redis, &upstream, "");
     let token = admitted_token(&wg, &redis, "fan_7");
-    // A plain GET (the direct lane when it is on) and a POST (always
-    // Pingora's proxy).
+    // A plain GET (the direct lane when it is on) and a chunked POST
+    // (always Pingora's proxy).
     assert_eq!(protected(wg.addr, &token).status, 200);
     let post = protected_post(wg.addr, "/api/v1/follow-up/seat?secret=1", &token);
     assert_eq!(post.status, 200);
@@ -752,7 +755,7 @@ fn a_debug_log_filter_writes_no_tokens() {
 
 /// An upstream failure is logged in the same words whichever path served
 /// the request: each broken answer below goes once to a GET (the direct
-/// lane when it is on) and once to a POST (always Pingora's proxy), and
+/// lane when it is on) and once to a chunked POST (always Pingora's proxy), and
 /// both lines carry the same status and `error`. A client that leaves in
 /// the middle of a body is no upstream failure on either path.
 #[test]

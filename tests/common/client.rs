@@ -163,6 +163,30 @@ pub fn request(
     raw(addr, &bytes)
 }
 
+/// A request whose `body` is sent chunked, in one chunk. The direct lane
+/// takes only length-framed bodies, so this request always goes through
+/// Pingora's proxy: tests that mean "the other path" send one of these.
+pub fn request_chunked(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Transfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+        body.len()
+    ));
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes.extend_from_slice(b"\r\n0\r\n\r\n");
+    raw(addr, &bytes)
+}
+
 pub fn get(addr: SocketAddr, target: &str) -> std::io::Result<Response> {
     request(addr, "GET", target, &[], None)
 }

@@ -53,9 +53,10 @@ pub struct Plan {
 }
 
 /// The largest request body the lane forwards. It forwards only a body
-/// that came whole with its head, within the lane's read of
-/// [`super::MAX_LANE_HEAD_BYTES`]; a longer one streams through the proxy.
-pub const MAX_LANE_BODY_BYTES: usize = super::MAX_LANE_HEAD_BYTES;
+/// that came whole with its head, and head and body must fit the lane's
+/// read (`MAX_LANE_HEAD_BYTES`, the same 16 KiB); a longer one streams
+/// through the proxy.
+pub const MAX_LANE_BODY_BYTES: usize = 16 * 1024;
 
 /// A taken request and what its record needs.
 pub struct Taken {
