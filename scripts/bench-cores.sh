@@ -18,6 +18,9 @@
 #   scripts/bench.sh cores                 # 2 rounds of 6 s per row
 #   scripts/bench.sh cores 3 10            # 3 rounds of 10 s
 #   BENCH_CORES="1 2" scripts/bench.sh cores
+#   BENCH_LANE_OFF=1 scripts/bench.sh cores
+#                                          # also waitgate with `direct-lane: false`
+#                                          # (every request through Pingora's proxy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
@@ -44,7 +47,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-P_UPSTREAM=19200 P_NGINX=19201 P_WG=19202 P_ADMIN=19203 P_REDIS=19204
+P_UPSTREAM=19200 P_NGINX=19201 P_WG=19202 P_ADMIN=19203 P_REDIS=19204 P_OFF=19205 P_ADMIN_OFF=19206
+lane_off=${BENCH_LANE_OFF:-}
 
 wait_port() {
   for _ in $(seq 100); do
@@ -103,10 +107,10 @@ wait_port $P_REDIS
 
 JWT_SECRET=$(head -c 32 /dev/urandom | base64)
 export JWT_SECRET
-waitgate_conf() { # threads
+waitgate_conf() { # threads, port, admin port
   cat <<EOF
-listen: 127.0.0.1:$P_WG
-admin-listen: 127.0.0.1:$P_ADMIN
+listen: 127.0.0.1:$2
+admin-listen: 127.0.0.1:$3
 threads: $1
 max-connections: 12000
 log: {access: false}
@@ -127,18 +131,27 @@ start_pair() { # N: nginx with N workers and waitgate with N threads, both on 0.
   nginx_conf "proxy$1" "$1" "upstream up { server 127.0.0.1:$P_UPSTREAM; keepalive 256; }
   server { listen 127.0.0.1:$P_NGINX backlog=4096; location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
   pin_proxy "$1" nginx -p "$work" -c "$work/nginx-proxy$1.conf"
-  waitgate_conf "$1" > "$work/waitgate-$1.yaml"
+  waitgate_conf "$1" $P_WG $P_ADMIN > "$work/waitgate-$1.yaml"
   # taskset itself, not a function: the pid is then waitgate's.
   RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$RELEASE"/waitgate -c "$work/waitgate-$1.yaml" \
     > "$work/waitgate-$1.log" 2>&1 &
   WG_PID=$!
   pids+=("$WG_PID")
+  OFF_PID=
+  if [ -n "$lane_off" ]; then
+    { echo "direct-lane: false"; waitgate_conf "$1" $P_OFF $P_ADMIN_OFF; } > "$work/waitgate-off-$1.yaml"
+    RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$RELEASE"/waitgate -c "$work/waitgate-off-$1.yaml" \
+      > "$work/waitgate-off-$1.log" 2>&1 &
+    OFF_PID=$!
+    pids+=("$OFF_PID")
+    wait_port $P_OFF
+  fi
   wait_port $P_NGINX
   wait_port $P_WG
 }
 stop_pair() { # N
-  kill "$WG_PID"
-  wait "$WG_PID" 2>/dev/null || true
+  kill "$WG_PID" $OFF_PID
+  wait "$WG_PID" $OFF_PID 2>/dev/null || true
   nginx -p "$work" -c "$work/nginx-proxy$1.conf" -s stop
   for _ in $(seq 50); do
     (exec 3<>"/dev/tcp/127.0.0.1/$P_NGINX") 2>/dev/null || (exec 3<>"/dev/tcp/127.0.0.1/$P_WG") 2>/dev/null || return 0
@@ -216,6 +229,10 @@ for n in ${BENCH_CORES:-1 2 4 8}; do
     run_wrk "$n" "$round" waitgate-get status.lua "http://127.0.0.1:$P_WG$url" "${auth[@]}"
     run_wrk "$n" "$round" nginx-post post.lua "http://127.0.0.1:$P_NGINX$url"
     run_wrk "$n" "$round" waitgate-post post.lua "http://127.0.0.1:$P_WG$url" "${auth[@]}"
+    if [ -n "$lane_off" ]; then
+      run_wrk "$n" "$round" lane-off-get status.lua "http://127.0.0.1:$P_OFF$url" "${auth[@]}"
+      run_wrk "$n" "$round" lane-off-post post.lua "http://127.0.0.1:$P_OFF$url" "${auth[@]}"
+    fi
   done
   stop_pair "$n"
 done
@@ -245,16 +262,24 @@ if shared:
 else:
     print("isolated: proxy on cores 0..N-1, upstream nginx (4 workers) on C-8..C-5, wrk -t4 on C-4..C-1")
 print()
-print("| cores (threads / worker_processes) | nginx GET | waitgate GET | ratio | nginx POST | waitgate POST | ratio | errors |")
-print("|---|---|---|---|---|---|---|---|")
+off = any("lane-off-get" in row for row in runs.values())
+header = "| cores (threads / worker_processes) | nginx GET | waitgate GET | ratio | nginx POST | waitgate POST | ratio |"
+if off:
+    header += " lane off GET | ratio | lane off POST | ratio |"
+print(header + " errors |")
+print("|---" * header.count("|") + "|")
 for n in sorted(runs):
     row = runs[n]
     errors = sum(b for label in row for _, b in row[label])
-    print(f"| {n} | {span([r[0] for r in row['nginx-get']])} | {span([r[0] for r in row['waitgate-get']])} "
-          f"| {span_ratio(ratios(row, 'waitgate-get', 'nginx-get'))} "
-          f"| {span([r[0] for r in row['nginx-post']])} | {span([r[0] for r in row['waitgate-post']])} "
-          f"| {span_ratio(ratios(row, 'waitgate-post', 'nginx-post'))} | {errors} |")
+    line = (f"| {n} | {span([r[0] for r in row['nginx-get']])} | {span([r[0] for r in row['waitgate-get']])} "
+            f"| {span_ratio(ratios(row, 'waitgate-get', 'nginx-get'))} "
+            f"| {span([r[0] for r in row['nginx-post']])} | {span([r[0] for r in row['waitgate-post']])} "
+            f"| {span_ratio(ratios(row, 'waitgate-post', 'nginx-post'))} |")
+    if off:
+        line += (f" {span([r[0] for r in row['lane-off-get']])} | {span_ratio(ratios(row, 'lane-off-get', 'nginx-get'))} "
+                 f"| {span([r[0] for r in row['lane-off-post']])} | {span_ratio(ratios(row, 'lane-off-post', 'nginx-post'))} |")
+    print(line + f" {errors} |")
 for line in open(skipped):
     n, why = line.split(" ", 1)
-    print(f"| {n} | skipped: {why.strip()} | | | | | | |")
+    print(f"| {n} | skipped: {why.strip()} |" + " |" * (header.count("|") - 2))
 EOF
