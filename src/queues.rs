@@ -9,7 +9,7 @@ use crate::config::{Config, QueueConfig};
 use crate::entry::invite::Invites;
 use crate::error::ApiError;
 use crate::store::ranks::NearHead;
-use crate::store::{QueueKeys, Samples};
+use crate::store::{QueueKeys, QueueRef, Samples};
 
 /// One queue: its name, its Redis keys, its configuration as loaded, and
 /// what the instance keeps of it at run time.
@@ -36,6 +36,15 @@ impl Queue {
             invites: config.invite.as_ref().map(|i| Invites::new(&i.secret)),
             ranks: RankSamples::default(),
             near_head: NearHead::default(),
+        }
+    }
+
+    /// The queue as the store's calls take it.
+    pub fn store_ref(&self) -> QueueRef<'_> {
+        QueueRef {
+            keys: &self.keys,
+            admission: &self.config.admission,
+            heartbeat: &self.config.heartbeat,
         }
     }
 }

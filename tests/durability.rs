@@ -615,13 +615,11 @@ routes: []
                         Step::Register(i) => {
                             runtime
                                 .block_on(store.register(
-                                    &queue.keys,
+                                    queue.store_ref(),
                                     waitgate::store::Joining {
                                         user: &user(*i),
                                         spends: &[],
                                     },
-                                    &queue.config.admission,
-                                    &queue.config.heartbeat,
                                 ))
                                 .unwrap();
                         }
@@ -635,12 +633,7 @@ routes: []
                             }
                         }
                         Step::Admit => {
-                            let _ = runtime.block_on(store.admit(
-                                &queue.keys,
-                                &queue.config.admission,
-                                &queue.config.heartbeat,
-                                (0, 0),
-                            ));
+                            let _ = runtime.block_on(store.admit(queue.store_ref(), (0, 0)));
                         }
                         Step::Snapshot => replica = snapshot(c),
                         Step::Failover => fail_over(c, &replica),

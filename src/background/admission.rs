@@ -29,16 +29,7 @@ async fn admit_loop(shared: Shared, queue: Arc<Queue>) {
     let mut log = FailureLog::new("admission");
     loop {
         let seen = shared.durability.seen(&queue).await;
-        let pause = match shared
-            .store
-            .admit(
-                &queue.keys,
-                &queue.config.admission,
-                &queue.config.heartbeat,
-                seen,
-            )
-            .await
-        {
+        let pause = match shared.store.admit(queue.store_ref(), seen).await {
             Ok(a) => {
                 log.succeeded(&queue.name);
                 if let Some(record) = a.record {

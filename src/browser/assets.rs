@@ -10,30 +10,39 @@ pub struct Asset {
     pub body: &'static [u8],
 }
 
+/// An asset of `name` served as `content_type`, its bytes built in.
+macro_rules! asset {
+    ($name:literal, $content_type:expr, $path:literal) => {
+        Asset {
+            name: $name,
+            content_type: $content_type,
+            body: include_bytes!($path),
+        }
+    };
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+
 /// Every file, by name.
 pub const ASSETS: &[Asset] = &[
-    Asset {
-        name: "waitgate.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../../assets/waiting-room/waitgate.css"),
-    },
-    Asset {
-        name: "page.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../assets/waiting-room/page.js"),
-    },
+    asset!(
+        "waitgate.css",
+        "text/css; charset=utf-8",
+        "../../assets/waiting-room/waitgate.css"
+    ),
+    asset!("page.js", JS, "../../assets/waiting-room/page.js"),
     // Solves a queue's proof-of-work challenge off the page's thread.
-    Asset {
-        name: "proof-worker.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../assets/waiting-room/proof-worker.js"),
-    },
+    asset!(
+        "proof-worker.js",
+        JS,
+        "../../assets/waiting-room/proof-worker.js"
+    ),
     // The client a site's own page can use too (examples/js/README.md).
-    Asset {
-        name: "waitgate-client.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../../examples/js/waitgate-client.js"),
-    },
+    asset!(
+        "waitgate-client.js",
+        JS,
+        "../../examples/js/waitgate-client.js"
+    ),
 ];
 
 /// The file called `name`.

@@ -166,6 +166,16 @@ fn fields(headers: &http::HeaderMap) -> Vec<Field<'_>> {
         .collect()
 }
 
+/// The names of the fields `keep` refuses, to be removed through the
+/// Pingora header (which keeps each name's spelling beside the map).
+fn not_kept(headers: &http::HeaderMap, keep: impl Fn(&[u8]) -> bool) -> Vec<HeaderName> {
+    headers
+        .keys()
+        .filter(|name| !keep(name.as_str().as_bytes()))
+        .cloned()
+        .collect()
+}
+
 #[async_trait]
 impl ProxyHttp for Gate {
     type CTX = RequestCtx;
@@ -340,34 +350,24 @@ impl ProxyHttp for Gate {
             return Err(Error::explain(ErrorType::InternalError, "no identity"));
         };
         let client = fields(&session.req_header().headers);
-        let forwarded_for = forward::forwarded_for(&ctx.peer, client.iter().copied());
         let scheme = if session.digest().is_some_and(|d| d.ssl_digest.is_some()) {
             "https"
         } else {
             "http"
         };
-        let proto = forward::forwarded_proto(ctx.peer, scheme, client.iter().copied());
-        let forwarded = forward::forwarded(&ctx.peer, scheme, client.iter().copied());
-        let dropped: Vec<HeaderName> = {
-            let hop = Hop::new(client.iter().copied(), ctx.upgrade, ctx.peer.trusted);
-            upstream_request
-                .headers
-                .keys()
-                .filter(|name| !hop.forwards(name.as_str().as_bytes()))
-                .cloned()
-                .collect()
-        };
-        for name in dropped {
+        let hop = Hop::new(client.iter().copied(), ctx.upgrade, ctx.peer.trusted);
+        for name in not_kept(&upstream_request.headers, |name| hop.forwards(name)) {
             upstream_request.remove_header(&name);
         }
-        for (name, value) in forward::added(
+        let added = forward::Added::new(
+            &ctx.peer,
+            scheme,
+            client.iter().copied(),
             &identity.user,
             &identity.queue,
-            &forwarded_for,
-            proto,
-            &forwarded,
             &ctx.request_id,
-        ) {
+        );
+        for (name, value) in added.fields() {
             upstream_request.insert_header(name, value)?;
         }
         // An HTTP/1.0 request may come without `Host`; the upstream gets
@@ -411,16 +411,8 @@ impl ProxyHttp for Gate {
             ctx.upstream_body = Some(shape.body);
         }
         let switching = shape.body == rules::response::Body::Tunnel;
-        let dropped: Vec<HeaderName> = {
-            let hop = Hop::new(fields(&response.headers).into_iter(), switching, false);
-            response
-                .headers
-                .keys()
-                .filter(|name| !hop.relays(name.as_str().as_bytes()))
-                .cloned()
-                .collect()
-        };
-        for name in dropped {
+        let hop = Hop::new(fields(&response.headers).into_iter(), switching, false);
+        for name in not_kept(&response.headers, |name| hop.relays(name)) {
             response.remove_header(&name);
         }
         if !shape.interim {
@@ -662,6 +654,12 @@ routes:
         fn decide_parsed(&self, header: &RequestHeader, now: u64) -> Decision {
             self.decide(&self.routes.load(), header, header.raw_path(), now)
         }
+
+        /// Decides on an HTTP/1.1 GET of `target` with one `Host` and
+        /// these headers, now.
+        fn decide_now(&self, target: &[u8], headers: &[(&str, &str)]) -> Decision {
+            self.decide_parsed(&request(target, headers), jwt::now_s())
+        }
     }
 
     #[test]
@@ -687,6 +685,13 @@ routes:
         }
     }
 
+    /// A gate, and a bearer token of queue `baseball` for it.
+    fn gate_and_bearer() -> (Gate, String) {
+        let (g, tokens) = gate();
+        let auth = bearer(&tokens, "baseball");
+        (g, auth)
+    }
+
     fn bearer(tokens: &Tokens, queue: &str) -> String {
         let now = jwt::now_s();
         let t = tokens.issue("u1", queue, (now + 60) * 1000, now).unwrap();
@@ -696,14 +701,13 @@ routes:
     #[test]
     fn queue_endpoints_are_recognised_exactly() {
         let (g, _) = gate();
-        let now = jwt::now_s();
         for (target, want) in [
             ("/api/v1/queue/register", Endpoint::Register),
             ("/api/v1/queue/rank?userId=a", Endpoint::Rank),
             ("/api/v1/queue/dropout?userId=a", Endpoint::Dropout),
             ("/api/v1/queue/active/token", Endpoint::Token),
         ] {
-            match g.decide_parsed(&request(target.as_bytes(), &[]), now) {
+            match g.decide_now(target.as_bytes(), &[]) {
                 Decision::Queue(e) => assert_eq!(e, want),
                 other => panic!("{target}: {other:?}"),
             }
@@ -716,7 +720,7 @@ routes:
             "/",
         ] {
             assert_eq!(
-                status(g.decide_parsed(&request(target.as_bytes(), &[]), now)),
+                status(g.decide_now(target.as_bytes(), &[])),
                 404,
                 "{target}"
             );
@@ -726,12 +730,8 @@ routes:
     #[test]
     fn protected_routes_need_a_token_of_their_queue() {
         let (g, tokens) = gate();
-        let now = jwt::now_s();
         let baseball = bearer(&tokens, "baseball");
-        match g.decide_parsed(
-            &request(b"/api/v1/follow-up/x", &[("authorization", &baseball)]),
-            now,
-        ) {
+        match g.decide_now(b"/api/v1/follow-up/x", &[("authorization", &baseball)]) {
             Decision::Forward {
                 route,
                 identity,
@@ -745,10 +745,7 @@ routes:
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide_parsed(
-            &request(b"/soccer/seat", &[("authorization", &baseball)]),
-            now,
-        );
+        let d = g.decide_now(b"/soccer/seat", &[("authorization", &baseball)]);
         assert!(
             matches!(
                 d,
@@ -759,7 +756,7 @@ routes:
             ),
             "{d:?}"
         );
-        let d = g.decide_parsed(&request(b"/api/v1/follow-up", &[]), now);
+        let d = g.decide_now(b"/api/v1/follow-up", &[]);
         assert!(
             matches!(
                 d,
@@ -771,37 +768,26 @@ routes:
             "{d:?}"
         );
         assert_eq!(
-            status(g.decide_parsed(
-                &request(b"/api/v1/follow-upx", &[("authorization", &baseball)]),
-                now
-            )),
+            status(g.decide_now(b"/api/v1/follow-upx", &[("authorization", &baseball)])),
             404
         );
     }
 
     #[test]
     fn absolute_form_is_checked_and_rewritten_to_its_path() {
-        let (g, tokens) = gate();
-        let now = jwt::now_s();
-        let auth = bearer(&tokens, "baseball");
-        match g.decide_parsed(
-            &request(
-                b"http://evil.example/api/v1/follow-up/a?b=1",
-                &[("authorization", &auth)],
-            ),
-            now,
+        let (g, auth) = gate_and_bearer();
+        match g.decide_now(
+            b"http://evil.example/api/v1/follow-up/a?b=1",
+            &[("authorization", &auth)],
         ) {
             Decision::Forward { origin, .. } => {
                 assert_eq!(origin.as_deref(), Some(&b"/api/v1/follow-up/a?b=1"[..]))
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide_parsed(
-            &request(
-                b"http://x/api/v1/follow-up/../admin",
-                &[("authorization", &auth)],
-            ),
-            now,
+        let d = g.decide_now(
+            b"http://x/api/v1/follow-up/../admin",
+            &[("authorization", &auth)],
         );
         assert_eq!(status(d), 400);
     }
@@ -809,13 +795,9 @@ routes:
     #[test]
     fn ambiguous_framing_is_refused_before_routing() {
         let (g, _) = gate();
-        let now = jwt::now_s();
-        let d = g.decide_parsed(
-            &request(
-                b"/api/v1/queue/register",
-                &[("content-length", "3"), ("content-length", "3")],
-            ),
-            now,
+        let d = g.decide_now(
+            b"/api/v1/queue/register",
+            &[("content-length", "3"), ("content-length", "3")],
         );
         assert_eq!(status(d), 400);
     }
@@ -830,12 +812,9 @@ routes:
             now,
         );
         assert_eq!(status(d), 400);
-        let d = g.decide_parsed(
-            &request(
-                b"/api/v1/follow-up/x",
-                &[("authorization", &auth), ("host", "other")],
-            ),
-            now,
+        let d = g.decide_now(
+            b"/api/v1/follow-up/x",
+            &[("authorization", &auth), ("host", "other")],
         );
         assert_eq!(status(d), 400);
         let mut old = bare_request(b"/api/v1/follow-up/x", &[("authorization", &auth)]);
@@ -845,18 +824,16 @@ routes:
 
     #[test]
     fn upgrades_are_refused_on_routes_that_do_not_switch_protocols() {
-        let (g, tokens) = gate();
-        let now = jwt::now_s();
-        let auth = bearer(&tokens, "baseball");
+        let (g, auth) = gate_and_bearer();
         let upgrade = [("authorization", auth.as_str()), ("upgrade", "websocket")];
-        match g.decide_parsed(&request(b"/api/v1/follow-up/ws", &upgrade), now) {
+        match g.decide_now(b"/api/v1/follow-up/ws", &upgrade) {
             Decision::Refuse { route, error } => {
                 assert_eq!(route, Some(0));
                 assert_eq!(error, ApiError::UpgradeNotAllowed);
             }
             other => panic!("{other:?}"),
         }
-        let d = g.decide_parsed(&request(b"/api/v1/queue/rank?userId=a", &upgrade), now);
+        let d = g.decide_now(b"/api/v1/queue/rank?userId=a", &upgrade);
         assert_eq!(status(d), 400);
     }
 

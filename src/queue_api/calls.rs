@@ -76,14 +76,7 @@ fn registers(
                 spends,
             })
             .collect();
-        store
-            .register_many(
-                &queue.keys,
-                &users,
-                &queue.config.admission,
-                &queue.config.heartbeat,
-            )
-            .await
+        store.register_many(queue.store_ref(), &users).await
     })
 }
 
@@ -97,10 +90,8 @@ fn ranks(
         let samples = queue.ranks.get();
         store
             .poll_many(
-                &queue.keys,
+                queue.store_ref(),
                 &users,
-                &queue.config.admission,
-                &queue.config.heartbeat,
                 samples.as_deref(),
                 &queue.near_head,
             )
@@ -189,13 +180,11 @@ impl Calls {
             return self
                 .store
                 .register(
-                    &queue.keys,
+                    queue.store_ref(),
                     Joining {
                         user,
                         spends: &spends,
                     },
-                    &queue.config.admission,
-                    &queue.config.heartbeat,
                 )
                 .await;
         }
@@ -206,13 +195,7 @@ impl Calls {
         if !self.coalesce {
             return self
                 .store
-                .rank(
-                    &queue.keys,
-                    user,
-                    &queue.config.admission,
-                    &queue.config.heartbeat,
-                    queue.ranks.get().as_deref(),
-                )
+                .rank(queue.store_ref(), user, queue.ranks.get().as_deref())
                 .await;
         }
         self.of(queue)

@@ -446,77 +446,61 @@ mod tests {
     fn only_a_new_registration_gets_a_credential() {
         let queue = super::super::tests::queue();
         let user = UserId::parse("u1").unwrap();
+        // The answer and its label, and the answer's JSON.
+        let run = |registration, proven, credential: fn(u64) -> String| {
+            let (label, reply) = outcome(&queue, &user, registration, None, proven, credential);
+            let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+            (label, reply.status, v)
+        };
         let place = Place {
             rank: 0,
             wait_ms: Some(0),
             poll_after_ms: 1_000,
         };
-        let (label, reply) = outcome(
-            &queue,
-            &user,
-            Registration::New { place, arrival: 7 },
-            None,
-            false,
-            |arrival| format!("credential-{arrival}"),
-        );
+        let (label, _, v) = run(Registration::New { place, arrival: 7 }, false, |arrival| {
+            format!("credential-{arrival}")
+        });
         assert_eq!(label, REGISTERED_NEW);
-        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["queueCredential"], "credential-7");
-        let (label, reply) = outcome(
-            &queue,
-            &user,
+        let (label, _, v) = run(
             Registration::AlreadyWaiting { place, arrival: 7 },
-            None,
             false,
             |_| unreachable!("no credential for a second registration"),
         );
         assert_eq!(label, REGISTERED_AGAIN);
-        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert!(v.get("queueCredential").is_none());
-        let (label, reply) = outcome(
-            &queue,
-            &user,
+        let (label, _, v) = run(
             Registration::Active {
                 expires_at_ms: 1_000,
                 arrival: 7,
             },
-            None,
             false,
             |_| unreachable!("anyone may send a userId"),
         );
         assert_eq!(label, REGISTERED_ACTIVE);
-        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["status"], "ACTIVE");
         assert_eq!(v["activeUntil"], "1970-01-01T00:00:01.000Z");
         assert!(v.get("queueCredential").is_none());
         assert_eq!(v["message"], body::LOST_CREDENTIAL);
         // A login proves the user: its credential is made again.
-        let (_, reply) = outcome(
-            &queue,
-            &user,
+        let (_, _, v) = run(
             Registration::Active {
                 expires_at_ms: 1_000,
                 arrival: 7,
             },
-            None,
             true,
             |arrival| format!("credential-{arrival}"),
         );
-        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
         assert_eq!(v["queueCredential"], "credential-7");
         assert!(v.get("message").is_none());
-        let (label, reply) = outcome(
-            &queue,
-            &user,
+        let (label, status, v) = run(
             Registration::Closed(crate::store::Closed {
                 message: "Sold out.".into(),
             }),
-            None,
             false,
             |_| unreachable!("nobody joins a closed queue"),
         );
-        assert_eq!((label, reply.status), (REGISTERED_CLOSED, 410));
-        let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!((label, status), (REGISTERED_CLOSED, 410));
         assert_eq!(v["error"], "queue_closed");
         assert_eq!(v["message"], "Sold out.");
     }

@@ -63,15 +63,7 @@ impl QueueApi {
         user: &str,
         arrival: u64,
     ) -> Result<Position, StoreError> {
-        let call = || {
-            self.store.reseat(
-                &queue.keys,
-                user,
-                arrival,
-                &queue.config.admission,
-                &queue.config.heartbeat,
-            )
-        };
+        let call = || self.store.reseat(queue.store_ref(), user, arrival);
         let asked = Instant::now();
         let position = match call().await {
             Err(StoreError::Lost) => {

@@ -8,7 +8,7 @@ use super::error::{count, StoreError};
 use super::heartbeat;
 use super::keys::QueueKeys;
 use super::scripts::*;
-use crate::config::{AdmissionConfig, HeartbeatConfig};
+use crate::config::HeartbeatConfig;
 
 /// The outcome of one admission call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,11 +140,14 @@ impl Store {
     /// is refused as lost.
     pub async fn admit(
         &self,
-        keys: &QueueKeys,
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
+        queue: QueueRef<'_>,
         seen: (u64, u64),
     ) -> Result<Admission, StoreError> {
+        let QueueRef {
+            keys,
+            admission,
+            heartbeat,
+        } = queue;
         let mut invocation = ADMIT.invoke(keys);
         invocation
             .arg(admission.interval.as_millis() as u64)

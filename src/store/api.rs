@@ -7,7 +7,6 @@ use super::connection::{Resend, Store};
 use super::error::{count, StoreError};
 use super::keys::QueueKeys;
 use super::scripts::*;
-use crate::config::{AdmissionConfig, HeartbeatConfig};
 
 /// The outcome of `dropout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,32 +60,22 @@ pub struct SpentProof<'a> {
 impl Store {
     pub async fn register(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         joining: Joining<'_>,
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
     ) -> Result<Registration, StoreError> {
-        one(
-            "register",
-            self.register_many(keys, &[joining], admission, heartbeat)
-                .await?,
-        )
+        one("register", self.register_many(queue, &[joining]).await?)
     }
     /// Registers each of `users` (at most [`MAX_USERS_PER_SCRIPT`]), in this order, in
     /// one script call; a user whose proof of work or invite was spent
     /// already is answered [`Registration::ProofSpent`] and nothing else.
     pub async fn register_many(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[Joining<'_>],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
     ) -> Result<Vec<Registration>, StoreError> {
+        let keys = queue.keys;
         let mut invocation = REGISTER.invoke(keys);
-        invocation
-            .arg(admission.interval.as_millis() as u64)
-            .arg(admission.batch_size);
-        heartbeat_args(&mut invocation, heartbeat);
+        pace_args(&mut invocation, queue);
         // The proofs and invites, as (user's place in the batch from 1, id,
         // expiry), then the users.
         invocation.arg(users.iter().map(|u| u.spends.len()).sum::<usize>());

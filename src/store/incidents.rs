@@ -10,8 +10,8 @@ use super::answers::{place, Position};
 use super::connection::{Resend, Store};
 use super::error::{count, StoreError};
 use super::keys::QueueKeys;
-use super::scripts::{ReseatCode, RECOVER, RESEAT, WATCH};
-use crate::config::{AdmissionConfig, HeartbeatConfig};
+use super::scripts::{pace_args, QueueRef, ReseatCode, RECOVER, RESEAT, WATCH};
+use crate::config::HeartbeatConfig;
 
 /// What one look at a queue saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,21 +202,13 @@ impl Store {
     /// where they stand then, else [`Position::NotQueued`].
     pub async fn reseat(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         user: &str,
         arrival: u64,
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
     ) -> Result<Position, StoreError> {
-        let mut invocation = RESEAT.invoke(keys);
-        invocation
-            .arg(user)
-            .arg(arrival)
-            .arg(admission.interval.as_millis() as u64)
-            .arg(admission.batch_size)
-            .arg(heartbeat.timeout.as_millis() as u64)
-            .arg(heartbeat.poll_min.as_millis() as u64)
-            .arg(heartbeat.poll_max.as_millis() as u64);
+        let mut invocation = RESEAT.invoke(queue.keys);
+        invocation.arg(user).arg(arrival);
+        pace_args(&mut invocation, queue);
         // Not waited for by replicas, even with `wait-replicas`: most calls
         // refuse and write nothing, and a seating that a failover loses is
         // made again at the next poll.

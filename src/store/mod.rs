@@ -36,4 +36,5 @@ pub use admission::{Admission, AdmitOutcome, Cleanup, GateRecord, NextBucket, PL
 pub use api::{Current, Dropout, Joining, Sample, SpentProof};
 pub use operator::{Change, Phase, Refused, Setting, Status, MAX_CLOSED_MESSAGE_BYTES};
 pub use polls::MAX_USERS_PER_SCRIPT;
+pub use scripts::QueueRef;
 pub use scripts::REVOKED_CHANNEL;

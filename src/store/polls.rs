@@ -14,24 +14,19 @@ use super::heartbeat;
 use super::keys::QueueKeys;
 use super::ranks::{self, NearHead, Samples};
 use super::scripts::*;
-use crate::config::{AdmissionConfig, HeartbeatConfig};
+use crate::config::HeartbeatConfig;
 
 /// A call of rank.lua for `users` with its keys and settings and, with
 /// `derive`, the samples' range of arrivals (from, before) and exact window
 /// (`nearest`) the instance derives ranks for.
 pub(super) fn rank_invocation<'a>(
-    keys: &'a QueueKeys,
-    admission: &AdmissionConfig,
-    heartbeat: &HeartbeatConfig,
+    queue: QueueRef<'a>,
     derive: FarBackSamples<'_>,
     users: &[&str],
 ) -> ScriptInvocation<'a> {
     let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
-    let mut invocation = RANK.invoke(keys);
-    invocation
-        .arg(admission.interval.as_millis() as u64)
-        .arg(admission.batch_size);
-    heartbeat_args(&mut invocation, heartbeat);
+    let mut invocation = RANK.invoke(queue.keys);
+    pace_args(&mut invocation, queue);
     invocation.arg(from).arg(to).arg(nearest);
     for user in users {
         invocation.arg(*user);
@@ -297,17 +292,11 @@ pub(super) type Departures = Vec<Option<String>>;
 impl Store {
     pub async fn rank(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         user: &str,
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Position, StoreError> {
-        one(
-            "rank",
-            self.rank_many(keys, &[user], admission, heartbeat, samples)
-                .await?,
-        )
+        one("rank", self.rank_many(queue, &[user], samples).await?)
     }
     /// The places of each of `users` (at most [`MAX_USERS_PER_SCRIPT`]) in one script
     /// call, keeping those waiting alive. With `samples`, ranks far back are
@@ -315,16 +304,12 @@ impl Store {
     /// 0.1% are asked again, exactly, in a second call.
     pub async fn rank_many(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<Position>, StoreError> {
-        let told = self
-            .rank_many_told(keys, users, admission, heartbeat, samples)
-            .await?;
-        self.with_closed_message(keys, told.into_iter().map(|t| t.position).collect())
+        let told = self.rank_many_told(queue, users, samples).await?;
+        self.with_closed_message(queue.keys, told.into_iter().map(|t| t.position).collect())
             .await
     }
     /// The positions of a batch, those a script found closed given the
@@ -349,21 +334,15 @@ impl Store {
     /// walked in the waiting set (near the head).
     async fn rank_many_told(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
     ) -> Result<Vec<RankAnswer>, StoreError> {
-        let (mut told, _) = self
-            .rank_call(keys, users, admission, heartbeat, derive(samples))
-            .await?;
+        let (mut told, _) = self.rank_call(queue, users, derive(samples)).await?;
         let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
-            let (answers, _) = self
-                .rank_call(keys, &again, admission, heartbeat, None)
-                .await?;
+            let (answers, _) = self.rank_call(queue, &again, None).await?;
             for (i, answer) in exact.into_iter().zip(answers) {
                 told[i] = answer;
             }
@@ -376,13 +355,11 @@ impl Store {
     /// derived rank could not be told), and the batch's numbers.
     async fn rank_call(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         derive: FarBackSamples<'_>,
     ) -> Result<(Vec<Option<RankAnswer>>, RankBatch), StoreError> {
-        let invocation = rank_invocation(keys, admission, heartbeat, derive, users);
+        let invocation = rank_invocation(queue, derive, users);
         let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         let (each, batch) = rank_batch(&flat)?;
         let samples = derive.map(|(s, _)| s);
@@ -399,16 +376,12 @@ impl Store {
     /// "Polls far back decided by the instance".
     pub async fn poll_many(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
         near: &NearHead,
     ) -> Result<Vec<Position>, StoreError> {
-        let told = self
-            .poll_many_told(keys, users, admission, heartbeat, samples, near)
-            .await?;
+        let told = self.poll_many_told(queue, users, samples, near).await?;
         // Near the head: walked, and nearer than ranks are derived. (A rank
         // is also walked past the last sample, for users who joined since
         // it was taken: far back, and soon sampled.)
@@ -418,52 +391,40 @@ impl Store {
                 t.walked && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
             (*u, near_head)
         }));
-        self.with_closed_message(keys, told.into_iter().map(|t| t.position).collect())
+        self.with_closed_message(queue.keys, told.into_iter().map(|t| t.position).collect())
             .await
     }
     async fn poll_many_told(
         &self,
-        keys: &QueueKeys,
+        queue: QueueRef<'_>,
         users: &[&str],
-        admission: &AdmissionConfig,
-        heartbeat: &HeartbeatConfig,
         samples: Option<&Samples>,
         near: &NearHead,
     ) -> Result<Vec<RankAnswer>, StoreError> {
         let Some((samples, range)) = derive(samples) else {
-            return self
-                .rank_many_told(keys, users, admission, heartbeat, samples)
-                .await;
+            return self.rank_many_told(queue, users, samples).await;
         };
         // Users last answered near the head go to rank.lua in the first
         // call, beside the batch's numbers; the others' heartbeats are read.
         let hints = near.hints(users);
         let (hinted, read): (Vec<usize>, Vec<usize>) = (0..users.len()).partition(|&i| hints[i]);
         if read.is_empty() {
-            return self
-                .rank_many_told(keys, users, admission, heartbeat, Some(samples))
-                .await;
+            return self.rank_many_told(queue, users, Some(samples)).await;
         }
         let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
         let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
         // The departure counters, read before the heartbeats: see
         // `write_far`.
         let mut pipe = redis::pipe();
-        pipe.add_command(departures(keys))
+        pipe.add_command(departures(queue.keys))
             .cmd("HMGET")
-            .arg(&keys.due)
+            .arg(&queue.keys.due)
             .arg(&read_users);
         // Both at once on the shared connection: one round trip.
         let pipe = &pipe;
         let asked = std::time::Instant::now();
         let ((first, batch), (before, values)) = futures::try_join!(
-            self.rank_call(
-                keys,
-                &first_users,
-                admission,
-                heartbeat,
-                Some((samples, range))
-            ),
+            self.rank_call(queue, &first_users, Some((samples, range))),
             self.call(Resend::Safe, |mut c| async move {
                 pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
                     .await
@@ -474,7 +435,7 @@ impl Store {
             told[i] = answer;
         }
         if batch.fast && values.len() == read_users.len() {
-            let far = FarBack::new(&batch, heartbeat, range.1);
+            let far = FarBack::new(&batch, queue.heartbeat, range.1);
             let written = decide_far(
                 &far,
                 &batch,
@@ -483,7 +444,7 @@ impl Store {
                 &values,
                 &mut told,
             );
-            if asked.elapsed() > late_write(heartbeat) {
+            if asked.elapsed() > late_write(queue.heartbeat) {
                 // Written late (an instance that stalled between its read
                 // and its write), a heartbeat could overwrite a later one
                 // another poll wrote meanwhile with an earlier one; past a
@@ -493,16 +454,14 @@ impl Store {
                 forget(&mut told, users, written.iter().map(|w| w.0));
             } else if !written.is_empty() {
                 // Users found moved after the write are asked again, exactly.
-                let moved = self.write_far(keys, &far, &written, &before).await?;
+                let moved = self.write_far(queue.keys, &far, &written, &before).await?;
                 forget(&mut told, users, moved.into_iter());
             }
         }
         let rest: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !rest.is_empty() {
             let asked: Vec<&str> = rest.iter().map(|&i| users[i]).collect();
-            let answers = self
-                .rank_many_told(keys, &asked, admission, heartbeat, Some(samples))
-                .await?;
+            let answers = self.rank_many_told(queue, &asked, Some(samples)).await?;
             for (i, answer) in rest.into_iter().zip(answers) {
                 told[i] = Some(answer);
             }

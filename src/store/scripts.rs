@@ -12,7 +12,7 @@ use redis::{Script, ScriptInvocation};
 
 use super::error::{unexpected, StoreError};
 use super::keys::{Key, QueueKeys};
-use crate::config::HeartbeatConfig;
+use crate::config::{AdmissionConfig, HeartbeatConfig};
 
 /// A script of `lua/` (loaded after `lua/lib.lua`, the helpers they share)
 /// and the queue keys it takes, in its KEYS order.
@@ -257,6 +257,25 @@ static ALL: [&QueueScript; 17] = [
     &REGISTER, &RANK, &DROPOUT, &CURRENT, &ADMIT, &CLEANUP, &SWEEP, &RECHECK, &CONTROL, &SAMPLES,
     &REVOKE, &TOKEN, &STATUS, &HEALTH, &WATCH, &RECOVER, &RESEAT,
 ];
+
+/// One queue as the store's calls take it: its keys, and the settings its
+/// scripts read.
+#[derive(Clone, Copy)]
+pub struct QueueRef<'a> {
+    pub keys: &'a QueueKeys,
+    pub admission: &'a AdmissionConfig,
+    pub heartbeat: &'a HeartbeatConfig,
+}
+
+/// The settings most scripts read after their own leading arguments: the
+/// admission's interval (ms) and batch size, then the heartbeat's
+/// ([`heartbeat_args`]).
+pub(super) fn pace_args(invocation: &mut ScriptInvocation<'_>, queue: QueueRef<'_>) {
+    invocation
+        .arg(queue.admission.interval.as_millis() as u64)
+        .arg(queue.admission.batch_size);
+    heartbeat_args(invocation, queue.heartbeat);
+}
 
 /// The heartbeat settings a script reads (`heartbeat_args` in
 /// `lua/lib.lua`): the timeout and the bounds of the poll advice, in ms.

@@ -226,9 +226,14 @@ fn upstream_head<'a>(
     request_id: &str,
 ) -> Vec<u8> {
     let hop = Hop::new(fields.clone(), false, peer.trusted);
-    let forwarded_for = forward::forwarded_for(&peer, fields.clone());
-    let proto = forward::forwarded_proto(peer, "http", fields.clone());
-    let forwarded = forward::forwarded(&peer, "http", fields.clone());
+    let added = forward::Added::new(
+        &peer,
+        "http",
+        fields.clone(),
+        &identity.user,
+        &identity.queue,
+        request_id,
+    );
     let mut head = Vec::with_capacity(512);
     head.extend_from_slice(method.as_bytes());
     head.push(b' ');
@@ -239,14 +244,7 @@ fn upstream_head<'a>(
             push_field(&mut head, field);
         }
     }
-    for (name, value) in forward::added(
-        &identity.user,
-        &identity.queue,
-        &forwarded_for,
-        proto,
-        &forwarded,
-        request_id,
-    ) {
+    for (name, value) in added.fields() {
         push_field(&mut head, (name.as_bytes(), value.as_bytes()));
     }
     head.extend_from_slice(b"\r\n");

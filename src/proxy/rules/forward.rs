@@ -137,10 +137,7 @@ fn is_sound_id(id: &[u8]) -> bool {
 
 /// `X-Forwarded-For` as sent upstream: the client's address, after what a
 /// trusted peer said about the hops before it.
-pub fn forwarded_for<'p, 'a>(
-    peer: &'p Peer,
-    fields: impl Iterator<Item = Field<'a>>,
-) -> Cow<'p, str> {
+fn forwarded_for<'p, 'a>(peer: &'p Peer, fields: impl Iterator<Item = Field<'a>>) -> Cow<'p, str> {
     if !peer.trusted {
         return Cow::Borrowed(peer.ip_text());
     }
@@ -210,7 +207,7 @@ pub fn client<'a>(
 
 /// `X-Forwarded-Proto` as sent upstream: what a trusted peer said (`http`
 /// or `https`), else the scheme of the listener the request came in on.
-pub fn forwarded_proto<'a>(
+fn forwarded_proto<'a>(
     peer: Peer,
     scheme: &'static str,
     mut fields: impl Iterator<Item = Field<'a>>,
@@ -235,7 +232,7 @@ pub fn forwarded_proto<'a>(
 /// and a backend that believes `Forwarded` first would read the client's
 /// word. So `Forwarded` says what `X-Forwarded-For` says, element for
 /// element, and what waitgate's log says of the client.
-pub fn forwarded<'a>(
+fn forwarded<'a>(
     peer: &Peer,
     scheme: &'static str,
     fields: impl Iterator<Item = Field<'a>> + Clone,
@@ -364,23 +361,48 @@ impl<'a> Hop<'a> {
     }
 }
 
-/// The headers waitgate adds to every forwarded request, in order.
-pub fn added<'v>(
+/// The headers waitgate adds to every forwarded request, worked out once
+/// from the client's headers and the peer, for both HTTP paths.
+pub struct Added<'v> {
     user: &'v str,
     queue: &'v str,
-    forwarded_for: &'v str,
-    proto: &'v str,
-    forwarded: &'v str,
     request_id: &'v str,
-) -> [(&'static str, &'v str); 6] {
-    [
-        (USER_HEADER, user),
-        (QUEUE_HEADER, queue),
-        (FORWARDED_FOR, forwarded_for),
-        (FORWARDED_PROTO, proto),
-        (FORWARDED, forwarded),
-        (REQUEST_ID, request_id),
-    ]
+    forwarded_for: Cow<'v, str>,
+    proto: &'static str,
+    forwarded: String,
+}
+
+impl<'v> Added<'v> {
+    /// `scheme` is that of the listener the request came in on.
+    pub fn new<'a>(
+        peer: &'v Peer,
+        scheme: &'static str,
+        fields: impl Iterator<Item = Field<'a>> + Clone,
+        user: &'v str,
+        queue: &'v str,
+        request_id: &'v str,
+    ) -> Added<'v> {
+        Added {
+            user,
+            queue,
+            request_id,
+            forwarded_for: forwarded_for(peer, fields.clone()),
+            proto: forwarded_proto(*peer, scheme, fields.clone()),
+            forwarded: forwarded(peer, scheme, fields),
+        }
+    }
+
+    /// The headers, in the order they are sent.
+    pub fn fields(&self) -> [(&'static str, &str); 6] {
+        [
+            (USER_HEADER, self.user),
+            (QUEUE_HEADER, self.queue),
+            (FORWARDED_FOR, &self.forwarded_for),
+            (FORWARDED_PROTO, self.proto),
+            (FORWARDED, &self.forwarded),
+            (REQUEST_ID, self.request_id),
+        ]
+    }
 }
 
 #[cfg(test)]
