@@ -423,6 +423,9 @@ fn corpus(token: &str) -> Vec<Case> {
         ("PATCH {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"seat\":12}".into(), vec!["PATCH"]),
         ("DELETE {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["DELETE"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 0\r\n\r\n".into(), vec!["POST"]),
+        // Within the first 4 KiB read with its head: the lane's, when on.
+        ("PUT {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 3000\r\n\r\nBODY3000".into(), vec!["PUT"]),
+        // Past the first read: Pingora's proxy on both sides.
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 12000\r\n\r\nBODY12000".into(), vec!["POST"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 20000\r\n\r\nBODY20000".into(), vec!["POST"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),
@@ -437,6 +440,7 @@ fn corpus(token: &str) -> Vec<Case> {
                 .replace("TOKEN", token)
                 .replace("LONG", &"x".repeat(20_000))
                 .replace("BODY12000", &"b".repeat(12_000))
+                .replace("BODY3000", &"c".repeat(3_000))
                 .replace("BODY20000", &"b".repeat(20_000));
             (text, methods.clone())
         });

@@ -55,7 +55,9 @@ pub struct Plan {
 /// The largest request body the lane forwards. It forwards only a body
 /// that came whole with its head, and head and body must fit the lane's
 /// read (`MAX_LANE_HEAD_BYTES`, the same 16 KiB); a longer one streams
-/// through the proxy.
+/// through the proxy. In practice the bound is lower: a new request is
+/// read 4 KiB at a time (`connections::READ_SIZE`) and only what the read
+/// that completed the head brought counts (docs/api.md, "The direct lane").
 pub const MAX_LANE_BODY_BYTES: usize = 16 * 1024;
 
 /// A taken request and what its record needs.
