@@ -729,8 +729,7 @@ routes:
 
     #[test]
     fn protected_routes_need_a_token_of_their_queue() {
-        let (g, tokens) = gate();
-        let baseball = bearer(&tokens, "baseball");
+        let (g, baseball) = gate_and_bearer();
         match g.decide_now(b"/api/v1/follow-up/x", &[("authorization", &baseball)]) {
             Decision::Forward {
                 route,

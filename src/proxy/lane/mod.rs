@@ -68,6 +68,10 @@ use request::{Take, Taken};
 /// proxy (which has its own, larger limit).
 pub const MAX_LANE_HEAD_BYTES: usize = 16 * 1024;
 
+// A body must fit the read its head came in: the two limits are written
+// apart (the request module may not import this one), and kept in step here.
+const _: () = assert!(request::MAX_LANE_BODY_BYTES <= MAX_LANE_HEAD_BYTES);
+
 /// Header slots for parsing a request; one with more is handed to the proxy.
 const MAX_HEADERS: usize = 64;
 
