@@ -519,26 +519,17 @@ mod tests {
         const PREFIX: &str = "/api/v1/follow-up";
 
         fn segment() -> impl Strategy<Value = String> {
+            // The prefix's own names, segments that have fooled path
+            // normalisers, and random ones.
+            const NAMES: &[&str] = &["api", "v1", "follow-up", "admin"];
+            const TRICKY: &[&str] = &[
+                ".", "..", "", "%2e", "%2E%2e", "%2f", "%5C", "%25", "%252e", ";x", "..;", "\\",
+                "%41", "%",
+            ];
             prop_oneof![
-                Just("api".to_string()),
-                Just("v1".to_string()),
-                Just("follow-up".to_string()),
-                Just("admin".to_string()),
-                Just(".".to_string()),
-                Just("..".to_string()),
-                Just(String::new()),
-                Just("%2e".to_string()),
-                Just("%2E%2e".to_string()),
-                Just("%2f".to_string()),
-                Just("%5C".to_string()),
-                Just("%25".to_string()),
-                Just("%252e".to_string()),
-                Just(";x".to_string()),
-                Just("..;".to_string()),
-                Just("\\".to_string()),
-                Just("%41".to_string()),
-                Just("%".to_string()),
-                "[a-z.%-]{1,6}",
+                4 => prop::sample::select(NAMES).prop_map(str::to_string),
+                14 => prop::sample::select(TRICKY).prop_map(str::to_string),
+                1 => "[a-z.%-]{1,6}",
             ]
         }
 
