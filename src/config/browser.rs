@@ -67,12 +67,8 @@ pub(super) struct RawIdentity {
 
 impl RawIdentity {
     pub(super) fn validate(self) -> Result<IdentityConfig, ConfigError> {
-        if self.issuer.trim().is_empty() {
-            return Err(invalid("identity.issuer", "must not be empty"));
-        }
-        if self.audience.trim().is_empty() {
-            return Err(invalid("identity.audience", "must not be empty"));
-        }
+        let issuer = non_empty("identity.issuer", self.issuer)?;
+        let audience = non_empty("identity.audience", self.audience)?;
         let key = match (self.secret_env, self.jwks_file) {
             (Some(env), None) => {
                 if env.is_empty() || !env.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
@@ -106,8 +102,8 @@ impl RawIdentity {
             }
         }
         Ok(IdentityConfig {
-            issuer: self.issuer,
-            audience: self.audience,
+            issuer,
+            audience,
             key,
             cookie: self.cookie,
             leeway: Duration::from_secs(ranged("identity.leeway-s", self.leeway_s, 0, 300)?),

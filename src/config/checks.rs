@@ -126,6 +126,14 @@ pub(super) fn socket_addr(key: &str, value: &str) -> Result<SocketAddr, ConfigEr
         .map_err(|_| invalid(key, format!("`{value}` is not an ip:port address")))
 }
 
+/// A value that must say something: not empty, not only white space.
+pub(super) fn non_empty(key: &str, value: String) -> Result<String, ConfigError> {
+    if value.trim().is_empty() {
+        return Err(invalid(key, "must not be empty"));
+    }
+    Ok(value)
+}
+
 pub(super) fn ranged(key: &str, value: u64, min: u64, max: u64) -> Result<u64, ConfigError> {
     if value < min || value > max {
         return Err(invalid(

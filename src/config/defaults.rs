@@ -31,17 +31,8 @@ pub fn direct_lane() -> bool {
 pub fn client_timeout_ms() -> u64 {
     10_000
 }
-pub fn command_timeout_ms() -> u64 {
-    500
-}
 pub fn connect_timeout_ms() -> u64 {
     2_000
-}
-pub fn redis_mode() -> String {
-    "standalone".into()
-}
-pub fn wait_timeout_ms() -> u64 {
-    100
 }
 pub fn resolve_interval_s() -> u64 {
     30
@@ -51,9 +42,6 @@ pub fn load_balancing() -> String {
 }
 pub fn read_timeout_ms() -> u64 {
     30_000
-}
-pub fn coalesce() -> bool {
-    true
 }
 pub fn identity_leeway_s() -> u64 {
     5

@@ -23,17 +23,13 @@ section! {
 
 impl RawJwt {
     pub(super) fn validate(self) -> Result<JwtConfig, ConfigError> {
-        if self.issuer.trim().is_empty() {
-            return Err(invalid("jwt.issuer", "must not be empty"));
-        }
-        if self.audience.trim().is_empty() {
-            return Err(invalid("jwt.audience", "must not be empty"));
-        }
+        let issuer = non_empty("jwt.issuer", self.issuer)?;
+        let audience = non_empty("jwt.audience", self.audience)?;
         let ttl = ranged("jwt.ttl-ms", self.ttl_ms, 1_000, MAX_DURATION_MS)?;
         let leeway = ranged("jwt.leeway-s", self.leeway_s, 0, 300)?;
         Ok(JwtConfig {
-            issuer: self.issuer,
-            audience: self.audience,
+            issuer,
+            audience,
             ttl: Duration::from_millis(ttl),
             leeway: Duration::from_secs(leeway),
         })

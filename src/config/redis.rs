@@ -3,10 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::checks::*;
-use super::defaults;
 
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
@@ -52,40 +49,27 @@ pub struct RedisTls {
     pub key_file: Option<PathBuf>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(super) struct RawRedis {
-    #[serde(default = "defaults::redis_mode")]
-    pub(super) mode: String,
-    #[serde(default)]
-    pub(super) url: Option<String>,
-    #[serde(default)]
-    pub(super) sentinels: Vec<String>,
-    #[serde(default)]
-    pub(super) master_name: Option<String>,
-    #[serde(default)]
-    pub(super) nodes: Vec<String>,
-    #[serde(default)]
-    pub(super) tls: Option<RawRedisTls>,
-    #[serde(default = "defaults::command_timeout_ms")]
-    pub(super) command_timeout_ms: u64,
-    #[serde(default)]
-    pub(super) wait_replicas: u64,
-    #[serde(default = "defaults::wait_timeout_ms")]
-    pub(super) wait_timeout_ms: u64,
-    #[serde(default = "defaults::coalesce")]
-    pub(super) coalesce: bool,
+section! {
+    RawRedis {
+        mode: String = "standalone".into(),
+        url: Option<String> = None,
+        sentinels: Vec<String> = Vec::new(),
+        master_name: Option<String> = None,
+        nodes: Vec<String> = Vec::new(),
+        tls: Option<RawRedisTls> = None,
+        command_timeout_ms: u64 = 500,
+        wait_replicas: u64 = 0,
+        wait_timeout_ms: u64 = 100,
+        coalesce: bool = true,
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(super) struct RawRedisTls {
-    #[serde(default)]
-    pub(super) ca_file: Option<PathBuf>,
-    #[serde(default)]
-    pub(super) cert_file: Option<PathBuf>,
-    #[serde(default)]
-    pub(super) key_file: Option<PathBuf>,
+section! {
+    RawRedisTls {
+        ca_file: Option<PathBuf> = None,
+        cert_file: Option<PathBuf> = None,
+        key_file: Option<PathBuf> = None,
+    }
 }
 
 impl RawRedis {
@@ -115,14 +99,7 @@ impl RawRedis {
             "sentinel" => {
                 only("url", self.url.is_some(), "sentinel")?;
                 only("nodes", !self.nodes.is_empty(), "sentinel")?;
-                if self.sentinels.is_empty() {
-                    return Err(invalid("redis.sentinels", "list at least one Sentinel"));
-                }
-                let sentinels = self
-                    .sentinels
-                    .iter()
-                    .map(|u| redis_url("redis.sentinels", u))
-                    .collect::<Result<_, _>>()?;
+                let sentinels = redis_urls("redis.sentinels", &self.sentinels, "Sentinel")?;
                 let master_name = self
                     .master_name
                     .filter(|n| !n.trim().is_empty())
@@ -136,14 +113,7 @@ impl RawRedis {
                 only("url", self.url.is_some(), "cluster")?;
                 only("sentinels", !self.sentinels.is_empty(), "cluster")?;
                 only("master-name", self.master_name.is_some(), "cluster")?;
-                if self.nodes.is_empty() {
-                    return Err(invalid("redis.nodes", "list at least one node"));
-                }
-                let nodes = self
-                    .nodes
-                    .iter()
-                    .map(|u| redis_url("redis.nodes", u))
-                    .collect::<Result<_, _>>()?;
+                let nodes = redis_urls("redis.nodes", &self.nodes, "node")?;
                 RedisMode::Cluster { nodes }
             }
             other => {
@@ -241,6 +211,14 @@ pub(super) fn check_redis_tls(tls: &RawRedisTls) -> Result<(), ConfigError> {
 }
 
 /// A Redis URL (`redis://` or `rediss://`) the redis crate accepts.
+/// A list of Redis URLs that names at least one `what`.
+fn redis_urls(key: &str, urls: &[String], what: &str) -> Result<Vec<String>, ConfigError> {
+    if urls.is_empty() {
+        return Err(invalid(key, format!("list at least one {what}")));
+    }
+    urls.iter().map(|u| redis_url(key, u)).collect()
+}
+
 pub(super) fn redis_url(key: &str, url: &str) -> Result<String, ConfigError> {
     let url = url.trim().to_string();
     if !(url.starts_with("redis://") || url.starts_with("rediss://")) {

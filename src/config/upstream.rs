@@ -93,13 +93,11 @@ pub(super) struct RawTls {
     pub(super) ca_file: Option<PathBuf>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub(super) struct RawTlsMap {
-    #[serde(default)]
-    pub(super) sni: Option<String>,
-    #[serde(default)]
-    pub(super) ca_file: Option<PathBuf>,
+section! {
+    RawTlsMap {
+        sni: Option<String> = None,
+        ca_file: Option<PathBuf> = None,
+    }
 }
 
 impl<'de> Deserialize<'de> for RawTls {

@@ -49,9 +49,8 @@ async fn dropout(api: &QueueApi, head: &RequestHeader, caller: &Caller) -> Resul
     // A credential that is not one of ours for this user matches no
     // registration; Redis need not be asked.
     let arrival = api
-        .credentials()
-        .check(&queue.name, who.user.as_str(), presented)
-        .ok_or_else(|| about(ApiError::CredentialMismatch))?;
+        .arrival_of(&queue, &who.user, presented)
+        .map_err(about)?;
     let removed = api
         .store()
         .dropout(&queue.keys, who.user.as_str(), arrival)

@@ -44,6 +44,7 @@ use crate::queues::{Queue, Queues};
 use crate::reply::Reply;
 use crate::revocation::revoke;
 use crate::store::{Store, StoreError};
+use crate::user::UserId;
 use credential::Credentials;
 
 /// A release's Redis call is tried this many times, the pauses between
@@ -245,6 +246,20 @@ impl QueueApi {
 
     pub fn credentials(&self) -> &Credentials {
         &self.credentials
+    }
+
+    /// The arrival a presented credential names, when it is one of ours
+    /// for this user on this queue: checked here, with no Redis call.
+    /// Any other credential matches no registration.
+    pub(super) fn arrival_of(
+        &self,
+        queue: &Queue,
+        user: &UserId,
+        credential: &str,
+    ) -> Result<u64, ApiError> {
+        self.credentials
+            .check(&queue.name, user.as_str(), credential)
+            .ok_or(ApiError::CredentialMismatch)
     }
 
     pub fn metrics(&self) -> &Metrics {

@@ -38,9 +38,8 @@ async fn rank(api: &QueueApi, query: Option<&str>, caller: &Caller) -> Result<Re
             )))
         })?;
         let arrival = api
-            .credentials()
-            .check(&queue.name, who.user.as_str(), presented)
-            .ok_or_else(|| about(ApiError::CredentialMismatch))?;
+            .arrival_of(&queue, &who.user, presented)
+            .map_err(about)?;
         // Of the registration that stands: one of an earlier registration
         // polls nobody's place (a second call, on such queues only).
         let current = api

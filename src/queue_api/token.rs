@@ -138,9 +138,8 @@ impl QueueApi {
         // A credential that is not one of ours for this user is refused
         // without asking Redis, with the same answer as any other refusal.
         let arrival = self
-            .credentials()
-            .check(&queue.name, user.as_str(), credential)
-            .ok_or_else(refused)?;
+            .arrival_of(queue, user, credential)
+            .map_err(|_| refused())?;
         let active_until_ms = self
             .calls
             .token(queue, user.as_str(), arrival)
