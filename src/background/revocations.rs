@@ -130,14 +130,14 @@ mod tests {
     #[test]
     fn pushed_messages_are_parsed_strictly() {
         assert_eq!(parse(b"q\nalice\n123"), Some(("q", "alice", 123)));
-        for bad in [
-            &b""[..],
-            b"q\nalice",
-            b"q\nalice\nx",
-            b"q\nalice\n1\n2",
-            b"\nalice\n1",
+        for (bad, why) in [
+            (&b""[..], "empty"),
+            (b"q\nalice", "no arrival"),
+            (b"q\nalice\nx", "an arrival that is not a number"),
+            (b"q\nalice\n1\n2", "a fourth line"),
+            (b"\nalice\n1", "no queue"),
         ] {
-            assert_eq!(parse(bad), None, "{bad:?}");
+            assert_eq!(parse(bad), None, "{why}");
         }
     }
 }

@@ -267,14 +267,12 @@ mod tests {
             Some("admin")
         );
         assert!(token.admits(b"bearer  0123456789abcdef-admin ").is_some());
+        // The header's grammar is wire::authorization's (tested there);
+        // here, that only the very token is taken.
         for wrong in [
-            &b""[..],
-            b"Bearer",
-            b"Bearer ",
-            b"Bearer 0123456789abcdef-admiN",
+            &b"Bearer 0123456789abcdef-admiN"[..],
             b"Bearer 0123456789abcdef-admin2",
             b"Basic 0123456789abcdef-admin",
-            b"0123456789abcdef-admin",
         ] {
             assert!(token.admits(wrong).is_none(), "{wrong:?}");
         }

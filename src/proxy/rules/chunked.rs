@@ -326,25 +326,21 @@ mod tests {
 
     #[test]
     fn refuses_what_pingora_refuses() {
-        for bad in [
-            &b"x\r\n"[..],
-            b"5\r\nhelloXX",
-            b"5\rX",
-            b"5\nhello\r\n",
-            b"3\r\nabc\n0\r\n\r\n",
-            b"5 6\r\n",
-            b"10000000000000000\r\n",
+        for (bad, why) in [
+            (&b"x\r\n"[..], "a size that is not hex"),
+            (b"5\r\nhelloXX", "no CRLF after the data"),
+            (b"5\rX", "a bare CR after the size"),
+            (b"5\nhello\r\n", "a bare LF after the size"),
+            (b"3\r\nabc\n0\r\n\r\n", "a bare LF after the data"),
+            (b"5 6\r\n", "two sizes"),
+            (b"10000000000000000\r\n", "a size past 64 bits"),
             // Trailer lines end with CRLF, nothing else.
-            b"0\r\nX: a\nY: b\r\n\r\n",
-            b"0\r\n\n",
-            b"0\r\nX: a\rY\r\n\r\n",
-            b"0\r\n\rX",
+            (b"0\r\nX: a\nY: b\r\n\r\n", "a trailer ended by LF"),
+            (b"0\r\n\n", "the last line a bare LF"),
+            (b"0\r\nX: a\rY\r\n\r\n", "a bare CR in a trailer"),
+            (b"0\r\n\rX", "a bare CR where the last line starts"),
         ] {
-            assert!(
-                split_feed(bad, bad.len()).is_err(),
-                "{:?}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(split_feed(bad, bad.len()).is_err(), "{why}");
         }
         assert_eq!(split_feed(b"5\r\nhel", 6).unwrap().0, None);
         // A size line longer than Pingora ever takes whatever the split.
