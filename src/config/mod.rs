@@ -397,6 +397,11 @@ routes: []
         format!("{MINIMAL}{extra}")
     }
 
+    /// A file of these three sections and no routes.
+    fn file(redis: &str, queues: &str, upstreams: &str) -> String {
+        format!("redis: {redis}\nqueues: {queues}\nupstreams: {upstreams}\nroutes: []\n")
+    }
+
     fn error_of(text: &str) -> String {
         Config::from_yaml(text).unwrap_err().to_string()
     }
@@ -442,11 +447,7 @@ routes: []
 
     #[test]
     fn a_queue_names_its_exact_rank_window() {
-        let yaml = |q: &str| {
-            format!(
-                "redis: {{url: 'redis://x:1'}}\nqueues: {{a: {q}}}\nupstreams: {{}}\nroutes: []\n"
-            )
-        };
+        let yaml = |q: &str| file("{url: 'redis://x:1'}", &format!("{{a: {q}}}"), "{}");
         let c = Config::from_yaml(&yaml("{exact-rank-window: 5000}")).unwrap();
         assert_eq!(c.queues["a"].exact_rank_window, 5000);
         let c = Config::from_yaml(&yaml("{}")).unwrap();
@@ -461,21 +462,23 @@ routes: []
     fn unknown_keys_are_rejected_with_their_name() {
         let e = error_of(&with("treads: 4\n"));
         assert!(e.contains("treads"), "{e}");
-        let e = error_of(
-            "redis: {url: 'redis://x:1', timeout: 3}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n",
-        );
+        let e = error_of(&file("{url: 'redis://x:1', timeout: 3}", "{a: {}}", "{}"));
         assert!(e.contains("timeout"), "{e}");
-        let e = error_of(
-            "redis: {url: 'redis://x:1'}\nqueues: {a: {admission: {batch: 3}}}\nupstreams: {}\nroutes: []\n",
-        );
+        let e = error_of(&file(
+            "{url: 'redis://x:1'}",
+            "{a: {admission: {batch: 3}}}",
+            "{}",
+        ));
         assert!(e.contains("batch"), "{e}");
     }
 
     #[test]
     fn an_upstream_address_listed_twice_is_refused() {
-        let e = error_of(
-            "redis: {url: 'redis://x:1'}\nqueues: {a: {}}\nupstreams: {u: {addresses: ['127.0.0.1:1', ' 127.0.0.1:1']}}\nroutes: []\n",
-        );
+        let e = error_of(&file(
+            "{url: 'redis://x:1'}",
+            "{a: {}}",
+            "{u: {addresses: ['127.0.0.1:1', ' 127.0.0.1:1']}}",
+        ));
         assert!(e.starts_with("upstreams.u.addresses:"), "{e}");
         assert!(e.contains("listed twice"), "{e}");
     }
@@ -486,7 +489,7 @@ routes: []
         assert!(e.contains("redis"), "{e}");
         let e = error_of("redis: {url: 'redis://x:1'}\nupstreams: {}\nroutes: []\n");
         assert!(e.contains("queues"), "{e}");
-        let e = error_of("redis: {url: 'redis://x:1'}\nqueues: {}\nupstreams: {}\nroutes: []\n");
+        let e = error_of(&file("{url: 'redis://x:1'}", "{}", "{}"));
         assert!(e.starts_with("queues:"), "{e}");
     }
 
@@ -535,8 +538,10 @@ routes: []
             assert!(e.starts_with(key), "{extra:?} gave {e}");
         }
         let bad_queue = |body: &str| {
-            error_of(&format!(
-                "redis: {{url: 'redis://x:1'}}\nqueues: {{q: {body}}}\nupstreams: {{}}\nroutes: []\n"
+            error_of(&file(
+                "{url: 'redis://x:1'}",
+                &format!("{{q: {body}}}"),
+                "{}",
             ))
         };
         let e = bad_queue("{admission: {batch-size: 0}}");
@@ -556,20 +561,19 @@ routes: []
 
     #[test]
     fn redis_url_is_checked() {
-        let e =
-            error_of("redis: {url: 'http://x:1'}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n");
+        let e = error_of(&file("{url: 'http://x:1'}", "{a: {}}", "{}"));
         assert!(e.starts_with("redis.url:"), "{e}");
-        let e = error_of(
-            "redis: {url: 'redis://x:1', command-timeout-ms: 0}\nqueues: {a: {}}\nupstreams: {}\nroutes: []\n",
-        );
+        let e = error_of(&file(
+            "{url: 'redis://x:1', command-timeout-ms: 0}",
+            "{a: {}}",
+            "{}",
+        ));
         assert!(e.starts_with("redis.command-timeout-ms:"), "{e}");
     }
 
     #[test]
     fn queue_names_cannot_break_the_hash_tag() {
-        let e = error_of(
-            "redis: {url: 'redis://x:1'}\nqueues: {'a}b': {}}\nupstreams: {}\nroutes: []\n",
-        );
+        let e = error_of(&file("{url: 'redis://x:1'}", "{'a}b': {}}", "{}"));
         assert!(e.starts_with("queues.a}b:"), "{e}");
     }
 
@@ -651,10 +655,7 @@ routes: []
 
     #[test]
     fn several_queues_have_no_default() {
-        let c = Config::from_yaml(
-            "redis: {url: 'redis://x:1'}\nqueues: {a: {}, b: {}}\nupstreams: {}\nroutes: []\n",
-        )
-        .unwrap();
+        let c = Config::from_yaml(&file("{url: 'redis://x:1'}", "{a: {}, b: {}}", "{}")).unwrap();
         assert_eq!(c.single_queue(), None);
     }
 }
