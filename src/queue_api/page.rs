@@ -800,23 +800,20 @@ mod tests {
         );
         assert!(paused.contains("data-status=\"PAUSED\""));
         assert!(paused.contains("Entry is paused for a moment"));
-        let pre = page(
-            View::Prequeue {
-                opens_in_ms: 90_000,
-                poll_after_ms: 22_500,
-            },
-            Lang::En,
-        );
-        assert!(pre.contains("Opens in 90 seconds."));
-        assert!(pre.contains("data-status=\"PREQUEUE\""));
-        let last = page(
-            View::Prequeue {
-                opens_in_ms: 700,
-                poll_after_ms: 1_000,
-            },
-            Lang::En,
-        );
-        assert!(last.contains("Opens in 1 second."), "{last}");
+        for (opens_in_ms, says) in [
+            (90_000, "Opens in 90 seconds."),
+            (700, "Opens in 1 second."),
+        ] {
+            let pre = page(
+                View::Prequeue {
+                    opens_in_ms,
+                    poll_after_ms: 1_000,
+                },
+                Lang::En,
+            );
+            assert!(pre.contains(says), "{pre}");
+            assert!(pre.contains("data-status=\"PREQUEUE\""));
+        }
     }
 
     #[test]

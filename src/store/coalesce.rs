@@ -226,14 +226,8 @@ mod tests {
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);
 
-        let handles: Vec<_> = (0..500u32)
-            .map(|n| {
-                let c = c.clone();
-                tokio::spawn(async move { (n, c.call(n).await.unwrap()) })
-            })
-            .collect();
-        for h in handles {
-            let (n, doubled) = h.await.unwrap();
+        for (n, h) in (0..500u32).zip(at_once(&c, 0..500)) {
+            let doubled = h.await.unwrap().unwrap();
             assert_eq!(doubled, n * 2, "each caller gets its own answer");
         }
         let made = calls.load(Ordering::SeqCst) - 1;
@@ -248,26 +242,16 @@ mod tests {
     #[tokio::test]
     async fn a_failed_call_fails_every_request_in_it_and_the_next_call_still_goes() {
         let (c, _, _) = doubler(true);
-        let a = tokio::spawn({
-            let c = c.clone();
-            async move { c.call(1).await }
-        });
-        let b = tokio::spawn({
-            let c = c.clone();
-            async move { c.call(2).await }
-        });
-        assert!(a.await.unwrap().is_err());
-        assert!(b.await.unwrap().is_err());
+        for h in at_once(&c, [1, 2]) {
+            assert!(h.await.unwrap().is_err());
+        }
         assert!(c.call(3).await.is_err(), "not stuck busy");
     }
 
     #[tokio::test]
     async fn a_caller_that_goes_away_leaves_the_others_answered() {
         let (c, _, _) = doubler(false);
-        let first = tokio::spawn({
-            let c = c.clone();
-            async move { c.call(1).await }
-        });
+        let first = at_once(&c, [1]).remove(0);
         tokio::time::sleep(Duration::from_millis(1)).await;
         first.abort();
         assert_eq!(c.call(5).await.unwrap(), 10);
@@ -309,12 +293,13 @@ mod tests {
         (Coalescer::new(batch, deadline), calls)
     }
 
-    /// `callers` calls at once, each in a task of its own.
-    fn at_once(
-        c: &Arc<Coalescer<Hung>>,
-        callers: u32,
-    ) -> Vec<tokio::task::JoinHandle<Result<u32, StoreError>>> {
-        (0..callers)
+    /// Calls with these requests at once, each in a task of its own.
+    fn at_once<B: Batch<Request = u32>>(
+        c: &Arc<Coalescer<B>>,
+        requests: impl IntoIterator<Item = u32>,
+    ) -> Vec<tokio::task::JoinHandle<Result<B::Answer, StoreError>>> {
+        requests
+            .into_iter()
             .map(|n| {
                 let c = c.clone();
                 tokio::spawn(async move { c.call(n).await })
@@ -322,35 +307,29 @@ mod tests {
             .collect()
     }
 
-    /// Many callers at once against a hung Redis: how long the last waited.
-    async fn slowest_of(c: &Arc<Coalescer<Hung>>, callers: u32) -> Duration {
+    /// That many callers at once against a hung Redis are all told it is
+    /// unavailable within `limit`.
+    async fn all_refused_within(c: &Arc<Coalescer<Hung>>, callers: u32, limit: Duration) {
         let started = std::time::Instant::now();
-        for h in at_once(c, callers) {
+        for h in at_once(c, 0..callers) {
             assert!(matches!(h.await.unwrap(), Err(StoreError::Unavailable(_))));
         }
-        started.elapsed()
+        let took = started.elapsed();
+        assert!(took < limit, "the last answer after {took:?}");
     }
 
     #[tokio::test]
     async fn an_unavailable_call_fails_everything_pending_at_once() {
         // 2,000 callers would be ten calls of 200 one after the other.
         let (c, calls) = hung(Duration::from_millis(100), Duration::from_secs(5), 0);
-        let took = slowest_of(&c, 2_000).await;
-        assert!(
-            took < Duration::from_millis(300),
-            "the last answer after {took:?}"
-        );
+        all_refused_within(&c, 2_000, Duration::from_millis(300)).await;
         assert!(calls.load(Ordering::SeqCst) <= 2, "{calls:?} calls");
     }
 
     #[tokio::test]
     async fn no_caller_waits_past_its_deadline_and_those_who_gave_up_are_not_sent() {
         let (c, calls) = hung(Duration::from_millis(400), Duration::from_millis(100), 0);
-        let took = slowest_of(&c, 500).await;
-        assert!(
-            took < Duration::from_millis(250),
-            "the last answer after {took:?}"
-        );
+        all_refused_within(&c, 500, Duration::from_millis(250)).await;
         // What was pending behind the first call is not sent once it ends.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -360,7 +339,7 @@ mod tests {
     async fn a_call_that_panics_leaves_the_coalescer_free() {
         let (c, calls) = hung(Duration::from_millis(20), Duration::from_secs(5), 1);
         let started = std::time::Instant::now();
-        for h in at_once(&c, 50) {
+        for h in at_once(&c, 0..50) {
             assert!(h.await.unwrap().is_err());
         }
         assert!(

@@ -323,28 +323,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_connection_with_unread_bytes_is_closed_not_reused() {
-        let (conn, mut server) = pair().await;
+    async fn a_connection_the_upstream_wrote_on_or_closed_is_not_reused() {
         let pool = pool();
-        let kept = Kept::new();
-        kept.put(&pool, conn, Instant::now());
-        server
-            .write_all(b"HTTP/1.1 302 Found\r\n\r\n")
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(kept.take(&pool).is_none());
-    }
-
-    #[tokio::test]
-    async fn a_connection_the_upstream_closed_is_not_reused() {
-        let (conn, server) = pair().await;
-        let pool = pool();
-        let kept = Kept::new();
-        kept.put(&pool, conn, Instant::now());
-        drop(server);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(kept.take(&pool).is_none());
+        for closed in [false, true] {
+            let (conn, mut server) = pair().await;
+            let kept = Kept::new();
+            kept.put(&pool, conn, Instant::now());
+            if closed {
+                drop(server);
+            } else {
+                server
+                    .write_all(b"HTTP/1.1 302 Found\r\n\r\n")
+                    .await
+                    .unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(kept.take(&pool).is_none(), "closed: {closed}");
+        }
     }
 
     #[tokio::test]
