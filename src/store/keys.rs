@@ -3,118 +3,87 @@
 //! Every key of a queue carries the hash tag `{<queue>}`, so that all of them
 //! live in one Redis Cluster slot and one script may touch them together.
 
-/// The keys of one queue, built once at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueKeys {
+/// Declares each key once: its field of [`QueueKeys`], its [`Key`], and
+/// its name (the field's), which is both the name in the scripts' headers
+/// and the end of the Redis key.
+macro_rules! queue_keys {
+    ($($(#[$doc:meta])* $field:ident: $variant:ident,)*) => {
+        /// The keys of one queue, built once at start.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct QueueKeys {
+            $($(#[$doc])* pub $field: String,)*
+        }
+
+        /// A key of a queue, by the name the scripts' headers give it.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Key {
+            $($variant,)*
+        }
+
+        impl Key {
+            /// Every key, in the order declared.
+            #[cfg(test)]
+            pub const ALL: &'static [Key] = &[$(Key::$variant,)*];
+
+            /// The name in a script's header, and in the key
+            /// (`queue:{q}:<name>`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Key::$variant => stringify!($field),)*
+                }
+            }
+        }
+
+        impl QueueKeys {
+            pub fn new(queue: &str) -> QueueKeys {
+                QueueKeys {
+                    $($field: format!("queue:{{{queue}}}:{}", stringify!($field)),)*
+                }
+            }
+
+            pub(super) fn of(&self, key: Key) -> &str {
+                match key {
+                    $(Key::$variant => &self.$field,)*
+                }
+            }
+        }
+    };
+}
+
+queue_keys! {
     /// ZSET userId -> arrival order (microseconds, strictly increasing).
-    pub waiting: String,
+    waiting: Waiting,
     /// ZSET userId -> when the next poll is due (ms), as versions before
     /// `due` kept heartbeats (see `heartbeats` in `lua/lib.lua`).
-    pub heartbeat: String,
+    heartbeat: Heartbeat,
     /// HASH userId -> when the next poll is due (ms): the heartbeats.
-    pub due: String,
+    due: Due,
     /// ZSET of the heartbeat buckets by their end (ms); the bucket ending
     /// at `e` is the LIST `<dues>:<e>` of the users whose heartbeat a poll
     /// set within it, the candidates cleanup looks at once it is past.
-    pub dues: String,
+    dues: Dues,
     /// ZSET userId -> active-state expiry (ms).
-    pub active: String,
+    active: Active,
     /// HASH userId -> arrival, for admitted users only (see
     /// `queue::credential`).
-    pub credential: String,
+    credential: Credential,
     /// The global admission gate: the last admitted window.
-    pub admission: String,
+    admission: Admission,
     /// HASH: the operator's live settings and the event schedule (see
     /// `lua/lib.lua`).
-    pub control: String,
+    control: Control,
     /// ZSET userId -> arrival: users pre-queued before a scheduled open,
     /// kept for placed ones until they are admitted or leave.
-    pub prequeue: String,
+    prequeue: Prequeue,
     /// ZSET userId -> revoked at (ms): whose tokens are refused.
-    pub revoked: String,
+    revoked: Revoked,
     /// ZSET userId -> the latest arrival of theirs that may not be seated
     /// again after a loss of state: one they left, or were seated at once
     /// already (see `lua/reseat.lua`).
-    pub spent: String,
+    spent: Spent,
     /// ZSET challenge id -> its expiry (ms): the proofs of work registers
     /// used, kept until their challenge expires (see `lua/register.lua`).
-    pub proofs: String,
-}
-
-impl QueueKeys {
-    pub fn new(queue: &str) -> QueueKeys {
-        let key = |kind: Key| format!("queue:{{{queue}}}:{}", kind.name());
-        QueueKeys {
-            waiting: key(Key::Waiting),
-            heartbeat: key(Key::Heartbeat),
-            due: key(Key::Due),
-            dues: key(Key::Dues),
-            active: key(Key::Active),
-            credential: key(Key::Credential),
-            admission: key(Key::Admission),
-            control: key(Key::Control),
-            prequeue: key(Key::Prequeue),
-            revoked: key(Key::Revoked),
-            spent: key(Key::Spent),
-            proofs: key(Key::Proofs),
-        }
-    }
-}
-
-/// A key of a queue, by the name the scripts' headers give it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
-    Waiting,
-    Heartbeat,
-    Due,
-    Dues,
-    Active,
-    Credential,
-    Admission,
-    Control,
-    Prequeue,
-    Revoked,
-    Spent,
-    Proofs,
-}
-
-impl Key {
-    /// The name in a script's header, and in the key (`queue:{q}:<name>`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Key::Waiting => "waiting",
-            Key::Heartbeat => "heartbeat",
-            Key::Due => "due",
-            Key::Dues => "dues",
-            Key::Active => "active",
-            Key::Credential => "credential",
-            Key::Admission => "admission",
-            Key::Control => "control",
-            Key::Prequeue => "prequeue",
-            Key::Revoked => "revoked",
-            Key::Spent => "spent",
-            Key::Proofs => "proofs",
-        }
-    }
-}
-
-impl QueueKeys {
-    pub(super) fn of(&self, key: Key) -> &str {
-        match key {
-            Key::Waiting => &self.waiting,
-            Key::Heartbeat => &self.heartbeat,
-            Key::Due => &self.due,
-            Key::Dues => &self.dues,
-            Key::Active => &self.active,
-            Key::Credential => &self.credential,
-            Key::Admission => &self.admission,
-            Key::Control => &self.control,
-            Key::Prequeue => &self.prequeue,
-            Key::Revoked => &self.revoked,
-            Key::Spent => &self.spent,
-            Key::Proofs => &self.proofs,
-        }
-    }
+    proofs: Proofs,
 }
 
 #[cfg(test)]
@@ -124,17 +93,11 @@ mod tests {
     #[test]
     fn all_keys_share_the_hash_tag() {
         let k = QueueKeys::new("baseball");
-        assert_eq!(k.waiting, "queue:{baseball}:waiting");
-        assert_eq!(k.heartbeat, "queue:{baseball}:heartbeat");
-        assert_eq!(k.due, "queue:{baseball}:due");
-        assert_eq!(k.dues, "queue:{baseball}:dues");
-        assert_eq!(k.active, "queue:{baseball}:active");
-        assert_eq!(k.credential, "queue:{baseball}:credential");
-        assert_eq!(k.admission, "queue:{baseball}:admission");
-        assert_eq!(k.control, "queue:{baseball}:control");
-        assert_eq!(k.prequeue, "queue:{baseball}:prequeue");
-        assert_eq!(k.revoked, "queue:{baseball}:revoked");
-        assert_eq!(k.spent, "queue:{baseball}:spent");
-        assert_eq!(k.proofs, "queue:{baseball}:proofs");
+        // The names on Redis: a change here strands every queue's data.
+        let all: Vec<&str> = Key::ALL.iter().map(|key| k.of(*key)).collect();
+        assert_eq!(
+            all.join(" "),
+            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs"
+        );
     }
 }
