@@ -141,6 +141,42 @@ impl Keys {
     }
 }
 
+/// The MAC keys of one use (see [`Secret::derived_mac`]), derived from the
+/// JWT keys: the current one makes, and during a rotation the previous one
+/// still checks. Its `Debug` shows no key.
+#[derive(Clone)]
+pub struct DerivedKeys {
+    /// The current key first.
+    keys: Vec<Hmac<Sha256>>,
+}
+
+impl DerivedKeys {
+    pub fn new(keys: &Keys, label: &[u8]) -> DerivedKeys {
+        DerivedKeys {
+            keys: keys.all().map(|secret| secret.derived_mac(label)).collect(),
+        }
+    }
+
+    /// The key that makes.
+    pub fn current(&self) -> &Hmac<Sha256> {
+        &self.keys[0]
+    }
+
+    /// Whether any key, each checked in constant time, passes `verifies`:
+    /// which key matched, or that none did, is all a timing could tell.
+    pub fn any(&self, verifies: impl Fn(&Hmac<Sha256>) -> bool) -> bool {
+        self.keys
+            .iter()
+            .fold(false, |found, key| verifies(key) | found)
+    }
+}
+
+impl std::fmt::Debug for DerivedKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DerivedKeys({} keys)", self.keys.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

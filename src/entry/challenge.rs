@@ -28,7 +28,7 @@ use hmac::{Hmac, Mac};
 use rand::TryRngCore;
 use sha2::{Digest, Sha256};
 
-use crate::edge::secret::{Keys, Secret};
+use crate::edge::secret::{DerivedKeys, Keys, Secret};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -106,16 +106,9 @@ impl Refused {
 
 /// Issues challenges with the current key and checks them with the current
 /// or, during a rotation, the previous one.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Challenges {
-    /// The current key first.
-    keys: Vec<HmacSha256>,
-}
-
-impl std::fmt::Debug for Challenges {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Challenges")
-    }
+    keys: DerivedKeys,
 }
 
 impl Challenges {
@@ -125,7 +118,7 @@ impl Challenges {
 
     pub fn with_keys(keys: &Keys) -> Challenges {
         Challenges {
-            keys: keys.all().map(derive).collect(),
+            keys: DerivedKeys::new(keys, KEY_LABEL),
         }
     }
 
@@ -138,7 +131,7 @@ impl Challenges {
         rand::rngs::OsRng
             .try_fill_bytes(&mut raw[EXPIRY + BITS..SIGNED])
             .expect("the OS random source works");
-        let tag = keyed(&self.keys[0], queue, &raw[..SIGNED]).finalize();
+        let tag = keyed(self.keys.current(), queue, &raw[..SIGNED]).finalize();
         raw[SIGNED..].copy_from_slice(&tag.into_bytes()[..TAG]);
         Issued {
             challenge: URL_SAFE_NO_PAD.encode(raw),
@@ -164,9 +157,7 @@ impl Challenges {
             Ok(BYTES) => {}
             _ => return Err(Refused::Malformed),
         }
-        // Each key in constant time; which matched, or that none did, is
-        // all a timing could tell.
-        let issued_here = self.keys.iter().any(|key| {
+        let issued_here = self.keys.any(|key| {
             keyed(key, queue, &raw[..SIGNED])
                 .verify_truncated_left(&raw[SIGNED..])
                 .is_ok()
@@ -214,11 +205,6 @@ pub fn leading_zero_bits(digest: &[u8]) -> u32 {
         }
     }
     bits
-}
-
-/// K = HMAC(JWT key, label): a key of its own (see `Secret::derived_mac`).
-fn derive(secret: &Secret) -> HmacSha256 {
-    secret.derived_mac(KEY_LABEL)
 }
 
 /// The MAC over the queue (length-prefixed) and the signed bytes.

@@ -25,7 +25,7 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::edge::secret::{Keys, Secret};
+use crate::edge::secret::{DerivedKeys, Keys, Secret};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -43,16 +43,9 @@ const KEY_LABEL: &[u8] = b"waitgate queue credential v1";
 
 /// Makes credentials with the current key and checks them with the current
 /// or, during a rotation, the previous one. Built once from the JWT keys.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Credentials {
-    /// The current key first.
-    keys: Vec<HmacSha256>,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Credentials")
-    }
+    keys: DerivedKeys,
 }
 
 impl Credentials {
@@ -63,7 +56,7 @@ impl Credentials {
 
     pub fn with_keys(keys: &Keys) -> Credentials {
         Credentials {
-            keys: keys.all().map(derive).collect(),
+            keys: DerivedKeys::new(keys, KEY_LABEL),
         }
     }
 
@@ -71,7 +64,7 @@ impl Credentials {
     pub fn issue(&self, queue: &str, user: &str, arrival: u64) -> String {
         let mut raw = [0u8; BYTES];
         raw[..ARRIVAL].copy_from_slice(&arrival.to_be_bytes());
-        let tag = keyed(&self.keys[0], queue, user, arrival).finalize();
+        let tag = keyed(self.keys.current(), queue, user, arrival).finalize();
         raw[ARRIVAL..].copy_from_slice(&tag.into_bytes()[..TAG]);
         URL_SAFE_NO_PAD.encode(raw)
     }
@@ -89,10 +82,7 @@ impl Credentials {
             _ => return None,
         }
         let arrival = u64::from_be_bytes(raw[..ARRIVAL].try_into().expect("8 bytes"));
-        // Each key is checked in constant time; which key matched, or that
-        // none did, is all a timing could tell.
         self.keys
-            .iter()
             .any(|key| {
                 keyed(key, queue, user, arrival)
                     .verify_truncated_left(&raw[ARRIVAL..])
@@ -100,11 +90,6 @@ impl Credentials {
             })
             .then_some(arrival)
     }
-}
-
-/// K = HMAC(JWT key, label): a key of its own (see `Secret::derived_mac`).
-fn derive(secret: &Secret) -> HmacSha256 {
-    secret.derived_mac(KEY_LABEL)
 }
 
 /// The MAC over the three fields, each length-prefixed so that no two
@@ -206,7 +191,7 @@ mod tests {
         }
         direct.update(&7u64.to_be_bytes());
         let direct: [u8; 32] = direct.finalize().into_bytes().into();
-        let tag: [u8; 32] = keyed(&c.keys[0], "q", "u", 7)
+        let tag: [u8; 32] = keyed(c.keys.current(), "q", "u", 7)
             .finalize()
             .into_bytes()
             .into();

@@ -37,7 +37,7 @@ macro_rules! queue_keys {
         impl QueueKeys {
             pub fn new(queue: &str) -> QueueKeys {
                 QueueKeys {
-                    $($field: format!("queue:{{{queue}}}:{}", stringify!($field)),)*
+                    $($field: format!("queue:{{{queue}}}:{}", Key::$variant.name()),)*
                 }
             }
 
