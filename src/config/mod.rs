@@ -406,6 +406,19 @@ routes: []
         Config::from_yaml(text).unwrap_err().to_string()
     }
 
+    /// That the file is refused with an error that starts with `key`.
+    fn refused_at(text: &str, key: &str) -> String {
+        let e = error_of(text);
+        assert!(e.starts_with(key), "{text:?} gave {e}");
+        e
+    }
+
+    /// That the file is refused with an error that names `word`.
+    fn refused_naming(text: &str, word: &str) {
+        let e = error_of(text);
+        assert!(e.contains(word), "{text:?} gave {e}");
+    }
+
     #[test]
     fn minimal_file_takes_the_defaults() {
         let c = Config::from_yaml(MINIMAL).unwrap();
@@ -441,8 +454,10 @@ routes: []
         let nets: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
         assert_eq!(nets, ["10.0.0.0/8", "192.0.2.7/32", "2001:db8::/32"]);
         assert!(!c.direct_lane);
-        let e = error_of(&with("trusted-proxies: ['10.0.0.0/8', 'lb.internal']\n"));
-        assert!(e.starts_with("trusted-proxies[1]:"), "{e}");
+        refused_at(
+            &with("trusted-proxies: ['10.0.0.0/8', 'lb.internal']\n"),
+            "trusted-proxies[1]:",
+        );
     }
 
     #[test]
@@ -452,45 +467,47 @@ routes: []
         assert_eq!(c.queues["a"].exact_rank_window, 5000);
         let c = Config::from_yaml(&yaml("{}")).unwrap();
         assert_eq!(c.queues["a"].exact_rank_window, 1000);
-        let e = error_of(&yaml("{exact-rank-window: -1}"));
-        assert!(e.contains("exact-rank-window"), "{e}");
-        let e = error_of(&yaml("{exact-rank-window: 1000000001}"));
-        assert!(e.contains("exact-rank-window"), "{e}");
+        refused_naming(&yaml("{exact-rank-window: -1}"), "exact-rank-window");
+        refused_naming(
+            &yaml("{exact-rank-window: 1000000001}"),
+            "exact-rank-window",
+        );
     }
 
     #[test]
     fn unknown_keys_are_rejected_with_their_name() {
-        let e = error_of(&with("treads: 4\n"));
-        assert!(e.contains("treads"), "{e}");
-        let e = error_of(&file("{url: 'redis://x:1', timeout: 3}", "{a: {}}", "{}"));
-        assert!(e.contains("timeout"), "{e}");
-        let e = error_of(&file(
-            "{url: 'redis://x:1'}",
-            "{a: {admission: {batch: 3}}}",
-            "{}",
-        ));
-        assert!(e.contains("batch"), "{e}");
+        refused_naming(&with("treads: 4\n"), "treads");
+        refused_naming(
+            &file("{url: 'redis://x:1', timeout: 3}", "{a: {}}", "{}"),
+            "timeout",
+        );
+        refused_naming(
+            &file("{url: 'redis://x:1'}", "{a: {admission: {batch: 3}}}", "{}"),
+            "batch",
+        );
     }
 
     #[test]
     fn an_upstream_address_listed_twice_is_refused() {
-        let e = error_of(&file(
-            "{url: 'redis://x:1'}",
-            "{a: {}}",
-            "{u: {addresses: ['127.0.0.1:1', ' 127.0.0.1:1']}}",
-        ));
-        assert!(e.starts_with("upstreams.u.addresses:"), "{e}");
+        let e = refused_at(
+            &file(
+                "{url: 'redis://x:1'}",
+                "{a: {}}",
+                "{u: {addresses: ['127.0.0.1:1', ' 127.0.0.1:1']}}",
+            ),
+            "upstreams.u.addresses:",
+        );
         assert!(e.contains("listed twice"), "{e}");
     }
 
     #[test]
     fn required_keys_are_named_when_missing() {
-        let e = error_of("queues: {a: {}}\nupstreams: {}\nroutes: []\n");
-        assert!(e.contains("redis"), "{e}");
-        let e = error_of("redis: {url: 'redis://x:1'}\nupstreams: {}\nroutes: []\n");
-        assert!(e.contains("queues"), "{e}");
-        let e = error_of(&file("{url: 'redis://x:1'}", "{}", "{}"));
-        assert!(e.starts_with("queues:"), "{e}");
+        refused_naming("queues: {a: {}}\nupstreams: {}\nroutes: []\n", "redis");
+        refused_naming(
+            "redis: {url: 'redis://x:1'}\nupstreams: {}\nroutes: []\n",
+            "queues",
+        );
+        refused_at(&file("{url: 'redis://x:1'}", "{}", "{}"), "queues:");
     }
 
     #[test]
@@ -561,20 +578,23 @@ routes: []
 
     #[test]
     fn redis_url_is_checked() {
-        let e = error_of(&file("{url: 'http://x:1'}", "{a: {}}", "{}"));
-        assert!(e.starts_with("redis.url:"), "{e}");
-        let e = error_of(&file(
-            "{url: 'redis://x:1', command-timeout-ms: 0}",
-            "{a: {}}",
-            "{}",
-        ));
-        assert!(e.starts_with("redis.command-timeout-ms:"), "{e}");
+        refused_at(&file("{url: 'http://x:1'}", "{a: {}}", "{}"), "redis.url:");
+        refused_at(
+            &file(
+                "{url: 'redis://x:1', command-timeout-ms: 0}",
+                "{a: {}}",
+                "{}",
+            ),
+            "redis.command-timeout-ms:",
+        );
     }
 
     #[test]
     fn queue_names_cannot_break_the_hash_tag() {
-        let e = error_of(&file("{url: 'redis://x:1'}", "{'a}b': {}}", "{}"));
-        assert!(e.starts_with("queues.a}b:"), "{e}");
+        refused_at(
+            &file("{url: 'redis://x:1'}", "{'a}b': {}}", "{}"),
+            "queues.a}b:",
+        );
     }
 
     #[test]
@@ -616,8 +636,10 @@ routes: []
             ),
         ];
         for (routes, expected) in cases {
-            let e = error_of(&format!("{base}routes: [{}]\n", routes.join(", ")));
-            assert!(e.starts_with(expected.split(' ').next().unwrap()), "{e}");
+            let e = refused_at(
+                &format!("{base}routes: [{}]\n", routes.join(", ")),
+                expected.split(' ').next().unwrap(),
+            );
             if let Some((_, words)) = expected.split_once(' ') {
                 assert!(e.contains(words), "{e}");
             }
@@ -632,14 +654,14 @@ routes: []
     #[test]
     fn upstream_address_needs_a_port() {
         let base = "redis: {url: 'redis://x:1'}\nqueues: {q: {}}\nroutes: []\n";
-        let e = error_of(&format!(
-            "{base}upstreams: {{up: {{address: 'backend'}}}}\n"
-        ));
-        assert!(e.starts_with("upstreams.up.address:"), "{e}");
-        let e = error_of(&format!(
-            "{base}upstreams: {{up: {{address: 'backend:0'}}}}\n"
-        ));
-        assert!(e.starts_with("upstreams.up.address:"), "{e}");
+        refused_at(
+            &format!("{base}upstreams: {{up: {{address: 'backend'}}}}\n"),
+            "upstreams.up.address:",
+        );
+        refused_at(
+            &format!("{base}upstreams: {{up: {{address: 'backend:0'}}}}\n"),
+            "upstreams.up.address:",
+        );
         let c = Config::from_yaml(&format!(
             "{base}upstreams: {{up: {{address: '[::1]:443', tls: true}}}}\n"
         ))
@@ -647,10 +669,10 @@ routes: []
         assert_eq!(c.upstreams["up"].sni, "::1");
         assert_eq!(c.upstreams["up"].connect_timeout, Duration::from_secs(2));
         assert_eq!(c.upstreams["up"].read_timeout, Duration::from_secs(30));
-        let e = error_of(&format!(
-            "{base}upstreams: {{up: {{address: 'b:1', connect-timeout-ms: 0}}}}\n"
-        ));
-        assert!(e.starts_with("upstreams.up.connect-timeout-ms:"), "{e}");
+        refused_at(
+            &format!("{base}upstreams: {{up: {{address: 'b:1', connect-timeout-ms: 0}}}}\n"),
+            "upstreams.up.connect-timeout-ms:",
+        );
     }
 
     #[test]
