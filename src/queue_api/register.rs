@@ -457,9 +457,8 @@ mod tests {
             wait_ms: Some(0),
             poll_after_ms: 1_000,
         };
-        let (label, _, v) = run(Registration::New { place, arrival: 7 }, false, |arrival| {
-            format!("credential-{arrival}")
-        });
+        let made = |arrival| format!("credential-{arrival}");
+        let (label, _, v) = run(Registration::New { place, arrival: 7 }, false, made);
         assert_eq!(label, REGISTERED_NEW);
         assert_eq!(v["queueCredential"], "credential-7");
         let (label, _, v) = run(
@@ -469,28 +468,20 @@ mod tests {
         );
         assert_eq!(label, REGISTERED_AGAIN);
         assert!(v.get("queueCredential").is_none());
-        let (label, _, v) = run(
-            Registration::Active {
-                expires_at_ms: 1_000,
-                arrival: 7,
-            },
-            false,
-            |_| unreachable!("anyone may send a userId"),
-        );
+        let active = || Registration::Active {
+            expires_at_ms: 1_000,
+            arrival: 7,
+        };
+        let (label, _, v) = run(active(), false, |_| {
+            unreachable!("anyone may send a userId")
+        });
         assert_eq!(label, REGISTERED_ACTIVE);
         assert_eq!(v["status"], "ACTIVE");
         assert_eq!(v["activeUntil"], "1970-01-01T00:00:01.000Z");
         assert!(v.get("queueCredential").is_none());
         assert_eq!(v["message"], body::LOST_CREDENTIAL);
         // A login proves the user: its credential is made again.
-        let (_, _, v) = run(
-            Registration::Active {
-                expires_at_ms: 1_000,
-                arrival: 7,
-            },
-            true,
-            |arrival| format!("credential-{arrival}"),
-        );
+        let (_, _, v) = run(active(), true, made);
         assert_eq!(v["queueCredential"], "credential-7");
         assert!(v.get("message").is_none());
         let (label, status, v) = run(
