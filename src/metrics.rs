@@ -16,6 +16,23 @@ mod upstream;
 use crate::config::Config;
 use crate::edge::jwt::Reject;
 
+/// A family of series, whose one series a set of label values names.
+trait Labelled {
+    /// Creates the series of these values, if it is not there yet.
+    fn touch(&self, values: &[&str]);
+    /// Drops the series of these values, if it is there.
+    fn forget(&self, values: &[&str]);
+}
+
+impl<P: prometheus::core::MetricVecBuilder> Labelled for prometheus::core::MetricVec<P> {
+    fn touch(&self, values: &[&str]) {
+        self.with_label_values(values);
+    }
+    fn forget(&self, values: &[&str]) {
+        let _ = self.remove_label_values(values);
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Per upstream and address: requests, their time, health.
@@ -478,44 +495,7 @@ impl Metrics {
     /// see its counters from the start).
     pub fn add_queues<'a>(&self, queues: impl Iterator<Item = &'a str>) {
         for q in queues {
-            self.queue_waiting.with_label_values(&[q]);
-            self.queue_active.with_label_values(&[q]);
-            self.admission_rate.with_label_values(&[q]);
-            self.admitted.with_label_values(&[q]);
-            self.admitted_out_of_order.with_label_values(&[q]);
-            self.admitted_wait.with_label_values(&[q]);
-            for direction in ESTIMATE_DIRECTIONS {
-                self.wait_estimate_error.with_label_values(&[q, direction]);
-            }
-            self.tokens_issued.with_label_values(&[q]);
-            self.queue_paused.with_label_values(&[q]);
-            self.queue_closed.with_label_values(&[q]);
-            self.rank_samples.with_label_values(&[q]);
-            self.releases.with_label_values(&[q]);
-            self.admission_held.with_label_values(&[q]);
-            self.reseated.with_label_values(&[q]);
-            for phase in EVENT_PHASES {
-                self.event_phase.with_label_values(&[q, phase]);
-            }
-            for action in ADMIN_ACTIONS {
-                self.admin_changes.with_label_values(&[q, action]);
-            }
-            for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
-                self.revocations.with_label_values(&[q, source]);
-            }
-            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED, CLEANUP_STRAY] {
-                self.cleanup_removed.with_label_values(&[q, reason]);
-            }
-            for result in REGISTERED {
-                self.registrations.with_label_values(&[q, result]);
-            }
-            self.challenges.with_label_values(&[q]);
-            for reason in PROOF_REFUSALS {
-                self.proof_refused.with_label_values(&[q, reason]);
-            }
-            for reason in INVITE_REFUSALS {
-                self.invite_refused.with_label_values(&[q, reason]);
-            }
+            self.each_series_of(q, |family, values| family.touch(values));
         }
     }
 
@@ -523,43 +503,48 @@ impl Metrics {
     /// gauge goes on reporting, and no alert firing on, a queue that is gone.
     pub fn remove_queues<'a>(&self, queues: impl Iterator<Item = &'a str>) {
         for q in queues {
-            let _ = self.queue_waiting.remove_label_values(&[q]);
-            let _ = self.queue_active.remove_label_values(&[q]);
-            let _ = self.admission_rate.remove_label_values(&[q]);
-            let _ = self.admitted.remove_label_values(&[q]);
-            let _ = self.admitted_out_of_order.remove_label_values(&[q]);
-            let _ = self.admitted_wait.remove_label_values(&[q]);
-            for direction in ESTIMATE_DIRECTIONS {
-                let _ = self
-                    .wait_estimate_error
-                    .remove_label_values(&[q, direction]);
-            }
-            let _ = self.tokens_issued.remove_label_values(&[q]);
-            let _ = self.queue_paused.remove_label_values(&[q]);
-            let _ = self.queue_closed.remove_label_values(&[q]);
-            let _ = self.rank_samples.remove_label_values(&[q]);
-            let _ = self.releases.remove_label_values(&[q]);
-            for phase in EVENT_PHASES {
-                let _ = self.event_phase.remove_label_values(&[q, phase]);
-            }
-            for action in ADMIN_ACTIONS {
-                let _ = self.admin_changes.remove_label_values(&[q, action]);
-            }
-            for source in [REVOKED_BY_ADMIN, REVOKED_BY_RELEASE] {
-                let _ = self.revocations.remove_label_values(&[q, source]);
-            }
-            for reason in [CLEANUP_HEARTBEAT, CLEANUP_EXPIRED, CLEANUP_STRAY] {
-                let _ = self.cleanup_removed.remove_label_values(&[q, reason]);
-            }
-            for result in REGISTERED {
-                let _ = self.registrations.remove_label_values(&[q, result]);
-            }
-            let _ = self.challenges.remove_label_values(&[q]);
-            for reason in PROOF_REFUSALS {
-                let _ = self.proof_refused.remove_label_values(&[q, reason]);
-            }
-            for reason in INVITE_REFUSALS {
-                let _ = self.invite_refused.remove_label_values(&[q, reason]);
+            self.each_series_of(q, |family, values| family.forget(values));
+        }
+    }
+
+    /// Calls `f` with each series a queue has, by its family and label
+    /// values: the one list that both creates and drops them.
+    fn each_series_of(&self, q: &str, mut f: impl FnMut(&dyn Labelled, &[&str])) {
+        let by_queue: [&dyn Labelled; 14] = [
+            &self.queue_waiting,
+            &self.queue_active,
+            &self.admission_rate,
+            &self.admitted,
+            &self.admitted_out_of_order,
+            &self.admitted_wait,
+            &self.tokens_issued,
+            &self.queue_paused,
+            &self.queue_closed,
+            &self.rank_samples,
+            &self.releases,
+            &self.admission_held,
+            &self.reseated,
+            &self.challenges,
+        ];
+        let by_queue_and: [(&dyn Labelled, &[&str]); 8] = [
+            (&self.wait_estimate_error, &ESTIMATE_DIRECTIONS),
+            (&self.event_phase, &EVENT_PHASES),
+            (&self.admin_changes, &ADMIN_ACTIONS),
+            (&self.revocations, &[REVOKED_BY_ADMIN, REVOKED_BY_RELEASE]),
+            (
+                &self.cleanup_removed,
+                &[CLEANUP_HEARTBEAT, CLEANUP_EXPIRED, CLEANUP_STRAY],
+            ),
+            (&self.registrations, &REGISTERED),
+            (&self.proof_refused, &PROOF_REFUSALS),
+            (&self.invite_refused, &INVITE_REFUSALS),
+        ];
+        for family in by_queue {
+            f(family, &[q]);
+        }
+        for (family, second) in by_queue_and {
+            for value in second {
+                f(family, &[q, value]);
             }
         }
     }
@@ -656,5 +641,26 @@ mod tests {
         ] {
             assert!(text.contains(name), "missing {name}");
         }
+    }
+
+    #[test]
+    fn a_queue_removed_by_a_reload_leaves_no_series() {
+        let config = Config::from_yaml(
+            "redis: {url: 'redis://x:1'}\nqueues: {kept: {}, gone: {}}\nupstreams: {}\nroutes: []\n",
+        )
+        .unwrap();
+        let m = Metrics::new(&config);
+        let text = String::from_utf8(m.encode()).unwrap();
+        let gone = text.lines().filter(|l| l.contains("\"gone\"")).count();
+        let kept = text.lines().filter(|l| l.contains("\"kept\"")).count();
+        assert!(gone > 30 && gone == kept, "{gone} and {kept} series");
+        m.remove_queues(["gone"].into_iter());
+        let text = String::from_utf8(m.encode()).unwrap();
+        let left: Vec<&str> = text.lines().filter(|l| l.contains("\"gone\"")).collect();
+        assert!(left.is_empty(), "{left:#?}");
+        assert_eq!(
+            text.lines().filter(|l| l.contains("\"kept\"")).count(),
+            kept
+        );
     }
 }
