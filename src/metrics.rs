@@ -614,13 +614,17 @@ pub const REDIS_OPS: [&str; 13] = [
 mod tests {
     use super::*;
 
+    /// The metrics of a configuration with these queues.
+    fn metrics_of(queues: &str) -> Metrics {
+        let yaml = format!(
+            "redis: {{url: 'redis://x:1'}}\nqueues: {queues}\nupstreams: {{}}\nroutes: []\n"
+        );
+        Metrics::new(&Config::from_yaml(&yaml).unwrap())
+    }
+
     #[test]
     fn every_documented_metric_is_exported() {
-        let config = Config::from_yaml(
-            "redis: {url: 'redis://x:1'}\nqueues: {baseball: {}}\nupstreams: {}\nroutes: []\n",
-        )
-        .unwrap();
-        let m = Metrics::new(&config);
+        let m = metrics_of("{baseball: {}}");
         m.observe_request("register", 200, 0.001);
         let text = String::from_utf8(m.encode()).unwrap();
         for name in [
@@ -645,11 +649,7 @@ mod tests {
 
     #[test]
     fn a_queue_removed_by_a_reload_leaves_no_series() {
-        let config = Config::from_yaml(
-            "redis: {url: 'redis://x:1'}\nqueues: {kept: {}, gone: {}}\nupstreams: {}\nroutes: []\n",
-        )
-        .unwrap();
-        let m = Metrics::new(&config);
+        let m = metrics_of("{kept: {}, gone: {}}");
         let text = String::from_utf8(m.encode()).unwrap();
         let gone = text.lines().filter(|l| l.contains("\"gone\"")).count();
         let kept = text.lines().filter(|l| l.contains("\"kept\"")).count();
