@@ -93,6 +93,13 @@ pub struct Metrics {
     pub admission_held: IntGaugeVec,
     /// Places seated again after a loss of state.
     pub reseated: IntCounterVec,
+    /// Rank polls answered, by how (`store::PollPath`).
+    pub rank_polls: IntCounterVec,
+    /// How old the samples were that a poll's rank far back could be
+    /// derived from, by how the poll was answered.
+    pub rank_sample_age: HistogramVec,
+    /// Users in each coalesced Redis call, by the call.
+    pub batch_users: HistogramVec,
     /// Proof-of-work challenges issued.
     pub challenges: IntCounterVec,
     /// Registers refused for their proof of work, by reason (see
@@ -187,6 +194,18 @@ const BUCKETS: &[f64] = &[
 const WAIT_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0,
 ];
+
+/// The age of rank samples: they are taken every few seconds.
+const SAMPLE_AGE_BUCKETS: &[f64] = &[0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0];
+
+/// Users in one coalesced call: one to the scripts' 500.
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 500.0];
+
+/// The `call` label of `waitgate_redis_batch_users`.
+pub const BATCH_CALLS: [&str; 3] = ["register", "rank", "token"];
+
+/// The `path` label of the rank poll metrics.
+pub const POLL_PATHS: [&str; 6] = ["instance", "derived", "near", "walked", "again", "other"];
 
 /// How far off an estimate was: a second to half an hour.
 const ESTIMATE_ERROR_BUCKETS: &[f64] =
@@ -462,6 +481,26 @@ impl Metrics {
                 "Waiting users seated again at their credential's arrival after Redis lost the queue's state.",
                 &["queue"],
             ),
+            rank_polls: counter(
+                &registry,
+                "waitgate_rank_polls_total",
+                "Rank polls answered, by path: instance (decided far back by the instance, no script), derived (by rank.lua from the samples), near (walked near the head, or in a queue too short to sample), walked (far back, walked: departures left the samples too coarse), again (asked a second time, exactly), other (not waiting).",
+                &["queue", "path"],
+            ),
+            rank_sample_age: histogram(
+                &registry,
+                "waitgate_rank_poll_sample_age_seconds",
+                "For polls made while this instance held samples of the queue: their age, by path.",
+                SAMPLE_AGE_BUCKETS,
+                &["queue", "path"],
+            ),
+            batch_users: histogram(
+                &registry,
+                "waitgate_redis_batch_users",
+                "Users in each coalesced Redis call of the queue API, by call (register, rank, token).",
+                BATCH_BUCKETS,
+                &["call"],
+            ),
             registry,
             queue_waiting,
             queue_active,
@@ -480,6 +519,9 @@ impl Metrics {
         }
         for result in ["ok", "refused"] {
             m.reloads.with_label_values(&[result]);
+        }
+        for call in BATCH_CALLS {
+            m.batch_users.with_label_values(&[call]);
         }
         for route in LIMITED_ROUTES {
             m.rate_limited.with_label_values(&[route]);
@@ -526,7 +568,7 @@ impl Metrics {
             &self.reseated,
             &self.challenges,
         ];
-        let by_queue_and: [(&dyn Labelled, &[&str]); 8] = [
+        let by_queue_and: [(&dyn Labelled, &[&str]); 10] = [
             (&self.wait_estimate_error, &ESTIMATE_DIRECTIONS),
             (&self.event_phase, &EVENT_PHASES),
             (&self.admin_changes, &ADMIN_ACTIONS),
@@ -538,6 +580,8 @@ impl Metrics {
             (&self.registrations, &REGISTERED),
             (&self.proof_refused, &PROOF_REFUSALS),
             (&self.invite_refused, &INVITE_REFUSALS),
+            (&self.rank_polls, &POLL_PATHS),
+            (&self.rank_sample_age, &POLL_PATHS),
         ];
         for family in by_queue {
             f(family, &[q]);
@@ -662,5 +706,11 @@ mod tests {
             text.lines().filter(|l| l.contains("\"kept\"")).count(),
             kept
         );
+    }
+
+    #[test]
+    fn the_poll_path_labels_are_the_stores() {
+        let labels = crate::store::PollPath::ALL.map(|p| p.label());
+        assert_eq!(labels, POLL_PATHS);
     }
 }

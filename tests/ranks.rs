@@ -497,3 +497,57 @@ fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
     ranks_of(&wg, &mut c, "u6");
     assert_eq!(monitor.take("HMGET", "u6"), 1, "forgotten");
 }
+
+/// Each poll is counted by how it was answered, with the age of the
+/// samples the instance held, and each coalesced call by its users: near
+/// the head walked, far back decided by the instance, and far back walked
+/// once departures since the samples were taken leave them too coarse
+/// (what churn costs, `scripts/scale.sh churn`).
+#[test]
+fn each_poll_is_counted_by_how_it_was_answered() {
+    let (redis, wg, _) = sampled(30_000);
+    let mut c = redis.conn();
+    let polls = |path: &str| -> f64 {
+        wg.metric(&format!(
+            r#"waitgate_rank_polls_total{{path="{path}",queue="baseball"}}"#
+        ))
+        .unwrap_or(0.0)
+    };
+    assert_eq!(rank(wg.addr, "head").status, 200);
+    assert_eq!(polls("near"), 1.0);
+    assert_eq!(rank(wg.addr, "u25000").status, 200);
+    assert_eq!(polls("instance"), 1.0);
+    let aged: f64 = wg
+        .metric(r#"waitgate_rank_poll_sample_age_seconds_count{path="instance",queue="baseball"}"#)
+        .unwrap();
+    assert_eq!(aged, 1.0);
+    let batches: f64 = wg
+        .metric(r#"waitgate_redis_batch_users_count{call="rank"}"#)
+        .unwrap();
+    assert!(batches >= 2.0, "{batches} rank calls");
+
+    // 100 users ahead of u25000 leave (their heartbeats stale, cleanup
+    // takes them): more than a derived rank there may be unsure of, until
+    // the samples are taken again.
+    let mut gone = 0;
+    for round in 0..10 {
+        let stale: Vec<String> = ((1_000 + round * 100)..(1_100 + round * 100))
+            .map(|i| format!("u{i}"))
+            .collect();
+        make_silent(&mut c, "baseball", &stale);
+        gone += 100;
+        wait_until("cleanup", Duration::from_secs(5), || {
+            c.zcard::<_, usize>(WAITING).unwrap() <= 30_001 - gone
+        });
+        let (api, exact, _) = ranks_of(&wg, &mut c, "u25000");
+        assert_within(api, exact, "after departures");
+        if polls("walked") > 0.0 {
+            let aged: f64 = wg
+                .metric(r#"waitgate_rank_poll_sample_age_seconds_count{path="walked",queue="baseball"}"#)
+                .unwrap();
+            assert_eq!(aged, polls("walked"));
+            return;
+        }
+    }
+    panic!("no poll far back was walked after 1,000 departures");
+}

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 
 use crate::entry::challenge::Spent;
+use crate::metrics::Metrics;
 use crate::queues::Queue;
 use crate::store::coalesce::{Batch, Coalescer};
-use crate::store::{Joining, Position, Registration, SpentProof, Store, StoreError};
+use crate::store::{Joining, Polled, Registration, SpentProof, Store, StoreError};
 
 /// Who a call is for; every request of a batch is for one queue, whose
 /// settings (as of the first request) the call uses.
@@ -36,19 +37,22 @@ impl ForUser {
     }
 }
 
-/// One kind of call: the store's batch call for it.
+/// One kind of call: the store's batch call for it, and the histogram of
+/// its batches' sizes.
 struct Kind<A> {
     store: Arc<Store>,
     call: BatchCall<A>,
+    sizes: prometheus::Histogram,
 }
 
 type BatchCall<A> = fn(Arc<Store>, Vec<ForUser>) -> BoxFuture<'static, Result<Vec<A>, StoreError>>;
 
 impl<A> Kind<A> {
-    fn new(store: &Arc<Store>, call: BatchCall<A>) -> Kind<A> {
+    fn new(calls: &Calls, call: BatchCall<A>, name: &str) -> Kind<A> {
         Kind {
-            store: store.clone(),
+            store: calls.store.clone(),
             call,
+            sizes: calls.metrics.batch_users.with_label_values(&[name]),
         }
     }
 }
@@ -57,6 +61,7 @@ impl<A: Send + 'static> Batch for Kind<A> {
     type Request = ForUser;
     type Answer = A;
     fn call(&self, requests: Vec<ForUser>) -> BoxFuture<'static, Result<Vec<A>, StoreError>> {
+        self.sizes.observe(requests.len() as f64);
         (self.call)(self.store.clone(), requests)
     }
 }
@@ -83,7 +88,7 @@ fn registers(
 fn ranks(
     store: Arc<Store>,
     requests: Vec<ForUser>,
-) -> BoxFuture<'static, Result<Vec<Position>, StoreError>> {
+) -> BoxFuture<'static, Result<Vec<Polled>, StoreError>> {
     Box::pin(async move {
         let queue = &requests[0].queue;
         let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
@@ -116,13 +121,14 @@ fn tokens(
 /// One queue's coalescers.
 struct QueueCalls {
     register: Arc<Coalescer<Kind<Registration>>>,
-    rank: Arc<Coalescer<Kind<Position>>>,
+    rank: Arc<Coalescer<Kind<Polled>>>,
     token: Arc<Coalescer<Kind<Option<u64>>>>,
 }
 
 /// The store, reached through a coalescer per queue and kind, or directly.
 pub struct Calls {
     store: Arc<Store>,
+    metrics: Arc<Metrics>,
     coalesce: bool,
     /// By queue name, made at a queue's first call (a reload may add
     /// queues; a removed one's entry is only a few idle structures).
@@ -130,9 +136,10 @@ pub struct Calls {
 }
 
 impl Calls {
-    pub fn new(store: Arc<Store>, coalesce: bool) -> Calls {
+    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, coalesce: bool) -> Calls {
         Calls {
             store,
+            metrics,
             coalesce,
             queues: Mutex::new(HashMap::new()),
         }
@@ -146,9 +153,9 @@ impl Calls {
             .entry(queue.name.clone())
             .or_insert_with(|| {
                 Arc::new(QueueCalls {
-                    register: Coalescer::new(Kind::new(&self.store, registers), deadline),
-                    rank: Coalescer::new(Kind::new(&self.store, ranks), deadline),
-                    token: Coalescer::new(Kind::new(&self.store, tokens), deadline),
+                    register: Coalescer::new(Kind::new(self, registers, "register"), deadline),
+                    rank: Coalescer::new(Kind::new(self, ranks, "rank"), deadline),
+                    token: Coalescer::new(Kind::new(self, tokens, "token"), deadline),
                 })
             })
             .clone()
@@ -191,7 +198,7 @@ impl Calls {
         self.of(queue).register.call(request).await
     }
 
-    pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Position, StoreError> {
+    pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Polled, StoreError> {
         if !self.coalesce {
             return self
                 .store

@@ -40,7 +40,19 @@ impl QueueApi {
         user: &str,
         credential: Option<&str>,
     ) -> Result<Position, StoreError> {
-        let position = self.calls.rank(queue, user).await?;
+        let polled = self.calls.rank(queue, user).await?;
+        let path = polled.path.label();
+        self.metrics
+            .rank_polls
+            .with_label_values(&[&queue.name, path])
+            .inc();
+        if let Some(age) = polled.sample_age {
+            self.metrics
+                .rank_sample_age
+                .with_label_values(&[&queue.name, path])
+                .observe(age.as_secs_f64());
+        }
+        let position = polled.position;
         if position != Position::NotQueued {
             self.estimates.saw(
                 &self.metrics,

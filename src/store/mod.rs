@@ -35,6 +35,6 @@ pub use incidents::{Incident, Recovered, Recovery, Watched};
 pub use admission::{Admission, AdmitOutcome, Cleanup, GateRecord, NextBucket, PLACE_STEP};
 pub use api::{Current, Dropout, Joining, Sample, SpentProof};
 pub use operator::{Change, Phase, Refused, Setting, Status, MAX_CLOSED_MESSAGE_BYTES};
-pub use polls::MAX_USERS_PER_SCRIPT;
+pub use polls::{PollPath, Polled, MAX_USERS_PER_SCRIPT};
 pub use scripts::QueueRef;
 pub use scripts::REVOKED_CHANNEL;

@@ -43,13 +43,77 @@ pub(super) fn derive(samples: Option<&Samples>) -> FarBackSamples<'_> {
 /// it bounds how long one call holds Redis.
 pub const MAX_USERS_PER_SCRIPT: usize = 500;
 
-/// An answer to a poll, and whether its rank was walked in the waiting set
-/// (rank.lua's exact path, near the head) rather than derived or decided
-/// far back.
+/// How a poll's answer was found, which is what it cost Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollPath {
+    /// A place far back, decided by the instance from the user's heartbeat
+    /// and the samples: plain commands, no script.
+    Instance,
+    /// A place far back, derived by rank.lua from the samples.
+    Derived,
+    /// A place near the head (nearer than ranks are derived), or in a
+    /// queue too short to sample: walked in the waiting set (`ZRANK`).
+    Near,
+    /// A place far back walked in the waiting set (`ZRANK`) by the first
+    /// call: the departures since the samples were taken left them too
+    /// coarse there.
+    Walked,
+    /// A place asked again, exactly, in a second call: one the samples
+    /// could not tell within their bound (departures since they were
+    /// taken).
+    Again,
+    /// Not waiting: admitted, pre-queued, unknown or closed.
+    Other,
+}
+
+impl PollPath {
+    pub const ALL: [PollPath; 6] = [
+        PollPath::Instance,
+        PollPath::Derived,
+        PollPath::Near,
+        PollPath::Walked,
+        PollPath::Again,
+        PollPath::Other,
+    ];
+
+    /// The metrics' label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PollPath::Instance => "instance",
+            PollPath::Derived => "derived",
+            PollPath::Near => "near",
+            PollPath::Walked => "walked",
+            PollPath::Again => "again",
+            PollPath::Other => "other",
+        }
+    }
+}
+
+/// A poll's answer, how it was found, and how old the samples were that
+/// this instance held for the queue (`None`: it held none).
+#[derive(Debug, Clone)]
+pub struct Polled {
+    pub position: Position,
+    pub path: PollPath,
+    pub sample_age: Option<Duration>,
+}
+
+/// An answer to a poll, and how it was found.
 #[derive(Debug, Clone)]
 pub(super) struct RankAnswer {
     position: Position,
-    walked: bool,
+    path: PollPath,
+}
+
+impl RankAnswer {
+    /// Whether its rank was walked in the waiting set (rank.lua's exact
+    /// path) rather than derived or decided far back.
+    fn walked(&self) -> bool {
+        matches!(
+            self.path,
+            PollPath::Near | PollPath::Walked | PollPath::Again
+        )
+    }
 }
 
 /// rank.lua's answers for `asked` users (`each`, four numbers a user):
@@ -60,13 +124,16 @@ pub(super) fn rank_answers(
     samples: Option<&Samples>,
     asked: usize,
 ) -> Result<Vec<Option<RankAnswer>>, StoreError> {
-    let told = |position, walked| Ok(Some(RankAnswer { position, walked }));
+    let told = |position, path| Ok(Some(RankAnswer { position, path }));
     answers("rank", each, 4, asked)?
         .map(|a| {
             let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
             match RankCode::of(code)? {
-                RankCode::NotQueued => told(Position::NotQueued, false),
-                RankCode::Waiting => told(Position::Waiting(place(value, wait, advice)?), true),
+                RankCode::NotQueued => told(Position::NotQueued, PollPath::Other),
+                RankCode::Waiting => told(
+                    Position::Waiting(place(value, wait, advice)?),
+                    PollPath::Walked,
+                ),
                 RankCode::FarBack => {
                     let arrival = count(value)?;
                     let Some(rank) = samples.and_then(|s| s.rank(arrival, batch.counters)) else {
@@ -83,25 +150,25 @@ pub(super) fn rank_answers(
                             ),
                             poll_after_ms: count(advice)?,
                         }),
-                        false,
+                        PollPath::Derived,
                     )
                 }
                 RankCode::Active => told(
                     Position::Active {
                         expires_at_ms: count(value)?,
                     },
-                    false,
+                    PollPath::Other,
                 ),
                 RankCode::Prequeued => told(
                     Position::Prequeued {
                         opens_in_ms: count(value)?,
                         poll_after_ms: count(advice)?,
                     },
-                    false,
+                    PollPath::Other,
                 ),
                 // The message is read once for the batch: see
-                // `Store::with_closed_message`.
-                RankCode::Closed => told(Position::Closed(Closed::default()), false),
+                // `Store::polled`.
+                RankCode::Closed => told(Position::Closed(Closed::default()), PollPath::Other),
             }
         })
         .collect()
@@ -148,7 +215,7 @@ pub(super) fn decide_far<'u>(
                 wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
                 poll_after_ms: advice,
             }),
-            walked: false,
+            path: PollPath::Instance,
         };
         decided.insert(user, answer.clone());
         told[i] = Some(answer);
@@ -295,7 +362,7 @@ impl Store {
         queue: QueueRef<'_>,
         user: &str,
         samples: Option<&Samples>,
-    ) -> Result<Position, StoreError> {
+    ) -> Result<Polled, StoreError> {
         one("rank", self.rank_many(queue, &[user], samples).await?)
     }
     /// The places of each of `users` (at most [`MAX_USERS_PER_SCRIPT`]) in one script
@@ -307,28 +374,45 @@ impl Store {
         queue: QueueRef<'_>,
         users: &[&str],
         samples: Option<&Samples>,
-    ) -> Result<Vec<Position>, StoreError> {
+    ) -> Result<Vec<Polled>, StoreError> {
         let told = self.rank_many_told(queue, users, samples).await?;
-        self.with_closed_message(queue.keys, told.into_iter().map(|t| t.position).collect())
-            .await
+        self.polled(queue.keys, told, samples).await
     }
-    /// The positions of a batch, those a script found closed given the
+    /// The answers of a batch, those a script found closed given the
     /// operator's message (one read for the batch, only when there are
     /// any).
-    async fn with_closed_message(
+    /// Walked places nearer than the samples' first are told apart here.
+    async fn polled(
         &self,
         keys: &QueueKeys,
-        mut positions: Vec<Position>,
-    ) -> Result<Vec<Position>, StoreError> {
-        if positions.iter().any(|p| matches!(p, Position::Closed(_))) {
+        told: Vec<RankAnswer>,
+        samples: Option<&Samples>,
+    ) -> Result<Vec<Polled>, StoreError> {
+        let sample_age = samples.map(|s| s.taken.elapsed());
+        let nearest = samples.map_or(u64::MAX, |s| s.nearest);
+        let mut polled: Vec<Polled> = told
+            .into_iter()
+            .map(|t| Polled {
+                path: match (t.path, &t.position) {
+                    (PollPath::Walked, Position::Waiting(p)) if p.rank < nearest => PollPath::Near,
+                    (path, _) => path,
+                },
+                position: t.position,
+                sample_age,
+            })
+            .collect();
+        if polled
+            .iter()
+            .any(|p| matches!(p.position, Position::Closed(_)))
+        {
             let closed = self.closed_message(keys).await?;
-            for position in &mut positions {
-                if let Position::Closed(c) = position {
+            for p in &mut polled {
+                if let Position::Closed(c) = &mut p.position {
                     *c = closed.clone();
                 }
             }
         }
-        Ok(positions)
+        Ok(polled)
     }
     /// [`Store::rank_many`], saying of each answer whether its rank was
     /// walked in the waiting set (near the head).
@@ -344,7 +428,13 @@ impl Store {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
             let (answers, _) = self.rank_call(queue, &again, None).await?;
             for (i, answer) in exact.into_iter().zip(answers) {
-                told[i] = answer;
+                told[i] = answer.map(|a| RankAnswer {
+                    path: match a.path {
+                        PollPath::Walked => PollPath::Again,
+                        other => other,
+                    },
+                    ..a
+                });
             }
         }
         told.into_iter()
@@ -380,7 +470,7 @@ impl Store {
         users: &[&str],
         samples: Option<&Samples>,
         near: &NearHead,
-    ) -> Result<Vec<Position>, StoreError> {
+    ) -> Result<Vec<Polled>, StoreError> {
         let told = self.poll_many_told(queue, users, samples, near).await?;
         // Near the head: walked, and nearer than ranks are derived. (A rank
         // is also walked past the last sample, for users who joined since
@@ -388,11 +478,10 @@ impl Store {
         let nearest = samples.map_or(0, |s| s.nearest);
         near.note(users.iter().zip(&told).map(|(u, t)| {
             let near_head =
-                t.walked && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
+                t.walked() && matches!(t.position, Position::Waiting(p) if p.rank < nearest);
             (*u, near_head)
         }));
-        self.with_closed_message(queue.keys, told.into_iter().map(|t| t.position).collect())
-            .await
+        self.polled(queue.keys, told, samples).await
     }
     async fn poll_many_told(
         &self,
