@@ -16,6 +16,7 @@
 #     holds at the advised poll cadence (from the measured cost per poll).
 #
 #   scripts/scale.sh                # 1,000,000 users, 20 s per poll measure
+#   scripts/scale.sh churn          # the same queue in motion (scale-churn.sh)
 #   scripts/scale.sh 200000 10      # fewer users, shorter
 #   SCALE_REDIS_ARGS="--disable-thp no" scripts/scale.sh   # Redis on huge pages
 #   SCALE_PIN=1 scripts/scale.sh    # Redis on a core of its own (taskset):
@@ -32,6 +33,11 @@
 # everything itself on ports 19205-19209 and leaves nothing running.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The queue in motion: scripts/scale-churn.sh.
+if [ "${1:-}" = churn ]; then
+  shift
+  exec scripts/scale-churn.sh "$@"
+fi
 . scripts/ensure-tools.sh
 ensure_rust
 ensure_packages redis-benchmark python3

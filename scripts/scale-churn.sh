@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# A queue in motion: N waitgate instances sharing the pollers of a queue of
+# 1,000,000 while admission runs from the head, users drop out at random
+# places and silent users are removed by cleanup. Run through
+# `scripts/scale.sh churn`; it prints, from one run:
+#
+#   - Redis time per poll: the usec of every command in INFO commandstats
+#     during the polls, less the same churn without polls (measured just
+#     before), per poll; Redis CPU (INFO cpu) likewise; and the commands a
+#     poll costs (script calls and the plain commands of polls far back);
+#   - how the polls were answered (waitgate_rank_polls_total, summed over
+#     the instances) and, against the age of the samples each instance
+#     held, the share answered by a walk of the waiting set;
+#   - the sizes of the coalesced rank calls (waitgate_redis_batch_users);
+#   - each instance's background Redis time (samples, gauges, an admission
+#     tick, a cleanup pass) with neither polls nor churn;
+#   - ranks checked against ZRANK during the churn.
+#
+#   scripts/scale.sh churn                    # 1,000,000 users, 30 s of polls
+#   scripts/scale.sh churn 200000 10          # fewer users, shorter
+#   CHURN_INSTANCES=3 CHURN_ADMIT=200 CHURN_DROPOUTS=100 CHURN_SILENT=50 \
+#     CHURN_CONNECTIONS=1024 scripts/scale.sh churn
+#
+# The churn: admission of CHURN_ADMIT a second from the head with no cap
+# (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
+# CHURN_DROPOUTS a second at random places (dropout.lua, as an instance
+# calls it once the credential is checked); CHURN_SILENT users a second
+# gone silent (their heartbeat made stale, as a user who stops polling
+# leaves it) and removed by the instances' cleanup. The pollers poll
+# random users of the 1,000,000, as scripts/scale.sh does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/ensure-tools.sh
+ensure_rust
+ensure_packages redis-server python3 curl
+
+users=${1:-1000000}
+seconds=${2:-30}
+instances=${CHURN_INSTANCES:-3}
+admit=${CHURN_ADMIT:-200}
+dropouts=${CHURN_DROPOUTS:-100}
+silent=${CHURN_SILENT:-50}
+conns=${CHURN_CONNECTIONS:-1024}
+
+echo "Building release binaries ..." >&2
+cargo build --release --locked --bin waitgate --example pollers >&2
+
+work_and_children
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+P_REDIS=$(free_port)
+R() { redis-cli -p "$P_REDIS" "$@"; }
+K='queue:{big}'
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2
+  exit 1
+}
+
+redis-server --port "$P_REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
+  --logfile "$work/redis.log" &
+pids+=($!)
+wait_port "$P_REDIS"
+
+export JWT_SECRET
+JWT_SECRET=$(head -c 32 /dev/urandom | base64)
+ports=() admins=() wg_pids=()
+for i in $(seq "$instances"); do
+  port=$(free_port) admin=$(free_port)
+  ports+=("$port") admins+=("$admin")
+  # Cleanup every second; heartbeats last an hour, so that only the
+  # silent users the churn makes are removed (the pollers pick users at
+  # random, not at each one's advised cadence).
+  cat > "$work/waitgate-$i.yaml" <<EOF
+listen: 127.0.0.1:$port
+admin-listen: 127.0.0.1:$admin
+threads: 2
+max-connections: 20000
+redis: {url: 'redis://127.0.0.1:$P_REDIS/0', command-timeout-ms: 2000}
+queues:
+  big:
+    heartbeat: {timeout-ms: 3600000, cleanup-interval-ms: 1000, cleanup-batch-size: 500}
+    admission: {interval-ms: 1000, batch-size: $admit}
+upstreams: {}
+routes: []
+log: {filter: warn, access: false}
+EOF
+done
+# The gate is held while the queue fills.
+R HSET "$K:admission" window 999999999999 window_ms 1000 >/dev/null
+for i in $(seq "$instances"); do
+  RUST_LOG=warn "$RELEASE"/waitgate -c "$work/waitgate-$i.yaml" 2>"$work/waitgate-$i.log" &
+  pids+=($!) wg_pids+=($!)
+done
+for port in "${ports[@]}"; do wait_port "$port"; done
+
+echo "Registering $users users through the API ..." >&2
+fill=$("$RELEASE"/examples/pollers register --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256)
+echo "  $fill" >&2
+waiting=$(R ZCARD "$K:waiting")
+[ "$waiting" = "$users" ] || { echo "expected $users waiting, found $waiting" >&2; exit 1; }
+# Each user polled once (a registration's first poll), as in a queue that
+# has been polling a while.
+"$RELEASE"/examples/pollers sweep --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256 >/dev/null
+
+info() { R INFO "$1" | tr -d '\r'; }
+# All commands' usec and calls, the scripts' and the plain poll commands'
+# calls, and Redis CPU (us), now.
+snapshot() {
+  python3 - "$(info commandstats)" "$(info cpu)" <<'EOF'
+import sys
+usec = calls = scripts = plain = 0
+for line in sys.argv[1].splitlines():
+    if not line.startswith("cmdstat_"):
+        continue
+    name = line[8:line.index(":")]
+    fields = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
+    usec += int(fields["usec"]); calls += int(fields["calls"])
+    if name in ("evalsha", "eval", "evalsha_ro", "eval_ro"):
+        scripts += int(fields["calls"])
+    elif name in ("hmget", "hset", "rpush", "zadd", "zmscore"):
+        plain += int(fields["calls"])
+cpu = sum(float(l.split(":")[1]) for l in sys.argv[2].splitlines()
+          if l.startswith(("used_cpu_sys:", "used_cpu_user:")))
+print(usec, calls, scripts, plain, int(cpu * 1e6))
+EOF
+}
+# waitgate's metrics, summed over the instances, as JSON.
+scrape() {
+  for admin in "${admins[@]}"; do curl -s "127.0.0.1:$admin/metrics"; done |
+    python3 -c '
+import json, re, sys
+total = {}
+for line in sys.stdin:
+    m = re.match(r"(waitgate_(?:rank_polls_total|rank_poll_sample_age_seconds_bucket|redis_batch_users_bucket|redis_batch_users_count|redis_batch_users_sum|queue_waiting|cleanup_removed_total|admitted_total))(\{[^}]*\})? (\S+)", line)
+    if m:
+        key = m.group(1) + (m.group(2) or "")
+        total[key] = total.get(key, 0.0) + float(m.group(3))
+print(json.dumps(total))'
+}
+
+# The churn: dropouts and silent users from one driver, at their rates
+# (admission is the instances' own).
+cat lua/lib.lua lua/dropout.lua > "$work/dropout.lua"
+DROPOUT=$(R SCRIPT LOAD "$(cat "$work/dropout.lua")")
+cat > "$work/churn.py" <<'PY'
+import random, socket, sys, time
+port, K, sha, dropouts, silent, seconds = sys.argv[1], sys.argv[2], sys.argv[3], \
+    int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+sock = socket.create_connection(("127.0.0.1", int(port)))
+f = sock.makefile("rb")
+def read():
+    line = f.readline()
+    kind, rest = line[:1], line[1:-2]
+    if kind == b"-":
+        raise RuntimeError(rest.decode())
+    if kind in b"+:":
+        return rest.decode() if kind == b"+" else int(rest)
+    if kind == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2].decode()
+    if kind == b"*":
+        n = int(rest)
+        return None if n < 0 else [read() for _ in range(n)]
+def call(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    sock.sendall(b"".join(out))
+    return read()
+# dropout.lua's KEYS, in its header's order.
+keys = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
+                              "admission", "due", "spent", "control")]
+random.seed(11)
+start = time.monotonic()
+done_dropouts = done_silent = 0
+while time.monotonic() - start < seconds:
+    elapsed = time.monotonic() - start
+    while done_dropouts < dropouts * elapsed:
+        user = call("ZRANDMEMBER", keys[0])
+        arrival = user and call("ZSCORE", keys[0], user)
+        if arrival:
+            call("EVALSHA", sha, len(keys), *keys, user, int(float(arrival)))
+        done_dropouts += 1
+    while done_silent < silent * elapsed:
+        # As a user who stops polling leaves it: a heartbeat long past, in
+        # a bucket cleanup looks at.
+        user = call("ZRANDMEMBER", keys[0])
+        if user:
+            call("HSET", K + ":due", user, 1)
+            call("RPUSH", K + ":dues:1000", user)
+            call("ZADD", K + ":dues", 1000, 1000)
+        done_silent += 1
+    time.sleep(0.005)
+print(f"dropouts={done_dropouts} silent={done_silent}")
+PY
+churn() { python3 "$work/churn.py" "$P_REDIS" "$K" "$DROPOUT" "$dropouts" "$silent" "$1"; }
+
+echo "Background Redis time of $instances instances, no polls, no churn (10 s) ..." >&2
+# Admission stays held: an admission tick finds nobody to admit.
+quiet_before=$(snapshot); sleep 10; quiet_after=$(snapshot)
+
+# Admission from the head at its rate, with no cap.
+R HDEL "$K:admission" window window_ms >/dev/null
+echo "Churn without polls ($seconds s): admission $admit/s, dropouts $dropouts/s, silent $silent/s ..." >&2
+churn_before=$(snapshot)
+churn_out=$(churn "$seconds")
+churn_after=$(snapshot)
+echo "  $churn_out" >&2
+
+echo "Churn with $conns pollers over $instances instances ($seconds s) ..." >&2
+metrics_before=$(scrape)
+R CONFIG RESETSTAT >/dev/null
+polls_before=$(snapshot)
+per=$(( (conns + instances - 1) / instances ))
+churn "$seconds" > "$work/churn-during" &
+churn_pid=$!
+poll_pids=()
+for i in $(seq "$instances"); do
+  "$RELEASE"/examples/pollers poll --target "127.0.0.1:${ports[$((i - 1))]}" --users "$users" \
+    --connections "$per" --seconds "$seconds" > "$work/pollers-$i" &
+  poll_pids+=($!)
+done
+# Ranks against ZRANK while it all moves: 1,000 random users.
+accuracy=$(python3 - "$users" "${ports[0]}" "$P_REDIS" <<'EOF'
+import http.client, json, random, socket, sys, time
+users, port, rport = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+time.sleep(2)
+api = http.client.HTTPConnection("127.0.0.1", port)
+r = socket.create_connection(("127.0.0.1", rport))
+f = r.makefile("rb")
+key = "queue:{big}:waiting"
+def zrank(user):
+    r.sendall(f"*3\r\n$5\r\nZRANK\r\n${len(key)}\r\n{key}\r\n${len(user)}\r\n{user}\r\n".encode())
+    line = f.readline()
+    return int(line[1:]) if line[:1] == b":" else None
+random.seed(7)
+worst, n, outside = 0.0, 0, 0
+for user in [f"u{random.randrange(users)}" for _ in range(1000)]:
+    before = zrank(user)
+    api.request("GET", f"/api/v1/queue/rank?userId={user}")
+    reply = api.getresponse()
+    body = reply.read()
+    after = zrank(user)
+    if reply.status != 200 or before is None or after is None:
+        continue
+    rank = json.loads(body).get("rank")
+    if rank is None:
+        continue
+    n += 1
+    low, high = min(before, after), max(before, after)
+    off = 0 if low <= rank <= high else min(abs(rank - low), abs(rank - high))
+    if high >= 1000:
+        worst = max(worst, off / high)
+    elif off:
+        outside += 1
+print(f"checked={n} exact_near_head_missed={outside} worst_far_back={worst * 100:.4f}%")
+EOF
+)
+for pid in "${poll_pids[@]}"; do wait "$pid"; done
+wait "$churn_pid"
+polls_after=$(snapshot)
+metrics_after=$(scrape)
+echo "  $(cat "$work/churn-during")" >&2
+echo "  ranks: $accuracy" >&2
+
+python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
+  "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
+  "$accuracy" "$work"/pollers-* <<'EOF'
+import json, re, sys
+a = sys.argv
+q0, q1, c0, c1, p0, p1 = ([int(x) for x in s.split()] for s in a[1:7])
+m0, m1 = json.loads(a[7]), json.loads(a[8])
+instances, users, seconds = int(a[9]), int(a[10]), float(a[11])
+admit, dropouts, silent, accuracy = a[12], a[13], a[14], a[15]
+polls = errors = 0
+for path in a[16:]:
+    out = open(path).read()
+    polls += int(re.search(r"requests=(\d+)", out).group(1))
+    errors += int(re.search(r"errors=(\d+)", out).group(1))
+answered = polls + errors
+d = lambda x0, x1, i: x1[i] - x0[i]
+quiet_s = 10.0
+churn_s = seconds
+print(f"## Churn at {users:,} waiting: {instances} instances, admission {admit}/s, "
+      f"dropouts {dropouts}/s, silent {silent}/s")
+print()
+print(f"Polls: {answered:,} in {seconds:.0f} s ({answered / seconds:,.0f}/s; "
+      f"{errors:,} not 200: users admitted or gone)")
+print()
+print("| | per poll |")
+print("|---|---|")
+usec_polls, usec_churn = d(p0, p1, 0), d(c0, c1, 0) * seconds / churn_s
+cpu_polls, cpu_churn = d(p0, p1, 4), d(c0, c1, 4) * seconds / churn_s
+print(f"| Redis usec (commandstats), churn's own taken out | {(usec_polls - usec_churn) / answered:.2f} µs |")
+print(f"| Redis usec (commandstats), all | {usec_polls / answered:.2f} µs |")
+print(f"| Redis CPU (INFO cpu), churn's own taken out | {(cpu_polls - cpu_churn) / answered:.2f} µs |")
+print(f"| script calls | {(d(p0, p1, 2) - d(c0, c1, 2)) / answered:.3f} |")
+print(f"| plain commands of polls far back | {(d(p0, p1, 3) - d(c0, c1, 3)) / answered:.3f} |")
+print()
+def delta(key):
+    return m1.get(key, 0.0) - m0.get(key, 0.0)
+paths = ["instance", "derived", "near", "walked", "again", "other"]
+by_path = {p: delta(f'waitgate_rank_polls_total{{path="{p}",queue="big"}}') for p in paths}
+total = sum(by_path.values()) or 1
+print("How the polls were answered (all instances):")
+print()
+print("| path | polls | share |")
+print("|---|---|---|")
+for p in paths:
+    print(f"| {p} | {by_path[p]:,.0f} | {100 * by_path[p] / total:.1f}% |")
+print()
+print("Against the age of the samples each instance held: the share walked far back")
+print("(walked and again) among the polls far back (instance, derived, walked, again):")
+print()
+print("| samples at most | polls far back | walked or asked again |")
+print("|---|---|---|")
+edges = ["0.5", "1", "2", "3", "5", "10", "30", "+Inf"]
+prev = {p: 0.0 for p in paths}
+for le in edges:
+    now = {p: delta(f'waitgate_rank_poll_sample_age_seconds_bucket{{le="{le}",path="{p}",queue="big"}}') for p in paths}
+    far = sum(now[p] - prev[p] for p in ("instance", "derived", "walked", "again"))
+    slow = sum(now[p] - prev[p] for p in ("walked", "again"))
+    if far:
+        print(f"| {le} s | {far:,.0f} | {100 * slow / far:.1f}% |")
+    prev = now
+print()
+print("Users in each coalesced rank call (all instances):")
+print()
+print("| at most | calls |")
+print("|---|---|")
+prev = 0.0
+for le in ["1", "2", "4", "8", "16", "32", "64", "128", "256", "500", "+Inf"]:
+    now = delta(f'waitgate_redis_batch_users_bucket{{call="rank",le="{le}"}}')
+    if now - prev:
+        print(f"| {le} | {now - prev:,.0f} |")
+    prev = now
+calls = delta('waitgate_redis_batch_users_count{call="rank"}')
+batched = delta('waitgate_redis_batch_users_sum{call="rank"}')
+if calls:
+    print(f"\nmean {batched / calls:.1f} users a call")
+print()
+bg_usec = d(q0, q1, 0) / quiet_s / instances
+bg_cpu = d(q0, q1, 4) / quiet_s / instances
+print(f"Background Redis time per instance, no polls, no churn: {bg_usec:,.0f} usec/s "
+      f"({bg_usec / 1e4:.2f}% of a core; Redis CPU {bg_cpu / 1e4:.2f}%)")
+print()
+print(f"Ranks against ZRANK during the churn: {accuracy}")
+EOF
