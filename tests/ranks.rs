@@ -551,3 +551,82 @@ fn each_poll_is_counted_by_how_it_was_answered() {
     }
     panic!("no poll far back was walked after 1,000 departures");
 }
+
+/// The client address of each slowlog entry whose arguments `matches`.
+fn callers(c: &mut redis::Connection, matches: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(c).unwrap();
+    let mut out: Vec<String> = log
+        .into_iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                panic!("a slowlog entry: {entry:?}")
+            };
+            // Published samples are bytes: read lossily.
+            let args: Vec<String> = redis::from_redis_value::<Vec<Vec<u8>>>(fields[3].clone())
+                .unwrap()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            matches(&args).then(|| redis::from_redis_value::<String>(fields[4].clone()).unwrap())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// With two instances on one Redis, one takes the samples of the waiting
+/// set and publishes them, and the other derives ranks far back from what
+/// was published, as well; once the sampling instance stops, the other
+/// takes over within the lease.
+#[test]
+fn one_instance_samples_a_queue_and_every_instance_derives_from_it() {
+    let redis = Redis::start();
+    let (a, b) = (start(&redis), start(&redis));
+    fill(&a, &redis, ("head", "u", 30_000), None, 1);
+    wait_for_samples(&a, 0.0);
+    wait_for_samples(&b, 0.0);
+    let mut c = redis.conn();
+    // samples.lua: the one script of these two keys (its header's).
+    let sampling = |c: &mut redis::Connection| {
+        callers(c, |args| {
+            args[0].to_ascii_lowercase().starts_with("evalsha")
+                && args[2..].starts_with(&[
+                    "2".to_string(),
+                    WAITING.to_string(),
+                    "queue:{baseball}:admission".to_string(),
+                ])
+        })
+    };
+    redis.slowlog_from_now(0, 100_000);
+    // Two refreshes and more.
+    std::thread::sleep(Duration::from_secs(12));
+    let samplers = sampling(&mut c);
+    assert_eq!(samplers.len(), 1, "sampled by {samplers:?}");
+    for wg in [&a, &b] {
+        assert!(samples_of(wg) > 0.0);
+        let (api, exact, _) = ranks_of(wg, &mut c, "u25000");
+        assert_within(api, exact, "far back");
+    }
+
+    // Which instance samples: the one whose connection asks rank.lua for
+    // "head" when polled for it.
+    assert_eq!(rank(a.addr, "head").status, 200);
+    let a_calls = callers(&mut c, |args| args.iter().any(|x| x == "head"));
+    let (sampler, other) = if a_calls.contains(&samplers[0]) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    drop(sampler);
+    redis.slowlog_from_now(0, 100_000);
+    // The lease (10 s) runs out, and the next refresh (5 s) takes it.
+    wait_until("another sampler", Duration::from_secs(25), || {
+        !sampling(&mut c).is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(samples_of(&other) > 0.0);
+    let (api, exact, _) = ranks_of(&other, &mut c, "u25000");
+    assert_within(api, exact, "far back, sampled by the survivor");
+    assert_eq!(sampling(&mut c).len(), 1);
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::metrics::EVENT_PHASES;
 use crate::queues::Queue;
-use crate::store::ranks;
+use crate::store::{published, ranks};
 
 /// How often the gauges are refreshed.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -22,8 +22,10 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
 }
 
 /// Samples the waiting set every `ranks::SAMPLES_REFRESH`, from which the queue's
-/// ranks far back are derived (see `store::ranks`). Without fresh samples
-/// every rank is asked of Redis exactly.
+/// ranks far back are derived (see `store::ranks`), or reads the samples
+/// the instance holding the queue's sampler lease published
+/// (`store::published`). Without fresh samples every rank is asked of
+/// Redis exactly.
 async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
     let mut ticker = ticker(ranks::SAMPLES_REFRESH);
     let mut log = FailureLog::new("rank sampler");
@@ -33,8 +35,9 @@ async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
         .max(ranks::FIRST_SAMPLED_PLACE);
     loop {
         ticker.tick().await;
-        match shared.store.take_samples(&queue.keys, first).await {
-            Ok(samples) => {
+        let id = published::instance_id();
+        match shared.store.shared_samples(&queue.keys, first, id).await {
+            Ok((samples, _)) => {
                 log.succeeded(&queue.name);
                 let points = samples.as_ref().map_or(0, |s| s.points.len());
                 shared

@@ -84,6 +84,13 @@ queue_keys! {
     /// ZSET challenge id -> its expiry (ms): the proofs of work registers
     /// used, kept until their challenge expires (see `lua/register.lua`).
     proofs: Proofs,
+    /// STRING: the latest samples of the waiting set, published by the
+    /// instance that holds `sampler`, read by every other (see
+    /// `store::published`).
+    samples: Samples,
+    /// STRING: the id of the instance that samples the waiting set, on a
+    /// lease of a few seconds.
+    sampler: Sampler,
 }
 
 #[cfg(test)]
@@ -97,7 +104,7 @@ mod tests {
         let all: Vec<&str> = Key::ALL.iter().map(|key| k.of(*key)).collect();
         assert_eq!(
             all.join(" "),
-            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs"
+            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs queue:{baseball}:samples queue:{baseball}:sampler"
         );
     }
 }

@@ -19,6 +19,7 @@ pub mod heartbeat;
 mod keys;
 mod operator;
 mod polls;
+pub mod published;
 pub mod ranks;
 
 pub use answers::{Closed, Place, Position, Registration};

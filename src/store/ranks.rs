@@ -40,7 +40,7 @@ pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
 /// more than half of the 0.1% allowed for the changes until the next refresh.
 const SAMPLE_GAP_FRACTION: f64 = 0.0004;
 /// Samples older than this are not used (the sampler cannot reach Redis).
-const SAMPLES_MAX_AGE: Duration = Duration::from_secs(30);
+pub(super) const SAMPLES_MAX_AGE: Duration = Duration::from_secs(30);
 /// The places one `samples.lua` call reads.
 pub const PLACES_PER_SAMPLES_CALL: usize = 500;
 
@@ -203,6 +203,127 @@ impl Samples {
             return None;
         }
         Some((least, most))
+    }
+}
+
+/// The first byte of [`Samples::encode`]'s form.
+const ENCODING_VERSION: u8 = 1;
+
+impl Samples {
+    /// These samples as one value to publish, with `taken_ms` (Redis's
+    /// clock when they were taken): the fixed fields, then each point as
+    /// the differences from the one before (zigzag varints: a step's
+    /// counters repeat, and places and scores grow by little).
+    pub fn encode(&self, taken_ms: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.points.len() * 10);
+        out.push(ENCODING_VERSION);
+        for value in [self.epoch, self.nearest, taken_ms] {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        out.extend_from_slice(&self.uncounted.to_le_bytes());
+        for seen in &self.seen {
+            out.extend_from_slice(&seen.load(Ordering::Relaxed).to_le_bytes());
+        }
+        out.extend_from_slice(&(self.points.len() as u32).to_le_bytes());
+        let mut last = [0u64; 5];
+        for p in &self.points {
+            let now = [p.score, p.lifted, p.total, p.removed, p.added];
+            for (value, before) in now.iter().zip(&mut last) {
+                put_varint(&mut out, zigzag(value.wrapping_sub(*before) as i64));
+                *before = *value;
+            }
+        }
+        out
+    }
+
+    /// Samples published by [`Samples::encode`], read when Redis's clock
+    /// said `now_ms`: `None` if the value is not one, or too old to use.
+    pub fn decode(bytes: &[u8], now_ms: u64) -> Option<Samples> {
+        let mut r = Reader(bytes);
+        if r.take(1)? != [ENCODING_VERSION] {
+            return None;
+        }
+        let (epoch, nearest, taken_ms) = (r.u64()?, r.u64()?, r.u64()?);
+        let uncounted = i128::from_le_bytes(r.take(16)?.try_into().ok()?);
+        let seen = [r.u64()?, r.u64()?, r.u64()?];
+        let n = u32::from_le_bytes(r.take(4)?.try_into().ok()?) as usize;
+        // Each point takes five bytes at least: a count past that is false.
+        if n > r.0.len() / 5 {
+            return None;
+        }
+        let mut points = Vec::with_capacity(n);
+        let mut last = [0u64; 5];
+        for _ in 0..n {
+            for before in &mut last {
+                *before = before.wrapping_add(unzigzag(r.varint()?) as u64);
+            }
+            let [score, lifted, total, removed, added] = last;
+            points.push(Point {
+                score,
+                lifted,
+                total,
+                removed,
+                added,
+            });
+        }
+        let increasing = points
+            .windows(2)
+            .all(|w| w[0].score < w[1].score && w[0].lifted < w[1].lifted);
+        let age = Duration::from_millis(now_ms.saturating_sub(taken_ms));
+        if !r.0.is_empty() || !increasing || age > SAMPLES_MAX_AGE {
+            return None;
+        }
+        Some(Samples {
+            epoch,
+            nearest,
+            points,
+            taken: Instant::now().checked_sub(age)?,
+            uncounted,
+            seen: seen.map(AtomicU64::new),
+        })
+    }
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// What is left of a published value to read.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = self.take(1)?[0];
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
     }
 }
 
@@ -433,5 +554,30 @@ mod tests {
             wait_ms(u64::MAX, i64::MAX, 10_000, u64::MAX),
             Some(u64::MAX)
         );
+    }
+
+    #[test]
+    fn published_samples_read_back_as_taken_and_anything_else_is_refused() {
+        let places: Vec<u64> = (0..2_000).map(|i| 10_000 + i * 7).collect();
+        let taken = samples(&places, 40, 3, 9).from_place(12_000);
+        let bytes = taken.encode(1_000_000);
+        assert!(bytes.len() < places.len() * 8, "{} bytes", bytes.len());
+        let read = Samples::decode(&bytes, 1_002_000).unwrap();
+        assert_eq!(read.points, taken.points);
+        assert_eq!((read.epoch, read.nearest), (taken.epoch, 12_000));
+        let now = at(45, 3, 9);
+        for score in [100_000, 150_005, 239_000] {
+            assert_eq!(read.rank(score, now), taken.rank(score, now), "{score}");
+        }
+        assert!(read.taken.elapsed() >= Duration::from_secs(2));
+        // Too old, cut short, with bytes after, or not ours: no samples.
+        assert!(Samples::decode(&bytes, 1_000_000 + 31_000).is_none());
+        assert!(Samples::decode(&bytes[..bytes.len() - 1], 1_000_000).is_none());
+        assert!(Samples::decode(&[&bytes[..], &[0]].concat(), 1_000_000).is_none());
+        assert!(Samples::decode(b"", 0).is_none());
+        assert!(Samples::decode(&[2; 200], 0).is_none());
+        let mut huge_count = bytes.clone();
+        huge_count[65..69].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Samples::decode(&huge_count, 1_000_000).is_none());
     }
 }

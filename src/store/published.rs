@@ -1,0 +1,135 @@
+//! Samples one instance takes and every instance reads.
+//!
+//! Ranks far back are derived from samples of the waiting set
+//! (`super::ranks`). Taking them costs Redis a few hundred script calls a
+//! queue every refresh; were every instance to take its own, that cost
+//! would grow with the instances. So the instance that holds a queue's
+//! sampler lease (a key with its id, renewed at each refresh) takes them
+//! and publishes them as one value; every other instance reads that value.
+//! An instance that stops sampling loses the lease within
+//! [`SAMPLER_LEASE`], and the next to refresh takes it over. Published
+//! samples carry Redis's time of their taking, so every instance tells
+//! their age by the same clock.
+
+use std::time::Duration;
+
+use super::connection::{Resend, Store};
+use super::error::StoreError;
+use super::keys::QueueKeys;
+use super::ranks::{Samples, SAMPLES_MAX_AGE, SAMPLES_REFRESH};
+
+/// How long a sampler's lease lasts unrenewed: two refreshes, so that a
+/// holder that stops is replaced within three.
+pub const SAMPLER_LEASE: Duration = Duration::from_secs(2 * SAMPLES_REFRESH.as_secs());
+
+/// Whence an instance's samples came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sampled {
+    /// This instance holds the lease: it took them and published them.
+    Took,
+    /// Another does: read as it published them.
+    Read,
+}
+
+/// This process's id as a sampler: random, made once.
+pub fn instance_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| format!("{:016x}", rand::random::<u64>()))
+}
+
+impl Store {
+    /// This instance's samples of a queue's waiting set from place `first`
+    /// on: taken and published when the instance `id` holds the sampler
+    /// lease or wins it, read as the holder published them otherwise.
+    /// `None`: no samples to derive ranks from (the set started anew or
+    /// changed uncounted while they were taken, or the holder has published
+    /// none recent enough).
+    pub async fn shared_samples(
+        &self,
+        keys: &QueueKeys,
+        first: u64,
+        id: &str,
+    ) -> Result<(Option<Samples>, Sampled), StoreError> {
+        if self.hold_lease(keys, id).await? {
+            let taken_ms = self.redis_now_ms().await?;
+            let samples = self.take_samples(keys, first).await?;
+            let publish = match &samples {
+                Some(s) => {
+                    let mut set = redis::cmd("SET");
+                    set.arg(&keys.samples)
+                        .arg(s.encode(taken_ms))
+                        .arg("PX")
+                        .arg(SAMPLES_MAX_AGE.as_millis() as u64);
+                    set
+                }
+                // Samples of an earlier set must not outlive it.
+                None => {
+                    let mut del = redis::cmd("DEL");
+                    del.arg(&keys.samples);
+                    del
+                }
+            };
+            let publish = &publish;
+            self.call(Resend::Safe, |mut c| async move {
+                publish.query_async::<()>(&mut c).await
+            })
+            .await?;
+            return Ok((samples, Sampled::Took));
+        }
+        let mut read = redis::pipe();
+        read.cmd("TIME").cmd("GET").arg(&keys.samples);
+        let read = &read;
+        let ((seconds, micros), published): ((u64, u64), Option<Vec<u8>>) = self
+            .call(Resend::Safe, |mut c| async move {
+                read.query_async(&mut c).await
+            })
+            .await?;
+        let now_ms = seconds * 1000 + micros / 1000;
+        let samples = published.and_then(|bytes| Samples::decode(&bytes, now_ms));
+        Ok((samples, Sampled::Read))
+    }
+
+    /// Whether `id` holds the sampler lease of a queue, having taken it if
+    /// it was free; renewed when held.
+    async fn hold_lease(&self, keys: &QueueKeys, id: &str) -> Result<bool, StoreError> {
+        let lease = SAMPLER_LEASE.as_millis() as u64;
+        let mut take = redis::cmd("SET");
+        take.arg(&keys.sampler)
+            .arg(id)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(lease);
+        let take = &take;
+        let holder: Option<String> = self
+            .call(Resend::Safe, |mut c| async move {
+                take.query_async(&mut c).await
+            })
+            .await?;
+        match holder {
+            // Free: taken.
+            None => Ok(true),
+            Some(holder) if holder == id => {
+                let mut renew = redis::cmd("PEXPIRE");
+                renew.arg(&keys.sampler).arg(lease);
+                let renew = &renew;
+                self.call(Resend::Safe, |mut c| async move {
+                    renew.query_async::<()>(&mut c).await
+                })
+                .await?;
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    /// Redis's clock, in milliseconds.
+    async fn redis_now_ms(&self) -> Result<u64, StoreError> {
+        let (seconds, micros): (u64, u64) = self
+            .call(Resend::Safe, |mut c| async move {
+                redis::cmd("TIME").query_async(&mut c).await
+            })
+            .await?;
+        Ok(seconds * 1000 + micros / 1000)
+    }
+}
