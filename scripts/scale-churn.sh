@@ -20,6 +20,7 @@
 #   scripts/scale.sh churn 200000 10          # fewer users, shorter
 #   CHURN_INSTANCES=3 CHURN_ADMIT=200 CHURN_DROPOUTS=100 CHURN_SILENT=50 \
 #     CHURN_CONNECTIONS=1024 scripts/scale.sh churn
+#   CHURN_BINARY=/path/to/waitgate scripts/scale.sh churn   # another build
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -44,6 +45,8 @@ conns=${CHURN_CONNECTIONS:-1024}
 
 echo "Building release binaries ..." >&2
 cargo build --release --locked --bin waitgate --example pollers >&2
+# CHURN_BINARY: another build of waitgate to measure (an earlier commit's).
+binary=${CHURN_BINARY:-$RELEASE/waitgate}
 
 work_and_children
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
@@ -91,7 +94,7 @@ done
 # The gate is held while the queue fills.
 R HSET "$K:admission" window 999999999999 window_ms 1000 >/dev/null
 for i in $(seq "$instances"); do
-  RUST_LOG=warn "$RELEASE"/waitgate -c "$work/waitgate-$i.yaml" 2>"$work/waitgate-$i.log" &
+  RUST_LOG=warn "$binary" -c "$work/waitgate-$i.yaml" 2>"$work/waitgate-$i.log" &
   pids+=($!) wg_pids+=($!)
 done
 for port in "${ports[@]}"; do wait_port "$port"; done
@@ -321,7 +324,7 @@ print("|---|---|---|")
 edges = ["0.5", "1", "2", "3", "5", "10", "30", "+Inf"]
 prev = {p: 0.0 for p in paths}
 for le in edges:
-    now = {p: delta(f'waitgate_rank_poll_sample_age_seconds_bucket{{le="{le}",path="{p}",queue="big"}}') for p in paths}
+    now = {p: delta(f'waitgate_rank_poll_sample_age_seconds_bucket{{path="{p}",queue="big",le="{le}"}}') for p in paths}
     far = sum(now[p] - prev[p] for p in ("instance", "derived", "walked", "again"))
     slow = sum(now[p] - prev[p] for p in ("walked", "again"))
     if far:

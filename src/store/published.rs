@@ -18,9 +18,10 @@ use super::error::StoreError;
 use super::keys::QueueKeys;
 use super::ranks::{Samples, SAMPLES_MAX_AGE, SAMPLES_REFRESH};
 
-/// How long a sampler's lease lasts unrenewed: two refreshes, so that a
-/// holder that stops is replaced within three.
-pub const SAMPLER_LEASE: Duration = Duration::from_secs(2 * SAMPLES_REFRESH.as_secs());
+/// How long a sampler's lease lasts unrenewed: five refreshes, so that a
+/// holder that stops is replaced within six, and one that is slow for a
+/// moment keeps it.
+pub const SAMPLER_LEASE: Duration = Duration::from_secs(5 * SAMPLES_REFRESH.as_secs());
 
 /// Whence an instance's samples came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

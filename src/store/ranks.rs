@@ -31,8 +31,14 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-/// How often an instance takes its samples of a queue.
-pub const SAMPLES_REFRESH: Duration = Duration::from_secs(5);
+/// How often the samples of a queue are taken (by the instance holding its
+/// sampler lease) and read (by the others). Departures since the samples
+/// were taken widen the range a derived rank lies in; under churn (150
+/// users leaving a second at 1,000,000 waiting, `scripts/scale.sh churn`)
+/// samples up to 5 s old left 88% of the polls far back to be walked
+/// instead. Taken once for every instance (`super::published`), they can
+/// be taken every second.
+pub const SAMPLES_REFRESH: Duration = Duration::from_secs(1);
 /// The nearest place sampled, unless the queue's exact-rank-window is
 /// larger: nearer the head the advice needs the rank exactly anyway.
 pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
