@@ -202,9 +202,20 @@ print(f"dropouts={done_dropouts} silent={done_silent}")
 PY
 churn() { python3 "$work/churn.py" "$P_REDIS" "$K" "$DROPOUT" "$dropouts" "$silent" "$1"; }
 
+# The sweep's heartbeats are cleanup's candidates once due: the background
+# is measured once cleanup has looked at them all.
+echo "Waiting for cleanup to look at the sweep's heartbeats ..." >&2
+for _ in $(seq 300); do
+  [ "$(R ZCARD "$K:dues")" = 0 ] && break
+  sleep 1
+done
 echo "Background Redis time of $instances instances, no polls, no churn (10 s) ..." >&2
 # Admission stays held: an admission tick finds nobody to admit.
+R CONFIG RESETSTAT >/dev/null
 quiet_before=$(snapshot); sleep 10; quiet_after=$(snapshot)
+# Where it went: the commands by their usec in those 10 s.
+info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr($1, 9), $3 }' |
+  sort -rn | head -6 > "$work/quiet-commands"
 
 # Admission from the head at its rate, with no cap.
 R HDEL "$K:admission" window window_ms >/dev/null
@@ -272,15 +283,16 @@ echo "  ranks: $accuracy" >&2
 
 python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
   "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
-  "$accuracy" "$work"/pollers-* <<'EOF'
+  "$accuracy" "$work/quiet-commands" "$work"/pollers-* <<'EOF'
 import json, re, sys
 a = sys.argv
 q0, q1, c0, c1, p0, p1 = ([int(x) for x in s.split()] for s in a[1:7])
 m0, m1 = json.loads(a[7]), json.loads(a[8])
 instances, users, seconds = int(a[9]), int(a[10]), float(a[11])
 admit, dropouts, silent, accuracy = a[12], a[13], a[14], a[15]
+quiet_commands = open(a[16]).read().split("\n")
 polls = errors = 0
-for path in a[16:]:
+for path in a[17:]:
     out = open(path).read()
     polls += int(re.search(r"requests=(\d+)", out).group(1))
     errors += int(re.search(r"errors=(\d+)", out).group(1))
@@ -348,8 +360,16 @@ if calls:
 print()
 bg_usec = d(q0, q1, 0) / quiet_s / instances
 bg_cpu = d(q0, q1, 4) / quiet_s / instances
-print(f"Background Redis time per instance, no polls, no churn: {bg_usec:,.0f} usec/s "
-      f"({bg_usec / 1e4:.2f}% of a core; Redis CPU {bg_cpu / 1e4:.2f}%)")
+print(f"Background Redis time per instance, no polls, no churn, cleanup idle: {bg_usec:,.0f} usec/s "
+      f"({bg_usec / 1e4:.2f}% of a core; Redis CPU {bg_cpu / 1e4:.2f}%); by command, all "
+      f"instances, in 10 s:")
+print()
+print("| command | usec | calls |")
+print("|---|---|---|")
+for line in quiet_commands:
+    if line.strip():
+        usec, name, calls = line.split()
+        print(f"| {name} | {int(usec):,} | {int(calls):,} |")
 print()
 print(f"Ranks against ZRANK during the churn: {accuracy}")
 EOF

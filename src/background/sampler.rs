@@ -7,7 +7,8 @@ use std::time::Duration;
 use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::metrics::EVENT_PHASES;
 use crate::queues::Queue;
-use crate::store::{published, ranks};
+use crate::store::published::{self, Sampled};
+use crate::store::ranks;
 
 /// How often the gauges are refreshed.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
@@ -36,8 +37,14 @@ async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
     loop {
         ticker.tick().await;
         let id = published::instance_id();
-        match shared.store.shared_samples(&queue.keys, first, id).await {
-            Ok((samples, _)) => {
+        let current = queue.ranks.get();
+        match shared
+            .store
+            .shared_samples(&queue.keys, first, id, current.as_deref())
+            .await
+        {
+            Ok(Sampled::Kept) => log.succeeded(&queue.name),
+            Ok(Sampled::Took(samples) | Sampled::Read(samples)) => {
                 log.succeeded(&queue.name);
                 let points = samples.as_ref().map_or(0, |s| s.points.len());
                 shared

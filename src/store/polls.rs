@@ -627,6 +627,17 @@ impl Store {
         self.run::<i64>(invocation, Resend::Safe).await?;
         Ok(moved.into_iter().map(|w| w.0).collect())
     }
+    /// The counters of a queue's waiting set (`samples.lua` asked for no
+    /// place).
+    pub(super) async fn sample_counters(
+        &self,
+        keys: &QueueKeys,
+    ) -> Result<ranks::Counters, StoreError> {
+        let mut invocation = SAMPLES.invoke(keys);
+        invocation.arg(u64::MAX);
+        let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
+        counters(flat.get(..6).unwrap_or(&[]))
+    }
     /// Takes the samples of a queue's waiting set from place `first` on, in
     /// bounded read-only steps; `None` if the set started anew or changed
     /// uncounted meanwhile.
@@ -647,10 +658,7 @@ impl Store {
                 Some(place) => place,
                 None => {
                     // The first step reads the counters alone.
-                    invocation.arg(u64::MAX);
-                    let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
-                    next =
-                        Some(first.saturating_add(counters(flat.get(..6).unwrap_or(&[]))?.total));
+                    next = Some(first.saturating_add(self.sample_counters(keys).await?.total));
                     continue;
                 }
             };

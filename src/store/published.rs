@@ -23,13 +23,16 @@ use super::ranks::{Samples, SAMPLES_MAX_AGE, SAMPLES_REFRESH};
 /// moment keeps it.
 pub const SAMPLER_LEASE: Duration = Duration::from_secs(5 * SAMPLES_REFRESH.as_secs());
 
-/// Whence an instance's samples came.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An instance's samples after a refresh, and whence they came.
+#[derive(Debug)]
 pub enum Sampled {
     /// This instance holds the lease: it took them and published them.
-    Took,
-    /// Another does: read as it published them.
-    Read,
+    Took(Option<Samples>),
+    /// It holds the lease, and those it has still tell ranks as when
+    /// taken ([`Samples::unchanged_at`]): kept, nothing taken.
+    Kept,
+    /// Another holds it: read as it published them.
+    Read(Option<Samples>),
 }
 
 /// This process's id as a sampler: random, made once.
@@ -41,17 +44,23 @@ pub fn instance_id() -> &'static str {
 impl Store {
     /// This instance's samples of a queue's waiting set from place `first`
     /// on: taken and published when the instance `id` holds the sampler
-    /// lease or wins it, read as the holder published them otherwise.
-    /// `None`: no samples to derive ranks from (the set started anew or
-    /// changed uncounted while they were taken, or the holder has published
-    /// none recent enough).
+    /// lease or wins it (unless `current` still holds), read as the holder
+    /// published them otherwise. No samples (`None`): nothing to derive
+    /// ranks from (the set started anew or changed uncounted while they
+    /// were taken, or the holder has published none recent enough).
     pub async fn shared_samples(
         &self,
         keys: &QueueKeys,
         first: u64,
         id: &str,
-    ) -> Result<(Option<Samples>, Sampled), StoreError> {
+        current: Option<&Samples>,
+    ) -> Result<Sampled, StoreError> {
         if self.hold_lease(keys, id).await? {
+            if let Some(current) = current {
+                if current.unchanged_at(&self.sample_counters(keys).await?) {
+                    return Ok(Sampled::Kept);
+                }
+            }
             let taken_ms = self.redis_now_ms().await?;
             let samples = self.take_samples(keys, first).await?;
             let publish = match &samples {
@@ -75,7 +84,7 @@ impl Store {
                 publish.query_async::<()>(&mut c).await
             })
             .await?;
-            return Ok((samples, Sampled::Took));
+            return Ok(Sampled::Took(samples));
         }
         let mut read = redis::pipe();
         read.cmd("TIME").cmd("GET").arg(&keys.samples);
@@ -86,8 +95,9 @@ impl Store {
             })
             .await?;
         let now_ms = seconds * 1000 + micros / 1000;
-        let samples = published.and_then(|bytes| Samples::decode(&bytes, now_ms));
-        Ok((samples, Sampled::Read))
+        Ok(Sampled::Read(
+            published.and_then(|bytes| Samples::decode(&bytes, now_ms)),
+        ))
     }
 
     /// Whether `id` holds the sampler lease of a queue, having taken it if

@@ -39,6 +39,10 @@ use lru::LruCache;
 /// instead. Taken once for every instance (`super::published`), they can
 /// be taken every second.
 pub const SAMPLES_REFRESH: Duration = Duration::from_secs(1);
+/// How often they are taken while nobody leaves: admissions from the head
+/// alone leave derived ranks exact, so the samples need taking again only
+/// for the users who joined past the last of them.
+pub const SAMPLES_REFRESH_QUIET: Duration = Duration::from_secs(5);
 /// The nearest place sampled, unless the queue's exact-rank-window is
 /// larger: nearer the head the advice needs the rank exactly anyway.
 pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
@@ -209,6 +213,23 @@ impl Samples {
             return None;
         }
         Some((least, most))
+    }
+}
+
+impl Samples {
+    /// Whether these still tell ranks as when they were taken: nobody has
+    /// left the set, or been placed in it but at the tail, since (the
+    /// head's admissions are counted exactly), and they are younger than
+    /// `SAMPLES_REFRESH_QUIET`.
+    pub fn unchanged_at(&self, now: &Counters) -> bool {
+        let Some(last) = self.points.last() else {
+            return false;
+        };
+        now.epoch == self.epoch
+            && now.uncounted() == self.uncounted
+            && now.removed == last.removed
+            && now.added == last.added
+            && self.taken.elapsed() < SAMPLES_REFRESH_QUIET
     }
 }
 
@@ -585,5 +606,20 @@ mod tests {
         let mut huge_count = bytes.clone();
         huge_count[65..69].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Samples::decode(&huge_count, 1_000_000).is_none());
+    }
+
+    #[test]
+    fn samples_need_taking_again_once_someone_leaves_or_is_placed_but_not_for_admissions() {
+        let places: Vec<u64> = (0..100).map(|i| 10_000 + i * 7).collect();
+        let taken = samples(&places, 40, 3, 9);
+        assert!(taken.unchanged_at(&at(40, 3, 9)));
+        assert!(taken.unchanged_at(&at(400, 3, 9)), "admitted from the head");
+        assert!(!taken.unchanged_at(&at(40, 4, 9)), "one left");
+        assert!(!taken.unchanged_at(&at(40, 3, 10)), "one placed");
+        let earlier = Samples {
+            taken: Instant::now() - SAMPLES_REFRESH_QUIET,
+            ..samples(&places, 40, 3, 9)
+        };
+        assert!(!earlier.unchanged_at(&at(40, 3, 9)), "quiet, but old");
     }
 }
