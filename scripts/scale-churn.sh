@@ -21,6 +21,7 @@
 #   CHURN_INSTANCES=3 CHURN_ADMIT=200 CHURN_DROPOUTS=100 CHURN_SILENT=50 \
 #     CHURN_CONNECTIONS=1024 scripts/scale.sh churn
 #   CHURN_BINARY=/path/to/waitgate scripts/scale.sh churn   # another build
+#   CHURN_COMPARE=/path/to/waitgate scripts/scale.sh churn  # this build, then that one
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -31,6 +32,16 @@
 # random users of the 1,000,000, as scripts/scale.sh does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CHURN_COMPARE: a reference build, measured the same way right after this
+# one, in one command.
+if [ -n "${CHURN_COMPARE:-}" ]; then
+  echo "# This build"
+  CHURN_COMPARE='' "$0" "$@"
+  echo
+  echo "# The reference: $CHURN_COMPARE"
+  CHURN_COMPARE='' CHURN_BINARY="$CHURN_COMPARE" "$0" "$@"
+  exit
+fi
 . scripts/ensure-tools.sh
 ensure_rust
 ensure_packages redis-server python3 curl
