@@ -22,13 +22,13 @@ async fn sample_loop(shared: Shared, queue: Arc<Queue>) {
     );
 }
 
-/// Looks every `ranks::SAMPLES_LOOK` for samples of the waiting set, from
-/// which the queue's ranks far back are derived (see `store::ranks`):
-/// taken when this instance holds the queue's sampler lease and they are
-/// due, read when another holder published new ones (`store::published`).
-/// Without fresh samples every rank is asked of Redis exactly.
+/// Samples the waiting set every `ranks::SAMPLES_REFRESH`, from which the queue's
+/// ranks far back are derived (see `store::ranks`), or reads the samples
+/// the instance holding the queue's sampler lease published
+/// (`store::published`). Without fresh samples every rank is asked of
+/// Redis exactly.
 async fn rank_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = ticker(ranks::SAMPLES_LOOK);
+    let mut ticker = ticker(ranks::SAMPLES_REFRESH);
     let mut log = FailureLog::new("rank sampler");
     let first = queue
         .config

@@ -16,9 +16,7 @@ use std::time::Duration;
 use super::connection::{Resend, Store};
 use super::error::StoreError;
 use super::keys::QueueKeys;
-use super::ranks::{
-    published_ms, Samples, PUBLISHED_STAMP_BYTES, SAMPLES_MAX_AGE, SAMPLES_REFRESH,
-};
+use super::ranks::{Samples, SAMPLES_MAX_AGE, SAMPLES_REFRESH};
 
 /// How long a sampler's lease lasts unrenewed: five refreshes, so that a
 /// holder that stops is replaced within six, and one that is slow for a
@@ -30,9 +28,8 @@ pub const SAMPLER_LEASE: Duration = Duration::from_secs(5 * SAMPLES_REFRESH.as_s
 pub enum Sampled {
     /// This instance holds the lease: it took them and published them.
     Took(Option<Samples>),
-    /// Those it has are still the ones to use: as the lease holder, taken
-    /// a moment ago or still telling ranks as when taken
-    /// ([`Samples::unchanged_at`]); otherwise, the ones last published.
+    /// It holds the lease, and those it has still tell ranks as when
+    /// taken ([`Samples::unchanged_at`]): kept, nothing taken.
     Kept,
     /// Another holds it: read as it published them.
     Read(Option<Samples>),
@@ -60,10 +57,7 @@ impl Store {
     ) -> Result<Sampled, StoreError> {
         if self.hold_lease(keys, id).await? {
             if let Some(current) = current {
-                // Taken a moment ago, or nobody left since: nothing to do.
-                if current.taken.elapsed() < SAMPLES_REFRESH
-                    || current.unchanged_at(&self.sample_counters(keys).await?)
-                {
+                if current.unchanged_at(&self.sample_counters(keys).await?) {
                     return Ok(Sampled::Kept);
                 }
             }
@@ -90,27 +84,7 @@ impl Store {
                 publish.query_async::<()>(&mut c).await
             })
             .await?;
-            return Ok(Sampled::Took(samples.map(|mut s| {
-                s.published_ms = taken_ms;
-                s
-            })));
-        }
-        // Another instance samples: what it published, when new.
-        let mut look = redis::pipe();
-        look.cmd("TIME")
-            .cmd("GETRANGE")
-            .arg(&keys.samples)
-            .arg(0)
-            .arg(PUBLISHED_STAMP_BYTES - 1);
-        let look = &look;
-        let (_, stamp): ((u64, u64), Vec<u8>) = self
-            .call(Resend::Safe, |mut c| async move {
-                look.query_async(&mut c).await
-            })
-            .await?;
-        let stamp = published_ms(&stamp);
-        if stamp.is_some() && stamp == current.map(|c| c.published_ms) {
-            return Ok(Sampled::Kept);
+            return Ok(Sampled::Took(samples));
         }
         let mut read = redis::pipe();
         read.cmd("TIME").cmd("GET").arg(&keys.samples);

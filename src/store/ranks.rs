@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 
 /// How often the samples of a queue are taken (by the instance holding its
-/// sampler lease) while users leave. Departures since the samples
+/// sampler lease) and read (by the others). Departures since the samples
 /// were taken widen the range a derived rank lies in; under churn (150
 /// users leaving a second at 1,000,000 waiting, `scripts/scale.sh churn`)
 /// samples up to 5 s old left 88% of the polls far back to be walked
@@ -43,10 +43,6 @@ pub const SAMPLES_REFRESH: Duration = Duration::from_secs(1);
 /// alone leave derived ranks exact, so the samples need taking again only
 /// for the users who joined past the last of them.
 pub const SAMPLES_REFRESH_QUIET: Duration = Duration::from_secs(5);
-/// How often an instance looks for newly published samples (a read of a
-/// few bytes; the samples themselves only when new), so that the samples
-/// it derives from are no older than the holder's by more than this.
-pub const SAMPLES_LOOK: Duration = Duration::from_millis(250);
 /// The nearest place sampled, unless the queue's exact-rank-window is
 /// larger: nearer the head the advice needs the rank exactly anyway.
 pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
@@ -101,9 +97,6 @@ pub struct Samples {
     pub nearest: u64,
     pub points: Vec<Point>,
     pub taken: Instant,
-    /// Redis's time of their taking, as published (`Samples::encode`); 0
-    /// for samples not published.
-    pub published_ms: u64,
     /// [`Counters::uncounted`] of every step.
     uncounted: i128,
     /// The latest counters a rank call read (`total`, `removed`, `added`),
@@ -131,7 +124,6 @@ impl Samples {
             points,
             taken,
             uncounted: first.uncounted(),
-            published_ms: 0,
             seen: [
                 AtomicU64::new(last.total),
                 AtomicU64::new(last.removed),
@@ -244,19 +236,6 @@ impl Samples {
 /// The first byte of [`Samples::encode`]'s form.
 const ENCODING_VERSION: u8 = 1;
 
-/// The bytes of a published value that say when it was taken: a reader
-/// reads them alone to tell whether there is anything new to read.
-pub const PUBLISHED_STAMP_BYTES: usize = 25;
-
-/// When the samples in a published value (or its first
-/// [`PUBLISHED_STAMP_BYTES`]) were taken, by Redis's clock.
-pub fn published_ms(stamp: &[u8]) -> Option<u64> {
-    if stamp.first() != Some(&ENCODING_VERSION) {
-        return None;
-    }
-    Some(u64::from_le_bytes(stamp.get(17..25)?.try_into().ok()?))
-}
-
 impl Samples {
     /// These samples as one value to publish, with `taken_ms` (Redis's
     /// clock when they were taken): the fixed fields, then each point as
@@ -326,7 +305,6 @@ impl Samples {
             nearest,
             points,
             taken: Instant::now().checked_sub(age)?,
-            published_ms: taken_ms,
             uncounted,
             seen: seen.map(AtomicU64::new),
         })
@@ -611,13 +589,7 @@ mod tests {
         let taken = samples(&places, 40, 3, 9).from_place(12_000);
         let bytes = taken.encode(1_000_000);
         assert!(bytes.len() < places.len() * 8, "{} bytes", bytes.len());
-        assert_eq!(
-            published_ms(&bytes[..PUBLISHED_STAMP_BYTES]),
-            Some(1_000_000)
-        );
-        assert_eq!(published_ms(b""), None);
         let read = Samples::decode(&bytes, 1_002_000).unwrap();
-        assert_eq!(read.published_ms, 1_000_000);
         assert_eq!(read.points, taken.points);
         assert_eq!((read.epoch, read.nearest), (taken.epoch, 12_000));
         let now = at(45, 3, 9);
