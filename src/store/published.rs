@@ -27,6 +27,7 @@ pub const SAMPLER_LEASE: Duration = Duration::from_secs(5 * SAMPLES_REFRESH.as_s
 #[derive(Debug)]
 pub enum Sampled {
     /// This instance holds the lease: it took them and published them.
+    /// Also what a set too short to sample gets, with none.
     Took(Option<Samples>),
     /// It holds the lease, and those it has still tell ranks as when
     /// taken ([`Samples::unchanged_at`]): kept, nothing taken.
@@ -46,8 +47,10 @@ impl Store {
     /// on: taken and published when the instance `id` holds the sampler
     /// lease or wins it (unless `current` still holds), read as the holder
     /// published them otherwise. No samples (`None`): nothing to derive
-    /// ranks from (the set started anew or changed uncounted while they
-    /// were taken, or the holder has published none recent enough).
+    /// ranks from (a set too short to sample, one that started anew or
+    /// changed uncounted while they were taken, or a holder that has
+    /// published none recent enough). A set too short writes nothing: no
+    /// lease, no samples.
     pub async fn shared_samples(
         &self,
         keys: &QueueKeys,
@@ -55,11 +58,13 @@ impl Store {
         id: &str,
         current: Option<&Samples>,
     ) -> Result<Sampled, StoreError> {
+        let now = self.sample_counters(keys).await?;
+        if now.size <= first {
+            return Ok(Sampled::Took(None));
+        }
         if self.hold_lease(keys, id).await? {
-            if let Some(current) = current {
-                if current.unchanged_at(&self.sample_counters(keys).await?) {
-                    return Ok(Sampled::Kept);
-                }
+            if current.is_some_and(|current| current.unchanged_at(&now)) {
+                return Ok(Sampled::Kept);
             }
             let taken_ms = self.redis_now_ms().await?;
             let samples = self.take_samples(keys, first).await?;
