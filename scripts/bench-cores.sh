@@ -21,6 +21,9 @@
 #   BENCH_LANE_OFF=1 scripts/bench.sh cores
 #                                          # also waitgate with `direct-lane: false`
 #                                          # (every request through Pingora's proxy)
+#   BENCH_BINARY=/tmp/waitgate-old scripts/bench.sh cores
+#                                          # a build of waitgate's own instead
+#                                          # of building this checkout's
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/ensure-tools.sh
@@ -32,8 +35,13 @@ seconds=${2:-6}
 machine=$(nproc)
 shared=${BENCH_SHARED:-}
 
-echo "Building the release binary ..." >&2
-cargo build --release --locked --bin waitgate >&2
+if [ -n "${BENCH_BINARY:-}" ]; then
+  WAITGATE=$BENCH_BINARY
+else
+  echo "Building the release binary ..." >&2
+  cargo build --release --locked --bin waitgate >&2
+  WAITGATE=$RELEASE/waitgate
+fi
 
 work=$(mktemp -d)
 pids=()
@@ -133,14 +141,14 @@ start_pair() { # N: nginx with N workers and waitgate with N threads, both on 0.
   pin_proxy "$1" nginx -p "$work" -c "$work/nginx-proxy$1.conf"
   waitgate_conf "$1" $P_WG $P_ADMIN > "$work/waitgate-$1.yaml"
   # taskset itself, not a function: the pid is then waitgate's.
-  RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$RELEASE"/waitgate -c "$work/waitgate-$1.yaml" \
+  RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$WAITGATE" -c "$work/waitgate-$1.yaml" \
     > "$work/waitgate-$1.log" 2>&1 &
   WG_PID=$!
   pids+=("$WG_PID")
   OFF_PID=
   if [ -n "$lane_off" ]; then
     { echo "direct-lane: false"; waitgate_conf "$1" $P_OFF $P_ADMIN_OFF; } > "$work/waitgate-off-$1.yaml"
-    RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$RELEASE"/waitgate -c "$work/waitgate-off-$1.yaml" \
+    RUST_LOG=warn taskset -c "0-$(($1 - 1))" "$WAITGATE" -c "$work/waitgate-off-$1.yaml" \
       > "$work/waitgate-off-$1.log" 2>&1 &
     OFF_PID=$!
     pids+=("$OFF_PID")

@@ -10,9 +10,7 @@ use tokio::sync::watch;
 
 use pingora::apps::HttpServerOptions;
 use pingora::listeners::tls::TlsSettings;
-use pingora::listeners::ListenerConfig;
 use pingora::protocols::http::v2::server::{default_h2_options, H2Options};
-use pingora::protocols::l4::stream::L4BufferSettings;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
@@ -30,6 +28,7 @@ use crate::fairness::receipt::ReceiptKeys;
 use crate::metrics::Metrics;
 use crate::proxy::connections::{Guarded, Limits, TlsListener};
 use crate::proxy::lane::DirectLane;
+use crate::proxy::listener::Listener;
 use crate::proxy::routes::Maintenance;
 use crate::proxy::routes::RouteTable;
 use crate::proxy::rules::forward::TrustedProxies;
@@ -194,17 +193,11 @@ pub fn build(
         }
         None => None,
     };
-    let tls_address = tls.as_ref().map(|t| t.address);
+    let addresses = std::iter::once(config.listen)
+        .chain(tls.as_ref().map(|t| t.address))
+        .collect();
     let guarded = Guarded::new(http, limits, metrics.clone(), direct.clone(), tls);
-    let mut proxy = Service::new("waitgate proxy".to_string(), guarded);
-    proxy.add_listener(
-        ListenerConfig::tcp(config.listen.to_string())
-            .l4_buffer(L4BufferSettings::default().read(CLIENT_READ_BUFFER_BYTES)),
-    );
-    if let Some(address) = tls_address {
-        proxy.add_tcp(&address.to_string());
-    }
-    server.add_service(proxy);
+    server.add_service(Listener::new("waitgate proxy", addresses, guarded));
 
     let shared = Shared {
         store: control.clone(),
@@ -304,14 +297,6 @@ fn h2_options(tls: &crate::config::TlsListener) -> H2Options {
 /// 503. Kubernetes probes and a few Prometheus scrapers hold one or two
 /// each.
 pub const ADMIN_MAX_CONNECTIONS: usize = 128;
-
-/// Read buffer of each client connection: none. Pingora's default (64 KiB)
-/// suits TLS records; on the plain listener every reader of a connection
-/// (the connection loop, the direct lane, Pingora's session) reads into a
-/// buffer of its own, allocated while it reads, so a buffer of the stream's
-/// would only copy bytes twice, and hold 4 KiB (zeroed, so resident) for
-/// each idle keep-alive connection (docs/performance.md, idle connections).
-const CLIENT_READ_BUFFER_BYTES: usize = 0;
 
 /// Runs until SIGINT (at once) or SIGTERM or SIGQUIT (after draining).
 pub fn run(server: Server) {

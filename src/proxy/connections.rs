@@ -360,6 +360,18 @@ impl<A> Guarded<A>
 where
     A: HttpServerApp + Send + Sync + 'static,
 {
+    /// Serves a connection accepted by the proxy's own listener
+    /// (`super::listener`) until it ends: this loop, and Pingora's for
+    /// whatever it hands on (HTTP/2).
+    pub async fn connection(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+        // Not through `process_new`, which boxes the loop's future apart
+        // from the task that holds it: one allocation a connection, not two.
+        let mut next = pool::for_client(self.serve(stream, shutdown)).await;
+        while let Some(stream) = next {
+            next = self.process_new(stream, shutdown).await;
+        }
+    }
+
     /// One client connection, from its accept to its end.
     async fn serve(
         self: &Arc<Self>,
@@ -543,8 +555,13 @@ where
             // Boxed: inlined, a request's future (tens of KB for Pingora's)
             // would be part of the connection's for as long as it is open.
             let reused = Box::pin(self.inner.process_new_http(session, shutdown)).await;
-            let lent;
+            let mut lent;
             (lent, settings) = reused?.consume();
+            // Pingora flushed its reply; anything still gathered goes before
+            // the next request's answer (`super::fenced`).
+            if lent.flush().await.is_err() {
+                return None;
+            }
             (stream, pending) = fenced::take_back(lent);
             waiting_since = Instant::now();
         }
@@ -558,6 +575,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The size of what `make` would return, without calling it.
+    fn size_of_made<F>(_make: impl FnOnce() -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    type Proxy = Guarded<pingora::proxy::HttpProxy<crate::proxy::Gate>>;
+
+    /// The size of a connection's future, from the types of what makes it.
+    fn size_of_connection(
+        guarded: Option<&'static Arc<Proxy>>,
+        shutdown: Option<&'static ShutdownWatch>,
+        stream: Option<Stream>,
+    ) -> usize {
+        size_of_made(move || {
+            let (Some(guarded), Some(shutdown), Some(stream)) = (guarded, shutdown, stream) else {
+                unreachable!("only its type is asked for");
+            };
+            guarded.connection(stream, shutdown)
+        })
+    }
+
+    /// Each open connection's task is its loop's future, held for as long
+    /// as the connection is open: its size is most of what an idle
+    /// keep-alive connection costs (docs/performance.md). What a request
+    /// needs while it is served (Pingora's session, the queue API's calls,
+    /// a request head's parsed fields: 5,088 bytes with them) must not be
+    /// part of it.
+    #[test]
+    fn a_connections_task_holds_a_small_future() {
+        let size = size_of_connection(None, None, None);
+        eprintln!("a connection's future: {size} bytes");
+        assert!(size <= 4096, "a connection's future is {size} bytes");
+    }
 
     #[test]
     fn a_connection_is_the_tls_listeners_by_the_config_rule() {

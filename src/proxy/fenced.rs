@@ -21,6 +21,11 @@
 //! Pingora refuses) is not fenced: Pingora reads it as it would.
 //! Written here because Pingora keeps what it reads past a request to itself
 //! (it has no getter for a session's pipelined bytes).
+//!
+//! A lent connection also gathers Pingora's writes until it flushes: the
+//! client's stream has no write buffer of its own (an idle connection holds
+//! none, `super::listener`), and Pingora writes a reply's head, its body and
+//! each chunk's framing apart, then flushes.
 
 use std::fmt;
 use std::io;
@@ -46,6 +51,10 @@ use super::rules::request::{self, Body};
 /// How much a client may send past the fenced request before it is read no
 /// further until the answer is out: a next head of the longest size taken.
 const HOLD_BYTES: usize = MAX_REQUEST_HEAD_BYTES + 4096;
+
+/// How much of Pingora's writing is gathered before it goes out: what
+/// Pingora's own stream buffers (a TCP segment's payload).
+const GATHER_BYTES: usize = pingora::protocols::l4::stream::DEFAULT_L4_WRITE_BUFFER_SIZE;
 
 /// Header slots for finding a request's length: as many as Pingora parses.
 const SLOTS: usize = 256;
@@ -124,6 +133,8 @@ pub struct Fenced {
     fence: Fence,
     /// What the client sent past the request, in order.
     held: BytesMut,
+    /// Pingora's writes not yet sent, up to [`GATHER_BYTES`].
+    gathered: BytesMut,
 }
 
 impl Fenced {
@@ -135,6 +146,7 @@ impl Fenced {
             first: BytesMut::new(),
             fence: Fence::Length(allowed),
             held,
+            gathered: BytesMut::new(),
         }
     }
 
@@ -146,12 +158,31 @@ impl Fenced {
             first: BytesMut::new(),
             fence: Fence::Chunked(scanner),
             held: BytesMut::new(),
+            gathered: BytesMut::new(),
         }
     }
 
-    /// The connection, and what was read past the request.
+    /// The connection, and what was read past the request. Pingora flushes
+    /// a reply before it gives the connection back, so nothing gathered is
+    /// left (the connection loop flushes it again to be sure).
     pub fn into_parts(self) -> (Stream, BytesMut) {
+        debug_assert!(
+            self.gathered.is_empty(),
+            "a lent connection given back unflushed"
+        );
         (self.inner, self.held)
+    }
+
+    /// Sends what is gathered.
+    fn send_gathered(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.gathered.is_empty() {
+            let sent = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.gathered))?;
+            if sent == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            bytes::Buf::advance(&mut self.gathered, sent);
+        }
+        Poll::Ready(Ok(()))
     }
 
     /// Reads past the fence into `held` until the connection has nothing
@@ -246,33 +277,33 @@ impl AsyncWrite for Fenced {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.gathered.len() + buf.len() > GATHER_BYTES {
+            ready!(this.send_gathered(cx))?;
+        }
+        if buf.len() >= GATHER_BYTES {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        this.gathered.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.send_gathered(cx))?;
         Pin::new(&mut self.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.send_gathered(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }
 
 #[async_trait]
 impl Shutdown for Fenced {
     async fn shutdown(&mut self) {
+        // What is gathered goes first; if it cannot, the close says so.
+        let _ = std::future::poll_fn(|cx| self.send_gathered(cx)).await;
         Shutdown::shutdown(&mut *self.inner).await
     }
 }
@@ -355,10 +386,10 @@ pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
                     let first = std::mem::take(pending);
                     return (Box::new(Fenced::chunked(stream, scanner)), first);
                 }
-                Err(_) => return (stream, std::mem::take(pending)),
+                Err(_) => return (unfenced(stream, BytesMut::new()), std::mem::take(pending)),
             }
         }
-        None => return (stream, std::mem::take(pending)),
+        None => return (unfenced(stream, BytesMut::new()), std::mem::take(pending)),
     };
     let first = pending.split_to(end.min(pending.len()));
     let allowed = end - first.len();
@@ -370,11 +401,17 @@ pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
 /// no fence: for a connection lent for good (an HTTP/2 one, whose preface
 /// the connection loop waited for).
 pub fn replaying(stream: Stream, first: BytesMut) -> Stream {
+    unfenced(stream, first)
+}
+
+/// `stream` with `first` in front, read with no fence, its writes gathered.
+fn unfenced(stream: Stream, first: BytesMut) -> Stream {
     Box::new(Fenced {
         inner: stream,
         first,
         fence: Fence::Open,
         held: BytesMut::new(),
+        gathered: BytesMut::new(),
     })
 }
 

@@ -7,7 +7,8 @@
 //! proxy ([`gate`]) and for the direct lane ([`lane`]) alike; every HTTP
 //! rule both apply comes from [`rules`]. [`connections`] runs each client
 //! connection: the connection cap, the whole-head deadline, and the hand-off
-//! to the lane or to Pingora. [`watched`] makes the Pingora proxy's
+//! to the lane or to Pingora; [`listener`] accepts them, one task each.
+//! [`watched`] makes the Pingora proxy's
 //! plain-TCP upstream connections, so that they are judged by the same
 //! framing rules as the lane's.
 
@@ -17,6 +18,7 @@ pub mod fenced;
 pub mod gate;
 pub mod head;
 pub mod lane;
+pub mod listener;
 pub mod routes;
 pub mod rules;
 pub mod upstream;
