@@ -11,7 +11,10 @@ BIN=${1:-target/release/waitgate}; N=${2:-10000}
 PORT=${IDLE_PORT:-18080}; ADMIN=${IDLE_ADMIN_PORT:-19091}; REDIS=${IDLE_REDIS_PORT:-6390}
 ulimit -n "$(ulimit -Hn)"
 work=$(mktemp -d)
+# A Redis of the run before may still be going away from the same port.
+for _ in $(seq 50); do redis-cli -p "$REDIS" ping >/dev/null 2>&1 || break; sleep 0.1; done
 redis-server --port "$REDIS" --save '' --daemonize yes --pidfile "$work/redis.pid" >/dev/null
+for _ in $(seq 50); do [ -s "$work/redis.pid" ] && break; sleep 0.1; done
 cat > "$work/wg.yaml" <<YAML
 listen: 127.0.0.1:$PORT
 admin-listen: 127.0.0.1:$ADMIN

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::BytesMut;
+use futures::FutureExt;
 use pingora::protocols::raw_connect::ProxyDigest;
 use pingora::protocols::tls::SslDigest;
 use pingora::protocols::{
@@ -125,7 +126,9 @@ const REFUSED: &[u8] = b"\r\r";
 /// A client connection that yields the rest of one request and holds what
 /// comes after it.
 pub struct Fenced {
-    inner: Stream,
+    /// The client's stream: taken only by [`Fenced::into_parts`], which
+    /// ends the wrapper.
+    inner: Option<Stream>,
     /// Bytes read before the stream was lent, given first (see
     /// [`replaying`]).
     first: BytesMut,
@@ -142,7 +145,7 @@ impl Fenced {
     /// was already read past it.
     pub fn new(inner: Stream, allowed: usize, held: BytesMut) -> Fenced {
         Fenced {
-            inner,
+            inner: Some(inner),
             first: BytesMut::new(),
             fence: Fence::Length(allowed),
             held,
@@ -154,7 +157,7 @@ impl Fenced {
     /// the start of.
     fn chunked(inner: Stream, scanner: ChunkedEnd) -> Fenced {
         Fenced {
-            inner,
+            inner: Some(inner),
             first: BytesMut::new(),
             fence: Fence::Chunked(scanner),
             held: BytesMut::new(),
@@ -163,20 +166,35 @@ impl Fenced {
     }
 
     /// The connection, and what was read past the request. Pingora flushes
-    /// a reply before it gives the connection back, so nothing gathered is
-    /// left (the connection loop flushes it again to be sure).
-    pub fn into_parts(self) -> (Stream, BytesMut) {
-        debug_assert!(
-            self.gathered.is_empty(),
-            "a lent connection given back unflushed"
-        );
-        (self.inner, self.held)
+    /// a reply before it gives the connection back, and the connection loop
+    /// flushes it again, so nothing gathered is left.
+    pub fn into_parts(mut self) -> (Stream, BytesMut) {
+        let held = std::mem::take(&mut self.held);
+        match self.inner.take() {
+            Some(inner) => (inner, held),
+            None => unreachable!("only this takes the stream, and it ends the wrapper"),
+        }
+    }
+
+    /// The client's stream.
+    fn stream(&self) -> &Stream {
+        match &self.inner {
+            Some(inner) => inner,
+            None => unreachable!("only `into_parts` takes the stream, and it ends the wrapper"),
+        }
+    }
+
+    fn stream_mut(&mut self) -> &mut Stream {
+        present(&mut self.inner)
     }
 
     /// Sends what is gathered.
     fn send_gathered(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while !self.gathered.is_empty() {
-            let sent = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.gathered))?;
+            let Some(inner) = &mut self.inner else {
+                return Poll::Ready(Ok(()));
+            };
+            let sent = ready!(Pin::new(inner).poll_write(cx, &self.gathered))?;
             if sent == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
             }
@@ -202,7 +220,7 @@ impl Fenced {
         while self.held.len() < HOLD_BYTES {
             let room = (HOLD_BYTES - self.held.len()).min(chunk.len());
             let mut read = ReadBuf::new(&mut chunk[..room]);
-            ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read))?;
+            ready!(Pin::new(self.stream_mut()).poll_read(cx, &mut read))?;
             if read.filled().is_empty() {
                 return Poll::Pending;
             }
@@ -227,11 +245,11 @@ impl AsyncRead for Fenced {
         let allowed = match &mut this.fence {
             Fence::Length(0) => return this.hold(cx),
             Fence::Length(allowed) => allowed,
-            Fence::Open => return Pin::new(&mut this.inner).poll_read(cx, buf),
+            Fence::Open => return Pin::new(present(&mut this.inner)).poll_read(cx, buf),
             Fence::Refused => return Poll::Ready(Ok(())),
             Fence::Chunked(scanner) => {
                 let before = buf.filled().len();
-                ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+                ready!(Pin::new(present(&mut this.inner)).poll_read(cx, buf))?;
                 match scanner.scan(&buf.filled()[before..]) {
                     Ok(None) => {}
                     Ok(Some(n)) => {
@@ -256,7 +274,7 @@ impl AsyncRead for Fenced {
         };
         if *allowed >= buf.remaining() {
             let before = buf.filled().len();
-            ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            ready!(Pin::new(present(&mut this.inner)).poll_read(cx, buf))?;
             *allowed -= buf.filled().len() - before;
             return Poll::Ready(Ok(()));
         }
@@ -264,7 +282,7 @@ impl AsyncRead for Fenced {
         let mut chunk = [0u8; 4096];
         let want = (*allowed).min(chunk.len());
         let mut read = ReadBuf::new(&mut chunk[..want]);
-        ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+        ready!(Pin::new(present(&mut this.inner)).poll_read(cx, &mut read))?;
         *allowed -= read.filled().len();
         buf.put_slice(read.filled());
         Poll::Ready(Ok(()))
@@ -282,7 +300,7 @@ impl AsyncWrite for Fenced {
             ready!(this.send_gathered(cx))?;
         }
         if buf.len() >= GATHER_BYTES {
-            return Pin::new(&mut this.inner).poll_write(cx, buf);
+            return Pin::new(present(&mut this.inner)).poll_write(cx, buf);
         }
         this.gathered.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))
@@ -290,12 +308,12 @@ impl AsyncWrite for Fenced {
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.send_gathered(cx))?;
-        Pin::new(&mut self.inner).poll_flush(cx)
+        Pin::new(self.stream_mut()).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.send_gathered(cx))?;
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        Pin::new(self.stream_mut()).poll_shutdown(cx)
     }
 }
 
@@ -304,57 +322,78 @@ impl Shutdown for Fenced {
     async fn shutdown(&mut self) {
         // What is gathered goes first; if it cannot, the close says so.
         let _ = std::future::poll_fn(|cx| self.send_gathered(cx)).await;
-        Shutdown::shutdown(&mut *self.inner).await
+        Shutdown::shutdown(&mut **self.stream_mut()).await
     }
 }
 
 impl UniqueID for Fenced {
     fn id(&self) -> UniqueIDType {
-        self.inner.id()
+        self.stream().id()
     }
 }
 
 impl Ssl for Fenced {
     fn get_ssl_digest(&self) -> Option<Arc<SslDigest>> {
-        self.inner.get_ssl_digest()
+        self.stream().get_ssl_digest()
     }
 
     fn selected_alpn_proto(&self) -> Option<ALPN> {
-        self.inner.selected_alpn_proto()
+        self.stream().selected_alpn_proto()
     }
 }
 
 impl GetTimingDigest for Fenced {
     fn get_timing_digest(&self) -> Vec<Option<TimingDigest>> {
-        self.inner.get_timing_digest()
+        self.stream().get_timing_digest()
     }
 
     fn get_read_pending_time(&self) -> Duration {
-        self.inner.get_read_pending_time()
+        self.stream().get_read_pending_time()
     }
 
     fn get_write_pending_time(&self) -> Duration {
-        self.inner.get_write_pending_time()
+        self.stream().get_write_pending_time()
     }
 }
 
 impl GetProxyDigest for Fenced {
     fn get_proxy_digest(&self) -> Option<Arc<ProxyDigest>> {
-        self.inner.get_proxy_digest()
+        self.stream().get_proxy_digest()
     }
 
     fn set_proxy_digest(&mut self, digest: ProxyDigest) {
-        self.inner.set_proxy_digest(digest)
+        self.stream_mut().set_proxy_digest(digest)
     }
 }
 
 impl GetSocketDigest for Fenced {
     fn get_socket_digest(&self) -> Option<Arc<SocketDigest>> {
-        self.inner.get_socket_digest()
+        self.stream().get_socket_digest()
     }
 
     fn set_socket_digest(&mut self, digest: SocketDigest) {
-        self.inner.set_socket_digest(digest)
+        self.stream_mut().set_socket_digest(digest)
+    }
+}
+
+/// A [`Fenced`]'s stream, borrowed apart from its other fields.
+fn present(inner: &mut Option<Stream>) -> &mut Stream {
+    match inner {
+        Some(inner) => inner,
+        None => unreachable!("only `into_parts` takes the stream, and it ends the wrapper"),
+    }
+}
+
+/// What Pingora wrote and never flushed still goes, as far as the socket
+/// takes it at once: Pingora drops a connection whose reply failed part
+/// way (an upstream that closed mid-body) without a flush, and its own
+/// stream's buffer is sent the same way when dropped, so the client gets
+/// what was relayed before the failure on either path.
+impl Drop for Fenced {
+    fn drop(&mut self) {
+        if !self.gathered.is_empty() {
+            let _ = std::future::poll_fn(|cx| self.send_gathered(cx)).now_or_never();
+        }
     }
 }
 
@@ -407,7 +446,7 @@ pub fn replaying(stream: Stream, first: BytesMut) -> Stream {
 /// `stream` with `first` in front, read with no fence, its writes gathered.
 fn unfenced(stream: Stream, first: BytesMut) -> Stream {
     Box::new(Fenced {
-        inner: stream,
+        inner: Some(stream),
         first,
         fence: Fence::Open,
         held: BytesMut::new(),

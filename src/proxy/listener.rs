@@ -121,12 +121,16 @@ where
             },
         };
         match accepted {
-            Ok((tcp, _)) => {
+            Ok((tcp, peer)) => {
                 // Small replies go out at once, as on Pingora's listener. A
                 // socket that cannot take the option is already failing, and
                 // its first read or write says so.
                 let _ = tcp.set_nodelay(true);
                 let digest = SocketDigest::from_raw_fd(tcp.as_raw_fd());
+                // The peer as `accept` gave it: looked up later, it is gone
+                // once the client has closed, and the request's log line
+                // would have no client.
+                let _ = digest.peer_addr.set(Some(peer.into()));
                 // Without buffers of the stream's own: every reader of the
                 // connection (the connection loop, the direct lane, Pingora's
                 // session) reads into a buffer of its own, allocated while it
