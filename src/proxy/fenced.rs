@@ -306,6 +306,33 @@ impl AsyncWrite for Fenced {
         Poll::Ready(Ok(buf.len()))
     }
 
+    /// Pieces written together (a chunk's size line, its data and its
+    /// CRLF; an HTTP/2 frame's header and payload) are gathered together
+    /// when they fit, and otherwise go out in one vectored write after what
+    /// was gathered: one syscall (one TLS record) as with a write buffer.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if this.gathered.len() + total > GATHER_BYTES {
+            ready!(this.send_gathered(cx))?;
+        }
+        if total >= GATHER_BYTES {
+            return Pin::new(present(&mut this.inner)).poll_write_vectored(cx, bufs);
+        }
+        for buf in bufs {
+            this.gathered.extend_from_slice(buf);
+        }
+        Poll::Ready(Ok(total))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.send_gathered(cx))?;
         Pin::new(self.stream_mut()).poll_flush(cx)

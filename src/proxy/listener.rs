@@ -91,6 +91,7 @@ where
                 // part of its config is worse than none.
                 Err(error) => {
                     tracing::error!(%address, %error, "cannot listen");
+                    crate::logging::flush();
                     std::process::exit(1);
                 }
             }
