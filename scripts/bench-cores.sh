@@ -58,14 +58,6 @@ trap cleanup EXIT INT TERM
 P_UPSTREAM=19200 P_NGINX=19201 P_WG=19202 P_ADMIN=19203 P_REDIS=19204 P_OFF=19205 P_ADMIN_OFF=19206
 lane_off=${BENCH_LANE_OFF:-}
 
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  exit 1
-}
 
 # Where each part runs. Isolated: proxy 0..N-1, upstream C-8..C-5, load
 # C-4..C-1. Shared: only the proxy is pinned.

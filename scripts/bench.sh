@@ -55,14 +55,6 @@ trap cleanup EXIT INT TERM
 P_UPSTREAM=19100 P_NGINX=19101 P_BARE=19102 P_WG=19103 P_ADMIN=19104 P_REDIS=19105
 P_WG_OFF=19106 P_ADMIN_OFF=19107 P_WG_BASE=19108 P_ADMIN_BASE=19109
 
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  exit 1
-}
 
 # --- nginx: the upstream (return 200) and the reference proxy, one worker each
 nginx_conf() { # name, server block

@@ -125,3 +125,14 @@ free_port() {
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
   done
 }
+
+# Waits (up to 20 s) until something listens on 127.0.0.1:PORT; exits the
+# script if nothing does.
+wait_port() {
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1" >&2
+  exit 1
+}

@@ -54,7 +54,9 @@ redis-server --port $port --bind 127.0.0.1 --save "" --appendonly no --dir "$wor
 for _ in $(seq 100); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 python3 - "$port" "$users" "$rounds" "$baseline" <<'EOF'
-import random, socket, statistics, subprocess, sys, time
+import random, statistics, subprocess, sys, time
+sys.path.insert(0, "scripts")
+import resp
 
 port, users, rounds = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 baseline = sys.argv[4]
@@ -62,45 +64,7 @@ BATCH, CALLS, CANDIDATES = 200, 1000, 100000
 K = "queue:{big}:"
 
 
-class Redis:
-    def __init__(self):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.file = self.sock.makefile("rb")
-
-    @staticmethod
-    def encode(args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
-    def read(self):
-        line = self.file.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind in b"+:":
-            return rest.decode() if kind == b"+" else int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-    def __call__(self, *args):
-        self.sock.sendall(self.encode(args))
-        return self.read()
-
-    def pipeline(self, commands):
-        for i in range(0, len(commands), 20):
-            part = commands[i:i + 20]
-            self.sock.sendall(b"".join(self.encode(c) for c in part))
-            for _ in part:
-                self.read()
-
+class Redis(resp.Redis):
     def commandstats(self):
         """usec per command, from INFO commandstats."""
         out = {}
@@ -115,7 +79,7 @@ class Redis:
         return self.commandstats().get(command, 0)
 
 
-r = Redis()
+r = Redis(port)
 lib = open("lua/lib.lua").read()
 FILL = """
 local base, now, from, to = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])

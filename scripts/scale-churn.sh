@@ -64,14 +64,6 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 P_REDIS=$(free_port)
 R() { redis-cli -p "$P_REDIS" "$@"; }
 K='queue:{big}'
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  exit 1
-}
 
 redis-server --port "$P_REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
   --logfile "$work/redis.log" &
@@ -160,31 +152,12 @@ print(json.dumps(total))'
 cat lua/lib.lua lua/dropout.lua > "$work/dropout.lua"
 DROPOUT=$(R SCRIPT LOAD "$(cat "$work/dropout.lua")")
 cat > "$work/churn.py" <<'PY'
-import random, socket, sys, time
+import random, sys, time
 port, K, sha, dropouts, silent, seconds = sys.argv[1], sys.argv[2], sys.argv[3], \
     int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
-sock = socket.create_connection(("127.0.0.1", int(port)))
-f = sock.makefile("rb")
-def read():
-    line = f.readline()
-    kind, rest = line[:1], line[1:-2]
-    if kind == b"-":
-        raise RuntimeError(rest.decode())
-    if kind in b"+:":
-        return rest.decode() if kind == b"+" else int(rest)
-    if kind == b"$":
-        n = int(rest)
-        return None if n < 0 else f.read(n + 2)[:-2].decode()
-    if kind == b"*":
-        n = int(rest)
-        return None if n < 0 else [read() for _ in range(n)]
-def call(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    sock.sendall(b"".join(out))
-    return read()
+sys.path.insert(0, "scripts")
+from resp import Redis
+call = Redis(port)
 # dropout.lua's KEYS, in its header's order.
 keys = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
                               "admission", "due", "spent", "control")]
@@ -255,13 +228,11 @@ import http.client, json, random, socket, sys, time
 users, port, rport = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 time.sleep(2)
 api = http.client.HTTPConnection("127.0.0.1", port)
-r = socket.create_connection(("127.0.0.1", rport))
-f = r.makefile("rb")
-key = "queue:{big}:waiting"
+sys.path.insert(0, "scripts")
+from resp import Redis
+r = Redis(rport)
 def zrank(user):
-    r.sendall(f"*3\r\n$5\r\nZRANK\r\n${len(key)}\r\n{key}\r\n${len(user)}\r\n{user}\r\n".encode())
-    line = f.readline()
-    return int(line[1:]) if line[:1] == b":" else None
+    return r("ZRANK", "queue:{big}:waiting", user)
 random.seed(7)
 worst, n, outside = 0.0, 0, 0
 for user in [f"u{random.randrange(users)}" for _ in range(1000)]:

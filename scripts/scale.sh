@@ -65,14 +65,6 @@ R() { redis-cli -p $P_REDIS "$@"; }
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 K='queue:{big}'
 
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1" >&2
-  exit 1
-}
 
 # Redis as it comes: no persistence, default settings otherwise (4 KiB pages).
 # SCALE_REDIS_ARGS adds options, e.g. "--disable-thp no" for huge pages.
@@ -226,13 +218,11 @@ accuracy=$(python3 - "$users" $P_ON $P_REDIS <<'EOF'
 import http.client, json, random, socket, sys
 users, port, rport = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 api = http.client.HTTPConnection("127.0.0.1", port)
-r = socket.create_connection(("127.0.0.1", rport))
-f = r.makefile("rb")
-key = "queue:{big}:waiting"
+sys.path.insert(0, "scripts")
+from resp import Redis
+r = Redis(rport)
 def zrank(user):
-    r.sendall(f"*3\r\n$5\r\nZRANK\r\n${len(key)}\r\n{key}\r\n${len(user)}\r\n{user}\r\n".encode())
-    line = f.readline()
-    return int(line[1:]) if line[:1] == b":" else None
+    return r("ZRANK", "queue:{big}:waiting", user)
 random.seed(7)
 worst, exact_ok, n = 0.0, True, 0
 for user in [f"u{random.randrange(users)}" for _ in range(2000)] + [f"u{i}" for i in range(0, 1500, 7)]:
@@ -264,41 +254,14 @@ echo "Cleanup's share: looking at 200,000 of the candidates the polls wrote ..."
 cat lua/lib.lua lua/sweep.lua > "$work/sweep.lua"
 SWEEP=$(R SCRIPT LOAD "$(cat "$work/sweep.lua")")
 cat > "$work/sweep.py" <<'PY'
-import socket, sys
+import sys
+sys.path.insert(0, "scripts")
+from resp import Redis
 port, K, sha = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 timeout = int(sys.argv[4]) if len(sys.argv) > 4 else 3600000
 
 
-class Redis:
-    def __init__(self):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.file = self.sock.makefile("rb")
-
-    def read(self):
-        line = self.file.readline()
-        kind, rest = line[:1], line[1:-2]
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind in b"+:":
-            return rest.decode() if kind == b"+" else int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-    def __call__(self, *args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.sock.sendall(b"".join(out))
-        return self.read()
-
-
-r = Redis()
+r = Redis(port)
 KEYS = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
                               "admission", "due", "dues")]
 

@@ -640,29 +640,23 @@ impl Store {
     }
     /// Takes the samples of a queue's waiting set from place `first` on, in
     /// bounded read-only steps; `None` if the set started anew or changed
-    /// uncounted meanwhile.
+    /// uncounted meanwhile. `admitted`: the users admitted so far, as the
+    /// set's counters read just before say (places are counted with them).
     pub async fn take_samples(
         &self,
         keys: &QueueKeys,
         first: u64,
+        admitted: u64,
     ) -> Result<Option<Samples>, StoreError> {
         let taken = std::time::Instant::now();
         let mut points = Vec::new();
         let mut steps = Vec::new();
         // Places, counted with those admitted: the first of the first step
         // is `first` from the head as the sampling starts.
-        let mut next = None;
+        let mut next = first.saturating_add(admitted);
         loop {
             let mut invocation = SAMPLES.invoke(keys);
-            let start = match next {
-                Some(place) => place,
-                None => {
-                    // The first step reads the counters alone.
-                    next = Some(first.saturating_add(self.sample_counters(keys).await?.total));
-                    continue;
-                }
-            };
-            let mut place = start;
+            let mut place = next;
             let step: Vec<u64> = (0..ranks::PLACES_PER_SAMPLES_CALL)
                 .map(|_| {
                     let this = place;
@@ -670,7 +664,7 @@ impl Store {
                     this
                 })
                 .collect();
-            next = Some(place);
+            next = place;
             for place in &step {
                 invocation.arg(*place);
             }

@@ -67,7 +67,7 @@ impl Store {
                 return Ok(Sampled::Kept);
             }
             let taken_ms = self.redis_now_ms().await?;
-            let samples = self.take_samples(keys, first).await?;
+            let samples = self.take_samples(keys, first, now.total).await?;
             let publish = match &samples {
                 Some(s) => {
                     let mut set = redis::cmd("SET");
@@ -99,7 +99,7 @@ impl Store {
                 read.query_async(&mut c).await
             })
             .await?;
-        let now_ms = seconds * 1000 + micros / 1000;
+        let now_ms = milliseconds((seconds, micros));
         Ok(Sampled::Read(
             published.and_then(|bytes| Samples::decode(&bytes, now_ms)),
         ))
@@ -141,11 +141,17 @@ impl Store {
 
     /// Redis's clock, in milliseconds.
     async fn redis_now_ms(&self) -> Result<u64, StoreError> {
-        let (seconds, micros): (u64, u64) = self
+        let time: (u64, u64) = self
             .call(Resend::Safe, |mut c| async move {
                 redis::cmd("TIME").query_async(&mut c).await
             })
             .await?;
-        Ok(seconds * 1000 + micros / 1000)
+        Ok(milliseconds(time))
     }
+}
+
+/// Redis's `TIME` (seconds, and microseconds within the second) in
+/// milliseconds.
+fn milliseconds((seconds, micros): (u64, u64)) -> u64 {
+    seconds * 1000 + micros / 1000
 }
