@@ -418,15 +418,16 @@ fn corpus(token: &str) -> Vec<Case> {
         ("GET {P} HTTP/1.0\r\nConnection: keep-alive\r\nAUTH\r\n\r\n".into(), vec!["GET"]),
         ("GET {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\n\r\nPOST {P}/2 HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["GET", "POST"]),
         // Bodies of every method that carries one: the lane forwards those
-        // that came whole with their head, within its limit.
+        // that have arrived whole with their head, within its limit.
         ("PUT {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 5\r\n\r\nhello".into(), vec!["PUT"]),
         ("PATCH {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"seat\":12}".into(), vec!["PATCH"]),
         ("DELETE {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["DELETE"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 0\r\n\r\n".into(), vec!["POST"]),
-        // Within the first 4 KiB read with its head: the lane's, when on.
+        // Within the first 4 KiB read with its head, and past it but
+        // arrived: the lane's, when on.
         ("PUT {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 3000\r\n\r\nBODY3000".into(), vec!["PUT"]),
-        // Past the first read: Pingora's proxy on both sides.
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 12000\r\n\r\nBODY12000".into(), vec!["POST"]),
+        // Past the lane's 16 KiB: Pingora's proxy on both sides.
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 20000\r\n\r\nBODY20000".into(), vec!["POST"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),
         ("POST {P} HTTP/1.1\r\nHost: t\r\nAUTH\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi".into(), vec!["POST"]),

@@ -934,3 +934,75 @@ fn a_chunk_size_line_over_8_kib_is_400_however_it_is_split() {
         "{heads:?}"
     );
 }
+
+/// A body sent with its head in one write, longer than the connection
+/// loop's first read of a head (4 KiB), is taken by the lane: what has
+/// already arrived is read on without waiting, up to the lane's 16 KiB.
+/// Seen by Pingora's own debug lines, which name the request when its
+/// proxy serves it and are absent when the lane does; the upstream gets the
+/// whole body either way.
+#[test]
+fn a_body_past_the_first_read_that_has_arrived_is_taken_by_the_lane() {
+    if !direct_lane() {
+        return;
+    }
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = Upstream::start();
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .log("{filter: 'info,pingora=debug'}")
+        .yaml();
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = admitted_token(&wg, &redis, "fan_big");
+    let send = |marker: &str, body: &[u8]| {
+        let mut request = format!(
+            "POST {PROTECTED}/{marker} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        let mut c = TcpStream::connect(wg.addr).unwrap();
+        c.write_all(&request).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reader = BufReader::new(c);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        status
+    };
+    // Pingora names a request it serves: a chunked POST, which only its
+    // proxy takes.
+    let mut c = TcpStream::connect(wg.addr).unwrap();
+    write!(
+        c,
+        "POST {PROTECTED}/through-pingora HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\
+         Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    )
+    .unwrap();
+    let mut status = String::new();
+    BufReader::new(c).read_line(&mut status).unwrap();
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    wg.wait_for_log("through-pingora", 2);
+
+    for (marker, size) in [("lane-12000", 12_000), ("lane-16384", 16 * 1024)] {
+        let body: Vec<u8> = (0..size).map(|i| b'a' + (i % 26) as u8).collect();
+        let status = send(marker, &body);
+        assert!(status.starts_with("HTTP/1.1 200"), "{marker}: {status}");
+        let seen = upstream.seen();
+        let got = seen.iter().find(|r| r.path().ends_with(marker)).unwrap();
+        assert!(
+            got.body == body,
+            "{marker}: the upstream got the whole body"
+        );
+        wg.wait_for_log(marker, 1);
+        let pingoras: Vec<String> = wg
+            .log_lines(marker)
+            .into_iter()
+            .filter(|l| !l.contains("waitgate::access"))
+            .collect();
+        assert!(
+            pingoras.is_empty(),
+            "{marker}: served by Pingora's proxy, not the lane: {pingoras:?}"
+        );
+    }
+}

@@ -13,8 +13,8 @@
 //! proxy reads and answers it):
 //! - HTTP/1.1 `GET` or `HEAD` with an origin-form target and no body, or
 //!   `POST`, `PUT`, `PATCH` or `DELETE` with no body or one framed by a
-//!   single plain-digit `Content-Length` that came whole with its head
-//!   (within [`MAX_LANE_HEAD_BYTES`]); no `Transfer-Encoding`, no
+//!   single plain-digit `Content-Length` whose body (at most 16 KiB) has
+//!   arrived whole with its head (read on without waiting); no `Transfer-Encoding`, no
 //!   `Upgrade`, no `Expect`, and a `Connection` header, if any, naming only
 //!   `close` or `keep-alive`;
 //! - that the proxy's own decision (`crate::proxy::decision::decide`) forwards, to a
@@ -47,7 +47,9 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::{Buf, BytesMut};
+use futures::FutureExt;
 use pingora::protocols::Stream;
+use tokio::io::AsyncReadExt;
 
 use super::routes::RouteTable;
 use super::rules::failure::why::NO_HEALTHY_ADDRESS;
@@ -142,6 +144,25 @@ pub struct DirectLane {
     trusted: TrustedProxies,
 }
 
+/// Whether `pending` holds `want` bytes, having read what the client has
+/// already sent, without waiting for more. The connection loop reads a head
+/// 4 KiB at a time, so a body sent with its head in one write is often
+/// partly still in the socket's buffer; a client still sending is left to
+/// the proxy, which streams its body under the body timeout. Bounded:
+/// `want` is a head and a body the lane takes (each at most 16 KiB).
+fn arrived(client: &mut Stream, pending: &mut BytesMut, want: usize) -> bool {
+    while pending.len() < want {
+        pending.reserve(want - pending.len());
+        match client.read_buf(pending).now_or_never() {
+            Some(Ok(read)) if read > 0 => {}
+            // Nothing more yet, the client's end, or a failure: the proxy
+            // reads on from here, and finds the same.
+            _ => return false,
+        }
+    }
+    true
+}
+
 impl DirectLane {
     pub fn new(
         routes: Arc<RouteTable>,
@@ -219,14 +240,15 @@ impl DirectLane {
             }
         };
 
-        // A body must have come whole with its head; if not, the proxy
-        // reads it (under its body timeout) and streams it.
+        // A body must be here whole: what came with its head, and what has
+        // come since, read without waiting. If not, the proxy reads it
+        // (under its body timeout) and streams it.
         let body_length = match &taken.take {
             Take::Register { body, .. } => *body,
             Take::Forward(plan) => plan.body,
             Take::Rank { .. } => 0,
         };
-        if pending.len() < taken.consumed + body_length {
+        if !arrived(client, pending, taken.consumed + body_length) {
             return Lane::Pass;
         }
         let _in_flight = self.in_flight.enter();

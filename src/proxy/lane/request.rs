@@ -1,7 +1,7 @@
 //! Which requests the lane takes, and the request it sends upstream.
 //!
 //! The lane takes only what it can relay without a protocol switch, with
-//! no body or a length-framed one that came whole with its head, and a
+//! no body or a length-framed one that has arrived whole with its head, and a
 //! register whose small JSON body came with its head; everything else, and every request whose decision is not
 //! "forward", "rank" or "register", goes back to the Pingora proxy unread. The
 //! decision itself is the proxy's (`crate::proxy::decision`), and the headers
@@ -53,11 +53,9 @@ pub struct Plan {
 }
 
 /// The largest request body the lane forwards. It forwards only a body
-/// that came whole with its head, and head and body must fit the lane's
-/// read (`MAX_LANE_HEAD_BYTES`, the same 16 KiB); a longer one streams
-/// through the proxy. In practice the bound is lower: a new request is
-/// read 4 KiB at a time (`connections::READ_SIZE`) and only what the read
-/// that completed the head brought counts (docs/api.md, "The direct lane").
+/// that has arrived whole with its head (read on without waiting, up to
+/// this); a longer one, or one still on its way, streams through the
+/// proxy (docs/api.md, "The direct lane").
 pub const MAX_LANE_BODY_BYTES: usize = 16 * 1024;
 
 /// A taken request and what its record needs.
