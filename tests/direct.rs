@@ -946,14 +946,7 @@ fn a_body_past_the_first_read_that_has_arrived_is_taken_by_the_lane() {
     if !direct_lane() {
         return;
     }
-    let redis = Redis::start();
-    let ports = Ports::new();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
-        .log("{filter: 'info,pingora=debug'}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
-    let token = admitted_token(&wg, &redis, "fan_big");
+    let (_redis, upstream, wg, token) = logging_by("info,pingora=debug", "fan_big");
     let send = |marker: &str, body: &[u8]| {
         let mut request = format!(
             "POST {PROTECTED}/{marker} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\n\

@@ -722,14 +722,7 @@ fn requests_refused_by_the_connection_loop_are_counted_and_logged() {
 /// log: Pingora stays at `info` unless the filter names it.
 #[test]
 fn a_debug_log_filter_writes_no_tokens() {
-    let redis = Redis::start();
-    let ports = Ports::new();
-    let upstream = Upstream::start();
-    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
-        .log("{filter: debug}")
-        .yaml();
-    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
-    let token = admitted_token(&wg, &redis, "fan_12");
+    let (_redis, _upstream, wg, token) = logging_by("debug", "fan_12");
     // Both paths: a GET (the direct lane when it is on) and a POST.
     assert_eq!(protected(wg.addr, &token).status, 200);
     assert_eq!(

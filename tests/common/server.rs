@@ -304,3 +304,18 @@ pub fn admin(wg: &Waitgate, method: &str, path: &str, body: Option<&str>) -> Res
     }
     request(wg.admin, method, path, &headers, body.map(str::as_bytes)).unwrap()
 }
+
+/// A waitgate with its own Redis and recording upstream, logging by
+/// `filter` (the config's `log.filter`, with `RUST_LOG` unset so that the
+/// config decides), and the token of an admitted user.
+pub fn logging_by(filter: &str, user: &str) -> (Redis, super::Upstream, Waitgate, String) {
+    let redis = Redis::start();
+    let ports = Ports::new();
+    let upstream = super::Upstream::start();
+    let config = TestConfig::new(&redis.url(), &ports, upstream.port)
+        .log(&format!("{{filter: '{filter}'}}"))
+        .yaml();
+    let wg = Waitgate::start_env(&config, &ports, &[("RUST_LOG", "")]);
+    let token = super::admitted_token(&wg, &redis, user);
+    (redis, upstream, wg, token)
+}
