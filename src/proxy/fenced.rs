@@ -141,28 +141,16 @@ pub struct Fenced {
 }
 
 impl Fenced {
-    /// `allowed`: how much of the request is still to come; `held`: what
-    /// was already read past it.
-    pub fn new(inner: Stream, allowed: usize, held: BytesMut) -> Fenced {
-        Fenced {
+    /// `inner` lent up to `fence`, with `first` (read from it already)
+    /// given first, and `held` already read past the request.
+    fn lent(inner: Stream, first: BytesMut, fence: Fence, held: BytesMut) -> Stream {
+        Box::new(Fenced {
             inner: Some(inner),
-            first: BytesMut::new(),
-            fence: Fence::Length(allowed),
+            first,
+            fence,
             held,
             gathered: BytesMut::new(),
-        }
-    }
-
-    /// The rest of a request is a chunked body that `scanner` has read
-    /// the start of.
-    fn chunked(inner: Stream, scanner: ChunkedEnd) -> Fenced {
-        Fenced {
-            inner: Some(inner),
-            first: BytesMut::new(),
-            fence: Fence::Chunked(scanner),
-            held: BytesMut::new(),
-            gathered: BytesMut::new(),
-        }
+        })
     }
 
     /// The connection, and what was read past the request. Pingora flushes
@@ -291,19 +279,11 @@ impl AsyncRead for Fenced {
 
 impl AsyncWrite for Fenced {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.gathered.len() + buf.len() > GATHER_BYTES {
-            ready!(this.send_gathered(cx))?;
-        }
-        if buf.len() >= GATHER_BYTES {
-            return Pin::new(present(&mut this.inner)).poll_write(cx, buf);
-        }
-        this.gathered.extend_from_slice(buf);
-        Poll::Ready(Ok(buf.len()))
+        self.poll_write_vectored(cx, &[io::IoSlice::new(buf)])
     }
 
     /// Pieces written together (a chunk's size line, its data and its
@@ -450,35 +430,30 @@ pub fn lend(stream: Stream, pending: &mut BytesMut) -> (Stream, BytesMut) {
                 Ok(Some(n)) => head + n,
                 Ok(None) => {
                     let first = std::mem::take(pending);
-                    return (Box::new(Fenced::chunked(stream, scanner)), first);
+                    let fence = Fence::Chunked(scanner);
+                    return (
+                        Fenced::lent(stream, BytesMut::new(), fence, BytesMut::new()),
+                        first,
+                    );
                 }
-                Err(_) => return (unfenced(stream, BytesMut::new()), std::mem::take(pending)),
+                Err(_) => return (replaying(stream, BytesMut::new()), std::mem::take(pending)),
             }
         }
-        None => return (unfenced(stream, BytesMut::new()), std::mem::take(pending)),
+        None => return (replaying(stream, BytesMut::new()), std::mem::take(pending)),
     };
     let first = pending.split_to(end.min(pending.len()));
     let allowed = end - first.len();
     let held = std::mem::take(pending);
-    (Box::new(Fenced::new(stream, allowed, held)), first)
+    let fence = Fence::Length(allowed);
+    (Fenced::lent(stream, BytesMut::new(), fence, held), first)
 }
 
 /// `stream` with `first` (read from it already) put back in front, and
-/// no fence: for a connection lent for good (an HTTP/2 one, whose preface
-/// the connection loop waited for).
+/// no fence, its writes gathered: for a request whose end is not known,
+/// and for a connection lent for good (an HTTP/2 one, whose preface the
+/// connection loop waited for).
 pub fn replaying(stream: Stream, first: BytesMut) -> Stream {
-    unfenced(stream, first)
-}
-
-/// `stream` with `first` in front, read with no fence, its writes gathered.
-fn unfenced(stream: Stream, first: BytesMut) -> Stream {
-    Box::new(Fenced {
-        inner: Some(stream),
-        first,
-        fence: Fence::Open,
-        held: BytesMut::new(),
-        gathered: BytesMut::new(),
-    })
+    Fenced::lent(stream, first, Fence::Open, BytesMut::new())
 }
 
 /// The stream the proxy gave back, and what the client sent past the

@@ -94,15 +94,14 @@ impl Store {
         let mut read = redis::pipe();
         read.cmd("TIME").cmd("GET").arg(&keys.samples);
         let read = &read;
-        let ((seconds, micros), published): ((u64, u64), Option<Vec<u8>>) = self
+        let (time, published): ((u64, u64), Option<Vec<u8>>) = self
             .call(Resend::Safe, |mut c| async move {
                 read.query_async(&mut c).await
             })
             .await?;
-        let now_ms = milliseconds((seconds, micros));
-        Ok(Sampled::Read(
-            published.and_then(|bytes| Samples::decode(&bytes, now_ms)),
-        ))
+        Ok(Sampled::Read(published.and_then(|bytes| {
+            Samples::decode(&bytes, milliseconds(time))
+        })))
     }
 
     /// Whether `id` holds the sampler lease of a queue, having taken it if
