@@ -8,7 +8,8 @@
 -- KEYS[3] credential HASH (userId -> arrival; admitted users only),
 -- KEYS[4] active ZSET, KEYS[5] prequeue ZSET (userId -> arrival: pre-queued
 --         users, and placed ones until admitted),
--- KEYS[6] admission HASH (counts a departure: see `counted` in lib.lua),
+-- KEYS[6] admission HASH (counts and logs a departure: see `departed` in
+--         lib.lua),
 -- KEYS[7] due HASH (KEYS[2] and this: see `heartbeats` in lib.lua),
 -- KEYS[8] spent ZSET (userId -> the latest arrival that may not be seated
 --         again), KEYS[9] control HASH (when the state was last lost)
@@ -37,7 +38,11 @@ if found == 'earlier' then
   return -1
 end
 if found == 'waiting' then
-  counted(KEYS[6], 'removed', redis.call('ZREM', KEYS[1], user))
+  local score = redis.call('ZSCORE', KEYS[1], user)
+  if score then
+    redis.call('ZREM', KEYS[1], user)
+    departed(KEYS[6], {score})
+  end
   redis.call('ZREM', KEYS[2], user)
   redis.call('HDEL', KEYS[7], user)
   redis.call('ZREM', KEYS[5], user)

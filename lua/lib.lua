@@ -67,6 +67,64 @@ local function counted(admission_key, counter, count)
   end
 end
 
+-- The departures `removed` counts, each logged in `<admission>:departed`, a
+-- LIST of `<number>:<arrival>` (the departure's number, as `removed` counts
+-- it, and the user's score in the waiting set), whose last entry is always
+-- number `removed`. An instance that has read the log since its samples were
+-- taken knows how many of those who left were ahead of a user, and derives
+-- the user's rank as exactly as the samples allow, however many left
+-- (src/store/ranks.rs); one that has not read it, or finds it cut short,
+-- bounds the rank by every departure as before. The newest DEPARTURES_KEPT
+-- are kept (about 25 bytes each): samples older than 30 s are not used, and
+-- a crowd leaving faster than that only turns the instances back to the
+-- bound.
+local DEPARTURES_KEPT = 50000
+local function departed_log(admission_key)
+  return admission_key .. ':departed'
+end
+local function departed(admission_key, arrivals)
+  if #arrivals == 0 then
+    return
+  end
+  local number = redis.call('HINCRBY', admission_key, 'removed', #arrivals) - #arrivals
+  local entries = {}
+  for i, arrival in ipairs(arrivals) do
+    entries[i] = int(number + i) .. ':' .. arrival
+  end
+  local log, length = departed_log(admission_key), 0
+  in_chunks(entries, function(...)
+    length = redis.call('RPUSH', log, ...)
+  end)
+  if length > DEPARTURES_KEPT + DEPARTURES_KEPT / 4 then
+    redis.call('LTRIM', log, -DEPARTURES_KEPT, -1)
+  end
+end
+
+-- The arrivals of departures logged after number `have`, at most `most`,
+-- the earliest first, as of `removed`, and the number of the entry before
+-- the first returned (past `have` when the log no longer holds those). The
+-- entries read are checked against their numbers: what does not follow on
+-- (a log that outlived its counter) is left out.
+local function departures_since(admission_key, removed, have, most)
+  local log = departed_log(admission_key)
+  local oldest = removed - redis.call('LLEN', log)
+  local from = math.max(have, oldest)
+  local upto = math.min(removed, from + most)
+  local arrivals = {}
+  if upto <= from then
+    return math.min(from, removed), arrivals
+  end
+  for i, entry in ipairs(redis.call('LRANGE', log, from - oldest, upto - oldest - 1)) do
+    local colon = string.find(entry, ':', 1, true)
+    local arrival = colon and tonumber(string.sub(entry, colon + 1))
+    if not arrival or tonumber(string.sub(entry, 1, colon - 1)) ~= from + i then
+      break
+    end
+    arrivals[i] = arrival
+  end
+  return from, arrivals
+end
+
 -- The counters and size of the waiting set, as the instances read them with
 -- each sample and each rank call.
 local function rank_counters(admission_key, waiting_key)
@@ -474,33 +532,29 @@ end
 
 -- Takes the stale users (a list, each once) out of waiting, and a placed
 -- one's pre-queue entry with them; a pre-queue entry of anyone else is a
--- registration of its own, and stays. (Without a pre-queue, one ZREM tells
--- how many.) Counts and returns how many were waiting.
+-- registration of its own, and stays. Counts and logs the departures (see
+-- `departed`), and returns how many were waiting.
 local function remove_waiting(waiting_key, prequeue_key, admission_key, stale)
-  local removed = 0
-  if redis.call('EXISTS', prequeue_key) == 0 then
-    in_chunks(stale, function(...)
-      removed = removed + redis.call('ZREM', waiting_key, ...)
-    end)
-  else
-    local waited = {}
-    for i = 1, #stale, 500 do
-      local last = math.min(i + 499, #stale)
-      local scores = redis.call('ZMSCORE', waiting_key, unpack(stale, i, last))
-      for j = 1, last - i + 1 do
-        if scores[j] then
-          waited[#waited + 1] = stale[i + j - 1]
-        end
+  local waited, arrivals = {}, {}
+  for i = 1, #stale, 500 do
+    local last = math.min(i + 499, #stale)
+    local scores = redis.call('ZMSCORE', waiting_key, unpack(stale, i, last))
+    for j = 1, last - i + 1 do
+      if scores[j] then
+        waited[#waited + 1] = stale[i + j - 1]
+        arrivals[#arrivals + 1] = scores[j]
       end
     end
-    in_chunks(waited, function(...)
-      redis.call('ZREM', waiting_key, ...)
-      redis.call('ZREM', prequeue_key, ...)
-    end)
-    removed = #waited
   end
-  counted(admission_key, 'removed', removed)
-  return removed
+  local placed = redis.call('EXISTS', prequeue_key) == 1
+  in_chunks(waited, function(...)
+    redis.call('ZREM', waiting_key, ...)
+    if placed then
+      redis.call('ZREM', prequeue_key, ...)
+    end
+  end)
+  departed(admission_key, arrivals)
+  return #waited
 end
 
 -- Removes up to `batch` active entries past their expiry, with their

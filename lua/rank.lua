@@ -16,7 +16,10 @@
 --         0 0 when it derives none
 -- ARGV[8] the places from the head whose ranks are always exact
 --         (`exact-rank-window`)
--- ARGV[9..] userIds, 0 to 500 (none: the batch's numbers alone, for an
+-- ARGV[9] the departures (`removed`) the instance has read the log of since
+--         its samples (see `departed` in lib.lua): the log after that is
+--         returned; -1 for none
+-- ARGV[10..] userIds, 0 to 500 (none: the batch's numbers alone, for an
 --         instance that reads and writes the heartbeats far back itself,
 --         see `poll_many` in src/store/polls.rs)
 --
@@ -42,7 +45,9 @@
 -- decided far back (the later of ARGV[6] and the first place whose advice
 -- is `pmax`), and 1 if polls far back are decided from the heartbeat alone
 -- (the queue is open, the instance derives ranks, no earlier version's
--- heartbeats), else 0.
+-- heartbeats), else 0. Then, when ARGV[9] asked for them, the departures
+-- logged since: the number of the last one the instance has (see
+-- `departures_since` in lib.lua), and the arrivals of up to 1000 after it.
 -- Codes: 0 not-queued, 1 waiting, 3 active, 4 prequeued, 5 far-back, 6 closed
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
@@ -53,7 +58,7 @@ local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
-    or (#ARGV > 8 and not batch_users(9)) then
+    or not tonumber(ARGV[9]) or (#ARGV > 9 and not batch_users(10)) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -64,20 +69,20 @@ local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
 local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
 local values = {}
-if #ARGV > 8 then
-  values = redis.call('HMGET', KEYS[7], unpack(ARGV, 9, #ARGV))
+if #ARGV > 9 then
+  values = redis.call('HMGET', KEYS[7], unpack(ARGV, 10, #ARGV))
 end
-if beats.legacy and #ARGV > 8 then
-  beats.read(9, #ARGV, values)
+if beats.legacy and #ARGV > 9 then
+  beats.read(10, #ARGV, values)
 end
-if beats.legacy and phase == 'open' and #ARGV > 8 then
+if beats.legacy and phase == 'open' and #ARGV > 9 then
   -- Instances of an earlier version may be running: they change the
   -- waiting set without this HASH (a dropout leaves its heartbeat behind,
   -- a registration again a new arrival), so the set says who waits and
   -- since when.
-  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 9, #ARGV))
-  for i = 9, #ARGV do
-    beats.arrive(ARGV[i], tonumber(scores[i - 8]))
+  local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 10, #ARGV))
+  for i = 10, #ARGV do
+    beats.arrive(ARGV[i], tonumber(scores[i - 9]))
   end
 end
 
@@ -157,8 +162,8 @@ local keep_low, keep_high = math.max(pmin, math.floor(pmax / 2)), math.min(pmax,
 local oldest = now_ms - timeout
 -- Every heartbeat this pass writes is due at the same time.
 local far_at = now_ms + pmax
-for i = 9, #ARGV do
-  local user, value = ARGV[i], values[i - 8]
+for i = 10, #ARGV do
+  local user, value = ARGV[i], values[i - 9]
   local code, rank, wait, advice
   local colon = value and string.find(value, ':', 1, true)
   if fast and colon then
@@ -191,7 +196,8 @@ local rate_millionths = math.floor(rate * 1000000 + 0.5)
 if control.paused or control.closed then
   rate_millionths = -1
 end
-for _, n in ipairs(rank_counters(KEYS[4], KEYS[1])) do
+local counters = rank_counters(KEYS[4], KEYS[1])
+for _, n in ipairs(counters) do
   out[#out + 1] = n
 end
 out[#out + 1] = first_ms
@@ -200,4 +206,12 @@ out[#out + 1] = interval
 out[#out + 1] = now_ms
 out[#out + 1] = far_from
 out[#out + 1] = fast and 1 or 0
+local have = tonumber(ARGV[9])
+if have >= 0 then
+  local from, arrivals = departures_since(KEYS[4], counters[3], have, 1000)
+  out[#out + 1] = from
+  for _, arrival in ipairs(arrivals) do
+    out[#out + 1] = arrival
+  end
+end
 return out

@@ -146,11 +146,13 @@ return #users
 """)
 RANK = load(open("lua/rank.lua").read())
 RANK_BASE = None
+BASE_RANK_TEXT = ""
 if baseline:
     def at(path):
         return subprocess.run(["git", "show", f"{baseline}:{path}"], check=True,
                               capture_output=True, text=True).stdout
-    RANK_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + at("lua/rank.lua"))
+    BASE_RANK_TEXT = at("lua/rank.lua")
+    RANK_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + BASE_RANK_TEXT)
     CLEANUP_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + at("lua/cleanup.lua"))
 CLEANUP = load(open("lua/cleanup.lua").read())
 RANK_KEYS = [K + k for k in ("waiting", "heartbeat", "active", "admission", "control",
@@ -176,9 +178,13 @@ def with_arrivals(batch):
 
 def rank_args(sha):
     # Ranks derived from place 10,000 on, exact nearer (as an instance
-    # with samples asks), the default advice bounds and a 30 s timeout.
+    # with samples asks), the default advice bounds and a 30 s timeout;
+    # no departures asked for (a baseline from before the departure log
+    # takes no ninth argument).
+    asked = [] if sha == RANK_BASE and "ARGV[9] the departures" not in BASE_RANK_TEXT else [-1]
     return lambda b: (["EVALSHA", sha, 8] + RANK_KEYS
-                      + [3000, 100, 30000, 1000, 30000, BASE + 10000, BASE + users, 1000] + b)
+                      + [3000, 100, 30000, 1000, 30000, BASE + 10000, BASE + users, 1000]
+                      + asked + b)
 
 
 # Cleanup's heartbeat timeout: an hour, so that the heartbeats the fill

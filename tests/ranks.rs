@@ -159,6 +159,90 @@ fn ranks_far_back_are_derived_within_a_thousandth_and_exact_near_the_head() {
     assert_eq!(redis.calls("zrank") - walks, 2 * 10, "ranks walked");
 }
 
+/// Users who leave from anywhere in the queue leave ranks far back derived:
+/// the rank call brings the log of the departures since the samples, so
+/// the instance knows how many of those who left were ahead of each user.
+/// The samples are held as published (the sampler's lease is elsewhere):
+/// 400 departures since (dropouts through the API near the head and far
+/// back, users gone silent at places far back whom cleanup removes) would
+/// otherwise leave every rank far back unsure, and walked.
+#[test]
+fn ranks_far_back_stay_derived_however_many_leave_from_anywhere() {
+    let redis = Redis::start();
+    let wg = start(&redis);
+    let mut c = redis.conn();
+    // The one admitted (max-active 1): the head.
+    assert_eq!(register(wg.addr, "first").status, 200);
+    let near: Vec<(String, String)> = (0..100)
+        .map(|i| {
+            let user = format!("d{i}");
+            let credential = register_new(wg.addr, &user);
+            (user, credential)
+        })
+        .collect();
+    let base = fill_sampled(&wg, &redis, 60_000);
+    let () = redis::cmd("SET")
+        .arg("queue:{baseball}:sampler")
+        .arg("elsewhere")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut c)
+        .unwrap();
+    // A refresh under way when the lease went may still publish.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let published: Vec<u8> = c.get("queue:{baseball}:samples").unwrap();
+
+    // Places far back that leave, none of them polled below.
+    let polled: Vec<usize> = (15_000..60_000).step_by(1_500).collect();
+    let leaving: Vec<usize> = (0..)
+        .map(|k| 1_000 + 193 * k)
+        .filter(|i| !polled.contains(i))
+        .take(300)
+        .collect();
+    let far_dropouts: Vec<(String, String)> = leaving[..100]
+        .iter()
+        .map(|i| {
+            (
+                format!("u{i}"),
+                credential_for(&format!("u{i}"), base + *i as u64),
+            )
+        })
+        .collect();
+    for (user, credential) in near.iter().chain(&far_dropouts) {
+        let r = dropout(wg.addr, user, credential);
+        assert_eq!(r.status, 204, "{user}: {}", r.text());
+    }
+    let silent: Vec<String> = leaving[100..].iter().map(|i| format!("u{i}")).collect();
+    make_silent(&mut c, "baseball", &silent);
+    wait_until("cleanup", Duration::from_secs(5), || {
+        let left: Vec<Option<f64>> = redis::cmd("ZMSCORE")
+            .arg(WAITING)
+            .arg(&silent)
+            .query(&mut c)
+            .unwrap();
+        left.iter().all(Option::is_none)
+    });
+    let removed: u64 = c.hget("queue:{baseball}:admission", "removed").unwrap();
+    assert!(removed >= 399, "{removed} departures counted");
+
+    let walks = redis.calls("zrank");
+    for &i in &polled {
+        let (api, exact, _) = ranks_of(&wg, &mut c, &format!("u{i}"));
+        assert_within(api, exact, "after the departures");
+        assert!(
+            api < i as u64,
+            "u{i} at {api}: the departures are not counted"
+        );
+    }
+    assert_eq!(
+        redis.calls("zrank") - walks,
+        2 * polled.len() as u64,
+        "ranks walked"
+    );
+    let still: Vec<u8> = c.get("queue:{baseball}:samples").unwrap();
+    assert_eq!(still, published, "the samples were taken again");
+}
+
 /// During an upgrade, an instance of an earlier version takes a user out
 /// of the waiting set without the heartbeat hash (a dropout): asked about
 /// that user, this version does not read a rank off the heartbeat it left.
@@ -295,8 +379,8 @@ fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
         .collect();
     assert!(!scripts.is_empty(), "{ran:?}");
     for call in &scripts {
-        // EVALSHA sha 8 <8 keys> <8 arguments>: no users.
-        assert_eq!(call.len(), 19, "a script call with users: {call:?}");
+        // EVALSHA sha 8 <8 keys> <9 arguments>: no users.
+        assert_eq!(call.len(), 20, "a script call with users: {call:?}");
     }
     let named = |name: &str, user: &str| {
         ran.iter()
@@ -502,7 +586,8 @@ fn a_user_answered_near_the_head_is_asked_in_the_first_call() {
 /// samples the instance held, and each coalesced call by its users: near
 /// the head walked, far back decided by the instance, and far back walked
 /// once departures since the samples were taken leave them too coarse
-/// (what churn costs, `scripts/scale.sh churn`).
+/// (what churn cost before the departures were logged, and costs when the
+/// log is lost).
 #[test]
 fn each_poll_is_counted_by_how_it_was_answered() {
     let (redis, wg, _) = sampled(30_000);
@@ -527,8 +612,8 @@ fn each_poll_is_counted_by_how_it_was_answered() {
     assert!(batches >= 2.0, "{batches} rank calls");
 
     // 100 users ahead of u25000 leave (their heartbeats stale, cleanup
-    // takes them): more than a derived rank there may be unsure of, until
-    // the samples are taken again.
+    // takes them) and the log of who left is lost: more than a derived
+    // rank there may be unsure of, until the samples are taken again.
     let mut gone = 0;
     for round in 0..10 {
         let stale: Vec<String> = ((1_000 + round * 100)..(1_100 + round * 100))
@@ -539,6 +624,9 @@ fn each_poll_is_counted_by_how_it_was_answered() {
         wait_until("cleanup", Duration::from_secs(5), || {
             c.zcard::<_, usize>(WAITING).unwrap() <= 30_001 - gone
         });
+        // The log of who left, lost: the departures could each have been
+        // ahead.
+        let () = c.del("queue:{baseball}:admission:departed").unwrap();
         let (api, exact, _) = ranks_of(&wg, &mut c, "u25000");
         assert_within(api, exact, "after departures");
         if polls("walked") > 0.0 {
@@ -549,7 +637,7 @@ fn each_poll_is_counted_by_how_it_was_answered() {
             return;
         }
     }
-    panic!("no poll far back was walked after 1,000 departures");
+    panic!("no poll far back was walked after 1,000 departures unlogged");
 }
 
 /// The client address of each slowlog entry whose arguments `matches`.

@@ -17,17 +17,20 @@ use super::scripts::*;
 use crate::config::HeartbeatConfig;
 
 /// A call of rank.lua for `users` with its keys and settings and, with
-/// `derive`, the samples' range of arrivals (from, before) and exact window
-/// (`nearest`) the instance derives ranks for.
+/// `derive`, the samples' range of arrivals (from, before), exact window
+/// (`nearest`) the instance derives ranks for, and the departures whose
+/// log it has read.
 pub(super) fn rank_invocation<'a>(
     queue: QueueRef<'a>,
     derive: FarBackSamples<'_>,
     users: &[&str],
 ) -> ScriptInvocation<'a> {
-    let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
+    let ((from, to), nearest, read) = derive.map_or(((0, 0), 0, -1), |(s, range)| {
+        (range, s.nearest, s.departures_read() as i64)
+    });
     let mut invocation = RANK.invoke(queue.keys);
     pace_args(&mut invocation, queue);
-    invocation.arg(from).arg(to).arg(nearest);
+    invocation.arg(from).arg(to).arg(nearest).arg(read);
     for user in users {
         invocation.arg(*user);
     }
@@ -260,12 +263,29 @@ pub(super) struct RankBatch {
     fast: bool,
 }
 
-/// rank.lua's answer: each user's numbers, and the batch's.
-pub(super) fn rank_batch(flat: &[i64]) -> Result<(&[i64], RankBatch), StoreError> {
-    let Some(split) = flat.len().checked_sub(12) else {
-        return Err(StoreError::Failed("rank: no batch numbers".into()));
+/// Departures logged, as rank.lua returns them: the number of the one
+/// before the first, and the arrivals of each.
+pub(super) type LoggedDepartures = (u64, Vec<u64>);
+
+/// rank.lua's answer for `asked` users: each user's numbers, the
+/// batch's, and the departures logged that it returned, if asked for.
+pub(super) fn rank_batch(
+    flat: &[i64],
+    asked: usize,
+) -> Result<(&[i64], RankBatch, Option<LoggedDepartures>), StoreError> {
+    let short = || StoreError::Failed("rank: no batch numbers".into());
+    let each = flat.get(..asked * 4).ok_or_else(short)?;
+    let b = flat.get(asked * 4..asked * 4 + 12).ok_or_else(short)?;
+    let departed = match flat.get(asked * 4 + 12..).unwrap_or(&[]) {
+        [] => None,
+        [from, arrivals @ ..] => Some((
+            count(*from)?,
+            arrivals
+                .iter()
+                .map(|&a| count(a))
+                .collect::<Result<_, _>>()?,
+        )),
     };
-    let (each, b) = flat.split_at(split);
     Ok((
         each,
         RankBatch {
@@ -277,6 +297,7 @@ pub(super) fn rank_batch(flat: &[i64]) -> Result<(&[i64], RankBatch), StoreError
             far_from: count(b[10])?,
             fast: b[11] == 1,
         },
+        departed,
     ))
 }
 
@@ -451,8 +472,11 @@ impl Store {
     ) -> Result<(Vec<Option<RankAnswer>>, RankBatch), StoreError> {
         let invocation = rank_invocation(queue, derive, users);
         let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
-        let (each, batch) = rank_batch(&flat)?;
+        let (each, batch, departed) = rank_batch(&flat, users.len())?;
         let samples = derive.map(|(s, _)| s);
+        if let (Some(s), Some((from, arrivals))) = (samples, departed) {
+            s.note_departures(from, &arrivals);
+        }
         Ok((rank_answers(each, &batch, samples, users.len())?, batch))
     }
     /// The places of `users` as [`Store::rank_many`] tells them, with the

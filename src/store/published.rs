@@ -30,9 +30,11 @@ pub enum Sampled {
     /// Also what a set too short to sample gets, with none.
     Took(Option<Samples>),
     /// It holds the lease, and those it has still tell ranks as when
-    /// taken ([`Samples::unchanged_at`]): kept, nothing taken.
+    /// taken ([`Samples::unchanged_at`]): kept, nothing taken. Or another
+    /// holds it and published the same again.
     Kept,
-    /// Another holds it: read as it published them.
+    /// Another holds it: read as it published them (`Kept` when they are
+    /// those this instance has already).
     Read(Option<Samples>),
 }
 
@@ -99,9 +101,15 @@ impl Store {
                 read.query_async(&mut c).await
             })
             .await?;
-        Ok(Sampled::Read(published.and_then(|bytes| {
-            Samples::decode(&bytes, milliseconds(time))
-        })))
+        let read = published.and_then(|bytes| Samples::decode(&bytes, milliseconds(time)));
+        // The same as published last time: kept, with the departures read
+        // since.
+        if let (Some(read), Some(current)) = (&read, current) {
+            if read.same_as(current) {
+                return Ok(Sampled::Kept);
+            }
+        }
+        Ok(Sampled::Read(read))
     }
 
     /// Whether `id` holds the sampler lease of a queue, having taken it if

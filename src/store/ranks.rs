@@ -17,7 +17,12 @@
 //! can only raise one). So between two samples the rank of an arrival lies
 //! in a range that the gap between them and the changes since bound; a
 //! derived rank is used only when that whole range is within 0.1% of it,
-//! and is otherwise asked of Redis exactly, in a second call. The counters
+//! and is otherwise asked of Redis exactly, in a second call. Each departure
+//! is also logged by its arrival (`departed` in `lua/lib.lua`), and the rank
+//! call returns the log since the samples' last step with the counters: an
+//! instance that has read it knows how many of those who left were ahead of
+//! a user, so departures no longer widen the range, however many there
+//! were; only the gap between two samples does. The counters
 //! and the set's size must also agree (nothing changed the set uncounted,
 //! as an instance of an earlier version or a hand edit would). So every
 //! rank is within 0.1%, and exact in the first `exact-rank-window` places
@@ -26,22 +31,20 @@
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-/// How often the samples of a queue are taken (by the instance holding its
-/// sampler lease) and read (by the others). Departures since the samples
-/// were taken widen the range a derived rank lies in; under churn (150
-/// users leaving a second at 1,000,000 waiting, `scripts/scale.sh churn`)
-/// samples up to 5 s old left 88% of the polls far back to be walked
-/// instead. Taken once for every instance (`super::published`), they can
-/// be taken every second.
+/// How often the holder of a queue's sampler lease looks whether its
+/// samples need taking again, and the others read what it published.
 pub const SAMPLES_REFRESH: Duration = Duration::from_secs(1);
-/// How often they are taken while nobody leaves: admissions from the head
-/// alone leave derived ranks exact, so the samples need taking again only
-/// for the users who joined past the last of them.
+/// How often they are taken while nobody is placed but at the tail:
+/// admissions from the head and logged departures leave derived ranks as
+/// exact as the samples, so they need taking again only for the users who
+/// joined past the last of them. (Before departures were logged, each
+/// widened the range a derived rank lies in, and samples were taken every
+/// second while users left.)
 pub const SAMPLES_REFRESH_QUIET: Duration = Duration::from_secs(5);
 /// The nearest place sampled, unless the queue's exact-rank-window is
 /// larger: nearer the head the advice needs the rank exactly anyway.
@@ -51,6 +54,10 @@ pub const FIRST_SAMPLED_PLACE: u64 = 10_000;
 const SAMPLE_GAP_FRACTION: f64 = 0.0004;
 /// Samples older than this are not used (the sampler cannot reach Redis).
 pub(super) const SAMPLES_MAX_AGE: Duration = Duration::from_secs(30);
+/// The departures since the samples past which they are taken again
+/// however young: well inside the log's `DEPARTURES_KEPT` (50,000, in
+/// `lua/lib.lua`), so that every instance can still read them all.
+const DEPARTURES_FOLLOWED: u64 = 10_000;
 /// The places one `samples.lua` call reads.
 pub const PLACES_PER_SAMPLES_CALL: usize = 500;
 
@@ -103,6 +110,35 @@ pub struct Samples {
     /// from which [`Samples::range`] leaves out the samples the changes
     /// since made too coarse.
     seen: [AtomicU64; 3],
+    /// The departures (`removed`) as of the last step: from there on, the
+    /// log tells where those who left stood.
+    base: u64,
+    departed: RwLock<Departed>,
+}
+
+/// The departures logged after the samples' last step that this instance
+/// has read (`departures_since` in `lua/lib.lua`).
+#[derive(Debug)]
+struct Departed {
+    /// Every departure after [`Samples::base`] up to this one (as `removed`
+    /// counts them) is in `arrivals`.
+    through: u64,
+    /// Their arrivals, ascending.
+    arrivals: Vec<u64>,
+}
+
+impl Departed {
+    /// How many of the departures known left from ahead of `score`, and
+    /// how many departures as of `now` are not known: `None` if what is
+    /// known runs past `now` (counters read before the log was), when
+    /// every departure since `base` counts as not known.
+    fn ahead_of(&self, score: u64, removed: u64) -> Option<(u64, u64)> {
+        let unknown = removed.checked_sub(self.through)?;
+        Some((
+            self.arrivals.partition_point(|&a| a < score) as u64,
+            unknown,
+        ))
+    }
 }
 
 impl Samples {
@@ -118,18 +154,84 @@ impl Samples {
             return None;
         }
         let last = counters.last()?;
-        Some(Samples {
-            epoch: first.epoch,
-            nearest: FIRST_SAMPLED_PLACE,
+        Some(Samples::of(
+            first.epoch,
+            FIRST_SAMPLED_PLACE,
             points,
             taken,
-            uncounted: first.uncounted(),
-            seen: [
-                AtomicU64::new(last.total),
-                AtomicU64::new(last.removed),
-                AtomicU64::new(last.added),
-            ],
-        })
+            first.uncounted(),
+            [last.total, last.removed, last.added],
+        ))
+    }
+
+    fn of(
+        epoch: u64,
+        nearest: u64,
+        points: Vec<Point>,
+        taken: Instant,
+        uncounted: i128,
+        seen: [u64; 3],
+    ) -> Samples {
+        let base = points.iter().map(|p| p.removed).max().unwrap_or(0);
+        Samples {
+            epoch,
+            nearest,
+            points,
+            taken,
+            uncounted,
+            seen: seen.map(AtomicU64::new),
+            base,
+            departed: RwLock::new(Departed {
+                through: base,
+                arrivals: Vec::new(),
+            }),
+        }
+    }
+
+    /// The departures whose log this instance has read: a rank call
+    /// returns those after it.
+    pub fn departures_read(&self) -> u64 {
+        self.departed().through
+    }
+
+    /// Notes the departures a rank call returned: the arrivals of those
+    /// after number `from`. Those already read are skipped; after a gap
+    /// (a log cut short) none are taken, and ranks stay bounded by every
+    /// departure since.
+    pub fn note_departures(&self, from: u64, arrivals: &[u64]) {
+        let mut d = self
+            .departed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(known) = d.through.checked_sub(from) else {
+            return;
+        };
+        let Some(new) = arrivals.get(known as usize..).filter(|n| !n.is_empty()) else {
+            return;
+        };
+        let mut merged = Vec::with_capacity(d.arrivals.len() + new.len());
+        let mut sorted = new.to_vec();
+        sorted.sort_unstable();
+        let (mut a, mut b) = (d.arrivals.iter().peekable(), sorted.iter().peekable());
+        while let (Some(&&x), Some(&&y)) = (a.peek(), b.peek()) {
+            if x <= y {
+                merged.push(x);
+                a.next();
+            } else {
+                merged.push(y);
+                b.next();
+            }
+        }
+        merged.extend(a);
+        merged.extend(b);
+        d.arrivals = merged;
+        d.through += new.len() as u64;
+    }
+
+    fn departed(&self) -> std::sync::RwLockReadGuard<'_, Departed> {
+        self.departed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// These, derived from `place` on (the first sampled).
@@ -153,6 +255,7 @@ impl Samples {
             added: self.seen[2].load(Ordering::Relaxed),
             ..Counters::default()
         };
+        let departed = self.departed();
         // The bound loosens with the place, and the changes since each
         // sample only fall along the samples, so the samples it holds past
         // are a tail of them.
@@ -160,7 +263,8 @@ impl Samples {
         let (mut from, mut to) = (0, last);
         while from < to {
             let mid = (from + to) / 2;
-            if self.bounds(mid, self.points[mid].score + 1, now).is_none() {
+            let score = self.points[mid].score + 1;
+            if self.bounds(mid, score, now, &departed).is_none() {
                 from = mid + 1;
             } else {
                 to = mid;
@@ -183,43 +287,62 @@ impl Samples {
             .points
             .partition_point(|p| p.score <= score)
             .checked_sub(1)?;
-        let (least, most) = self.bounds(i, score, now)?;
+        let departed = self.departed();
+        let (least, most, ahead) = self.bounds(i, score, now, &departed)?;
         let (low, high) = (self.points[i], self.points[i + 1]);
         let along = (score - low.score) as f64 / (high.score - low.score) as f64;
         let lifted = low.lifted as f64 + along * (high.lifted - low.lifted) as f64;
-        let rank = (lifted - now.total as f64).round().max(0.0) as u64;
+        let rank = (lifted - (now.total + ahead) as f64).round().max(0.0) as u64;
         Some(rank.clamp(least, most))
     }
 
     /// The least and most users ahead of `score` now, from the samples `i`
-    /// and `i + 1` around it, if that range is within 0.1%.
-    fn bounds(&self, i: usize, score: u64, now: Counters) -> Option<(u64, u64)> {
+    /// and `i + 1` around it, if that range is within 0.1%; and how many of
+    /// the departures since the samples `departed` knows of left from
+    /// ahead of it.
+    fn bounds(
+        &self,
+        i: usize,
+        score: u64,
+        now: Counters,
+        departed: &Departed,
+    ) -> Option<(u64, u64, u64)> {
         let low = self.points[i];
         let high = *self.points.get(i + 1)?;
         if now.total < low.total.max(high.total)
-            || now.removed < low.removed.max(high.removed)
+            || now.removed < self.base
             || now.added < low.added.max(high.added)
         {
             return None;
         }
+        // Departures after the samples' last step: those the log told of
+        // (`ahead` of the user) and those it has not yet (`unknown`, which
+        // may each have been ahead).
+        let (ahead, unknown) = departed
+            .ahead_of(score, now.removed)
+            .unwrap_or((0, now.removed - self.base));
         // Everyone ahead of the user now: at the lower sample there were
         // low's rank ahead (and low itself, past it), less those admitted
-        // and removed since; at the upper one high's rank less the user,
-        // less those admitted, plus those added since.
+        // since, those who left ahead of the user since the last step, and
+        // any who may have (between the steps, or not yet read of); at the
+        // upper one high's rank less the user, less those admitted and
+        // those known to have left ahead, plus those added since.
         let past = u64::from(score > low.score);
-        let least = (low.lifted + past).checked_sub(now.total + (now.removed - low.removed))?;
-        let most = (high.lifted + (now.added - high.added)).checked_sub(now.total + 1)?;
+        let doubt = (self.base - low.removed) + unknown;
+        let least = (low.lifted + past).checked_sub(now.total + ahead + doubt)?;
+        let most = (high.lifted + (now.added - high.added)).checked_sub(now.total + ahead + 1)?;
         if most < least || (most - least) as f64 > least as f64 * 0.001 {
             return None;
         }
-        Some((least, most))
+        Some((least, most, ahead))
     }
 }
 
 impl Samples {
     /// Whether these still tell ranks as when they were taken: nobody has
-    /// left the set, or been placed in it but at the tail, since (the
-    /// head's admissions are counted exactly), and they are younger than
+    /// been placed in the set but at the tail since (the head's admissions
+    /// are counted exactly, and the departures logged), fewer have left
+    /// than the log holds for certain, and they are younger than
     /// `SAMPLES_REFRESH_QUIET`.
     pub fn unchanged_at(&self, now: &Counters) -> bool {
         let Some(last) = self.points.last() else {
@@ -227,9 +350,15 @@ impl Samples {
         };
         now.epoch == self.epoch
             && now.uncounted() == self.uncounted
-            && now.removed == last.removed
+            && now.removed.saturating_sub(self.base) <= DEPARTURES_FOLLOWED
             && now.added == last.added
             && self.taken.elapsed() < SAMPLES_REFRESH_QUIET
+    }
+
+    /// Whether these are `other` as published again: the same samples,
+    /// whose departures read so far still hold.
+    pub fn same_as(&self, other: &Samples) -> bool {
+        self.epoch == other.epoch && self.nearest == other.nearest && self.points == other.points
     }
 }
 
@@ -300,14 +429,14 @@ impl Samples {
         if !r.0.is_empty() || !increasing || age > SAMPLES_MAX_AGE {
             return None;
         }
-        Some(Samples {
+        Some(Samples::of(
             epoch,
             nearest,
             points,
-            taken: Instant::now().checked_sub(age)?,
+            Instant::now().checked_sub(age)?,
             uncounted,
-            seen: seen.map(AtomicU64::new),
-        })
+            seen,
+        ))
     }
 }
 
@@ -521,6 +650,38 @@ mod tests {
     }
 
     #[test]
+    fn departures_read_from_the_log_tell_ranks_however_many_left() {
+        let s = samples(&[10_000, 10_004, 20_000, 20_008], 0, 0, 0);
+        // 300 left since: 200 from ahead of place 10,000, 100 from behind
+        // place 20,008. Unread, they leave the rank unsure.
+        let now = at(0, 300, 0);
+        assert_eq!(s.rank(100_020, now), None);
+        let ahead: Vec<u64> = (100..300).map(|p| 10 * p).collect();
+        let behind: Vec<u64> = (0..100).map(|p| 300_000 + 10 * p).collect();
+        // Read in two calls, the second repeating the end of the first: the
+        // log so far leaves 150 unread, still too many.
+        s.note_departures(0, &[&behind[..50], &ahead[..100]].concat());
+        assert_eq!(s.departures_read(), 150);
+        assert_eq!(s.rank(100_020, now), None);
+        s.note_departures(100, &[&ahead[50..], &behind[50..]].concat());
+        assert_eq!(s.departures_read(), 300);
+        assert_eq!(s.rank(100_020, now), Some(9_802));
+        assert_eq!(s.rank(200_040, now), Some(19_804));
+        // Counters older than what was read: bounded by every departure.
+        assert_eq!(s.rank(100_020, at(0, 299, 0)), None);
+        // A log with a gap is not taken.
+        let s = samples(&[10_000, 10_004], 0, 0, 0);
+        s.note_departures(1, &ahead[..1]);
+        assert_eq!(s.departures_read(), 0);
+        assert_eq!(s.rank(100_020, at(0, 2, 0)), Some(10_002));
+        assert_eq!(s.rank(100_020, at(0, 8, 0)), None);
+        // Departures before the samples' last step are in the samples.
+        let s = samples(&[10_000, 10_004], 0, 40, 0);
+        s.note_departures(40, &ahead[..30]);
+        assert_eq!(s.rank(100_020, at(0, 70, 0)), Some(9_972));
+    }
+
+    #[test]
     fn the_range_leaves_out_the_samples_the_changes_since_made_too_coarse() {
         let places: Vec<u64> = std::iter::successors(Some(10_000), |&p| Some(after(p)))
             .take_while(|&p| p < 100_000)
@@ -609,12 +770,17 @@ mod tests {
     }
 
     #[test]
-    fn samples_need_taking_again_once_someone_leaves_or_is_placed_but_not_for_admissions() {
+    fn samples_need_taking_again_once_someone_is_placed_or_many_leave_but_not_for_admissions() {
         let places: Vec<u64> = (0..100).map(|i| 10_000 + i * 7).collect();
         let taken = samples(&places, 40, 3, 9);
         assert!(taken.unchanged_at(&at(40, 3, 9)));
         assert!(taken.unchanged_at(&at(400, 3, 9)), "admitted from the head");
-        assert!(!taken.unchanged_at(&at(40, 4, 9)), "one left");
+        assert!(taken.unchanged_at(&at(40, 4, 9)), "one left, logged");
+        assert!(
+            taken.unchanged_at(&at(40, 10_003, 9)),
+            "as many left as followed"
+        );
+        assert!(!taken.unchanged_at(&at(40, 10_004, 9)), "more left");
         assert!(!taken.unchanged_at(&at(40, 3, 10)), "one placed");
         let earlier = Samples {
             taken: Instant::now() - SAMPLES_REFRESH_QUIET,
