@@ -16,18 +16,20 @@ use super::ranks::{self, NearHead, Samples};
 use super::scripts::*;
 use crate::config::HeartbeatConfig;
 
-/// A call of rank.lua for `users` with its keys and settings and, with
-/// `derive`, the samples' range of arrivals (from, before), exact window
-/// (`nearest`) the instance derives ranks for, and the departures whose
-/// log it has read.
+/// A call of rank.lua for `users` with its keys and settings; with
+/// `derive`, the samples' range of arrivals (from, before) and exact window
+/// (`nearest`) the instance derives ranks for; and with `log`, the samples
+/// whose departures it has read the log of since (asked for even when
+/// none can be derived now: what it has not read of the log is what may
+/// keep it from deriving).
 pub(super) fn rank_invocation<'a>(
     queue: QueueRef<'a>,
     derive: FarBackSamples<'_>,
+    log: Option<&Samples>,
     users: &[&str],
 ) -> ScriptInvocation<'a> {
-    let ((from, to), nearest, read) = derive.map_or(((0, 0), 0, -1), |(s, range)| {
-        (range, s.nearest, s.departures_read() as i64)
-    });
+    let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
+    let read = log.map_or(-1, |s| s.departures_read() as i64);
     let mut invocation = RANK.invoke(queue.keys);
     pace_args(&mut invocation, queue);
     invocation.arg(from).arg(to).arg(nearest).arg(read);
@@ -443,11 +445,13 @@ impl Store {
         users: &[&str],
         samples: Option<&Samples>,
     ) -> Result<Vec<RankAnswer>, StoreError> {
-        let (mut told, _) = self.rank_call(queue, users, derive(samples)).await?;
+        let (mut told, _) = self
+            .rank_call(queue, users, derive(samples), samples)
+            .await?;
         let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
-            let (answers, _) = self.rank_call(queue, &again, None).await?;
+            let (answers, _) = self.rank_call(queue, &again, None, None).await?;
             for (i, answer) in exact.into_iter().zip(answers) {
                 told[i] = answer.map(|a| RankAnswer {
                     path: match a.path {
@@ -463,20 +467,22 @@ impl Store {
             .collect()
     }
     /// One call of rank.lua for `users`: each one's answer (`None` where a
-    /// derived rank could not be told), and the batch's numbers.
+    /// derived rank could not be told), and the batch's numbers. `log`'s
+    /// samples take the departures and counters it read.
     async fn rank_call(
         &self,
         queue: QueueRef<'_>,
         users: &[&str],
         derive: FarBackSamples<'_>,
+        log: Option<&Samples>,
     ) -> Result<(Vec<Option<RankAnswer>>, RankBatch), StoreError> {
-        let invocation = rank_invocation(queue, derive, users);
+        let invocation = rank_invocation(queue, derive, log, users);
         let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         let (each, batch, departed) = rank_batch(&flat, users.len())?;
-        let samples = derive.map(|(s, _)| s);
-        if let (Some(s), Some((from, arrivals))) = (samples, departed) {
-            s.note_departures(from, &arrivals);
+        if let (Some(s), Some((from, arrivals))) = (log, departed) {
+            s.note_departures(from, &arrivals, &batch.counters);
         }
+        let samples = derive.map(|(s, _)| s);
         Ok((rank_answers(each, &batch, samples, users.len())?, batch))
     }
     /// The places of `users` as [`Store::rank_many`] tells them, with the
@@ -537,7 +543,7 @@ impl Store {
         let pipe = &pipe;
         let asked = std::time::Instant::now();
         let ((first, batch), (before, values)) = futures::try_join!(
-            self.rank_call(queue, &first_users, Some((samples, range))),
+            self.rank_call(queue, &first_users, Some((samples, range)), Some(samples)),
             self.call(Resend::Safe, |mut c| async move {
                 pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
                     .await

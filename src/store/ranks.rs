@@ -194,11 +194,12 @@ impl Samples {
         self.departed().through
     }
 
-    /// Notes the departures a rank call returned: the arrivals of those
-    /// after number `from`. Those already read are skipped; after a gap
-    /// (a log cut short) none are taken, and ranks stay bounded by every
-    /// departure since.
-    pub fn note_departures(&self, from: u64, arrivals: &[u64]) {
+    /// Notes the departures a rank call returned with the counters `now`:
+    /// the arrivals of those after number `from`. Those already read are
+    /// skipped; after a gap (a log cut short) none are taken, and ranks
+    /// stay bounded by every departure since.
+    pub fn note_departures(&self, from: u64, arrivals: &[u64], now: &Counters) {
+        self.saw(now);
         let mut d = self
             .departed
             .write()
@@ -226,6 +227,15 @@ impl Samples {
         merged.extend(b);
         d.arrivals = merged;
         d.through += new.len() as u64;
+    }
+
+    /// Notes the latest counters a rank call read.
+    fn saw(&self, now: &Counters) {
+        if now.epoch == self.epoch {
+            self.seen[0].fetch_max(now.total, Ordering::Relaxed);
+            self.seen[1].fetch_max(now.removed, Ordering::Relaxed);
+            self.seen[2].fetch_max(now.added, Ordering::Relaxed);
+        }
     }
 
     fn departed(&self) -> std::sync::RwLockReadGuard<'_, Departed> {
@@ -279,9 +289,7 @@ impl Samples {
         if now.epoch != self.epoch || now.uncounted() != self.uncounted {
             return None;
         }
-        self.seen[0].fetch_max(now.total, Ordering::Relaxed);
-        self.seen[1].fetch_max(now.removed, Ordering::Relaxed);
-        self.seen[2].fetch_max(now.added, Ordering::Relaxed);
+        self.saw(&now);
         // The last sample at or below the score.
         let i = self
             .points
@@ -660,10 +668,10 @@ mod tests {
         let behind: Vec<u64> = (0..100).map(|p| 300_000 + 10 * p).collect();
         // Read in two calls, the second repeating the end of the first: the
         // log so far leaves 150 unread, still too many.
-        s.note_departures(0, &[&behind[..50], &ahead[..100]].concat());
+        s.note_departures(0, &[&behind[..50], &ahead[..100]].concat(), &now);
         assert_eq!(s.departures_read(), 150);
         assert_eq!(s.rank(100_020, now), None);
-        s.note_departures(100, &[&ahead[50..], &behind[50..]].concat());
+        s.note_departures(100, &[&ahead[50..], &behind[50..]].concat(), &now);
         assert_eq!(s.departures_read(), 300);
         assert_eq!(s.rank(100_020, now), Some(9_802));
         assert_eq!(s.rank(200_040, now), Some(19_804));
@@ -671,13 +679,13 @@ mod tests {
         assert_eq!(s.rank(100_020, at(0, 299, 0)), None);
         // A log with a gap is not taken.
         let s = samples(&[10_000, 10_004], 0, 0, 0);
-        s.note_departures(1, &ahead[..1]);
+        s.note_departures(1, &ahead[..1], &at(0, 1, 0));
         assert_eq!(s.departures_read(), 0);
         assert_eq!(s.rank(100_020, at(0, 2, 0)), Some(10_002));
         assert_eq!(s.rank(100_020, at(0, 8, 0)), None);
         // Departures before the samples' last step are in the samples.
         let s = samples(&[10_000, 10_004], 0, 40, 0);
-        s.note_departures(40, &ahead[..30]);
+        s.note_departures(40, &ahead[..30], &at(0, 70, 0));
         assert_eq!(s.rank(100_020, at(0, 70, 0)), Some(9_972));
     }
 
