@@ -304,6 +304,11 @@ print(f"| Redis CPU (INFO cpu), churn's own taken out | {(cpu_polls - cpu_churn)
 print(f"| script calls | {(d(p0, p1, 2) - d(c0, c1, 2)) / answered:.3f} |")
 print(f"| plain commands of polls far back | {(d(p0, p1, 3) - d(c0, c1, 3)) / answered:.3f} |")
 print()
+# What the churn itself cost Redis without polls: admission, the dropouts,
+# cleanup's removals, and the samples taken again as users leave.
+print(f"The churn alone, no polls: {d(c0, c1, 0) / churn_s:,.0f} usec/s of Redis (commandstats), "
+      f"Redis CPU {d(c0, c1, 4) / churn_s / 1e4:.2f}% of a core")
+print()
 def delta(key):
     return m1.get(key, 0.0) - m0.get(key, 0.0)
 paths = ["instance", "derived", "near", "walked", "again", "other"]
