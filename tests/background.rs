@@ -951,6 +951,56 @@ fn two_instances_sweeping_together_remove_every_silent_user_once() {
     assert_eq!(counted(&one) + counted(&two), silent.len() as f64);
 }
 
+/// Instances sharing a queue run each cleanup interval's pass once between
+/// them (the first to claim it), rather than each reading the same
+/// candidates; a silent user is still removed within the interval, and
+/// counted once.
+#[test]
+fn three_instances_sweep_a_queue_about_once_an_interval() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let sweep = load_sweep(&mut c);
+    let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 200, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
+    let instances: Vec<Waitgate> = (0..3).map(|_| start(&redis, queue)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let monitor = Monitor::start(&redis);
+    std::thread::sleep(Duration::from_secs(4));
+    // Each pass starts by finding its first bucket (none, here).
+    let passes = sweep_steps(&monitor.take_lines(), &sweep)
+        .iter()
+        .filter(|(bucket, _)| bucket.is_empty())
+        .count();
+    assert!(
+        (15..=26).contains(&passes),
+        "{passes} passes in 20 intervals of three instances"
+    );
+
+    let silent: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    let () = p.query(&mut c).unwrap();
+    make_silent(&mut c, "baseball", &silent);
+    let started = Instant::now();
+    wait_while("not removed", || c.zcard::<_, u64>(WAITING).unwrap() > 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let removed: f64 = instances
+        .iter()
+        .map(|wg| {
+            scrape(wg)
+                .get(r#"waitgate_cleanup_removed_total{queue="baseball",reason="heartbeat_timeout"}"#)
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .sum();
+    assert_eq!(removed, 100.0);
+}
+
 /// A pass of cleanup calls starts each at the bucket the one before named:
 /// one `sweep.lua` call a step, and one more a pass to find the first
 /// bucket, not two a step (the first only finding the bucket again).

@@ -1,4 +1,6 @@
-//! The cleanup loop: every `cleanup-interval-ms`, cleanup steps each look
+//! The cleanup loop: every `cleanup-interval-ms`, the instance that claims
+//! the queue's pass first (`Store::claim_sweep`; the others skip it) runs
+//! it: cleanup steps each look
 //! at up to a batch of candidates (the users of heartbeat buckets that are
 //! past) and remove the silent ones, and up to a batch of expired active
 //! users (`Store::cleanup`: the look in plain commands, the removal by
@@ -6,10 +8,12 @@
 //! once, up to [`CALLS_PER_PASS`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::shared::{per_queue_service, ticker, FailureLog, Shared};
 use crate::metrics::{CLEANUP_EXPIRED, CLEANUP_HEARTBEAT, CLEANUP_STRAY};
 use crate::queues::Queue;
+use crate::store::published;
 use crate::store::NextBucket;
 
 /// The most calls of one pass. Every heartbeat written is a candidate: a
@@ -22,11 +26,29 @@ pub const CALLS_PER_PASS: usize = 10_000;
 per_queue_service!(Cleanup, cleanup_loop);
 
 async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
-    let mut ticker = ticker(queue.config.heartbeat.cleanup_interval);
+    let interval = queue.config.heartbeat.cleanup_interval;
+    let mut ticker = ticker(interval);
     let mut log = FailureLog::new("cleanup");
     let mut crowd = false;
+    // The claim on a pass lasts a little less than the interval: see
+    // `Store::claim_sweep`.
+    let hold = interval - (interval / 10).min(Duration::from_millis(100));
     loop {
         ticker.tick().await;
+        match shared
+            .store
+            .claim_sweep(&queue.keys, published::instance_id(), hold)
+            .await
+        {
+            Ok(true) => {}
+            // Another instance runs this interval's pass.
+            Ok(false) => continue,
+            Err(e) => {
+                shared.metrics.redis_error("cleanup");
+                log.failed(&queue.name, &e);
+                continue;
+            }
+        }
         // Each call of a pass starts at the bucket the one before named,
         // and reads its candidates in the script while the calls before
         // found them mostly silent (across passes too: a crowd leaving

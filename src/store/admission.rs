@@ -1,6 +1,8 @@
 //! Admission and cleanup: the global gate's call, and the pass that
 //! removes silent users, expired active entries and stray heartbeats.
 
+use std::time::Duration;
+
 use redis::ScriptInvocation;
 
 use super::connection::{Resend, Store};
@@ -210,6 +212,39 @@ impl Store {
     /// the script reads the candidates itself: the look would only read
     /// what the script reads again. While an earlier version's heartbeats
     /// exist, `lua/cleanup.lua` does it all, reading both.
+    /// Whether the instance `id` runs a queue's cleanup pass now: the
+    /// first instance to ask takes the claim (`sweeper`) for `hold`, and
+    /// every other that asks meanwhile leaves the pass to it. So a queue
+    /// is swept about once an interval however many instances share it,
+    /// where each would otherwise read the same candidates. `hold` is a
+    /// little shorter than the interval, so that the holder's next tick
+    /// finds the claim free again (a lone instance sweeps every interval);
+    /// an instance that stops holding it, or never sweeps, leaves the next
+    /// pass to whichever asks first once it runs out.
+    pub async fn claim_sweep(
+        &self,
+        keys: &QueueKeys,
+        id: &str,
+        hold: Duration,
+    ) -> Result<bool, StoreError> {
+        let mut claim = redis::cmd("SET");
+        claim
+            .arg(&keys.sweeper)
+            .arg(id)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(hold.as_millis().max(1) as u64);
+        let claim = &claim;
+        let holder: Option<String> = self
+            .call(Resend::Safe, |mut c| async move {
+                claim.query_async(&mut c).await
+            })
+            .await?;
+        // Free, or already this instance's (a resent claim).
+        Ok(holder.is_none_or(|holder| holder == id))
+    }
+
     pub async fn cleanup(
         &self,
         keys: &QueueKeys,

@@ -91,6 +91,9 @@ queue_keys! {
     /// STRING: the id of the instance that samples the waiting set, on a
     /// lease of a few seconds.
     sampler: Sampler,
+    /// STRING: the id of the instance that runs this cleanup interval's
+    /// pass, held for most of the interval (see `Store::claim_sweep`).
+    sweeper: Sweeper,
 }
 
 #[cfg(test)]
@@ -104,7 +107,7 @@ mod tests {
         let all: Vec<&str> = Key::ALL.iter().map(|key| k.of(*key)).collect();
         assert_eq!(
             all.join(" "),
-            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs queue:{baseball}:samples queue:{baseball}:sampler"
+            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs queue:{baseball}:samples queue:{baseball}:sampler queue:{baseball}:sweeper"
         );
     }
 }

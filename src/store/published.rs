@@ -38,7 +38,8 @@ pub enum Sampled {
     Read(Option<Samples>),
 }
 
-/// This process's id as a sampler: random, made once.
+/// This process's id in the leases and claims it holds (the sampler's
+/// lease, cleanup's pass): random, made once.
 pub fn instance_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     ID.get_or_init(|| format!("{:016x}", rand::random::<u64>()))
