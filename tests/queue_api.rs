@@ -39,9 +39,16 @@ fn has_credential(c: &mut redis::Connection, user: &str) -> bool {
 fn all_keys(c: &mut redis::Connection) -> Vec<String> {
     let mut keys: Vec<String> = c.keys("*").unwrap();
     // The gate's record and the control HASH, which holds the state's
-    // incarnation, are every instance's own from its start.
+    // incarnation, are every instance's own from its start; cleanup's
+    // claim on its pass, its own each interval.
     keys.retain(|k| {
-        k != ACTIVE_KEY && k != "queue:{baseball}:admission" && k != "queue:{baseball}:control"
+        ![
+            ACTIVE_KEY,
+            "queue:{baseball}:admission",
+            "queue:{baseball}:control",
+            "queue:{baseball}:sweeper",
+        ]
+        .contains(&k.as_str())
     });
     for k in keys.iter_mut() {
         if k.starts_with(&BUCKETS[..BUCKETS.len() - 1]) {
