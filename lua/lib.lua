@@ -101,28 +101,43 @@ local function departed(admission_key, arrivals)
 end
 
 -- The arrivals of departures logged after number `have`, at most `most`,
--- the earliest first, as of `removed`, and the number of the entry before
--- the first returned (past `have` when the log no longer holds those). The
--- entries read are checked against their numbers: what does not follow on
--- (a log that outlived its counter) is left out.
-local function departures_since(admission_key, removed, have, most)
+-- the earliest first, as of `removed`; the number of the entry before the
+-- first returned; and 1 if they follow on from what the instance read, else
+-- 0. They do not when the log no longer holds the entries after `have` (cut
+-- short), or when entry `have` is not the arrival `expect` the instance
+-- read for it (''): a Redis that went back in time (a failover to a replica
+-- that was behind) numbers departures again, and the instance must not go
+-- on adding to what it read before. The entries read are checked against
+-- their numbers: what does not follow on (a log that outlived its counter)
+-- is left out.
+local function departures_since(admission_key, removed, have, most, expect)
   local log = departed_log(admission_key)
   local oldest = removed - redis.call('LLEN', log)
-  local from = math.max(have, oldest)
-  local upto = math.min(removed, from + most)
   local arrivals = {}
-  if upto <= from then
-    return math.min(from, removed), arrivals
+  if have < oldest then
+    return oldest, 0, arrivals
   end
-  for i, entry in ipairs(redis.call('LRANGE', log, from - oldest, upto - oldest - 1)) do
+  if expect ~= '' and have > oldest then
+    local entry = redis.call('LINDEX', log, have - oldest - 1) or ''
+    local colon = string.find(entry, ':', 1, true)
+    if not colon or string.sub(entry, 1, colon - 1) ~= int(have)
+        or tonumber(string.sub(entry, colon + 1)) ~= tonumber(expect) then
+      return have, 0, arrivals
+    end
+  end
+  local upto = math.min(removed, have + most)
+  if upto <= have then
+    return math.min(have, removed), 1, arrivals
+  end
+  for i, entry in ipairs(redis.call('LRANGE', log, have - oldest, upto - oldest - 1)) do
     local colon = string.find(entry, ':', 1, true)
     local arrival = colon and tonumber(string.sub(entry, colon + 1))
-    if not arrival or tonumber(string.sub(entry, 1, colon - 1)) ~= from + i then
+    if not arrival or tonumber(string.sub(entry, 1, colon - 1)) ~= have + i then
       break
     end
     arrivals[i] = arrival
   end
-  return from, arrivals
+  return have, 1, arrivals
 end
 
 -- The counters and size of the waiting set, as the instances read them with

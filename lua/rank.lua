@@ -17,8 +17,9 @@
 -- ARGV[8] the places from the head whose ranks are always exact
 --         (`exact-rank-window`)
 -- ARGV[9] the departures (`removed`) the instance has read the log of since
---         its samples (see `departed` in lib.lua): the log after that is
---         returned; -1 for none
+--         its samples (see `departed` in lib.lua), and after a colon the
+--         arrival it read for the last of them (if it read any): the log
+--         after that is returned; -1 for none
 -- ARGV[10..] userIds, 0 to 500 (none: the batch's numbers alone, for an
 --         instance that reads and writes the heartbeats far back itself,
 --         see `poll_many` in src/store/polls.rs)
@@ -46,8 +47,9 @@
 -- is `pmax`), and 1 if polls far back are decided from the heartbeat alone
 -- (the queue is open, the instance derives ranks, no earlier version's
 -- heartbeats), else 0. Then, when ARGV[9] asked for them, the departures
--- logged since: the number of the last one the instance has (see
--- `departures_since` in lib.lua), and the arrivals of up to 1000 after it.
+-- logged since: the number of the entry before the first returned, 1 if
+-- they follow on from what the instance read (else 0, see
+-- `departures_since` in lib.lua), and the arrivals of up to 1000.
 -- Codes: 0 not-queued, 1 waiting, 3 active, 4 prequeued, 5 far-back, 6 closed
 --
 -- A rank far back costs a ZRANK walk of the skiplist, a derived one only
@@ -58,7 +60,7 @@ local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
-    or not tonumber(ARGV[9]) or (#ARGV > 9 and not batch_users(10)) then
+    or not string.match(ARGV[9], '^%-?%d+:?%d*$') or (#ARGV > 9 and not batch_users(10)) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -206,10 +208,12 @@ out[#out + 1] = interval
 out[#out + 1] = now_ms
 out[#out + 1] = far_from
 out[#out + 1] = fast and 1 or 0
-local have = tonumber(ARGV[9])
+local have, expect = string.match(ARGV[9], '^(%-?%d+):?(%d*)$')
+have = tonumber(have)
 if have >= 0 then
-  local from, arrivals = departures_since(KEYS[4], counters[3], have, 1000)
+  local from, follows, arrivals = departures_since(KEYS[4], counters[3], have, 1000, expect)
   out[#out + 1] = from
+  out[#out + 1] = follows
   for _, arrival in ipairs(arrivals) do
     out[#out + 1] = arrival
   end

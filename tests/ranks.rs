@@ -225,7 +225,7 @@ fn ranks_far_back_stay_derived_however_many_leave_from_anywhere() {
         left.iter().all(Option::is_none)
     });
     let removed: u64 = c.hget("queue:{baseball}:admission", "removed").unwrap();
-    assert!(removed >= 1_299, "{removed} departures counted");
+    assert_eq!(removed, 1_300, "departures counted");
 
     // The log is read over the next calls, the first of which finds the
     // rank unsure (what it has not read may have been ahead).
@@ -248,6 +248,75 @@ fn ranks_far_back_stay_derived_however_many_leave_from_anywhere() {
     );
     let still: Vec<u8> = c.get("queue:{baseball}:samples").unwrap();
     assert_eq!(still, published, "the samples were taken again");
+}
+
+/// The log a rank call returns follows on only from what the instance read:
+/// if the entry it read last no longer holds the arrival it read (a Redis
+/// gone back in time numbers departures again), or the log no longer holds
+/// the entries after it, the call says so, and the instance stops adding to
+/// what it read.
+#[test]
+fn the_departure_log_is_read_on_only_where_it_still_holds_what_was_read() {
+    let redis = Redis::start();
+    let mut c = redis.conn();
+    let admission = "queue:{baseball}:admission";
+    let log = "queue:{baseball}:admission:departed";
+    let () = c.hset(admission, "removed", 3).unwrap();
+    let () = c
+        .rpush(
+            log,
+            &[
+                "1:1000000000000001",
+                "2:1000000000000002",
+                "3:1000000000000003",
+            ],
+        )
+        .unwrap();
+    let rank = redis::Script::new(&format!(
+        "{}{}",
+        include_str!("../lua/lib.lua"),
+        include_str!("../lua/rank.lua")
+    ));
+    // The tail after the batch's twelve numbers: from, follows, arrivals.
+    let tail = |c: &mut redis::Connection, have: &str| -> Vec<i64> {
+        let mut call = rank.prepare_invoke();
+        for key in [
+            "waiting",
+            "heartbeat",
+            "active",
+            "admission",
+            "control",
+            "prequeue",
+            "due",
+            "dues",
+        ] {
+            call.key(format!("queue:{{baseball}}:{key}"));
+        }
+        call.arg(1000)
+            .arg(10)
+            .arg(30_000)
+            .arg(1000)
+            .arg(30_000)
+            .arg(0)
+            .arg(0)
+            .arg(0)
+            .arg(have);
+        let flat: Vec<i64> = call.invoke(c).unwrap();
+        flat[12..].to_vec()
+    };
+    assert_eq!(tail(&mut c, "-1"), Vec::<i64>::new());
+    assert_eq!(
+        tail(&mut c, "0"),
+        [0, 1, 1000000000000001, 1000000000000002, 1000000000000003]
+    );
+    assert_eq!(tail(&mut c, "2:1000000000000002"), [2, 1, 1000000000000003]);
+    assert_eq!(tail(&mut c, "3:1000000000000003"), [3, 1]);
+    // Entry 2 now holds another arrival: what was read of it is not the log.
+    assert_eq!(tail(&mut c, "2:1000000000000009"), [2, 0]);
+    // Cut short: entries 1 and 2 gone.
+    let () = c.ltrim(log, -1, -1).unwrap();
+    assert_eq!(tail(&mut c, "1:1000000000000001"), [2, 0]);
+    assert_eq!(tail(&mut c, "2:1000000000000002"), [2, 1, 1000000000000003]);
 }
 
 /// During an upgrade, an instance of an earlier version takes a user out

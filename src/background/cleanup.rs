@@ -54,26 +54,43 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
         // found them mostly silent (across passes too: a crowd leaving
         // fills many buckets).
         let mut from = None;
+        let mut failed = false;
         for _ in 0..CALLS_PER_PASS {
-            let (more, next) = cleanup_call(&shared, &queue, &mut log, from, &mut crowd).await;
+            let Some((more, next)) =
+                cleanup_call(&shared, &queue, &mut log, from, &mut crowd).await
+            else {
+                failed = true;
+                break;
+            };
             if !more {
                 break;
             }
             from = next;
         }
+        if failed {
+            // The pass failed: the claim goes back, so that an instance
+            // that keeps failing does not keep the queue unswept.
+            if let Err(e) = shared
+                .store
+                .release_sweep(&queue.keys, published::instance_id())
+                .await
+            {
+                tracing::debug!(queue = %queue.name, error = %e, "cleanup claim not given back");
+            }
+        }
     }
 }
 
 /// One call, from the bucket `from` (the last call's next): whether another
-/// should follow at once, and from where; `crowd` is the last call's, and
-/// becomes this one's.
+/// should follow at once, and from where (`None`: the call failed);
+/// `crowd` is the last call's, and becomes this one's.
 async fn cleanup_call(
     shared: &Shared,
     queue: &Queue,
     log: &mut FailureLog,
     from: Option<NextBucket>,
     crowd: &mut bool,
-) -> (bool, Option<NextBucket>) {
+) -> Option<(bool, Option<NextBucket>)> {
     match shared
         .store
         .cleanup(&queue.keys, &queue.config.heartbeat, from, *crowd)
@@ -100,13 +117,13 @@ async fn cleanup_call(
                 );
             }
             *crowd = removed.crowd;
-            (removed.more, removed.next)
+            Some((removed.more, removed.next))
         }
         Err(e) => {
             *crowd = false;
             shared.metrics.redis_error("cleanup");
             log.failed(&queue.name, &e);
-            (false, None)
+            None
         }
     }
 }

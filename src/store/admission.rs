@@ -200,18 +200,6 @@ impl Store {
             out_of_order,
         })
     }
-    /// One cleanup step: active entries past their expiry, and a batch of
-    /// heartbeat candidates looked at. The look is made here, in plain
-    /// commands, as a poll far back is (see [`Store::poll_many`]): the
-    /// candidates of the first bucket past the timeout are read with
-    /// `LRANGE` and their heartbeats with `HMGET`, and `lua/sweep.lua`
-    /// takes out those found stale after checking each again, then drops
-    /// the candidates read. A user goes only by the script's own check, so
-    /// what the instance reads can only make it propose a user, never keep
-    /// one. After a step that removed most of what it looked at (`crowd`),
-    /// the script reads the candidates itself: the look would only read
-    /// what the script reads again. While an earlier version's heartbeats
-    /// exist, `lua/cleanup.lua` does it all, reading both.
     /// Whether the instance `id` runs a queue's cleanup pass now: the
     /// first instance to ask takes the claim (`sweeper`) for `hold`, and
     /// every other that asks meanwhile leaves the pass to it. So a queue
@@ -245,6 +233,29 @@ impl Store {
         Ok(holder.is_none_or(|holder| holder == id))
     }
 
+    /// Gives back a claim on a cleanup pass that `id` could not run (a
+    /// call failed), if it still holds it: the next instance to tick runs
+    /// the pass, rather than the queue going unswept for as long as this
+    /// instance keeps failing.
+    pub async fn release_sweep(&self, keys: &QueueKeys, id: &str) -> Result<(), StoreError> {
+        let mut invocation = RELEASE.invoke(keys);
+        invocation.arg(id);
+        self.run::<i64>(invocation, Resend::Safe).await?;
+        Ok(())
+    }
+
+    /// One cleanup step: active entries past their expiry, and a batch of
+    /// heartbeat candidates looked at. The look is made here, in plain
+    /// commands, as a poll far back is (see [`Store::poll_many`]): the
+    /// candidates of the first bucket past the timeout are read with
+    /// `LRANGE` and their heartbeats with `HMGET`, and `lua/sweep.lua`
+    /// takes out those found stale after checking each again, then drops
+    /// the candidates read. A user goes only by the script's own check, so
+    /// what the instance reads can only make it propose a user, never keep
+    /// one. After a step that removed most of what it looked at (`crowd`),
+    /// the script reads the candidates itself: the look would only read
+    /// what the script reads again. While an earlier version's heartbeats
+    /// exist, `lua/cleanup.lua` does it all, reading both.
     pub async fn cleanup(
         &self,
         keys: &QueueKeys,

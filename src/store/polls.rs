@@ -29,7 +29,7 @@ pub(super) fn rank_invocation<'a>(
     users: &[&str],
 ) -> ScriptInvocation<'a> {
     let ((from, to), nearest) = derive.map_or(((0, 0), 0), |(s, range)| (range, s.nearest));
-    let read = log.map_or(-1, |s| s.departures_read() as i64);
+    let read = log.map_or_else(|| "-1".to_string(), Samples::departures_read);
     let mut invocation = RANK.invoke(queue.keys);
     pace_args(&mut invocation, queue);
     invocation.arg(from).arg(to).arg(nearest).arg(read);
@@ -266,8 +266,9 @@ pub(super) struct RankBatch {
 }
 
 /// Departures logged, as rank.lua returns them: the number of the one
-/// before the first, and the arrivals of each.
-pub(super) type LoggedDepartures = (u64, Vec<u64>);
+/// before the first, whether they follow on from what the instance read,
+/// and the arrivals of each.
+pub(super) type LoggedDepartures = (u64, bool, Vec<u64>);
 
 /// rank.lua's answer for `asked` users: each user's numbers, the
 /// batch's, and the departures logged that it returned, if asked for.
@@ -280,8 +281,10 @@ pub(super) fn rank_batch(
     let b = flat.get(asked * 4..asked * 4 + 12).ok_or_else(short)?;
     let departed = match flat.get(asked * 4 + 12..).unwrap_or(&[]) {
         [] => None,
-        [from, arrivals @ ..] => Some((
+        [_] => return Err(short()),
+        [from, follows, arrivals @ ..] => Some((
             count(*from)?,
+            *follows == 1,
             arrivals
                 .iter()
                 .map(|&a| count(a))
@@ -479,8 +482,8 @@ impl Store {
         let invocation = rank_invocation(queue, derive, log, users);
         let flat: Vec<i64> = self.run(invocation, Resend::Safe).await?;
         let (each, batch, departed) = rank_batch(&flat, users.len())?;
-        if let (Some(s), Some((from, arrivals))) = (log, departed) {
-            s.note_departures(from, &arrivals, &batch.counters);
+        if let (Some(s), Some((from, follows, arrivals))) = (log, departed) {
+            s.note_departures(from, follows, &arrivals, &batch.counters);
         }
         let samples = derive.map(|(s, _)| s);
         Ok((rank_answers(each, &batch, samples, users.len())?, batch))

@@ -30,11 +30,9 @@ pub enum Sampled {
     /// Also what a set too short to sample gets, with none.
     Took(Option<Samples>),
     /// It holds the lease, and those it has still tell ranks as when
-    /// taken ([`Samples::unchanged_at`]): kept, nothing taken. Or another
-    /// holds it and published the same again.
+    /// taken ([`Samples::unchanged_at`]): kept, nothing taken.
     Kept,
-    /// Another holds it: read as it published them (`Kept` when they are
-    /// those this instance has already).
+    /// Another holds it: read as it published them.
     Read(Option<Samples>),
 }
 
@@ -103,14 +101,12 @@ impl Store {
             })
             .await?;
         let read = published.and_then(|bytes| Samples::decode(&bytes, milliseconds(time)));
-        // The same as published last time: kept, with the departures read
-        // since.
-        if let (Some(read), Some(current)) = (&read, current) {
-            if read.same_as(current) {
-                return Ok(Sampled::Kept);
-            }
-        }
-        Ok(Sampled::Read(read))
+        // The same as published last time (taken again): they go on from
+        // the departures read since.
+        Ok(Sampled::Read(read.map(|read| match current {
+            Some(current) if read.same_as(current) => read.go_on_from(current),
+            _ => read,
+        })))
     }
 
     /// Whether `id` holds the sampler lease of a queue, having taken it if

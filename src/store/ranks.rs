@@ -118,13 +118,19 @@ pub struct Samples {
 
 /// The departures logged after the samples' last step that this instance
 /// has read (`departures_since` in `lua/lib.lua`).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Departed {
     /// Every departure after [`Samples::base`] up to this one (as `removed`
     /// counts them) is in `arrivals`.
     through: u64,
     /// Their arrivals, ascending.
     arrivals: Vec<u64>,
+    /// The arrival of departure `through`, if this read it: the log is
+    /// read on only where that entry still holds it.
+    last: Option<u64>,
+    /// What was read cannot be trusted (the log went back, or was cut
+    /// short): every departure since `base` may have been ahead.
+    broken: bool,
 }
 
 impl Departed {
@@ -133,6 +139,9 @@ impl Departed {
     /// known runs past `now` (counters read before the log was), when
     /// every departure since `base` counts as not known.
     fn ahead_of(&self, score: u64, removed: u64) -> Option<(u64, u64)> {
+        if self.broken {
+            return None;
+        }
         let unknown = removed.checked_sub(self.through)?;
         Some((
             self.arrivals.partition_point(|&a| a < score) as u64,
@@ -184,26 +193,41 @@ impl Samples {
             departed: RwLock::new(Departed {
                 through: base,
                 arrivals: Vec::new(),
+                last: None,
+                broken: false,
             }),
         }
     }
 
-    /// The departures whose log this instance has read: a rank call
-    /// returns those after it.
-    pub fn departures_read(&self) -> u64 {
-        self.departed().through
+    /// The departures whose log this instance has read, as a rank call
+    /// asks for those after them (ARGV[9] of `lua/rank.lua`): the number
+    /// of the last, and the arrival read for it.
+    pub fn departures_read(&self) -> String {
+        let d = self.departed();
+        match d.last {
+            Some(last) => format!("{}:{last}", d.through),
+            None => d.through.to_string(),
+        }
     }
 
     /// Notes the departures a rank call returned with the counters `now`:
-    /// the arrivals of those after number `from`. Those already read are
-    /// skipped; after a gap (a log cut short) none are taken, and ranks
-    /// stay bounded by every departure since.
-    pub fn note_departures(&self, from: u64, arrivals: &[u64], now: &Counters) {
+    /// the arrivals of those after number `from`, and whether they follow
+    /// on from what was read. Those already read are skipped. Ranks stay
+    /// bounded by every departure since the samples, as without the log,
+    /// once the log does not follow on (cut short, or gone back in time:
+    /// entry numbers used again), or the counters went back.
+    pub fn note_departures(&self, from: u64, follows: bool, arrivals: &[u64], now: &Counters) {
         self.saw(now);
         let mut d = self
             .departed
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !follows || now.removed < d.through {
+            d.broken = true;
+        }
+        if d.broken {
+            return;
+        }
         let Some(known) = d.through.checked_sub(from) else {
             return;
         };
@@ -227,6 +251,21 @@ impl Samples {
         merged.extend(b);
         d.arrivals = merged;
         d.through += new.len() as u64;
+        d.last = new.last().copied();
+    }
+
+    /// These, published again as `earlier` was: they go on from what was
+    /// read of the log for `earlier` (the same samples, so the same
+    /// departures), with their own, later time of taking.
+    pub fn go_on_from(self, earlier: &Samples) -> Samples {
+        *self
+            .departed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = earlier.departed().clone();
+        for (seen, before) in self.seen.iter().zip(&earlier.seen) {
+            seen.fetch_max(before.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+        self
     }
 
     /// Notes the latest counters a rank call read.
@@ -668,25 +707,31 @@ mod tests {
         let behind: Vec<u64> = (0..100).map(|p| 300_000 + 10 * p).collect();
         // Read in two calls, the second repeating the end of the first: the
         // log so far leaves 150 unread, still too many.
-        s.note_departures(0, &[&behind[..50], &ahead[..100]].concat(), &now);
-        assert_eq!(s.departures_read(), 150);
+        s.note_departures(0, true, &[&behind[..50], &ahead[..100]].concat(), &now);
+        assert_eq!(s.departures_read(), format!("150:{}", ahead[99]));
         assert_eq!(s.rank(100_020, now), None);
-        s.note_departures(100, &[&ahead[50..], &behind[50..]].concat(), &now);
-        assert_eq!(s.departures_read(), 300);
+        s.note_departures(100, true, &[&ahead[50..], &behind[50..]].concat(), &now);
+        assert_eq!(s.departures_read(), format!("300:{}", behind[99]));
         assert_eq!(s.rank(100_020, now), Some(9_802));
         assert_eq!(s.rank(200_040, now), Some(19_804));
         // Counters older than what was read: bounded by every departure.
         assert_eq!(s.rank(100_020, at(0, 299, 0)), None);
-        // A log with a gap is not taken.
+        // A log that does not follow on is not taken, nor anything read
+        // before it.
         let s = samples(&[10_000, 10_004], 0, 0, 0);
-        s.note_departures(1, &ahead[..1], &at(0, 1, 0));
-        assert_eq!(s.departures_read(), 0);
+        s.note_departures(0, false, &ahead[..1], &at(0, 1, 0));
+        assert_eq!(s.departures_read(), "0");
         assert_eq!(s.rank(100_020, at(0, 2, 0)), Some(10_002));
         assert_eq!(s.rank(100_020, at(0, 8, 0)), None);
         // Departures before the samples' last step are in the samples.
         let s = samples(&[10_000, 10_004], 0, 40, 0);
-        s.note_departures(40, &ahead[..30], &at(0, 70, 0));
+        s.note_departures(40, true, &ahead[..30], &at(0, 70, 0));
+        assert_eq!(s.departures_read(), format!("70:{}", ahead[29]));
         assert_eq!(s.rank(100_020, at(0, 70, 0)), Some(9_972));
+        // Counters gone back below what was read (a Redis behind): what was
+        // read is not used again.
+        s.note_departures(70, true, &[], &at(0, 50, 0));
+        assert_eq!(s.rank(100_020, at(0, 70, 0)), None);
     }
 
     #[test]

@@ -202,6 +202,8 @@ pub(super) static RECHECK: QueueScript = writes!("recheck.lua", [Waiting, Due]);
 
 pub(super) static CONTROL: QueueScript = writes!("control.lua", [Control, Admission, Prequeue]);
 
+pub(super) static RELEASE: QueueScript = writes!("release.lua", [Sweeper]);
+
 codes! {
     /// What `control.lua` made of an operator's change.
     ControlCode of "control.lua" {
@@ -253,9 +255,9 @@ codes! {
 
 /// Every script, for the checks against their headers.
 #[cfg(test)]
-static ALL: [&QueueScript; 17] = [
+static ALL: [&QueueScript; 18] = [
     &REGISTER, &RANK, &DROPOUT, &CURRENT, &ADMIT, &CLEANUP, &SWEEP, &RECHECK, &CONTROL, &SAMPLES,
-    &REVOKE, &TOKEN, &STATUS, &HEALTH, &WATCH, &RECOVER, &RESEAT,
+    &REVOKE, &TOKEN, &STATUS, &HEALTH, &WATCH, &RECOVER, &RESEAT, &RELEASE,
 ];
 
 /// One queue as the store's calls take it: its keys, and the settings its
@@ -346,12 +348,14 @@ mod tests {
                 let rest = &header[at + 5..];
                 let close = rest.find(']').unwrap();
                 let n: usize = rest[..close].parse().unwrap();
-                // `KEYS[n] <name> <ZSET|HASH>`; other mentions of a key
+                // `KEYS[n] <name> <type>`; other mentions of a key
                 // (`KEYS[2] and these`) are not its naming.
                 let mut words = rest[close + 1..]
                     .split(|c: char| !c.is_ascii_alphanumeric())
                     .filter(|w| !w.is_empty());
-                if let (Some(name), Some("ZSET" | "HASH")) = (words.next(), words.next()) {
+                if let (Some(name), Some("ZSET" | "HASH" | "STRING" | "LIST")) =
+                    (words.next(), words.next())
+                {
                     named.push((n, name.to_string()));
                 }
             }
