@@ -114,14 +114,19 @@ local function departures_since(admission_key, removed, have, most, expect)
   local log = departed_log(admission_key)
   local oldest = removed - redis.call('LLEN', log)
   local arrivals = {}
+  -- An entry's number and arrival, or nil.
+  local function read(entry)
+    local colon = entry and string.find(entry, ':', 1, true)
+    if colon then
+      return tonumber(string.sub(entry, 1, colon - 1)), tonumber(string.sub(entry, colon + 1))
+    end
+  end
   if have < oldest then
     return oldest, 0, arrivals
   end
   if expect ~= '' and have > oldest then
-    local entry = redis.call('LINDEX', log, have - oldest - 1) or ''
-    local colon = string.find(entry, ':', 1, true)
-    if not colon or string.sub(entry, 1, colon - 1) ~= int(have)
-        or tonumber(string.sub(entry, colon + 1)) ~= tonumber(expect) then
+    local number, arrival = read(redis.call('LINDEX', log, have - oldest - 1))
+    if number ~= have or arrival ~= tonumber(expect) then
       return have, 0, arrivals
     end
   end
@@ -130,9 +135,8 @@ local function departures_since(admission_key, removed, have, most, expect)
     return math.min(have, removed), 1, arrivals
   end
   for i, entry in ipairs(redis.call('LRANGE', log, have - oldest, upto - oldest - 1)) do
-    local colon = string.find(entry, ':', 1, true)
-    local arrival = colon and tonumber(string.sub(entry, colon + 1))
-    if not arrival or tonumber(string.sub(entry, 1, colon - 1)) ~= have + i then
+    local number, arrival = read(entry)
+    if not arrival or number ~= have + i then
       break
     end
     arrivals[i] = arrival

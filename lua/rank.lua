@@ -58,9 +58,11 @@
 -- the expected wait is at least four times `pmax`, so the advice is `pmax`.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
+local have, expect = string.match(ARGV[9] or '', '^(%-?%d+):?(%d*)$')
+have = tonumber(have)
 if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
-    or not string.match(ARGV[9], '^%-?%d+:?%d*$') or (#ARGV > 9 and not batch_users(10)) then
+    or not have or (#ARGV > 9 and not batch_users(10)) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
 end
 local now_ms = math.floor(now_us() / 1000)
@@ -208,8 +210,6 @@ out[#out + 1] = interval
 out[#out + 1] = now_ms
 out[#out + 1] = far_from
 out[#out + 1] = fast and 1 or 0
-local have, expect = string.match(ARGV[9], '^(%-?%d+):?(%d*)$')
-have = tonumber(have)
 if have >= 0 then
   local from, follows, arrivals = departures_since(KEYS[4], counters[3], have, 1000, expect)
   out[#out + 1] = from

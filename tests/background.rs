@@ -687,6 +687,19 @@ const SWEEP: &str = concat!(
     include_str!("../lua/sweep.lua")
 );
 
+/// `n` users `s0`.. waiting, in that order, each gone silent (a heartbeat
+/// long past, a candidate of one bucket long past).
+fn waiting_silent(c: &mut redis::Connection, n: usize) -> Vec<String> {
+    let silent: Vec<String> = (0..n).map(|i| format!("s{i}")).collect();
+    let mut p = redis::pipe();
+    for (i, user) in silent.iter().enumerate() {
+        p.zadd(WAITING, user, 1_000 + i).ignore();
+    }
+    let () = p.query(c).unwrap();
+    make_silent(c, "baseball", &silent);
+    silent
+}
+
 /// Loads `lua/sweep.lua` ahead of waitgate, so that no call of it is sent
 /// twice (once refused as unknown, then again): its SHA1.
 fn load_sweep(c: &mut redis::Connection) -> String {
@@ -975,13 +988,7 @@ fn three_instances_sweep_a_queue_about_once_an_interval() {
         "{passes} passes in 20 intervals of three instances"
     );
 
-    let silent: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
-    let mut p = redis::pipe();
-    for (i, user) in silent.iter().enumerate() {
-        p.zadd(WAITING, user, 1_000 + i).ignore();
-    }
-    let () = p.query(&mut c).unwrap();
-    make_silent(&mut c, "baseball", &silent);
+    waiting_silent(&mut c, 100);
     let started = Instant::now();
     wait_while("not removed", || c.zcard::<_, u64>(WAITING).unwrap() > 0);
     assert!(
@@ -1008,13 +1015,7 @@ fn three_instances_sweep_a_queue_about_once_an_interval() {
 fn a_cleanup_pass_finds_its_first_bucket_once() {
     let redis = Redis::start();
     let mut c = redis.conn();
-    let silent: Vec<String> = (0..2000).map(|i| format!("s{i}")).collect();
-    let mut p = redis::pipe();
-    for (i, user) in silent.iter().enumerate() {
-        p.zadd(WAITING, user, 1_000 + i).ignore();
-    }
-    let () = p.query(&mut c).unwrap();
-    make_silent(&mut c, "baseball", &silent);
+    waiting_silent(&mut c, 2000);
     let sweep = load_sweep(&mut c);
     let monitor = Monitor::start(&redis);
     let queue = "baseball:\n  heartbeat: {timeout-ms: 600, cleanup-interval-ms: 60000, cleanup-batch-size: 500}\n  admission: {max-active: 1}";
@@ -1044,13 +1045,7 @@ fn cleanup_reads_candidates_in_the_script_after_a_crowd_left() {
     let _wg = start(&redis, queue);
     let monitor = Monitor::start(&redis);
     // The crowd: 1,500 silent in one bucket long past.
-    let silent: Vec<String> = (0..1500).map(|i| format!("s{i}")).collect();
-    let mut p = redis::pipe();
-    for (i, user) in silent.iter().enumerate() {
-        p.zadd(WAITING, user, 1_000 + i).ignore();
-    }
-    let () = p.query(&mut c).unwrap();
-    make_silent(&mut c, "baseball", &silent);
+    waiting_silent(&mut c, 1500);
     wait_while("not removed", || c.zcard::<_, u64>(WAITING).unwrap() > 0);
     // Then 1,500 who polled since, candidates of a later bucket long past.
     let alive: Vec<String> = (0..1500).map(|i| format!("a{i}")).collect();

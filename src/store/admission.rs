@@ -215,20 +215,7 @@ impl Store {
         id: &str,
         hold: Duration,
     ) -> Result<bool, StoreError> {
-        let mut claim = redis::cmd("SET");
-        claim
-            .arg(&keys.sweeper)
-            .arg(id)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(hold.as_millis().max(1) as u64);
-        let claim = &claim;
-        let holder: Option<String> = self
-            .call(Resend::Safe, |mut c| async move {
-                claim.query_async(&mut c).await
-            })
-            .await?;
+        let holder = self.take_if_free(&keys.sweeper, id, hold).await?;
         // Free, or already this instance's (a resent claim).
         Ok(holder.is_none_or(|holder| holder == id))
     }

@@ -113,20 +113,7 @@ impl Store {
     /// it was free; renewed when held.
     async fn hold_lease(&self, keys: &QueueKeys, id: &str) -> Result<bool, StoreError> {
         let lease = SAMPLER_LEASE.as_millis() as u64;
-        let mut take = redis::cmd("SET");
-        take.arg(&keys.sampler)
-            .arg(id)
-            .arg("NX")
-            .arg("GET")
-            .arg("PX")
-            .arg(lease);
-        let take = &take;
-        let holder: Option<String> = self
-            .call(Resend::Safe, |mut c| async move {
-                take.query_async(&mut c).await
-            })
-            .await?;
-        match holder {
+        match self.take_if_free(&keys.sampler, id, SAMPLER_LEASE).await? {
             // Free: taken.
             None => Ok(true),
             Some(holder) if holder == id => {
@@ -141,6 +128,28 @@ impl Store {
             }
             Some(_) => Ok(false),
         }
+    }
+
+    /// Sets `key` to `id` for `hold` if it is free (`SET NX GET PX`): the
+    /// holder it found, `None` if it was free and is now `id`'s.
+    pub(super) async fn take_if_free(
+        &self,
+        key: &str,
+        id: &str,
+        hold: Duration,
+    ) -> Result<Option<String>, StoreError> {
+        let mut take = redis::cmd("SET");
+        take.arg(key)
+            .arg(id)
+            .arg("NX")
+            .arg("GET")
+            .arg("PX")
+            .arg(hold.as_millis().max(1) as u64);
+        let take = &take;
+        self.call(Resend::Safe, |mut c| async move {
+            take.query_async(&mut c).await
+        })
+        .await
     }
 
     /// Redis's clock, in milliseconds.
