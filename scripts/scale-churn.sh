@@ -7,7 +7,8 @@
 #   - Redis time per poll: the usec of every command in INFO commandstats
 #     during the polls, less the same churn without polls (measured just
 #     before), per poll; Redis CPU (INFO cpu) likewise; and the commands a
-#     poll costs (script calls and the plain commands of polls far back);
+#     poll costs (script calls and the plain commands of polls far back),
+#     and the commands that took the most of it;
 #   - how the polls were answered (waitgate_rank_polls_total, summed over
 #     the instances) and, against the age of the samples each instance
 #     held, the share answered by a walk of the waiting set;
@@ -266,12 +267,16 @@ for pid in "${poll_pids[@]}"; do wait "$pid"; done
 wait "$churn_pid"
 polls_after=$(snapshot)
 metrics_after=$(scrape)
+# Where the polls' Redis time went: the commands by their usec (the churn's
+# own among them).
+info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr($1, 9), $3 }' |
+  sort -rn | head -8 > "$work/poll-commands"
 echo "  $(cat "$work/churn-during")" >&2
 echo "  ranks: $accuracy" >&2
 
 python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
   "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
-  "$accuracy" "$work/quiet-commands" "$work"/pollers-* <<'EOF'
+  "$accuracy" "$work/quiet-commands" "$work/poll-commands" "$work"/pollers-* <<'EOF'
 import json, re, sys
 a = sys.argv
 q0, q1, c0, c1, p0, p1 = ([int(x) for x in s.split()] for s in a[1:7])
@@ -279,8 +284,9 @@ m0, m1 = json.loads(a[7]), json.loads(a[8])
 instances, users, seconds = int(a[9]), int(a[10]), float(a[11])
 admit, dropouts, silent, accuracy = a[12], a[13], a[14], a[15]
 quiet_commands = open(a[16]).read().split("\n")
+poll_commands = open(a[17]).read().split("\n")
 polls = errors = 0
-for path in a[17:]:
+for path in a[18:]:
     out = open(path).read()
     polls += int(re.search(r"requests=(\d+)", out).group(1))
     errors += int(re.search(r"errors=(\d+)", out).group(1))
@@ -306,6 +312,16 @@ print(f"| plain commands of polls far back | {(d(p0, p1, 3) - d(c0, c1, 3)) / an
 print()
 # What the churn itself cost Redis without polls: admission, the dropouts,
 # cleanup's removals, and the samples taken again as users leave.
+print("Where the Redis time of the polls went (commandstats, the churn's own included), by command:")
+print()
+print("| command | usec a poll | calls a poll | usec a call |")
+print("|---|---|---|---|")
+for line in poll_commands:
+    if line.strip():
+        usec, name, calls = line.split()
+        print(f"| {name} | {int(usec) / answered:.2f} | {int(calls) / answered:.3f} | "
+              f"{int(usec) / max(int(calls), 1):.2f} |")
+print()
 print(f"The churn alone, no polls: {d(c0, c1, 0) / churn_s:,.0f} usec/s of Redis (commandstats), "
       f"Redis CPU {d(c0, c1, 4) / churn_s / 1e4:.2f}% of a core")
 print()

@@ -193,29 +193,35 @@ impl Reply {
 
     /// The reply as HTTP/1.1 bytes, for writers that hold the connection
     /// themselves (the direct lane), as Pingora's session writer sends it:
-    /// the same fields as [`Reply::response_header`], plus `Date` and
-    /// `Connection: keep-alive` (or the `close` above), and no body when
-    /// answering a HEAD request (the length still says what a GET would get).
-    pub fn to_http1(&self, head_request: bool) -> Vec<u8> {
+    /// the same fields as [`Reply::response_header`] in the same order (a
+    /// closing reply's `Connection: close` among them), then `Date`, then,
+    /// for a reply that does not close by itself, `Connection: close` when
+    /// the connection ends anyway (`ends`: the client asked) and
+    /// `keep-alive` when it does not; and no body when answering a HEAD
+    /// request (the length still says what a GET would get).
+    pub fn to_http1(&self, head_request: bool, ends: bool) -> Vec<u8> {
         let reason = http::StatusCode::from_u16(self.status)
             .ok()
             .and_then(|s| s.canonical_reason())
             .unwrap_or("");
-        // Cached per second, as the session writer's (RFC 9110 §6.6.1).
-        let date = pingora::protocols::http::date::get_cached_date();
-        let mut head = format!(
-            "HTTP/1.1 {} {reason}\r\nDate: {}\r\n",
-            self.status,
-            date.to_str().unwrap_or("")
-        );
+        let mut head = format!("HTTP/1.1 {} {reason}\r\n", self.status);
         for (name, value) in self.fields() {
             head.push_str(name);
             head.push_str(": ");
             head.push_str(&value);
             head.push_str("\r\n");
         }
+        // Cached per second, as the session writer's (RFC 9110 §6.6.1).
+        let date = pingora::protocols::http::date::get_cached_date();
+        head.push_str("Date: ");
+        head.push_str(date.to_str().unwrap_or(""));
+        head.push_str("\r\n");
         if !self.close {
-            head.push_str("Connection: keep-alive\r\n");
+            head.push_str(if ends {
+                "Connection: close\r\n"
+            } else {
+                "Connection: keep-alive\r\n"
+            });
         }
         head.push_str("\r\n");
         let mut out = head.into_bytes();
@@ -331,7 +337,7 @@ mod tests {
     #[test]
     fn raw_replies_match_the_session_ones() {
         let r = Reply::from(ApiError::RedisUnavailable).closing();
-        let text = String::from_utf8(r.to_http1(false)).unwrap();
+        let text = String::from_utf8(r.to_http1(false, false)).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(
             head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
@@ -342,9 +348,9 @@ mod tests {
         assert!(head.contains("Connection: close"));
         assert!(head.contains("\r\nDate: "), "{head}");
         assert_eq!(body.as_bytes(), &r.body[..]);
-        let head_only = r.to_http1(true);
+        let head_only = r.to_http1(true, false);
         assert!(head_only.ends_with(b"\r\n\r\n"));
-        let open = String::from_utf8(Reply::no_content().to_http1(false)).unwrap();
+        let open = String::from_utf8(Reply::no_content().to_http1(false, false)).unwrap();
         assert!(open.contains("\r\nConnection: keep-alive\r\n"), "{open}");
     }
 

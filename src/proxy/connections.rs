@@ -253,7 +253,11 @@ impl Drop for Open {
 /// what the client sent is drained briefly (nginx's "lingering close").
 async fn refuse(stream: &mut Stream) {
     let reply = Reply::from(ApiError::TooManyConnections).closing();
-    if stream.write_all(&reply.to_http1(false)).await.is_err() {
+    if stream
+        .write_all(&reply.to_http1(false, false))
+        .await
+        .is_err()
+    {
         return;
     }
     let _ = stream.shutdown().await;
@@ -279,7 +283,7 @@ async fn refuse_head(stream: &mut Stream, head: &[u8], error: ApiError, metrics:
         .header(REQUEST_ID, request_id.as_str())
         .closing();
     let _ = stream
-        .write_all(&reply.to_http1(head.starts_with(b"HEAD ")))
+        .write_all(&reply.to_http1(head.starts_with(b"HEAD "), false))
         .await;
     let _ = stream.shutdown().await;
     // The peer, even behind a trusted balancer: a head that no parser reads
@@ -496,7 +500,7 @@ where
                 Head::Closed => break,
                 Head::TooLarge => {
                     let reply = Reply::from(ApiError::HeadersTooLarge).closing();
-                    let _ = stream.write_all(&reply.to_http1(false)).await;
+                    let _ = stream.write_all(&reply.to_http1(false, false)).await;
                     let _ = stream.shutdown().await;
                     return None;
                 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use http::{HeaderName, Method, Version};
-use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::http::{HeaderNameVariant, RequestHeader, ResponseHeader};
 use pingora::modules::http::HttpModules;
 use pingora::prelude::HttpPeer;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
@@ -166,14 +166,82 @@ fn fields(headers: &http::HeaderMap) -> Vec<Field<'_>> {
         .collect()
 }
 
-/// The names of the fields `keep` refuses, to be removed through the
-/// Pingora header (which keeps each name's spelling beside the map).
+/// A Pingora request or response head, whose fields [`retain_in_order`]
+/// thins out.
+trait Fields {
+    fn map_fields(
+        &self,
+        f: impl FnMut(HeaderNameVariant, &http::HeaderValue) -> Result<()>,
+    ) -> Result<()>;
+    fn names(&self) -> Vec<HeaderName>;
+    fn remove(&mut self, name: &HeaderName);
+    fn append(&mut self, name: String, value: http::HeaderValue) -> Result<()>;
+}
+
+macro_rules! fields_of {
+    ($head:ty) => {
+        impl Fields for $head {
+            fn map_fields(
+                &self,
+                f: impl FnMut(HeaderNameVariant, &http::HeaderValue) -> Result<()>,
+            ) -> Result<()> {
+                self.map(f)
+            }
+            fn names(&self) -> Vec<HeaderName> {
+                self.headers.keys().cloned().collect()
+            }
+            fn remove(&mut self, name: &HeaderName) {
+                self.remove_header(name);
+            }
+            fn append(&mut self, name: String, value: http::HeaderValue) -> Result<()> {
+                self.append_header(name, value).map(|_| ())
+            }
+        }
+    };
+}
+fields_of!(RequestHeader);
+fields_of!(ResponseHeader);
+
+/// The names of the fields `keep` refuses.
 fn not_kept(headers: &http::HeaderMap, keep: impl Fn(&[u8]) -> bool) -> Vec<HeaderName> {
     headers
         .keys()
         .filter(|name| !keep(name.as_str().as_bytes()))
         .cloned()
         .collect()
+}
+
+/// Removes the fields named in `dropped` through the Pingora head (which
+/// keeps each name's spelling beside the map), and leaves the others in the
+/// order they came, as the direct lane relays them: Pingora's
+/// `remove_header` moves the map's last field into the removed one's place.
+/// So where any field goes, every one is taken out and the kept ones put
+/// back in order, each name as it was spelt.
+fn retain_in_order(head: &mut impl Fields, dropped: &[HeaderName]) -> Result<()> {
+    if dropped.is_empty() {
+        return Ok(());
+    }
+    let mut kept = Vec::new();
+    head.map_fields(|name, value| {
+        let name = match name {
+            HeaderNameVariant::Case(name) => String::from_utf8_lossy(name.as_slice()).into_owned(),
+            HeaderNameVariant::Titled(name) => name.to_string(),
+        };
+        if !dropped
+            .iter()
+            .any(|d| d.as_str().eq_ignore_ascii_case(&name))
+        {
+            kept.push((name, value.clone()));
+        }
+        Ok(())
+    })?;
+    for name in head.names() {
+        head.remove(&name);
+    }
+    for (name, value) in kept {
+        head.append(name, value)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -356,9 +424,8 @@ impl ProxyHttp for Gate {
             "http"
         };
         let hop = Hop::new(client.iter().copied(), ctx.upgrade, ctx.peer.trusted);
-        for name in not_kept(&upstream_request.headers, |name| hop.forwards(name)) {
-            upstream_request.remove_header(&name);
-        }
+        let dropped = not_kept(&upstream_request.headers, |name| hop.forwards(name));
+        retain_in_order(upstream_request, &dropped)?;
         let added = forward::Added::new(
             &ctx.peer,
             scheme,
@@ -412,9 +479,8 @@ impl ProxyHttp for Gate {
         }
         let switching = shape.body == rules::response::Body::Tunnel;
         let hop = Hop::new(fields(&response.headers).into_iter(), switching, false);
-        for name in not_kept(&response.headers, |name| hop.relays(name)) {
-            response.remove_header(&name);
-        }
+        let dropped = not_kept(&response.headers, |name| hop.relays(name));
+        retain_in_order(response, &dropped)?;
         if !shape.interim {
             response.insert_header(REQUEST_ID, ctx.request_id.as_str())?;
         }

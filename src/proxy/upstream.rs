@@ -27,6 +27,7 @@ use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, Backends, LoadBalancer};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
+use pingora::upstreams::peer::HttpUpstreamRequestPolicy;
 use pingora::utils::tls::{parse_x509, WrappedX509};
 
 use super::rules::pool::Kept;
@@ -213,6 +214,12 @@ impl Upstream {
         // Kept-alive connections idle this long are closed rather than
         // reused: upstreams commonly close idle connections after 60 s+.
         peer.options.idle_timeout = Some(UPSTREAM_IDLE);
+        // What the upstream gets of the client's fields is the rules' to say
+        // (`rules::forward::Hop`, the direct lane's too): Pingora's own
+        // stripping removes the same fields, but by swapping the last field
+        // into each one's place, so that the two paths sent the upstream the
+        // same fields in different orders.
+        peer.options.http_upstream_request_policy = HttpUpstreamRequestPolicy::preserve();
         if !self.tls {
             peer.options.custom_l4 =
                 Some(

@@ -24,10 +24,12 @@ pub enum Lane {
 }
 
 /// Writes one reply of waitgate's own and flushes it; false if the client
-/// is gone. `head_request`: the reply answers a HEAD (no body is sent).
-pub async fn send(client: &mut Stream, reply: &Reply, head_request: bool) -> bool {
+/// is gone. `head_request`: the reply answers a HEAD (no body is sent);
+/// `ends`: the connection ends after it, as the client asked (a reply that
+/// closes by itself says so anyway: [`Reply::to_http1`]).
+pub async fn send(client: &mut Stream, reply: &Reply, head_request: bool, ends: bool) -> bool {
     client
-        .write_all(&reply.to_http1(head_request))
+        .write_all(&reply.to_http1(head_request, ends))
         .await
         .is_ok()
         && client.flush().await.is_ok()

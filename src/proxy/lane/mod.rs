@@ -355,7 +355,10 @@ impl DirectLane {
                 };
                 record.route = endpoint.name();
                 let mut reply = reply.header(REQUEST_ID, request_id.as_str());
-                if close || self.in_flight.draining() {
+                // Draining closes the reply itself, as the proxy path does;
+                // a close the client asked for is the connection's, written
+                // after `Date` as Pingora's writer does.
+                if self.in_flight.draining() {
                     reply = reply.closing();
                 }
                 record.status = reply.status;
@@ -364,7 +367,7 @@ impl DirectLane {
                     record.queue = Some(&s.queue);
                     record.user = s.user.as_deref();
                 }
-                if send(client, &reply, false).await && !reply.close {
+                if send(client, &reply, false, close).await && !reply.close && !close {
                     Lane::Served
                 } else {
                     Lane::Closed

@@ -139,7 +139,7 @@ pub async fn fail(failed: Failed, plan: &Plan, client: &mut Stream, request_id: 
     let status = match failed.failure.reply(false) {
         Some(reply) => {
             let reply = reply.header(REQUEST_ID, request_id);
-            send(client, &reply, plan.head_request).await;
+            send(client, &reply, plan.head_request, false).await;
             reply.status
         }
         None => 0,
