@@ -17,6 +17,8 @@
 #
 #   scripts/scale.sh                # 1,000,000 users, 20 s per poll measure
 #   scripts/scale.sh churn          # the same queue in motion (scale-churn.sh)
+#   scripts/scale.sh primitives     # a poll's per-user Redis work at 10,000,000,
+#                                   # today's heartbeat against marks (scale-primitives.sh)
 #   scripts/scale.sh 200000 10      # fewer users, shorter
 #   SCALE_REDIS_ARGS="--disable-thp no" scripts/scale.sh   # Redis on huge pages
 #   SCALE_PIN=1 scripts/scale.sh    # Redis on a core of its own (taskset):
@@ -37,6 +39,10 @@ cd "$(dirname "$0")/.."
 if [ "${1:-}" = churn ]; then
   shift
   exec scripts/scale-churn.sh "$@"
+fi
+if [ "${1:-}" = primitives ]; then
+  shift
+  exec scripts/scale-primitives.sh "$@"
 fi
 . scripts/ensure-tools.sh
 ensure_rust
