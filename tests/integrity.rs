@@ -399,6 +399,62 @@ fn an_http10_request_never_switches_protocols() {
     assert_eq!(seen[0].header("upgrade"), None, "{}", seen[0].head);
 }
 
+/// On a route that switches protocols, what the upstream gets of an
+/// upgrade is a WebSocket handshake and nothing more: `Connection: Upgrade`
+/// whatever the client nominated in its own `Connection` (an upstream that
+/// honours nominations must not be told to drop the framing or waitgate's
+/// own fields), and no `Upgrade` other than `websocket` (an upstream that
+/// would switch to `h2c` is never asked to, so no tunnel opens to it).
+#[test]
+fn an_upgrade_reaches_the_upstream_as_a_websocket_handshake_alone() {
+    let env = websocket_env();
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&format!(
+        "GET /ws/nominated HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
+         Upgrade: websocket\r\nConnection: Upgrade, Content-Length, X-Waitgate-Queue, X-Extra\r\n\
+         X-Extra: 1\r\n\r\n",
+        env.token
+    ));
+    assert_eq!(c.head().status, 101);
+    let seen = &env.upstream.seen_at("/ws/nominated")[0];
+    assert_eq!(
+        seen.headers_named("connection"),
+        ["Upgrade"],
+        "{}",
+        seen.head
+    );
+    assert_eq!(
+        seen.headers_named("upgrade"),
+        ["websocket"],
+        "{}",
+        seen.head
+    );
+    assert_eq!(seen.header("x-extra"), None, "{}", seen.head);
+    assert_eq!(
+        seen.header("x-waitgate-queue"),
+        Some("baseball"),
+        "{}",
+        seen.head
+    );
+
+    let mut c = Client::connect(env.wg.addr);
+    c.send(&format!(
+        "POST /ws/h2c HTTP/1.1\r\nHost: tickets\r\nAuthorization: Bearer {}\r\n\
+         Upgrade: h2c\r\nConnection: Upgrade, Content-Length, X-Waitgate-User\r\n\
+         Content-Length: 5\r\n\r\nhello",
+        env.token
+    ));
+    // The upstream of this test switches whatever it is asked: asked
+    // nothing, its 101 is a switch nobody asked for.
+    let (head, _) = c.response();
+    assert_eq!(head.status, 502, "{head:?}");
+    let seen = &env.upstream.seen_at("/ws/h2c")[0];
+    assert_eq!(seen.header("upgrade"), None, "{}", seen.head);
+    assert_eq!(seen.header("connection"), None, "{}", seen.head);
+    assert_eq!(seen.header("content-length"), Some("5"), "{}", seen.head);
+    assert_eq!(seen.header("x-waitgate-user"), Some("fan"), "{}", seen.head);
+}
+
 #[test]
 fn identity_headers_are_dropped_in_every_spelling_a_backend_reads_alike() {
     let env = setup(echo_or(|_| None));

@@ -27,7 +27,7 @@ use pingora::lb::selection::RoundRobin;
 use pingora::lb::{Backend, Backends, LoadBalancer};
 use pingora::prelude::HttpPeer;
 use pingora::protocols::tls::CaType;
-use pingora::upstreams::peer::HttpUpstreamRequestPolicy;
+use pingora::upstreams::peer::{H1UpgradePolicy, HttpUpstreamRequestPolicy};
 use pingora::utils::tls::{parse_x509, WrappedX509};
 
 use super::rules::pool::Kept;
@@ -218,8 +218,14 @@ impl Upstream {
         // (`rules::forward::Hop`, the direct lane's too): Pingora's own
         // stripping removes the same fields, but by swapping the last field
         // into each one's place, so that the two paths sent the upstream the
-        // same fields in different orders.
-        peer.options.http_upstream_request_policy = HttpUpstreamRequestPolicy::preserve();
+        // same fields in different orders. Upgrades (never the lane's) stay
+        // Pingora's to normalise: `Connection: Upgrade` and `Upgrade:
+        // websocket` for a WebSocket handshake, neither for anything else,
+        // whatever the client's own `Connection` nominated.
+        peer.options.http_upstream_request_policy = HttpUpstreamRequestPolicy {
+            h1_upgrade: H1UpgradePolicy::WebSocketOnly,
+            ..HttpUpstreamRequestPolicy::preserve()
+        };
         if !self.tls {
             peer.options.custom_l4 =
                 Some(
