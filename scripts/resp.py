@@ -33,7 +33,7 @@ class Redis:
             return rest.decode() if kind == b"+" else int(rest)
         if kind == b"$":
             n = int(rest)
-            return None if n < 0 else self.file.read(n + 2)[:-2].decode()
+            return None if n < 0 else self.file.read(n + 2)[:-2].decode(errors="replace")
         if kind == b"*":
             n = int(rest)
             return None if n < 0 else [self.read() for _ in range(n)]

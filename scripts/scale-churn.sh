@@ -23,6 +23,7 @@
 #     CHURN_CONNECTIONS=1024 scripts/scale.sh churn
 #   CHURN_BINARY=/path/to/waitgate scripts/scale.sh churn   # another build
 #   CHURN_COMPARE=/path/to/waitgate scripts/scale.sh churn  # this build, then that one
+#   CHURN_SLOWLOG=1 scripts/scale.sh churn  # also the polls' Redis time by script (dearer)
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -218,6 +219,14 @@ echo "  $churn_out" >&2
 
 echo "Churn with $conns pollers over $instances instances ($seconds s) ..." >&2
 metrics_before=$(scrape)
+if [ -n "${CHURN_SLOWLOG:-}" ]; then
+  # Every command into the slow log (the newest million): which script took
+  # the polls' EVALSHA time. It costs Redis a little on every command, so
+  # the figures of such a run are not comparable with the others'.
+  R CONFIG SET slowlog-log-slower-than 0 >/dev/null
+  R CONFIG SET slowlog-max-len 1000000 >/dev/null
+  R SLOWLOG RESET >/dev/null
+fi
 R CONFIG RESETSTAT >/dev/null
 polls_before=$(snapshot)
 per=$(( (conns + instances - 1) / instances ))
@@ -273,6 +282,41 @@ info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr
   sort -rn | head -8 > "$work/poll-commands"
 echo "  $(cat "$work/churn-during")" >&2
 echo "  ranks: $accuracy" >&2
+if [ -n "${CHURN_SLOWLOG:-}" ]; then
+  R CONFIG SET slowlog-log-slower-than 10000 >/dev/null
+  python3 - "$P_REDIS" > "$work/by-script" <<'EOF' || echo "(the slow log could not be read)" > "$work/by-script"
+import hashlib, os, sys
+sys.path.insert(0, "scripts")
+from resp import Redis
+r = Redis(sys.argv[1])
+# Each script as waitgate loads it (src/store/scripts.rs): flags, lib.lua, the file.
+lib = open("lua/lib.lua").read()
+names = {}
+for f in os.listdir("lua"):
+    if f.endswith(".lua") and f != "lib.lua":
+        for flags in ("", "#!lua flags=no-writes\n"):
+            text = flags + lib + open("lua/" + f).read()
+            names[hashlib.sha1(text.encode()).hexdigest()] = f
+entries = r("SLOWLOG", "GET", -1)
+spent, calls = {}, {}
+for e in entries:
+    args = e[3]
+    name = args[0].lower()
+    if name == "evalsha" and len(args) > 1:
+        name = names.get(args[1], "script " + args[1][:8])
+    spent[name] = spent.get(name, 0) + e[2]
+    calls[name] = calls.get(name, 0) + 1
+seconds = max(e[1] for e in entries) - min(e[1] for e in entries)
+print(f"Redis time by command and script, the last {len(entries):,} commands of the polls"
+      f" ({seconds} s; SLOWLOG with every command logged, so dearer than above):")
+print()
+print("| command or script | calls | usec | usec a call |")
+print("|---|---|---|---|")
+for name in sorted(spent, key=lambda n: -spent[n])[:12]:
+    print(f"| {name} | {calls[name]:,} | {spent[name]:,} | {spent[name] / calls[name]:.1f} |")
+EOF
+  R SLOWLOG RESET >/dev/null
+fi
 
 python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
   "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
@@ -382,3 +426,7 @@ for line in quiet_commands:
 print()
 print(f"Ranks against ZRANK during the churn: {accuracy}")
 EOF
+if [ -f "$work/by-script" ]; then
+  echo
+  cat "$work/by-script"
+fi
