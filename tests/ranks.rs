@@ -600,6 +600,49 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
     assert_eq!(stray, None, "the stray heartbeat removed");
 }
 
+/// A departure of someone else between an instance's read of a heartbeat
+/// far back and its write is told from the departure log, read with the
+/// write: the written users' scores are not read again (no `ZMSCORE`, a
+/// lookup a user in a set of millions), and the poll is answered as it was
+/// decided.
+#[test]
+fn a_departure_elsewhere_between_the_read_and_the_write_far_back_reads_no_scores() {
+    let redis = Redis::start();
+    let relay = Interposer::start(redis.port, &[b"RPUSH", b"u20000"]);
+    let wg = start_at(&relay.url());
+    let other = start(&redis);
+    let mut c = redis.conn();
+    let base = fill_sampled(&wg, &redis, 30_000);
+    let monitor = Monitor::start(&redis);
+    let to = other.addr;
+    relay.arm(move || {
+        let credential = credential_for("u25000", base + 25_000);
+        assert_eq!(dropout(to, "u25000", &credential).status, 204);
+    });
+    let r = rank(wg.addr, "u20000");
+    assert!(relay.fired(), "the write far back was not held");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let exact: u64 = c.zrank(WAITING, "u20000").unwrap();
+    let told = r.json()["rank"].as_u64().unwrap();
+    assert!(
+        told.abs_diff(exact) * 1000 <= exact,
+        "told {told}, exactly {exact}"
+    );
+    let lines = monitor.take_lines();
+    assert!(
+        !lines.iter().any(|l| l.contains("\"ZMSCORE\"")),
+        "the scores were read again: {lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"LRANGE\"") && l.contains(":departed")),
+        "the log was read with the write: {lines:#?}"
+    );
+    let value: String = c.hget(DUE, "u20000").unwrap();
+    assert!(value.ends_with(&format!(":{}", base + 20_000)), "{value}");
+}
+
 /// A user this instance answered near the head is asked of rank.lua in the
 /// batch's first call next time, without the plain read of the heartbeat
 /// and the second call; a user it names who is far back by then is decided

@@ -374,6 +374,83 @@ pub(super) fn departures(keys: &QueueKeys) -> redis::Cmd {
     hmget
 }
 
+/// How many of the departure log's newest entries a write far back reads
+/// with its counters: the departures between an instance's read and its
+/// write (a round trip) are a few; more than this, and the written users'
+/// scores are read instead.
+const LOG_TAIL: usize = 64;
+
+/// What the write far back reads besides its counters: the newest entries
+/// of the departure log (`departed_log` in lua/lib.lua), and the head of
+/// the waiting set with its score.
+fn after_write(keys: &QueueKeys, pipe: &mut redis::Pipeline) {
+    pipe.add_command(departures(keys))
+        .cmd("LRANGE")
+        .arg(format!("{}:departed", keys.admission))
+        .arg(-(LOG_TAIL as i64))
+        .arg(-1)
+        .cmd("ZRANGE")
+        .arg(&keys.waiting)
+        .arg(0)
+        .arg(0)
+        .arg("WITHSCORES");
+}
+
+/// Of the users a write far back named (`arrivals`, each one's arrival as
+/// written), those no longer waiting at that arrival, told from what
+/// changed between the counters `before` and `after`: a departure is
+/// logged with its arrival, and an admission takes from the head, so that
+/// a user who left has an arrival in the log, or one before the head's.
+/// `None` when that cannot tell: users placed anywhere but at the tail
+/// (`added`), a waiting set that started anew (`epoch`), counters that went
+/// back (a Redis behind the one read), or departures past what the log's
+/// tail holds; the scores are read then.
+fn moved_by_log(
+    before: &Departures,
+    after: &Departures,
+    tail: &[String],
+    head: Option<u64>,
+    arrivals: impl Iterator<Item = u64>,
+) -> Option<Vec<bool>> {
+    let number = |d: &Departures, i: usize| -> Option<u64> {
+        match d.get(i)? {
+            None => Some(0),
+            Some(text) => text.parse().ok(),
+        }
+    };
+    let [epoch, total, removed, added] = [0, 1, 2, 3];
+    if before.len() != 4 || after.len() != 4 {
+        return None;
+    }
+    if before[epoch] != after[epoch] || number(before, added)? != number(after, added)? {
+        return None;
+    }
+    let (from, to) = (number(before, removed)?, number(after, removed)?);
+    let admitted = number(after, total)? != number(before, total)?;
+    if to < from || number(after, total)? < number(before, total)? {
+        return None;
+    }
+    // The departures numbered from + 1 to `to`, each by its arrival.
+    let mut left = std::collections::HashSet::new();
+    let mut found = 0;
+    for entry in tail {
+        let (n, arrival) = entry.split_once(':')?;
+        let n: u64 = n.parse().ok()?;
+        if n > from && n <= to {
+            left.insert(arrival.parse::<f64>().ok()? as u64);
+            found += 1;
+        }
+    }
+    if found != to - from {
+        return None;
+    }
+    Some(
+        arrivals
+            .map(|a| left.contains(&a) || (admitted && head.is_none_or(|h| a < h)))
+            .collect(),
+    )
+}
+
 /// Samples ranks far back are derived from, with their range as read once
 /// for a batch ([`Samples::range`]).
 pub(super) type FarBackSamples<'s> = Option<(&'s Samples, (u64, u64))>;
@@ -625,29 +702,42 @@ impl Store {
             .arg(&bucket)
             .ignore()
             .add_command(hset)
-            .ignore()
-            .add_command(departures(keys));
+            .ignore();
+        after_write(keys, &mut pipe);
         let pipe = &pipe;
-        let (after,): (Departures,) = self
+        type After = (Departures, Vec<String>, Vec<(String, f64)>);
+        let (after, tail, head): After = self
             .call(Resend::Safe, |mut c| async move {
-                pipe.query_async::<(Departures,)>(&mut c).await
+                pipe.query_async::<After>(&mut c).await
             })
             .await?;
         if &after == before {
             return Ok(Vec::new());
         }
-        let mut zmscore = redis::cmd("ZMSCORE");
-        zmscore.arg(&keys.waiting).arg(&users);
-        let zmscore = &zmscore;
-        let scores: Vec<Option<f64>> = self
-            .call(Resend::Safe, |mut c| async move {
-                zmscore.query_async::<Vec<Option<f64>>>(&mut c).await
-            })
-            .await?;
+        let head = head.first().map(|(_, score)| *score as u64);
+        let arrivals = written.iter().map(|w| w.2);
+        let moved = match moved_by_log(before, &after, &tail, head, arrivals) {
+            Some(moved) => moved,
+            None => {
+                let mut zmscore = redis::cmd("ZMSCORE");
+                zmscore.arg(&keys.waiting).arg(&users);
+                let zmscore = &zmscore;
+                let scores: Vec<Option<f64>> = self
+                    .call(Resend::Safe, |mut c| async move {
+                        zmscore.query_async::<Vec<Option<f64>>>(&mut c).await
+                    })
+                    .await?;
+                written
+                    .iter()
+                    .zip(&scores)
+                    .map(|((_, _, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
+                    .collect()
+            }
+        };
         let moved: Vec<&(&'u str, String, u64)> = written
             .iter()
-            .zip(&scores)
-            .filter(|((_, _, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
+            .zip(&moved)
+            .filter(|(_, &moved)| moved)
             .map(|(w, _)| w)
             .collect();
         if moved.is_empty() {
@@ -727,5 +817,73 @@ impl Store {
             later.score <= earlier.score || later.lifted <= earlier.lifted
         });
         Ok(ranks::Samples::new(points, &steps, taken).map(|s| s.from_place(first)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(epoch: &str, total: u64, removed: u64, added: u64) -> Departures {
+        [
+            epoch.to_string(),
+            total.to_string(),
+            removed.to_string(),
+            added.to_string(),
+        ]
+        .into_iter()
+        .map(Some)
+        .collect()
+    }
+
+    fn log(entries: &[(u64, u64)]) -> Vec<String> {
+        entries.iter().map(|(n, a)| format!("{n}:{a}")).collect()
+    }
+
+    #[test]
+    fn the_log_tells_who_left_between_the_read_and_the_write() {
+        let before = counters("1", 10, 5, 0);
+        let after = counters("1", 10, 7, 0);
+        let tail = log(&[(5, 100), (6, 300), (7, 500)]);
+        let moved = moved_by_log(
+            &before,
+            &after,
+            &tail,
+            Some(50),
+            [300, 400, 500].into_iter(),
+        );
+        assert_eq!(moved, Some(vec![true, false, true]));
+        // Admitted meanwhile: whoever is now before the head.
+        let after = counters("1", 12, 5, 0);
+        let moved = moved_by_log(&before, &after, &[], Some(350), [300, 400].into_iter());
+        assert_eq!(moved, Some(vec![true, false]));
+        let moved = moved_by_log(&before, &after, &[], None, [300].into_iter());
+        assert_eq!(
+            moved,
+            Some(vec![true]),
+            "nobody waits: everyone was admitted"
+        );
+    }
+
+    #[test]
+    fn what_the_log_cannot_tell_is_read_from_the_scores() {
+        let before = counters("1", 10, 5, 0);
+        let cases = [
+            // A departure the tail no longer holds (number 6).
+            (counters("1", 10, 7, 0), log(&[(7, 500)])),
+            // Placed anywhere but at the tail.
+            (counters("1", 10, 5, 1), vec![]),
+            // A waiting set started anew.
+            (counters("2", 10, 5, 0), vec![]),
+            // Counters that went back: a Redis behind the one read.
+            (counters("1", 10, 4, 0), vec![]),
+            (counters("1", 9, 5, 0), vec![]),
+            // A malformed entry.
+            (counters("1", 10, 6, 0), vec!["6:x".to_string()]),
+        ];
+        for (after, tail) in cases {
+            let moved = moved_by_log(&before, &after, &tail, Some(1), [300].into_iter());
+            assert_eq!(moved, None, "{after:?} {tail:?}");
+        }
     }
 }
