@@ -380,36 +380,55 @@ pub(super) fn departures(keys: &QueueKeys) -> redis::Cmd {
 /// scores are read instead.
 const LOG_TAIL: usize = 64;
 
-/// What the write far back reads besides its counters: the newest entries
-/// of the departure log (`departed_log` in lua/lib.lua), and the head of
-/// the waiting set with its score.
-fn after_write(keys: &QueueKeys, pipe: &mut redis::Pipeline) {
-    pipe.add_command(departures(keys))
-        .cmd("LRANGE")
-        .arg(format!("{}:departed", keys.admission))
-        .arg(-(LOG_TAIL as i64))
-        .arg(-1)
-        .cmd("ZRANGE")
-        .arg(&keys.waiting)
-        .arg(0)
-        .arg(0)
-        .arg("WITHSCORES");
+/// The departure log's key (`departed_log` in lua/lib.lua).
+fn departed_log(keys: &QueueKeys) -> String {
+    format!("{}:departed", keys.admission)
 }
 
-/// Of the users a write far back named (`arrivals`, each one's arrival as
-/// written), those no longer waiting at that arrival, told from what
-/// changed between the counters `before` and `after`: a departure is
-/// logged with its arrival, and an admission takes from the head, so that
-/// a user who left has an arrival in the log, or one before the head's.
-/// `None` when that cannot tell: users placed anywhere but at the tail
-/// (`added`), a waiting set that started anew (`epoch`), counters that went
-/// back (a Redis behind the one read), or departures past what the log's
-/// tail holds; the scores are read then.
+/// The departure counters and, read right after them, the departure log's
+/// newest entry: what a write far back compares what it reads after with.
+pub(super) struct Before {
+    counters: Departures,
+    newest: Option<String>,
+}
+
+/// Adds the reads of a [`Before`] to `pipe`.
+fn read_before(keys: &QueueKeys, pipe: &mut redis::Pipeline) {
+    pipe.add_command(departures(keys))
+        .cmd("LINDEX")
+        .arg(departed_log(keys))
+        .arg(-1);
+}
+
+/// What the write far back reads after it, in the same round trip: the
+/// counters, the newest entries of the departure log, and the gate's
+/// frontier (the highest place admitted).
+fn read_after(keys: &QueueKeys, pipe: &mut redis::Pipeline) {
+    pipe.add_command(departures(keys))
+        .cmd("LRANGE")
+        .arg(departed_log(keys))
+        .arg(-(LOG_TAIL as i64))
+        .arg(-1)
+        .cmd("HGET")
+        .arg(&keys.admission)
+        .arg("frontier");
+}
+
+/// Of the users a write far back named (`arrivals`, each one's place as
+/// written), those no longer waiting there, told from what changed since
+/// `before`: every departure is logged with its place, and an admission
+/// takes the lowest places, so that a user who left has a place among the
+/// departures logged since, or one at or below the gate's `frontier`.
+/// `None` when that cannot tell, and the scores are read instead: users
+/// placed anywhere but at the tail (`added`), a waiting set that started
+/// anew (`epoch`), counters that went back, a log whose newest entry as
+/// read before is not in the tail read after (a Redis that went back in
+/// time and numbered departures again), or departures past the tail.
 fn moved_by_log(
-    before: &Departures,
+    before: &Before,
     after: &Departures,
     tail: &[String],
-    head: Option<u64>,
+    frontier: Option<&str>,
     arrivals: impl Iterator<Item = u64>,
 ) -> Option<Vec<bool>> {
     let number = |d: &Departures, i: usize| -> Option<u64> {
@@ -419,34 +438,47 @@ fn moved_by_log(
         }
     };
     let [epoch, total, removed, added] = [0, 1, 2, 3];
-    if before.len() != 4 || after.len() != 4 {
+    let b = &before.counters;
+    if b.len() != 4 || after.len() != 4 || b[epoch] != after[epoch] {
         return None;
     }
-    if before[epoch] != after[epoch] || number(before, added)? != number(after, added)? {
+    if number(b, added)? != number(after, added)? || number(after, total)? < number(b, total)? {
         return None;
     }
-    let (from, to) = (number(before, removed)?, number(after, removed)?);
-    let admitted = number(after, total)? != number(before, total)?;
-    if to < from || number(after, total)? < number(before, total)? {
+    let (from, to) = (number(b, removed)?, number(after, removed)?);
+    if to < from {
         return None;
     }
-    // The departures numbered from + 1 to `to`, each by its arrival.
+    // The log as read before must go on in the log read after.
+    match &before.newest {
+        Some(newest) => {
+            let (n, _) = newest.split_once(':')?;
+            if n.parse::<u64>().ok()? < from || !tail.contains(newest) {
+                return None;
+            }
+        }
+        None if from > 0 => return None,
+        None => {}
+    }
+    // The departures numbered from + 1 to `to`, each by its place.
     let mut left = std::collections::HashSet::new();
-    let mut found = 0;
     for entry in tail {
         let (n, arrival) = entry.split_once(':')?;
         let n: u64 = n.parse().ok()?;
         if n > from && n <= to {
             left.insert(arrival.parse::<f64>().ok()? as u64);
-            found += 1;
         }
     }
-    if found != to - from {
+    if left.len() as u64 != to - from {
         return None;
     }
+    let frontier = match frontier {
+        Some(text) => text.parse::<f64>().ok()? as u64,
+        None => 0,
+    };
     Some(
         arrivals
-            .map(|a| left.contains(&a) || (admitted && head.is_none_or(|h| a < h)))
+            .map(|a| left.contains(&a) || a <= frontier)
             .collect(),
     )
 }
@@ -615,18 +647,16 @@ impl Store {
         // The departure counters, read before the heartbeats: see
         // `write_far`.
         let mut pipe = redis::pipe();
-        pipe.add_command(departures(queue.keys))
-            .cmd("HMGET")
-            .arg(&queue.keys.due)
-            .arg(&read_users);
+        read_before(queue.keys, &mut pipe);
+        pipe.cmd("HMGET").arg(&queue.keys.due).arg(&read_users);
         // Both at once on the shared connection: one round trip.
         let pipe = &pipe;
         let asked = std::time::Instant::now();
-        let ((first, batch), (before, values)) = futures::try_join!(
+        type Read = (Departures, Option<String>, Vec<Option<String>>);
+        let ((first, batch), (counters, newest, values)) = futures::try_join!(
             self.rank_call(queue, &first_users, Some((samples, range)), Some(samples)),
             self.call(Resend::Safe, |mut c| async move {
-                pipe.query_async::<(Departures, Vec<Option<String>>)>(&mut c)
-                    .await
+                pipe.query_async::<Read>(&mut c).await
             }),
         )?;
         let mut told: Vec<Option<RankAnswer>> = vec![None; users.len()];
@@ -653,6 +683,7 @@ impl Store {
                 forget(&mut told, users, written.iter().map(|w| w.0));
             } else if !written.is_empty() {
                 // Users found moved after the write are asked again, exactly.
+                let before = Before { counters, newest };
                 let moved = self.write_far(queue.keys, &far, &written, &before).await?;
                 forget(&mut told, users, moved.into_iter());
             }
@@ -682,7 +713,7 @@ impl Store {
         keys: &QueueKeys,
         far: &FarBack,
         written: &[(&'u str, String, u64)],
-        before: &Departures,
+        before: &Before,
     ) -> Result<Vec<&'u str>, StoreError> {
         let bucket = far.bucket.to_string();
         let users: Vec<&str> = written.iter().map(|w| w.0).collect();
@@ -703,20 +734,16 @@ impl Store {
             .ignore()
             .add_command(hset)
             .ignore();
-        after_write(keys, &mut pipe);
+        read_after(keys, &mut pipe);
         let pipe = &pipe;
-        type After = (Departures, Vec<String>, Vec<(String, f64)>);
-        let (after, tail, head): After = self
+        type After = (Departures, Vec<String>, Option<String>);
+        let (after, tail, frontier): After = self
             .call(Resend::Safe, |mut c| async move {
                 pipe.query_async::<After>(&mut c).await
             })
             .await?;
-        if &after == before {
-            return Ok(Vec::new());
-        }
-        let head = head.first().map(|(_, score)| *score as u64);
         let arrivals = written.iter().map(|w| w.2);
-        let moved = match moved_by_log(before, &after, &tail, head, arrivals) {
+        let moved = match moved_by_log(before, &after, &tail, frontier.as_deref(), arrivals) {
             Some(moved) => moved,
             None => {
                 let mut zmscore = redis::cmd("ZMSCORE");
@@ -826,13 +853,13 @@ mod tests {
 
     fn counters(epoch: &str, total: u64, removed: u64, added: u64) -> Departures {
         [
-            epoch.to_string(),
-            total.to_string(),
-            removed.to_string(),
-            added.to_string(),
+            epoch,
+            &total.to_string(),
+            &removed.to_string(),
+            &added.to_string(),
         ]
         .into_iter()
-        .map(Some)
+        .map(|n| Some(n.to_string()))
         .collect()
     }
 
@@ -840,50 +867,77 @@ mod tests {
         entries.iter().map(|(n, a)| format!("{n}:{a}")).collect()
     }
 
+    fn before(total: u64, removed: u64, newest: Option<(u64, u64)>) -> Before {
+        Before {
+            counters: counters("1", total, removed, 0),
+            newest: newest.map(|(n, a)| format!("{n}:{a}")),
+        }
+    }
+
     #[test]
-    fn the_log_tells_who_left_between_the_read_and_the_write() {
-        let before = counters("1", 10, 5, 0);
+    fn the_log_and_the_frontier_tell_who_left_between_the_read_and_the_write() {
+        let b = before(10, 5, Some((5, 100)));
+        let tail = log(&[(4, 90), (5, 100), (6, 300), (7, 500)]);
         let after = counters("1", 10, 7, 0);
-        let tail = log(&[(5, 100), (6, 300), (7, 500)]);
-        let moved = moved_by_log(
-            &before,
-            &after,
-            &tail,
-            Some(50),
-            [300, 400, 500].into_iter(),
-        );
+        let moved = moved_by_log(&b, &after, &tail, Some("50"), [300, 400, 500].into_iter());
         assert_eq!(moved, Some(vec![true, false, true]));
-        // Admitted meanwhile: whoever is now before the head.
+        // Nothing changed: nobody moved.
+        let after = counters("1", 10, 5, 0);
+        let moved = moved_by_log(&b, &after, &tail[..2], Some("50"), [300].into_iter());
+        assert_eq!(moved, Some(vec![false]));
+        // Admitted meanwhile: whoever is at or below the frontier, written
+        // as Redis writes a score.
         let after = counters("1", 12, 5, 0);
-        let moved = moved_by_log(&before, &after, &[], Some(350), [300, 400].into_iter());
-        assert_eq!(moved, Some(vec![true, false]));
-        let moved = moved_by_log(&before, &after, &[], None, [300].into_iter());
-        assert_eq!(
-            moved,
-            Some(vec![true]),
-            "nobody waits: everyone was admitted"
+        let moved = moved_by_log(
+            &b,
+            &after,
+            &tail[..2],
+            Some("3.5e2"),
+            [300, 350, 400].into_iter(),
         );
+        assert_eq!(moved, Some(vec![true, true, false]));
+        // A queue with no departure yet.
+        let b = before(0, 0, None);
+        let moved = moved_by_log(
+            &b,
+            &counters("1", 0, 1, 0),
+            &log(&[(1, 7)]),
+            None,
+            [7, 8].into_iter(),
+        );
+        assert_eq!(moved, Some(vec![true, false]));
     }
 
     #[test]
     fn what_the_log_cannot_tell_is_read_from_the_scores() {
-        let before = counters("1", 10, 5, 0);
+        let b = before(10, 5, Some((5, 100)));
         let cases = [
             // A departure the tail no longer holds (number 6).
-            (counters("1", 10, 7, 0), log(&[(7, 500)])),
+            (counters("1", 10, 7, 0), log(&[(5, 100), (7, 500)])),
             // Placed anywhere but at the tail.
-            (counters("1", 10, 5, 1), vec![]),
+            (counters("1", 10, 5, 1), log(&[(5, 100)])),
             // A waiting set started anew.
-            (counters("2", 10, 5, 0), vec![]),
+            (counters("2", 10, 5, 0), log(&[(5, 100)])),
             // Counters that went back: a Redis behind the one read.
-            (counters("1", 10, 4, 0), vec![]),
-            (counters("1", 9, 5, 0), vec![]),
+            (counters("1", 10, 4, 0), log(&[(4, 90)])),
+            (counters("1", 9, 5, 0), log(&[(5, 100)])),
+            // Went back and on again to the same count: departure 5 is
+            // another user's now, so the log read before does not go on.
+            (counters("1", 10, 5, 0), log(&[(5, 200)])),
+            (counters("1", 10, 6, 0), log(&[(5, 200), (6, 300)])),
             // A malformed entry.
-            (counters("1", 10, 6, 0), vec!["6:x".to_string()]),
+            (
+                counters("1", 10, 6, 0),
+                vec!["5:100".to_string(), "6:x".to_string()],
+            ),
         ];
         for (after, tail) in cases {
-            let moved = moved_by_log(&before, &after, &tail, Some(1), [300].into_iter());
+            let moved = moved_by_log(&b, &after, &tail, Some("1"), [300].into_iter());
             assert_eq!(moved, None, "{after:?} {tail:?}");
         }
+        // Departures counted but no log read before.
+        let b = before(10, 5, None);
+        let after = counters("1", 10, 5, 0);
+        assert_eq!(moved_by_log(&b, &after, &[], None, [300].into_iter()), None);
     }
 }
