@@ -65,16 +65,6 @@ K = "queue:{big}:"
 
 
 class Redis(resp.Redis):
-    def commandstats(self):
-        """usec per command, from INFO commandstats."""
-        out = {}
-        for line in self("INFO", "commandstats").splitlines():
-            if line.startswith("cmdstat_"):
-                name, rest = line[len("cmdstat_"):].split(":", 1)
-                fields = dict(f.split("=") for f in rest.split(","))
-                out[name] = int(fields["usec"])
-        return out
-
     def usec(self, command):
         return self.commandstats().get(command, 0)
 

@@ -50,3 +50,13 @@ class Redis:
             self.sock.sendall(b"".join(self.encode(c) for c in part))
             for _ in part:
                 self.read()
+
+    def commandstats(self):
+        """usec per command, from INFO commandstats."""
+        out = {}
+        for line in self("INFO", "commandstats").splitlines():
+            if line.startswith("cmdstat_"):
+                name, rest = line[len("cmdstat_"):].split(":", 1)
+                fields = dict(f.split("=") for f in rest.split(","))
+                out[name] = int(fields["usec"])
+        return out

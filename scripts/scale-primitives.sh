@@ -37,11 +37,11 @@ batch=${PRIMITIVES_BATCH:-144}
 rounds=${PRIMITIVES_ROUNDS:-2000}
 
 work=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 redis-server --port "$port" --save '' --appendonly no --dir "$work" \
   --daemonize yes --pidfile "$work/redis.pid" --logfile "$work/redis.log"
 trap 'kill "$(cat "$work/redis.pid")" 2>/dev/null || true; rm -rf "$work"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+wait_port "$port"
 
 python3 - "$port" "$users" "$batch" "$rounds" <<'EOF'
 import random, sys, time
@@ -75,21 +75,11 @@ used = next(l for l in memory.split("\r\n") if l.startswith("used_memory:")).spl
 print(f"Filled {users:,} users in {time.time() - started:.0f} s; Redis holds {int(used) / 2**30:.2f} GiB")
 
 
-def stats():
-    out = {}
-    for line in r("INFO", "commandstats").split("\r\n"):
-        if line.startswith("cmdstat_"):
-            name, rest = line[len("cmdstat_"):].split(":", 1)
-            fields = dict(kv.split("=") for kv in rest.split(","))
-            out[name] = (int(fields["calls"]), int(fields["usec"]))
-    return out
-
-
 def spent(run):
-    """Redis usec by command while `run` ran."""
+    """Redis usec by command while `run` ran (not the measuring's own)."""
     r("CONFIG", "RESETSTAT")
     run()
-    return {k: v[1] for k, v in stats().items() if k not in ("config", "info")}
+    return {k: v for k, v in r.commandstats().items() if not k.startswith(("config", "info"))}
 
 
 rng = random.Random(7)
