@@ -136,6 +136,88 @@ fn a_lone_poll_is_not_held_back() {
     );
 }
 
+/// Rank calls an instance has made (`waitgate_redis_batch_users`).
+fn rank_calls(wg: &Waitgate) -> u64 {
+    wg.metric(r#"waitgate_redis_batch_users_count{call="rank"}"#)
+        .unwrap_or(0)
+}
+
+/// `clients` connections poll `users` in turn for `during`, each answer
+/// its own user's; returns the polls made.
+fn poll_for(wg: &Waitgate, users: &[String], clients: usize, during: Duration) -> usize {
+    let threads: Vec<_> = (0..clients)
+        .map(|t| {
+            let (addr, users) = (wg.addr, users.to_vec());
+            std::thread::spawn(move || {
+                let mut client = Client::connect(addr);
+                let started = Instant::now();
+                let mut polls = 0;
+                while started.elapsed() < during {
+                    let user = &users[(t + polls) % users.len()];
+                    client.send(&format!(
+                        "GET /api/v1/queue/rank?userId={user} HTTP/1.1\r\nHost: t\r\n\r\n"
+                    ));
+                    let (head, body) = client.response();
+                    assert_eq!(head.status, 200);
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    assert_eq!(v["userId"], user.as_str(), "another user's answer");
+                    polls += 1;
+                }
+                polls
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+#[test]
+fn polls_that_keep_coming_are_gathered_into_a_call_a_pace() {
+    let redis = Redis::start();
+    let start_paced = |pace_ms: u64| {
+        let ports = Ports::new();
+        let config = TestConfig::new(&redis.url(), &ports, 1)
+            .set("redis.poll-pace-ms", &pace_ms.to_string())
+            .yaml();
+        Waitgate::start(&config, &ports)
+    };
+    let (unpaced, paced) = (start_paced(0), start_paced(100));
+    let users: Vec<String> = (0..50).map(|i| format!("paced_{i}")).collect();
+    for user in &users {
+        register_new(unpaced.addr, user);
+    }
+    let during = Duration::from_millis(1500);
+    let mut made = Vec::new();
+    for wg in [&unpaced, &paced] {
+        let before = rank_calls(wg);
+        let polls = poll_for(wg, &users, 16, during);
+        let calls = rank_calls(wg) - before;
+        println!("{polls} polls from 16 clients in {during:?}: {calls} rank calls");
+        made.push((polls, calls));
+    }
+    let ((_, unpaced_calls), (paced_polls, paced_calls)) = (made[0], made[1]);
+    // A pace (100 ms) between the calls that follow one another: 15 in
+    // 1.5 s. These clients each wait for their answer, so all of them are
+    // often in one call, and the next poll then finds none under way and
+    // goes at once: at most two calls a pace.
+    assert!(paced_calls <= 2 * 15 + 2, "{paced_calls} rank calls paced");
+    assert!(paced_polls >= 100, "{paced_polls} polls paced");
+    assert!(
+        unpaced_calls > 5 * paced_calls,
+        "{unpaced_calls} calls unpaced, {paced_calls} paced"
+    );
+    // Alone again, a poll goes at once.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Client::connect(paced.addr);
+    let started = Instant::now();
+    client.send("GET /api/v1/queue/rank?userId=paced_0 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(client.response().0.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_millis(80),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn coalesced_registrations_keep_each_clients_order() {
     let redis = Redis::start();

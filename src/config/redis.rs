@@ -20,6 +20,10 @@ pub struct RedisConfig {
     /// Concurrent register, rank and token calls of one queue share one
     /// script call (`store::coalesce`); `false` makes one call each.
     pub coalesce: bool,
+    /// While a queue's rank polls follow one another on an instance, its
+    /// coalesced rank calls start at least this far apart, short of a full
+    /// call (`store::coalesce`); zero: each as soon as the last returns.
+    pub poll_pace: Duration,
 }
 
 /// Which Redis topology holds the queues.
@@ -61,6 +65,7 @@ section! {
         wait_replicas: u64 = 0,
         wait_timeout_ms: u64 = 100,
         coalesce: bool = true,
+        poll_pace_ms: u64 = 50,
     }
 }
 
@@ -159,6 +164,7 @@ impl RawRedis {
         )?;
         let wait_replicas = ranged("redis.wait-replicas", self.wait_replicas, 0, 16)?;
         let wait_ms = ranged("redis.wait-timeout-ms", self.wait_timeout_ms, 1, 60_000)?;
+        let pace_ms = ranged("redis.poll-pace-ms", self.poll_pace_ms, 0, 250)?;
         Ok(RedisConfig {
             mode,
             tls,
@@ -166,6 +172,7 @@ impl RawRedis {
             wait_replicas,
             wait_timeout: Duration::from_millis(wait_ms),
             coalesce: self.coalesce,
+            poll_pace: Duration::from_millis(pace_ms),
         })
     }
 }

@@ -4,9 +4,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::config::RedisConfig;
 use crate::entry::challenge::Spent;
 use crate::metrics::Metrics;
 use crate::queues::Queue;
@@ -130,17 +132,21 @@ pub struct Calls {
     store: Arc<Store>,
     metrics: Arc<Metrics>,
     coalesce: bool,
+    /// The least time between a queue's rank calls while polls follow one
+    /// another (`redis.poll-pace-ms`).
+    pace: Duration,
     /// By queue name, made at a queue's first call (a reload may add
     /// queues; a removed one's entry is only a few idle structures).
     queues: Mutex<HashMap<String, Arc<QueueCalls>>>,
 }
 
 impl Calls {
-    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, coalesce: bool) -> Calls {
+    pub fn new(store: Arc<Store>, metrics: Arc<Metrics>, redis: &RedisConfig) -> Calls {
         Calls {
             store,
             metrics,
-            coalesce,
+            coalesce: redis.coalesce,
+            pace: redis.poll_pace,
             queues: Mutex::new(HashMap::new()),
         }
     }
@@ -154,7 +160,10 @@ impl Calls {
             .or_insert_with(|| {
                 Arc::new(QueueCalls {
                     register: Coalescer::new(Kind::new(self, registers, "register"), deadline),
-                    rank: Coalescer::new(Kind::new(self, ranks, "rank"), deadline),
+                    // Polls, the steady load of a big queue, are paced;
+                    // a registration or an exchange is a user's one-off
+                    // step, and goes as soon as it can.
+                    rank: Coalescer::paced(Kind::new(self, ranks, "rank"), deadline, self.pace),
                     token: Coalescer::new(Kind::new(self, tokens, "token"), deadline),
                 })
             })

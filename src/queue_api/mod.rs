@@ -108,7 +108,7 @@ impl QueueApi {
         let limits = Arc::new(ClientLimits::new(&config.limits, metrics.clone()));
         QueueApi {
             durability,
-            calls: calls::Calls::new(store.clone(), metrics.clone(), config.redis.coalesce),
+            calls: calls::Calls::new(store.clone(), metrics.clone(), &config.redis),
             queues,
             store,
             tokens,

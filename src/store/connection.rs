@@ -883,6 +883,7 @@ mod tests {
             wait_replicas: 1,
             wait_timeout: Duration::from_millis(100),
             coalesce: false,
+            poll_pace: Duration::ZERO,
         })
         .unwrap()
     }
