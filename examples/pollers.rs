@@ -9,6 +9,10 @@
 //! cargo run --release --example pollers -- sweep --target 127.0.0.1:8080 --users 1000000 --connections 256
 //! # 1,024 connections polling random users of u0 .. u999999 for 20 s
 //! cargo run --release --example pollers -- poll --target 127.0.0.1:8080 --users 1000000 --connections 1024 --seconds 20
+//! # the same at 30,000 polls a second in all, sent on time whatever the answers take
+//! # (an open loop, as a crowd polling at its cadence is; a connection still
+//! # waiting for its answer sends its next one late)
+//! cargo run --release --example pollers -- poll --target 127.0.0.1:8080 --users 1000000 --connections 1024 --seconds 20 --rate 30000
 //! # one connection, a poll every 5 ms: the latency of a poll with no company
 //! cargo run --release --example pollers -- lone --target 127.0.0.1:8080 --users 1000000 --seconds 10
 //! ```
@@ -31,6 +35,9 @@ struct Args {
     seconds: u64,
     queue: Option<String>,
     prefix: String,
+    /// Polls a second over all connections (0: each as soon as the last
+    /// was answered).
+    rate: f64,
 }
 
 fn args() -> Args {
@@ -44,6 +51,7 @@ fn args() -> Args {
         seconds: 10,
         queue: None,
         prefix: "u".into(),
+        rate: 0.0,
     };
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
@@ -54,6 +62,7 @@ fn args() -> Args {
             "--seconds" => a.seconds = value.parse().unwrap_or_else(|_| usage()),
             "--queue" => a.queue = Some(value),
             "--prefix" => a.prefix = value,
+            "--rate" => a.rate = value.parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -63,7 +72,7 @@ fn args() -> Args {
 fn usage() -> ! {
     eprintln!(
         "usage: pollers register|sweep|poll|lone [--target ADDR] [--users N] [--connections C] \
-         [--seconds S] [--queue Q] [--prefix P]"
+         [--seconds S] [--queue Q] [--prefix P] [--rate R]"
     );
     std::process::exit(2)
 }
@@ -180,7 +189,17 @@ async fn main() {
                 };
                 let mut rng =
                     0x9e3779b97f4a7c15u64 ^ (c as u64 + 1).wrapping_mul(0xbf58476d1ce4e5b9);
+                // With a rate, each connection's polls are due at even
+                // steps, the connections staggered across one step.
+                let step = (a.rate > 0.0 && a.mode == "poll")
+                    .then(|| Duration::from_secs_f64(connections as f64 / a.rate));
+                let mut due =
+                    step.map(|s| Instant::now() + s.mul_f64(c as f64 / connections as f64));
                 loop {
+                    if let (Some(step), Some(at)) = (step, due.as_mut()) {
+                        tokio::time::sleep_until((*at).into()).await;
+                        *at += step;
+                    }
                     let request = match a.mode.as_str() {
                         "register" | "sweep" => {
                             let user = next.fetch_add(1, Ordering::Relaxed);

@@ -21,6 +21,9 @@
 #   + parse          and each value read as due and arrival
 #   rank.lua         the shipped script (derived ranks far back, the
 #                    heartbeat written when due)
+#   a batch's fixed  per call: a script call doing nothing but define
+#   cost             lib.lua's helpers, and rank.lua with no users (what
+#                    every rank call pays before its users)
 #   cleanup look     cleanup.lua over 100,000 candidates whose users polled
 #                    since (nobody is removed), per candidate
 #   cleanup removals cleanup.lua calls that each remove 500 users made
@@ -260,7 +263,17 @@ def cleanup_removals(calls=10):
 # random picks to find users still there.
 assert users >= 20 * 500, "poll-profile.sh needs at least 10,000 users"
 measures = {name: [] for name in ("cmd", "lua", "parse", "blind", "blind_cmd", "rank", "rank_base",
-                                   "look", "look_base", "look_hmget", "look_plain")}
+                                   "look", "look_base", "look_hmget", "look_plain", "bare",
+                                   "numbers")}
+NOTHING = load("return 1")
+
+
+def per_call(make):
+    """Redis time of one call, every command it ran included (a script's
+    own commands are counted apart from its EVALSHA)."""
+    r("CONFIG", "RESETSTAT")
+    r.pipeline([make([]) for _ in range(CALLS)])
+    return sum(v for k, v in r.commandstats().items() if k not in ("config", "info")) / CALLS
 removals = []
 for _ in range(rounds):
     fill()
@@ -293,6 +306,11 @@ for _ in range(rounds):
     fill()
     if not RANK_BASE:
         measures["rank"].append(per_poll("evalsha", rank_args(RANK)))
+    # A batch's fixed cost: a script call that does nothing but define
+    # lib.lua's helpers, and rank.lua asked for the batch's numbers alone
+    # (no users, no departures asked for).
+    measures["bare"].append(per_call(lambda b: ["EVALSHA", NOTHING, 0]))
+    measures["numbers"].append(per_call(rank_args(RANK)))
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)
@@ -320,6 +338,9 @@ row("the same writes as plain commands", "blind_cmd", "per user", "RPUSH, HSET a
 row("rank.lua far back (half the heartbeats written)", "rank", "per poll", "the shipped script")
 if RANK_BASE:
     row(f"rank.lua as at {baseline}, same fills", "rank_base", "per poll", "the earlier script")
+row("a script call that does nothing (lib.lua's helpers defined)", "bare", "per call", "")
+row("rank.lua with no users: a batch's numbers alone", "numbers", "per call",
+    "what every rank call pays before its users, its commands included")
 row("cleanup.lua's look at one candidate", "look", "per candidate", "")
 if RANK_BASE:
     row(f"cleanup.lua's look as at {baseline}", "look_base", "per candidate", "the earlier script")

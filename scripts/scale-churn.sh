@@ -24,6 +24,8 @@
 #   CHURN_BINARY=/path/to/waitgate scripts/scale.sh churn   # another build
 #   CHURN_COMPARE=/path/to/waitgate scripts/scale.sh churn  # this build, then that one
 #   CHURN_SLOWLOG=1 scripts/scale.sh churn  # also the polls' Redis time by script (dearer)
+#   CHURN_PACE_MS=0 scripts/scale.sh churn  # the rank calls unpaced (redis.poll-pace-ms)
+#   CHURN_RATE=20000 scripts/scale.sh churn  # 20,000 polls a second, sent on time
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -57,6 +59,11 @@ admit=${CHURN_ADMIT:-200}
 dropouts=${CHURN_DROPOUTS:-100}
 silent=${CHURN_SILENT:-50}
 conns=${CHURN_CONNECTIONS:-1024}
+# CHURN_PACE_MS: the instances' redis.poll-pace-ms (unset: their default).
+pace=${CHURN_PACE_MS:-}
+# CHURN_RATE: polls a second in all, sent on time (an open loop, as a crowd
+# polls); unset: each connection polls again as soon as it is answered.
+rate=${CHURN_RATE:-}
 
 echo "Building release binaries ..." >&2
 cargo build --release --locked --bin waitgate --example pollers >&2
@@ -88,7 +95,7 @@ listen: 127.0.0.1:$port
 admin-listen: 127.0.0.1:$admin
 threads: 2
 max-connections: 20000
-redis: {url: 'redis://127.0.0.1:$P_REDIS/0', command-timeout-ms: 2000}
+redis: {url: 'redis://127.0.0.1:$P_REDIS/0', command-timeout-ms: 2000${pace:+, poll-pace-ms: $pace}}
 queues:
   big:
     heartbeat: {timeout-ms: 3600000, cleanup-interval-ms: 1000, cleanup-batch-size: 500}
@@ -217,7 +224,7 @@ churn_out=$(churn "$seconds")
 churn_after=$(snapshot)
 echo "  $churn_out" >&2
 
-echo "Churn with $conns pollers over $instances instances ($seconds s) ..." >&2
+echo "Churn with $conns pollers over $instances instances${rate:+, $rate polls/s in all} ($seconds s) ..." >&2
 metrics_before=$(scrape)
 if [ -n "${CHURN_SLOWLOG:-}" ]; then
   # Every command into the slow log (the newest million): which script took
@@ -235,7 +242,7 @@ churn_pid=$!
 poll_pids=()
 for i in $(seq "$instances"); do
   "$RELEASE"/examples/pollers poll --target "127.0.0.1:${ports[$((i - 1))]}" --users "$users" \
-    --connections "$per" --seconds "$seconds" > "$work/pollers-$i" &
+    --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} > "$work/pollers-$i" &
   poll_pids+=($!)
 done
 # Ranks against ZRANK while it all moves: 1,000 random users.
@@ -330,10 +337,13 @@ admit, dropouts, silent, accuracy = a[12], a[13], a[14], a[15]
 quiet_commands = open(a[16]).read().split("\n")
 poll_commands = open(a[17]).read().split("\n")
 polls = errors = 0
+p50 = p99 = 0.0
 for path in a[18:]:
     out = open(path).read()
     polls += int(re.search(r"requests=(\d+)", out).group(1))
     errors += int(re.search(r"errors=(\d+)", out).group(1))
+    p50 = max(p50, float(re.search(r"p50_ms=([\d.]+)", out).group(1)))
+    p99 = max(p99, float(re.search(r"p99_ms=([\d.]+)", out).group(1)))
 answered = polls + errors
 d = lambda x0, x1, i: x1[i] - x0[i]
 quiet_s = 10.0
@@ -342,7 +352,9 @@ print(f"## Churn at {users:,} waiting: {instances} instances, admission {admit}/
       f"dropouts {dropouts}/s, silent {silent}/s")
 print()
 print(f"Polls: {answered:,} in {seconds:.0f} s ({answered / seconds:,.0f}/s; "
-      f"{errors:,} not 200: users admitted or gone)")
+      f"{errors:,} not 200: users admitted or gone); a poll's answer took "
+      f"{p50:.1f} ms at the median and {p99:.1f} ms at the 99th percentile "
+      f"(the slowest instance's)")
 print()
 print("| | per poll |")
 print("|---|---|")
