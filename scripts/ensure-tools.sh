@@ -117,22 +117,29 @@ work_and_children() {
         rm -rf "$work"' EXIT INT TERM
 }
 
-# A port on 127.0.0.1 nobody listens on.
+# A port on 127.0.0.1 nobody listens on, below the kernel's range of
+# ephemeral ports (32768 and up by default): a port from that range can be
+# taken, between the pick and the bind, as the local end of a connection
+# some other process opens.
 free_port() {
   local port
   while :; do
-    port=$((20000 + RANDOM % 20000))
+    port=$((20000 + RANDOM % 12000))
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
   done
 }
 
 # Waits (up to 20 s) until something listens on 127.0.0.1:PORT; exits the
-# script if nothing does.
+# script if nothing does, with the end of LOG (the server's log), if given.
 wait_port() {
   for _ in $(seq 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
     sleep 0.1
   done
   echo "nothing listens on $1" >&2
+  if [ -n "${2:-}" ] && [ -f "$2" ]; then
+    echo "the end of $2:" >&2
+    tail -n 20 "$2" >&2
+  fi
   exit 1
 }

@@ -111,7 +111,7 @@ for i in $(seq "$instances"); do
   RUST_LOG=warn "$binary" -c "$work/waitgate-$i.yaml" 2>"$work/waitgate-$i.log" &
   pids+=($!) wg_pids+=($!)
 done
-for port in "${ports[@]}"; do wait_port "$port"; done
+for i in $(seq "$instances"); do wait_port "${ports[$((i - 1))]}" "$work/waitgate-$i.log"; done
 
 echo "Registering $users users through the API ..." >&2
 fill=$("$RELEASE"/examples/pollers register --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256)
