@@ -17,7 +17,9 @@
 //! cargo run --release --example pollers -- lone --target 127.0.0.1:8080 --users 1000000 --seconds 10
 //! ```
 //! It prints one line of `key=value` figures: requests, requests/s,
-//! latency p50/p99/max (ms), errors (non-200 answers, or none).
+//! latency p50/p99/max (ms; with a rate, from when each poll was due),
+//! errors (non-200 answers, or none) and, with a rate, the polls sent more
+//! than a millisecond late.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -138,6 +140,9 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 struct Tally {
     micros: Vec<u32>,
     errors: u64,
+    /// With a rate: polls sent more than a millisecond after they were due
+    /// (their connection still waited for an answer).
+    late: u64,
 }
 
 fn rank_request(a: &Args, user: u64) -> Vec<u8> {
@@ -196,8 +201,14 @@ async fn main() {
                 let mut due =
                     step.map(|s| Instant::now() + s.mul_f64(c as f64 / connections as f64));
                 loop {
+                    // With a rate, a poll's time counts from when it was due.
+                    let mut was_due = None;
                     if let (Some(step), Some(at)) = (step, due.as_mut()) {
                         tokio::time::sleep_until((*at).into()).await;
+                        if at.elapsed() > Duration::from_millis(1) {
+                            tally.late += 1;
+                        }
+                        was_due = Some(*at);
                         *at += step;
                     }
                     let request = match a.mode.as_str() {
@@ -224,7 +235,7 @@ async fn main() {
                         }
                         _ => usage(),
                     };
-                    let sent = Instant::now();
+                    let sent = was_due.unwrap_or_else(Instant::now);
                     match conn.exchange(&request).await {
                         Ok(200) => tally.micros.push(sent.elapsed().as_micros() as u32),
                         Ok(_) => tally.errors += 1,
@@ -250,6 +261,7 @@ async fn main() {
         let tally = t.await.unwrap();
         all.micros.extend(tally.micros);
         all.errors += tally.errors;
+        all.late += tally.late;
     }
     let elapsed = started.elapsed().as_secs_f64();
     all.micros.sort_unstable();
@@ -261,7 +273,7 @@ async fn main() {
         all.micros[i] as f64 / 1000.0
     };
     println!(
-        "mode={} connections={} requests={} seconds={elapsed:.2} per_second={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={}",
+        "mode={} connections={} requests={} seconds={elapsed:.2} per_second={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} late={}",
         a.mode,
         connections,
         all.micros.len(),
@@ -269,6 +281,7 @@ async fn main() {
         pct(0.5),
         pct(0.99),
         pct(1.0),
-        all.errors
+        all.errors,
+        all.late
     );
 }

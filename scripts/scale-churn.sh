@@ -64,6 +64,10 @@ pace=${CHURN_PACE_MS:-}
 # CHURN_RATE: polls a second in all, sent on time (an open loop, as a crowd
 # polls); unset: each connection polls again as soon as it is answered.
 rate=${CHURN_RATE:-}
+if [ -n "$rate" ] && ! { [[ "$rate" =~ ^[0-9]+$ ]] && [ "$rate" -ge "$instances" ]; }; then
+  echo "CHURN_RATE: a whole number of polls a second, at least one per instance" >&2
+  exit 1
+fi
 
 echo "Building release binaries ..." >&2
 cargo build --release --locked --bin waitgate --example pollers >&2
@@ -148,7 +152,7 @@ EOF
 scrape() {
   for admin in "${admins[@]}"; do curl -s "127.0.0.1:$admin/metrics"; done |
     python3 -c '
-import json, re, sys
+import json, os, re, sys
 total = {}
 for line in sys.stdin:
     m = re.match(r"(waitgate_(?:rank_polls_total|rank_poll_sample_age_seconds_bucket|redis_batch_users_bucket|redis_batch_users_count|redis_batch_users_sum|queue_waiting|cleanup_removed_total|admitted_total))(\{[^}]*\})? (\S+)", line)
@@ -328,7 +332,7 @@ fi
 python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
   "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
   "$accuracy" "$work/quiet-commands" "$work/poll-commands" "$work"/pollers-* <<'EOF'
-import json, re, sys
+import json, os, re, sys
 a = sys.argv
 q0, q1, c0, c1, p0, p1 = ([int(x) for x in s.split()] for s in a[1:7])
 m0, m1 = json.loads(a[7]), json.loads(a[8])
@@ -338,12 +342,14 @@ quiet_commands = open(a[16]).read().split("\n")
 poll_commands = open(a[17]).read().split("\n")
 polls = errors = 0
 p50 = p99 = 0.0
+late = 0
 for path in a[18:]:
     out = open(path).read()
     polls += int(re.search(r"requests=(\d+)", out).group(1))
     errors += int(re.search(r"errors=(\d+)", out).group(1))
     p50 = max(p50, float(re.search(r"p50_ms=([\d.]+)", out).group(1)))
     p99 = max(p99, float(re.search(r"p99_ms=([\d.]+)", out).group(1)))
+    late += int(re.search(r"late=(\d+)", out).group(1))
 answered = polls + errors
 d = lambda x0, x1, i: x1[i] - x0[i]
 quiet_s = 10.0
@@ -354,7 +360,7 @@ print()
 print(f"Polls: {answered:,} in {seconds:.0f} s ({answered / seconds:,.0f}/s; "
       f"{errors:,} not 200: users admitted or gone); a poll's answer took "
       f"{p50:.1f} ms at the median and {p99:.1f} ms at the 99th percentile "
-      f"(the slowest instance's)")
+      f"(the slowest instance's{'; from when each was due, ' + format(late, ',') + ' sent over 1 ms late' if os.environ.get('CHURN_RATE') else ''})")
 print()
 print("| | per poll |")
 print("|---|---|")

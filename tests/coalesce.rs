@@ -195,11 +195,14 @@ fn polls_that_keep_coming_are_gathered_into_a_call_a_pace() {
         made.push((polls, calls));
     }
     let ((_, unpaced_calls), (paced_polls, paced_calls)) = (made[0], made[1]);
-    // A pace (100 ms) between the calls that follow one another: 15 in
-    // 1.5 s. These clients each wait for their answer, so all of them are
-    // often in one call, and the next poll then finds none under way and
-    // goes at once: at most two calls a pace.
-    assert!(paced_calls <= 2 * 15 + 2, "{paced_calls} rank calls paced");
+    // A pace (100 ms) between the calls that follow one another. These
+    // clients each wait for their answer, so all of them are often in one
+    // call, and the next poll then finds none under way and goes at once:
+    // the calls are counted by the polls they carry, not against the pace.
+    assert!(
+        paced_polls >= 5 * paced_calls as usize,
+        "{paced_polls} polls in {paced_calls} rank calls paced"
+    );
     assert!(paced_polls >= 100, "{paced_polls} polls paced");
     assert!(
         unpaced_calls > 5 * paced_calls,
