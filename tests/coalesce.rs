@@ -24,11 +24,27 @@ fn reset_stats(redis: &Redis) {
 }
 
 fn start(redis: &Redis, coalesce: bool) -> Waitgate {
+    start_with(redis, "redis.coalesce", &coalesce.to_string())
+}
+
+/// An instance on `redis` with one setting changed.
+fn start_with(redis: &Redis, path: &str, yaml: &str) -> Waitgate {
     let ports = Ports::new();
     let config = TestConfig::new(&redis.url(), &ports, 1)
-        .set("redis.coalesce", &coalesce.to_string())
+        .set(path, yaml)
         .yaml();
     Waitgate::start(&config, &ports)
+}
+
+/// One rank poll of `user` on `client`, whose answer must be `user`'s.
+fn poll_own(client: &mut Client, user: &str) {
+    client.send(&format!(
+        "GET /api/v1/queue/rank?userId={user} HTTP/1.1\r\nHost: t\r\n\r\n"
+    ));
+    let (head, body) = client.response();
+    assert_eq!(head.status, 200);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["userId"], user, "another user's answer");
 }
 
 /// `clients` kept-alive connections each send `each` rank polls of the
@@ -41,14 +57,7 @@ fn poll_concurrently(wg: &Waitgate, users: &[String], clients: usize, each: usiz
             std::thread::spawn(move || {
                 let mut client = Client::connect(addr);
                 for i in 0..each {
-                    let user = &users[(t * each + i) % users.len()];
-                    client.send(&format!(
-                        "GET /api/v1/queue/rank?userId={user} HTTP/1.1\r\nHost: t\r\n\r\n"
-                    ));
-                    let (head, body) = client.response();
-                    assert_eq!(head.status, 200);
-                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    assert_eq!(v["userId"], user.as_str(), "another user's answer");
+                    poll_own(&mut client, &users[(t * each + i) % users.len()]);
                 }
             })
         })
@@ -153,14 +162,7 @@ fn poll_for(wg: &Waitgate, users: &[String], clients: usize, during: Duration) -
                 let started = Instant::now();
                 let mut polls = 0;
                 while started.elapsed() < during {
-                    let user = &users[(t + polls) % users.len()];
-                    client.send(&format!(
-                        "GET /api/v1/queue/rank?userId={user} HTTP/1.1\r\nHost: t\r\n\r\n"
-                    ));
-                    let (head, body) = client.response();
-                    assert_eq!(head.status, 200);
-                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    assert_eq!(v["userId"], user.as_str(), "another user's answer");
+                    poll_own(&mut client, &users[(t + polls) % users.len()]);
                     polls += 1;
                 }
                 polls
@@ -173,14 +175,10 @@ fn poll_for(wg: &Waitgate, users: &[String], clients: usize, during: Duration) -
 #[test]
 fn polls_that_keep_coming_are_gathered_into_a_call_a_pace() {
     let redis = Redis::start();
-    let start_paced = |pace_ms: u64| {
-        let ports = Ports::new();
-        let config = TestConfig::new(&redis.url(), &ports, 1)
-            .set("redis.poll-pace-ms", &pace_ms.to_string())
-            .yaml();
-        Waitgate::start(&config, &ports)
-    };
-    let (unpaced, paced) = (start_paced(0), start_paced(100));
+    let (unpaced, paced) = (
+        start_with(&redis, "redis.poll-pace-ms", "0"),
+        start_with(&redis, "redis.poll-pace-ms", "100"),
+    );
     let users: Vec<String> = (0..50).map(|i| format!("paced_{i}")).collect();
     for user in &users {
         register_new(unpaced.addr, user);

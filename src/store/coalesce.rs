@@ -257,15 +257,20 @@ mod tests {
     );
 
     fn doubler(fail: bool) -> Counted {
+        paced_doubler(fail, Duration::ZERO)
+    }
+
+    fn paced_doubler(fail: bool, pace: Duration) -> Counted {
         let calls = Arc::new(AtomicUsize::new(0));
         let sizes = Arc::new(Mutex::new(Vec::new()));
-        let c = Coalescer::new(
+        let c = Coalescer::paced(
             Doubler {
                 calls: calls.clone(),
                 sizes: sizes.clone(),
                 fail,
             },
             Duration::from_secs(5),
+            pace,
         );
         (c, calls, sizes)
     }
@@ -312,16 +317,6 @@ mod tests {
         assert_eq!(c.call(5).await.unwrap(), 10);
     }
 
-    fn paced_doubler(pace: Duration) -> Counted {
-        let (unpaced, calls, sizes) = doubler(false);
-        let batch = Arc::try_unwrap(unpaced).ok().unwrap().batch;
-        (
-            Coalescer::paced(batch, Duration::from_secs(5), pace),
-            calls,
-            sizes,
-        )
-    }
-
     /// A caller every `every` for `during`, each checked for its answer.
     async fn steady<B: Batch<Request = u32, Answer = u32>>(
         c: &Arc<Coalescer<B>>,
@@ -349,7 +344,7 @@ mod tests {
         let (c, calls, _) = doubler(false);
         steady(&c, every, during).await;
         let unpaced = calls.load(Ordering::SeqCst);
-        let (c, calls, sizes) = paced_doubler(Duration::from_millis(100));
+        let (c, calls, sizes) = paced_doubler(false, Duration::from_millis(100));
         steady(&c, every, during).await;
         let paced = calls.load(Ordering::SeqCst);
         assert!(unpaced >= 25, "{unpaced} calls unpaced");
@@ -361,7 +356,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_paced_lone_call_goes_at_once_and_a_full_call_waits_for_no_pace() {
         let pace = Duration::from_secs(1);
-        let (c, calls, sizes) = paced_doubler(pace);
+        let (c, calls, sizes) = paced_doubler(false, pace);
         let started = tokio::time::Instant::now();
         assert_eq!(c.call(21).await.unwrap(), 42);
         assert_eq!(
@@ -430,13 +425,22 @@ mod tests {
         deadline: Duration,
         panics: usize,
     ) -> (Arc<Coalescer<Hung>>, Arc<AtomicUsize>) {
+        paced_hung(hang, deadline, panics, Duration::ZERO)
+    }
+
+    fn paced_hung(
+        hang: Duration,
+        deadline: Duration,
+        panics: usize,
+        pace: Duration,
+    ) -> (Arc<Coalescer<Hung>>, Arc<AtomicUsize>) {
         let calls = Arc::new(AtomicUsize::new(0));
         let batch = Hung {
             hang,
             calls: calls.clone(),
             panics,
         };
-        (Coalescer::new(batch, deadline), calls)
+        (Coalescer::paced(batch, deadline, pace), calls)
     }
 
     /// Calls with these requests at once, each in a task of its own.
@@ -474,13 +478,12 @@ mod tests {
 
     #[tokio::test]
     async fn paced_an_unavailable_redis_still_fails_everything_pending_at_once() {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let batch = Hung {
-            hang: Duration::from_millis(100),
-            calls: calls.clone(),
-            panics: 0,
-        };
-        let c = Coalescer::paced(batch, Duration::from_secs(5), Duration::from_millis(250));
+        let (c, calls) = paced_hung(
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+            0,
+            Duration::from_millis(250),
+        );
         // Behind a first call that fails: the pace adds nothing to the 503s.
         all_refused_within(&c, 2_000, Duration::from_millis(300)).await;
         assert!(calls.load(Ordering::SeqCst) <= 2, "{calls:?} calls");
