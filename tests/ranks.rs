@@ -28,6 +28,10 @@ fn start_at(redis_url: &str) -> Waitgate {
 /// the waiting set's epoch), written straight into Redis as registrations
 /// would write them: arrivals `spacing` microseconds apart from `base` (or
 /// from `first`'s), heartbeats due in an hour. Returns the base.
+///
+/// All in one transaction: a sampler never sees part of them (samples of
+/// a set half written, taken on a slow machine before the rest came, end
+/// short of the users a test polls).
 fn fill(
     wg: &Waitgate,
     redis: &Redis,
@@ -42,18 +46,20 @@ fn fill(
         tail[0].1 as u64 + 1
     });
     let due = redis.now_ms() + 3_600_000;
+    let mut waiting = redis::pipe();
+    waiting.atomic();
     for chunk in (0..n).collect::<Vec<_>>().chunks(5000) {
-        let mut waiting = redis::pipe();
+        let (mut places, mut dues) = (Vec::new(), Vec::new());
         for &i in chunk {
             let user = format!("{prefix}{i}");
             let arrival = base + spacing * i as u64;
-            waiting.zadd(WAITING, &user, arrival).ignore();
-            waiting
-                .hset(DUE, &user, format!("{due}:{arrival}"))
-                .ignore();
+            dues.push((user.clone(), format!("{due}:{arrival}")));
+            places.push((arrival, user));
         }
-        let () = waiting.query(&mut c).unwrap();
+        waiting.zadd_multiple(WAITING, &places).ignore();
+        waiting.hset_multiple(DUE, &dues).ignore();
     }
+    let () = waiting.query(&mut c).unwrap();
     base
 }
 
