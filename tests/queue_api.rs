@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use redis::Commands;
 
@@ -149,8 +151,12 @@ fn order_is_strict_fifo_even_within_one_millisecond() {
 
 #[test]
 fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
-    // One admission a minute: the advice is 15 s (a quarter of the wait),
-    // above its floor, so an early poll can be told the time left.
+    // Admission held shut (the harness's holder takes the one slot): once
+    // the gate has decided a window with no room, the wait it tells is
+    // long, and the advice well above its floor, so an early poll can be
+    // told the time left. (Polled before that decision, the advice is a
+    // quarter of one window's wait, and the two polls below could straddle
+    // the decision.)
     let redis = Redis::start();
     let wg = start_with_queues(
         &redis,
@@ -160,6 +166,9 @@ fn rank_reports_the_place_and_a_heartbeat_due_when_its_advice_ends() {
     register(s.wg.addr, "first");
     register(s.wg.addr, "second");
     let mut c = s.redis.conn();
+    wait_until("the gate's decision", Duration::from_secs(5), || {
+        c.hexists("queue:{baseball}:admission", "window").unwrap()
+    });
     let redis_now = || s.redis.now_ms() as f64;
     let before = redis_now();
     let r = rank(s.wg.addr, "second");
