@@ -26,6 +26,8 @@
 #   CHURN_SLOWLOG=1 scripts/scale.sh churn  # also the polls' Redis time by script (dearer)
 #   CHURN_PACE_MS=0 scripts/scale.sh churn  # the rank calls unpaced (redis.poll-pace-ms)
 #   CHURN_RATE=20000 scripts/scale.sh churn  # 20,000 polls a second, sent on time
+#   CHURN_PERF=1 scripts/scale.sh churn     # also where Redis's CPU went during the
+#                                           # polls (perf record of redis-server)
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -83,6 +85,10 @@ K='queue:{big}'
 redis-server --port "$P_REDIS" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
   --logfile "$work/redis.log" &
 pids+=($!)
+redis_pid=$!
+if [ -n "${CHURN_PERF:-}" ]; then
+  command -v perf >/dev/null || { echo "CHURN_PERF needs perf (apt-get install linux-perf)" >&2; exit 1; }
+fi
 wait_port "$P_REDIS"
 
 export JWT_SECRET
@@ -249,6 +255,13 @@ for i in $(seq "$instances"); do
     --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} > "$work/pollers-$i" &
   poll_pids+=($!)
 done
+if [ -n "${CHURN_PERF:-}" ]; then
+  # Sampled at 999 Hz (no call graphs: the packaged redis-server has no
+  # frame pointers); the driver's start is left out.
+  perf record -F 999 -p "$redis_pid" -o "$work/perf.data" -- sleep "$((seconds - 2))" \
+    >"$work/perf.log" 2>&1 &
+  perf_pid=$!
+fi
 # Ranks against ZRANK while it all moves: 1,000 random users.
 accuracy=$(python3 - "$users" "${ports[0]}" "$P_REDIS" <<'EOF'
 import http.client, json, random, socket, sys, time
@@ -285,6 +298,50 @@ EOF
 )
 for pid in "${poll_pids[@]}"; do wait "$pid"; done
 wait "$churn_pid"
+if [ -n "${CHURN_PERF:-}" ]; then
+  wait "$perf_pid" || true
+  {
+    echo "Where redis-server's CPU went during the polls (perf record at 999 Hz, self time by symbol):"
+    echo
+    perf report -i "$work/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' > "$work/perf-symbols" || true
+    python3 - "$work/perf-symbols" <<'PY'
+import re, sys
+rows = []
+for line in open(sys.argv[1]):
+    m = re.match(r"\s+([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
+    if m:
+        rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
+def kind(dso, level, sym):
+    if level == "k" or dso.startswith("[kernel"):
+        return "the kernel (scheduling, network, syscalls)"
+    if re.match(r"(lua|luaV|luaH|luaS|luaD|luaC|luaF|luaO|luaK|luaM|luaL|luaX|luaY|luaT|luaG|luaZ|luaU|luaE|luaI|luaB|str_|math_|tab_|auxL)", sym) or sym.startswith(("luaRedis", "luaReply", "redisProtocolToLua", "luaCallFunction", "evalGenericCommand", "scriptCall")):
+        return "Lua: the interpreter and redis.call"
+    if sym in ("dictFind", "dictSdsKeyCompare", "dictSdsHash", "dictGenHashFunction", "siphash", "dictFetchValue", "lookupKey", "dictEncObjKeyCompare", "dictEncObjHash", "hashTypeGetValue", "hashTypeGetFromHashTable"):
+        return "hash-table lookups (keys, hash fields, the command table)"
+    if re.match(r"(je_|malloc|free|zmalloc|zfree|zcalloc|zrealloc|_int_|__libc_)", sym) or sym in ("malloc_usable_size", "cfree"):
+        return "memory allocation"
+    if sym.startswith("0x"):
+        return "unnamed (static functions of redis-server: Lua's among them)"
+    if dso.startswith("libc") or dso.startswith("ld-"):
+        return "libc (copies, strings)"
+    return "the rest of redis-server (commands, networking, replies)"
+total = {}
+for share, dso, level, sym in rows:
+    k = kind(dso, level, sym)
+    total[k] = total.get(k, 0) + share
+print("| share of Redis's CPU samples | |")
+print("|---|---|")
+for k in sorted(total, key=lambda k: -total[k]):
+    print(f"| {total[k]:.1f}% | {k} |")
+print()
+print("| self | where | symbol |")
+print("|---|---|---|")
+for share, dso, level, sym in rows[:25]:
+    print(f"| {share:.2f}% | {dso} | {sym} |")
+PY
+  } > "$work/perf-report"
+fi
 polls_after=$(snapshot)
 metrics_after=$(scrape)
 # Where the polls' Redis time went: the commands by their usec (the churn's
@@ -447,4 +504,8 @@ EOF
 if [ -f "$work/by-script" ]; then
   echo
   cat "$work/by-script"
+fi
+if [ -f "$work/perf-report" ]; then
+  echo
+  cat "$work/perf-report"
 fi
