@@ -23,7 +23,9 @@
 #                    heartbeat written when due)
 #   a batch's fixed  per call: a script call doing nothing but define
 #   cost             lib.lua's helpers, and rank.lua with no users (what
-#                    every rank call pays before its users)
+#                    every rank call pays before its users), also by Redis
+#                    CPU (INFO cpu), and by part: each of the reads rank.lua
+#                    makes before its users, alone in a script of its own
 #   cleanup look     cleanup.lua over 100,000 candidates whose users polled
 #                    since (nobody is removed), per candidate
 #   cleanup removals cleanup.lua calls that each remove 500 users made
@@ -264,8 +266,36 @@ def cleanup_removals(calls=10):
 assert users >= 20 * 500, "poll-profile.sh needs at least 10,000 users"
 measures = {name: [] for name in ("cmd", "lua", "parse", "blind", "blind_cmd", "rank", "rank_base",
                                    "look", "look_base", "look_hmget", "look_plain", "bare",
-                                   "numbers")}
+                                   "numbers", "numbers_cpu")}
 NOTHING = load("return 1")
+# The parts of rank.lua's fixed cost, each a script of lib.lua with that
+# part alone (the script's arguments and keys as rank.lua gets them).
+PARTS = [
+    ("a script call with no lib.lua", r("SCRIPT", "LOAD", "return 1")),
+    ("lib.lua's helpers defined", NOTHING),
+    ("+ Redis's time (TIME)", load("now_us() return 1")),
+    ("+ the control HASH (read_control: HMGET of 17 fields)", load("read_control(KEYS[5]) return 1")),
+    ("+ the wait estimate (HMGET of the gate)", load("wait_estimator(KEYS[4], 1, 1000, 200) return 1")),
+    ("+ the heartbeats' helpers (heartbeats(): EXISTS and closures)",
+     load("heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], 1, 1000, 30000) return 1")),
+    ("+ the place ranks are derived from (ZRANGE at a rank)",
+     load("redis.call('ZRANGE', KEYS[1], 24000, 24000, 'WITHSCORES') return 1")),
+    ("+ the counters (rank_counters: HMGET and ZCARD)", load("rank_counters(KEYS[4], KEYS[1]) return 1")),
+    ("+ the departures since (none new: LLEN, LINDEX)",
+     load("departures_since(KEYS[4], 0, 0, 1000, '') return 1")),
+]
+measures.update({label: [] for label, _ in PARTS})
+
+
+def cpu_per_call(make, calls=CALLS):
+    """Redis CPU (INFO cpu) of one call: with Redis alone, what it spent."""
+    def cpu():
+        info = r("INFO", "cpu")
+        return sum(float(l.split(":")[1]) for l in info.splitlines()
+                   if l.startswith(("used_cpu_user:", "used_cpu_sys:")))
+    before = cpu()
+    r.pipeline([make([]) for _ in range(calls)])
+    return (cpu() - before) * 1e6 / calls
 
 
 def per_call(make):
@@ -312,6 +342,9 @@ for _ in range(rounds):
     # (no users, no departures asked for).
     measures["bare"].append(per_call(lambda b: ["EVALSHA", NOTHING, 0]))
     measures["numbers"].append(per_call(rank_args(RANK)))
+    measures["numbers_cpu"].append(cpu_per_call(rank_args(RANK)))
+    for label, sha in PARTS:
+        measures[label].append(cpu_per_call(lambda b, sha=sha: ["EVALSHA", sha, 8] + RANK_KEYS + [0] * 9))
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)
@@ -342,6 +375,10 @@ if RANK_BASE:
 row("a script call that does nothing (lib.lua's helpers defined)", "bare", "per call", "")
 row("rank.lua with no users: a batch's numbers alone", "numbers", "per call",
     "what every rank call pays before its users, its commands included")
+row("the same, by Redis CPU (INFO cpu)", "numbers_cpu", "per call",
+    "the call's reading and parsing by Redis included")
+for label, _ in PARTS:
+    row(f"its parts, each alone after lib.lua (Redis CPU): {label}", label, "per call", "")
 row("cleanup.lua's look at one candidate", "look", "per candidate", "")
 if RANK_BASE:
     row(f"cleanup.lua's look as at {baseline}", "look_base", "per candidate", "the earlier script")

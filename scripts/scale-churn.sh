@@ -230,6 +230,10 @@ info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr
 R HDEL "$K:admission" window window_ms >/dev/null
 echo "Churn without polls ($seconds s): admission $admit/s, dropouts $dropouts/s, silent $silent/s ..." >&2
 churn_before=$(snapshot)
+if [ -n "${CHURN_PERF:-}" ]; then
+  perf record -F 999 -p "$redis_pid" -o "$work/perf-churn.data" -- sleep "$((seconds - 2))" \
+    >"$work/perf-churn.log" 2>&1 &
+fi
 churn_out=$(churn "$seconds")
 churn_after=$(snapshot)
 echo "  $churn_out" >&2
@@ -298,20 +302,34 @@ EOF
 )
 for pid in "${poll_pids[@]}"; do wait "$pid"; done
 wait "$churn_pid"
+polls_after=$(snapshot)
+metrics_after=$(scrape)
 if [ -n "${CHURN_PERF:-}" ]; then
   wait "$perf_pid" || true
   {
-    echo "Where redis-server's CPU went during the polls (perf record at 999 Hz, self time by symbol):"
+    echo "Where redis-server's CPU went (perf record at 999 Hz, self time by symbol), during the"
+    echo "polls and during the churn alone; a poll's share is the first less the second, over the polls:"
     echo
-    perf report -i "$work/perf.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
-      grep -E '^ +[0-9.]+%' > "$work/perf-symbols" || true
-    python3 - "$work/perf-symbols" <<'PY'
+    for phase in perf perf-churn; do
+      perf report -i "$work/$phase.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+        grep -E '^ +[0-9.]+%' > "$work/$phase-symbols" || true
+    done
+    polls_answered=$(cat "$work"/pollers-* | sed -E 's/.*requests=([0-9]+).*errors=([0-9]+).*/\1 \2/' |
+      awk '{ n += $1 + $2 } END { print n }')
+    python3 - "$work/perf-symbols" "$work/perf-churn-symbols" "$polls_before" "$polls_after" \
+      "$churn_before" "$churn_after" "$polls_answered" <<'PY'
 import re, sys
-rows = []
-for line in open(sys.argv[1]):
-    m = re.match(r"\s+([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
-    if m:
-        rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
+def table(path):
+    rows = []
+    for line in open(path):
+        m = re.match(r"\s+([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
+        if m:
+            rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
+    return rows
+rows, churn_rows = table(sys.argv[1]), table(sys.argv[2])
+cpu = lambda a, b: int(b.split()[4]) - int(a.split()[4])
+cpu_polls, cpu_churn = cpu(sys.argv[3], sys.argv[4]), cpu(sys.argv[5], sys.argv[6])
+polls = int(sys.argv[7])
 def kind(dso, level, sym):
     if level == "k" or dso.startswith("[kernel"):
         return "the kernel (scheduling, network, syscalls)"
@@ -326,14 +344,22 @@ def kind(dso, level, sym):
     if dso.startswith("libc") or dso.startswith("ld-"):
         return "libc (copies, strings)"
     return "the rest of redis-server (commands, networking, replies)"
-total = {}
-for share, dso, level, sym in rows:
-    k = kind(dso, level, sym)
-    total[k] = total.get(k, 0) + share
-print("| share of Redis's CPU samples | |")
-print("|---|---|")
+def by_kind(rows):
+    total = {}
+    for share, dso, level, sym in rows:
+        k = kind(dso, level, sym)
+        total[k] = total.get(k, 0) + share
+    return total
+total, churn_total = by_kind(rows), by_kind(churn_rows)
+print("| | polls and churn | churn alone | a poll's share |")
+print("|---|---|---|---|")
 for k in sorted(total, key=lambda k: -total[k]):
-    print(f"| {total[k]:.1f}% | {k} |")
+    mine = (total[k] * cpu_polls - churn_total.get(k, 0) * cpu_churn) / 100 / polls
+    print(f"| {k} | {total[k]:.1f}% | {churn_total.get(k, 0):.1f}% | {mine:.2f} µs |")
+print(f"| Redis CPU (INFO cpu) | {cpu_polls / 1e6:.2f} s | {cpu_churn / 1e6:.2f} s | "
+      f"{(cpu_polls - cpu_churn) / polls:.2f} µs |")
+print()
+print("During the polls, the symbols:")
 print()
 print("| self | where | symbol |")
 print("|---|---|---|")
@@ -342,8 +368,6 @@ for share, dso, level, sym in rows[:25]:
 PY
   } > "$work/perf-report"
 fi
-polls_after=$(snapshot)
-metrics_after=$(scrape)
 # Where the polls' Redis time went: the commands by their usec (the churn's
 # own among them).
 info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr($1, 9), $3 }' |
