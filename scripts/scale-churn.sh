@@ -89,6 +89,16 @@ redis_pid=$!
 if [ -n "${CHURN_PERF:-}" ]; then
   command -v perf >/dev/null || { echo "CHURN_PERF needs perf (apt-get install linux-perf)" >&2; exit 1; }
 fi
+# CHURN_PERF: records redis-server as `$work/NAME.data` through a phase, its
+# start left out. Sampled at 999 Hz, no call graphs: the packaged
+# redis-server has no frame pointers.
+perf_pids=()
+profile_redis() { # NAME
+  [ -n "${CHURN_PERF:-}" ] || return 0
+  perf record -F 999 -p "$redis_pid" -o "$work/$1.data" -- sleep "$((seconds - 2))" \
+    >"$work/$1.log" 2>&1 &
+  perf_pids+=($!)
+}
 wait_port "$P_REDIS"
 
 export JWT_SECRET
@@ -230,10 +240,7 @@ info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr
 R HDEL "$K:admission" window window_ms >/dev/null
 echo "Churn without polls ($seconds s): admission $admit/s, dropouts $dropouts/s, silent $silent/s ..." >&2
 churn_before=$(snapshot)
-if [ -n "${CHURN_PERF:-}" ]; then
-  perf record -F 999 -p "$redis_pid" -o "$work/perf-churn.data" -- sleep "$((seconds - 2))" \
-    >"$work/perf-churn.log" 2>&1 &
-fi
+profile_redis perf-churn
 churn_out=$(churn "$seconds")
 churn_after=$(snapshot)
 echo "  $churn_out" >&2
@@ -259,13 +266,7 @@ for i in $(seq "$instances"); do
     --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} > "$work/pollers-$i" &
   poll_pids+=($!)
 done
-if [ -n "${CHURN_PERF:-}" ]; then
-  # Sampled at 999 Hz (no call graphs: the packaged redis-server has no
-  # frame pointers); the driver's start is left out.
-  perf record -F 999 -p "$redis_pid" -o "$work/perf.data" -- sleep "$((seconds - 2))" \
-    >"$work/perf.log" 2>&1 &
-  perf_pid=$!
-fi
+profile_redis perf
 # Ranks against ZRANK while it all moves: 1,000 random users.
 accuracy=$(python3 - "$users" "${ports[0]}" "$P_REDIS" <<'EOF'
 import http.client, json, random, socket, sys, time
@@ -304,70 +305,6 @@ for pid in "${poll_pids[@]}"; do wait "$pid"; done
 wait "$churn_pid"
 polls_after=$(snapshot)
 metrics_after=$(scrape)
-if [ -n "${CHURN_PERF:-}" ]; then
-  wait "$perf_pid" || true
-  {
-    echo "Where redis-server's CPU went (perf record at 999 Hz, self time by symbol), during the"
-    echo "polls and during the churn alone; a poll's share is the first less the second, over the polls:"
-    echo
-    for phase in perf perf-churn; do
-      perf report -i "$work/$phase.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
-        grep -E '^ +[0-9.]+%' > "$work/$phase-symbols" || true
-    done
-    polls_answered=$(cat "$work"/pollers-* | sed -E 's/.*requests=([0-9]+).*errors=([0-9]+).*/\1 \2/' |
-      awk '{ n += $1 + $2 } END { print n }')
-    python3 - "$work/perf-symbols" "$work/perf-churn-symbols" "$polls_before" "$polls_after" \
-      "$churn_before" "$churn_after" "$polls_answered" <<'PY'
-import re, sys
-def table(path):
-    rows = []
-    for line in open(path):
-        m = re.match(r"\s+([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
-        if m:
-            rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
-    return rows
-rows, churn_rows = table(sys.argv[1]), table(sys.argv[2])
-cpu = lambda a, b: int(b.split()[4]) - int(a.split()[4])
-cpu_polls, cpu_churn = cpu(sys.argv[3], sys.argv[4]), cpu(sys.argv[5], sys.argv[6])
-polls = int(sys.argv[7])
-def kind(dso, level, sym):
-    if level == "k" or dso.startswith("[kernel"):
-        return "the kernel (scheduling, network, syscalls)"
-    if re.match(r"(lua|luaV|luaH|luaS|luaD|luaC|luaF|luaO|luaK|luaM|luaL|luaX|luaY|luaT|luaG|luaZ|luaU|luaE|luaI|luaB|str_|math_|tab_|auxL)", sym) or sym.startswith(("luaRedis", "luaReply", "redisProtocolToLua", "luaCallFunction", "evalGenericCommand", "scriptCall")):
-        return "Lua: the interpreter and redis.call"
-    if sym in ("dictFind", "dictSdsKeyCompare", "dictSdsHash", "dictGenHashFunction", "siphash", "dictFetchValue", "lookupKey", "dictEncObjKeyCompare", "dictEncObjHash", "hashTypeGetValue", "hashTypeGetFromHashTable"):
-        return "hash-table lookups (keys, hash fields, the command table)"
-    if re.match(r"(je_|malloc|free|zmalloc|zfree|zcalloc|zrealloc|_int_|__libc_)", sym) or sym in ("malloc_usable_size", "cfree"):
-        return "memory allocation"
-    if sym.startswith("0x"):
-        return "unnamed (static functions of redis-server: Lua's among them)"
-    if dso.startswith("libc") or dso.startswith("ld-"):
-        return "libc (copies, strings)"
-    return "the rest of redis-server (commands, networking, replies)"
-def by_kind(rows):
-    total = {}
-    for share, dso, level, sym in rows:
-        k = kind(dso, level, sym)
-        total[k] = total.get(k, 0) + share
-    return total
-total, churn_total = by_kind(rows), by_kind(churn_rows)
-print("| | polls and churn | churn alone | a poll's share |")
-print("|---|---|---|---|")
-for k in sorted(total, key=lambda k: -total[k]):
-    mine = (total[k] * cpu_polls - churn_total.get(k, 0) * cpu_churn) / 100 / polls
-    print(f"| {k} | {total[k]:.1f}% | {churn_total.get(k, 0):.1f}% | {mine:.2f} µs |")
-print(f"| Redis CPU (INFO cpu) | {cpu_polls / 1e6:.2f} s | {cpu_churn / 1e6:.2f} s | "
-      f"{(cpu_polls - cpu_churn) / polls:.2f} µs |")
-print()
-print("During the polls, the symbols:")
-print()
-print("| self | where | symbol |")
-print("|---|---|---|")
-for share, dso, level, sym in rows[:25]:
-    print(f"| {share:.2f}% | {dso} | {sym} |")
-PY
-  } > "$work/perf-report"
-fi
 # Where the polls' Redis time went: the commands by their usec (the churn's
 # own among them).
 info commandstats | awk -F'[:,=]' '/^cmdstat_/ { printf "%s %s %s\n", $5, substr($1, 9), $3 }' |
@@ -410,7 +347,7 @@ EOF
   R SLOWLOG RESET >/dev/null
 fi
 
-python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
+CHURN_WORK=$work python3 - "$quiet_before" "$quiet_after" "$churn_before" "$churn_after" "$polls_before" "$polls_after" \
   "$metrics_before" "$metrics_after" "$instances" "$users" "$seconds" "$admit" "$dropouts" "$silent" \
   "$accuracy" "$work/quiet-commands" "$work/poll-commands" "$work"/pollers-* <<'EOF'
 import json, os, re, sys
@@ -450,6 +387,8 @@ cpu_polls, cpu_churn = d(p0, p1, 4), d(c0, c1, 4) * seconds / churn_s
 print(f"| Redis usec (commandstats), churn's own taken out | {(usec_polls - usec_churn) / answered:.2f} µs |")
 print(f"| Redis usec (commandstats), all | {usec_polls / answered:.2f} µs |")
 print(f"| Redis CPU (INFO cpu), churn's own taken out | {(cpu_polls - cpu_churn) / answered:.2f} µs |")
+with open(os.path.join(os.environ["CHURN_WORK"], "figures.json"), "w") as f:
+    json.dump({"polls": answered, "cpu_polls": cpu_polls, "cpu_churn": cpu_churn}, f)
 print(f"| script calls | {(d(p0, p1, 2) - d(c0, c1, 2)) / answered:.3f} |")
 print(f"| plain commands of polls far back | {(d(p0, p1, 3) - d(c0, c1, 3)) / answered:.3f} |")
 print()
@@ -529,7 +468,63 @@ if [ -f "$work/by-script" ]; then
   echo
   cat "$work/by-script"
 fi
-if [ -f "$work/perf-report" ]; then
+if [ -n "${CHURN_PERF:-}" ]; then
+  for pid in "${perf_pids[@]}"; do wait "$pid" || true; done
   echo
-  cat "$work/perf-report"
+  echo "Where redis-server's CPU went (perf record at 999 Hz, self time by symbol), during the"
+  echo "polls and during the churn alone; a poll's share is the first less the second, over the polls:"
+  echo
+  for phase in perf perf-churn; do
+    perf report -i "$work/$phase.data" --no-children --sort dso,symbol --stdio 2>/dev/null |
+      grep -E '^ +[0-9.]+%' > "$work/$phase-symbols" || true
+  done
+  python3 - "$work/perf-symbols" "$work/perf-churn-symbols" "$work/figures.json" <<'PY'
+import json, re, sys
+def table(path):
+    rows = []
+    for line in open(path):
+        m = re.match(r"\s+([0-9.]+)%\s+(\S+)\s+\[(.)\]\s+(\S+)", line)
+        if m:
+            rows.append((float(m.group(1)), m.group(2), m.group(3), m.group(4)))
+    return rows
+rows, churn_rows = table(sys.argv[1]), table(sys.argv[2])
+# The polls and Redis's CPU (us) in each phase, as the report above counted them.
+figures = json.load(open(sys.argv[3]))
+cpu_polls, cpu_churn, polls = figures["cpu_polls"], figures["cpu_churn"], figures["polls"]
+def kind(dso, level, sym):
+    if level == "k" or dso.startswith("[kernel"):
+        return "the kernel (scheduling, network, syscalls)"
+    if re.match(r"(lua|luaV|luaH|luaS|luaD|luaC|luaF|luaO|luaK|luaM|luaL|luaX|luaY|luaT|luaG|luaZ|luaU|luaE|luaI|luaB|str_|math_|tab_|auxL)", sym) or sym.startswith(("luaRedis", "luaReply", "redisProtocolToLua", "luaCallFunction", "evalGenericCommand", "scriptCall")):
+        return "Lua: the interpreter and redis.call"
+    if sym in ("dictFind", "dictSdsKeyCompare", "dictSdsHash", "dictGenHashFunction", "siphash", "dictFetchValue", "lookupKey", "dictEncObjKeyCompare", "dictEncObjHash", "hashTypeGetValue", "hashTypeGetFromHashTable"):
+        return "hash-table lookups (keys, hash fields, the command table)"
+    if re.match(r"(je_|malloc|free|zmalloc|zfree|zcalloc|zrealloc|_int_|__libc_)", sym) or sym in ("malloc_usable_size", "cfree"):
+        return "memory allocation"
+    if sym.startswith("0x"):
+        return "unnamed (static functions of redis-server: Lua's among them)"
+    if dso.startswith("libc") or dso.startswith("ld-"):
+        return "libc (copies, strings)"
+    return "the rest of redis-server (commands, networking, replies)"
+def by_kind(rows):
+    total = {}
+    for share, dso, level, sym in rows:
+        k = kind(dso, level, sym)
+        total[k] = total.get(k, 0) + share
+    return total
+total, churn_total = by_kind(rows), by_kind(churn_rows)
+print("| | polls and churn | churn alone | a poll's share |")
+print("|---|---|---|---|")
+for k in sorted(total, key=lambda k: -total[k]):
+    mine = (total[k] * cpu_polls - churn_total.get(k, 0) * cpu_churn) / 100 / polls
+    print(f"| {k} | {total[k]:.1f}% | {churn_total.get(k, 0):.1f}% | {mine:.2f} µs |")
+print(f"| Redis CPU (INFO cpu) | {cpu_polls / 1e6:.2f} s | {cpu_churn / 1e6:.2f} s | "
+      f"{(cpu_polls - cpu_churn) / polls:.2f} µs |")
+print()
+print("During the polls, the symbols:")
+print()
+print("| self | where | symbol |")
+print("|---|---|---|")
+for share, dso, level, sym in rows[:25]:
+    print(f"| {share:.2f}% | {dso} | {sym} |")
+PY
 fi

@@ -210,8 +210,7 @@ fn polls_that_keep_coming_are_gathered_into_a_call_a_pace() {
     std::thread::sleep(Duration::from_millis(300));
     let mut client = Client::connect(paced.addr);
     let started = Instant::now();
-    client.send("GET /api/v1/queue/rank?userId=paced_0 HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert_eq!(client.response().0.status, 200);
+    poll_own(&mut client, "paced_0");
     assert!(
         started.elapsed() < Duration::from_millis(80),
         "{:?}",

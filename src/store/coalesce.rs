@@ -77,6 +77,15 @@ struct State<B: Batch> {
     pending: Vec<Waiting<B>>,
 }
 
+impl<B: Batch> State<B> {
+    /// Drops the callers that gave up (deadline, or their client left);
+    /// how many are left.
+    fn live(&mut self) -> usize {
+        self.pending.retain(|(_, tx)| !tx.is_closed());
+        self.pending.len()
+    }
+}
+
 impl<B: Batch> Coalescer<B> {
     pub fn new(batch: B, deadline: Duration) -> Arc<Coalescer<B>> {
         Coalescer::paced(batch, deadline, Duration::ZERO)
@@ -128,6 +137,24 @@ impl<B: Batch> Coalescer<B> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Requests came in while the last call (`started` then) was under way:
+    /// waits to gather more for a pace from its start, unless a call is
+    /// full, or nothing is pending (the loop is then done at once).
+    async fn pace_from(&self, started: tokio::time::Instant) {
+        // Listening before looking: a call filled in between still ends
+        // the wait.
+        let filled = self.full.notified();
+        tokio::pin!(filled);
+        filled.as_mut().enable();
+        let pending = self.lock().live();
+        if (1..MAX_USERS_PER_CALL).contains(&pending) {
+            tokio::select! {
+                _ = tokio::time::sleep_until(started + self.pace) => {}
+                _ = filled => {}
+            }
+        }
+    }
+
     /// Makes calls until nothing is pending.
     async fn drive(self: Arc<Self>) {
         let mut driving = Driving {
@@ -138,32 +165,11 @@ impl<B: Batch> Coalescer<B> {
         let mut last: Option<tokio::time::Instant> = None;
         loop {
             if let Some(started) = last.filter(|_| !self.pace.is_zero()) {
-                // Requests came in while the last call was under way: gather
-                // more for a pace from its start, unless a call is full.
-                // (Listening before looking: a call filled in between
-                // still ends the wait.)
-                let filled = self.full.notified();
-                tokio::pin!(filled);
-                filled.as_mut().enable();
-                // Nothing pending (callers that gave up do not count):
-                // done at once, below.
-                let pending = {
-                    let mut state = self.lock();
-                    state.pending.retain(|(_, tx)| !tx.is_closed());
-                    state.pending.len()
-                };
-                if (1..MAX_USERS_PER_CALL).contains(&pending) {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(started + self.pace) => {}
-                        _ = filled => {}
-                    }
-                }
+                self.pace_from(started).await;
             }
             let taken: Vec<Waiting<B>> = {
                 let mut state = self.lock();
-                // Callers that gave up (deadline, or their client left).
-                state.pending.retain(|(_, tx)| !tx.is_closed());
-                if state.pending.is_empty() {
+                if state.live() == 0 {
                     state.busy = false;
                     driving.done = true;
                     return;
