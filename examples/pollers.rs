@@ -15,6 +15,10 @@
 //! cargo run --release --example pollers -- poll --target 127.0.0.1:8080 --users 1000000 --connections 1024 --seconds 20 --rate 30000
 //! # one connection, a poll every 5 ms: the latency of a poll with no company
 //! cargo run --release --example pollers -- lone --target 127.0.0.1:8080 --users 1000000 --seconds 10
+//! # registering, keep each user's queueCredential (a line each, `-` for none);
+//! # polling, send it (`X-Queue-Credential`), as the page and the JS client do
+//! cargo run --release --example pollers -- register ... --credentials creds.txt
+//! cargo run --release --example pollers -- poll ... --credentials creds.txt
 //! ```
 //! It prints one line of `key=value` figures: requests, requests/s,
 //! latency p50/p99/max (ms; with a rate, from when each poll was due),
@@ -40,6 +44,8 @@ struct Args {
     /// Polls a second over all connections (0: each as soon as the last
     /// was answered).
     rate: f64,
+    /// Where the users' credentials are kept (register) or read (polls).
+    credentials: Option<String>,
 }
 
 fn args() -> Args {
@@ -54,6 +60,7 @@ fn args() -> Args {
         queue: None,
         prefix: "u".into(),
         rate: 0.0,
+        credentials: None,
     };
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
@@ -65,6 +72,7 @@ fn args() -> Args {
             "--queue" => a.queue = Some(value),
             "--prefix" => a.prefix = value,
             "--rate" => a.rate = value.parse().unwrap_or_else(|_| usage()),
+            "--credentials" => a.credentials = Some(value),
             _ => usage(),
         }
     }
@@ -74,7 +82,7 @@ fn args() -> Args {
 fn usage() -> ! {
     eprintln!(
         "usage: pollers register|sweep|poll|lone [--target ADDR] [--users N] [--connections C] \
-         [--seconds S] [--queue Q] [--prefix P] [--rate R]"
+         [--seconds S] [--queue Q] [--prefix P] [--rate R] [--credentials PATH]"
     );
     std::process::exit(2)
 }
@@ -83,6 +91,8 @@ fn usage() -> ! {
 struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
+    /// Where the last answer's body starts in `buf`.
+    body_at: usize,
 }
 
 impl Conn {
@@ -92,6 +102,7 @@ impl Conn {
         Ok(Conn {
             stream,
             buf: Vec::with_capacity(4096),
+            body_at: 0,
         })
     }
 
@@ -123,11 +134,21 @@ impl Conn {
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
+        self.body_at = head_end;
         let status = std::str::from_utf8(&self.buf[9..12])
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         Ok(status)
+    }
+}
+
+impl Conn {
+    /// The `queueCredential` of the last answer's JSON body, if any.
+    fn credential(&self) -> Option<String> {
+        let body = std::str::from_utf8(&self.buf[self.body_at..]).ok()?;
+        let v: serde_json::Value = serde_json::from_str(body).ok()?;
+        Some(v["queueCredential"].as_str()?.to_string())
     }
 }
 
@@ -145,17 +166,33 @@ struct Tally {
     late: u64,
 }
 
-fn rank_request(a: &Args, user: u64) -> Vec<u8> {
+fn rank_request(a: &Args, user: u64, credential: Option<&str>) -> Vec<u8> {
     let queue = a
         .queue
         .as_deref()
         .map(|q| format!("&queue={q}"))
         .unwrap_or_default();
+    let credential = credential
+        .map(|c| format!("X-Queue-Credential: {c}\r\n"))
+        .unwrap_or_default();
     format!(
-        "GET /api/v1/queue/rank?userId={}{user}{queue} HTTP/1.1\r\nHost: load\r\n\r\n",
+        "GET /api/v1/queue/rank?userId={}{user}{queue} HTTP/1.1\r\nHost: load\r\n{credential}\r\n",
         a.prefix
     )
     .into_bytes()
+}
+
+/// The credentials kept by `register --credentials`, by user (empty
+/// without the flag, or for a mode that registers).
+fn read_credentials(a: &Args) -> Vec<Option<String>> {
+    match (&a.credentials, a.mode.as_str()) {
+        (Some(path), mode) if mode != "register" => std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .lines()
+            .map(|l| (l != "-").then(|| l.to_string()))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 fn register_request(a: &Args, user: u64) -> Vec<u8> {
@@ -175,6 +212,12 @@ fn register_request(a: &Args, user: u64) -> Vec<u8> {
 #[tokio::main]
 async fn main() {
     let a = Arc::new(args());
+    let credentials = Arc::new(read_credentials(&a));
+    // What `register --credentials` keeps, by user.
+    let keeping = a.credentials.is_some() && a.mode == "register";
+    let slots = if keeping { a.users as usize } else { 0 };
+    let kept: Arc<std::sync::Mutex<Vec<Option<String>>>> =
+        Arc::new(std::sync::Mutex::new(vec![None; slots]));
     let started = Instant::now();
     let deadline = started + Duration::from_secs(a.seconds);
     let next = Arc::new(AtomicU64::new(0));
@@ -183,6 +226,7 @@ async fn main() {
     let tasks: Vec<_> = (0..connections)
         .map(|c| {
             let (a, next, done) = (a.clone(), next.clone(), done.clone());
+            let (credentials, kept) = (credentials.clone(), kept.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 let mut conn = match Conn::open(a.target).await {
@@ -211,6 +255,9 @@ async fn main() {
                         was_due = Some(*at);
                         *at += step;
                     }
+                    let credential_of =
+                        |user: u64| credentials.get(user as usize).and_then(|c| c.as_deref());
+                    let mut registering = None;
                     let request = match a.mode.as_str() {
                         "register" | "sweep" => {
                             let user = next.fetch_add(1, Ordering::Relaxed);
@@ -218,8 +265,9 @@ async fn main() {
                                 break;
                             }
                             if a.mode == "sweep" {
-                                rank_request(&a, user)
+                                rank_request(&a, user, credential_of(user))
                             } else {
+                                registering = Some(user);
                                 register_request(&a, user)
                             }
                         }
@@ -231,13 +279,19 @@ async fn main() {
                             rng ^= rng << 13;
                             rng ^= rng >> 7;
                             rng ^= rng << 17;
-                            rank_request(&a, rng % a.users)
+                            let user = rng % a.users;
+                            rank_request(&a, user, credential_of(user))
                         }
                         _ => usage(),
                     };
                     let sent = was_due.unwrap_or_else(Instant::now);
                     match conn.exchange(&request).await {
-                        Ok(200) => tally.micros.push(sent.elapsed().as_micros() as u32),
+                        Ok(200) => {
+                            tally.micros.push(sent.elapsed().as_micros() as u32);
+                            if let Some(user) = registering.filter(|_| a.credentials.is_some()) {
+                                kept.lock().unwrap()[user as usize] = conn.credential();
+                            }
+                        }
                         Ok(_) => tally.errors += 1,
                         Err(_) => {
                             tally.errors += 1;
@@ -264,6 +318,15 @@ async fn main() {
         all.late += tally.late;
     }
     let elapsed = started.elapsed().as_secs_f64();
+    if let (Some(path), "register") = (&a.credentials, a.mode.as_str()) {
+        let kept = kept.lock().unwrap();
+        let mut text = String::with_capacity(kept.len() * 44);
+        for credential in kept.iter() {
+            text.push_str(credential.as_deref().unwrap_or("-"));
+            text.push('\n');
+        }
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
     all.micros.sort_unstable();
     let pct = |p: f64| -> f64 {
         if all.micros.is_empty() {

@@ -5,14 +5,16 @@
 -- KEYS[3] credential HASH (admitted users only), KEYS[4] active ZSET,
 -- KEYS[5] prequeue ZSET (placed pre-queue users keep their arrival there),
 -- KEYS[6] admission HASH (counts the removals: see `counted` in lib.lua),
--- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua)
+-- KEYS[7] due HASH, KEYS[8] dues ZSET (see `heartbeats` in lib.lua),
+-- KEYS[9] numbering HASH, KEYS[10] marks STRING, KEYS[11] arrivals STRING
+-- (see `marks` in lib.lua)
 -- ARGV[1] batch size, ARGV[2] heartbeat timeout (ms), ARGV[3] outage grace
 -- (ms: see `outage_cutoff` in lib.lua)
 --
 -- Returns {removed_waiting, removed_active, more}: more is 1 when silent
 -- users may be left that this call had no room to look at.
 local batch, timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-if #KEYS ~= 8 or #ARGV ~= 3 or not batch or batch < 1 or not timeout or timeout < 1
+if #KEYS ~= 11 or #ARGV ~= 3 or not batch or batch < 1 or not timeout or timeout < 1
     or not grace or grace < 0 then
   return redis.error_reply('ERR waitgate cleanup: bad arguments')
 end
@@ -89,7 +91,7 @@ for i = 1, #candidates, 500 do
     -- are remembered (a user filed twice is stale twice or not at all).
     -- Their heartbeats go at once, while the lookup just made has them in
     -- the CPU's cache (about 5% of a call of 500, measured at a million).
-    local first = #stale + 1
+    local these, values = {}, {}
     for j = 1, last - i + 1 do
       local value = hashed[j]
       if value then
@@ -97,19 +99,25 @@ for i = 1, #candidates, 500 do
         local due = tonumber(colon and string.sub(value, 1, colon - 1) or value) or 0
         local user = candidates[i + j - 1]
         if due < cutoff and not seen[user] then
-          stale[#stale + 1] = user
+          these[#these + 1], values[#values + 1] = user, value
           seen[user] = true
         end
       end
     end
-    if #stale >= first then
-      redis.call('HDEL', KEYS[7], unpack(stale, first, #stale))
+    -- (A numbered user whose mark is fresh keeps the HASH's heartbeat,
+    -- which holds the number: the scan of the marks looks at them.)
+    these = stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff)
+    if #these > 0 then
+      redis.call('HDEL', KEYS[7], unpack(these))
+      for _, user in ipairs(these) do
+        stale[#stale + 1] = user
+      end
     end
   end
 end
 
 -- The stale who still wait go from waiting (see `remove_waiting`).
-local removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale)
+local removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]})
 if legacy then
   in_chunks(stale, function(...)
     redis.call('HDEL', KEYS[7], ...)

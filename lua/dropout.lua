@@ -12,7 +12,9 @@
 --         lib.lua),
 -- KEYS[7] due HASH (KEYS[2] and this: see `heartbeats` in lib.lua),
 -- KEYS[8] spent ZSET (userId -> the latest arrival that may not be seated
---         again), KEYS[9] control HASH (when the state was last lost)
+--         again), KEYS[9] control HASH (when the state was last lost),
+-- KEYS[10] numbering HASH, KEYS[11] marks STRING, KEYS[12] arrivals STRING
+--         (see `marks` in lib.lua)
 -- ARGV[1] userId
 -- ARGV[2] the arrival the credential names (decimal, microseconds)
 --
@@ -24,7 +26,7 @@
 --
 -- A registration that left is marked spent, so that no loss of state can
 -- bring it back.
-if #KEYS ~= 9 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
+if #KEYS ~= 12 or #ARGV ~= 2 or #ARGV[1] == 0 or #ARGV[1] > 128
     or not string.match(ARGV[2], '^%d+$') or #ARGV[2] > 16 then
   return redis.error_reply('ERR waitgate dropout: bad arguments')
 end
@@ -42,6 +44,9 @@ if found == 'waiting' then
   if score then
     redis.call('ZREM', KEYS[1], user)
     departed(KEYS[6], {score})
+    -- A numbered registration's mark goes with it: a poll far back that
+    -- brings the number reads the mark alone.
+    clear_marks({KEYS[10], KEYS[11], KEYS[12]}, {score})
   end
   redis.call('ZREM', KEYS[2], user)
   redis.call('HDEL', KEYS[7], user)

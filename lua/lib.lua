@@ -199,10 +199,11 @@ end
 --
 -- A heartbeat is written as `<due>:<arrival>`, the user's score in the
 -- waiting set with it, so that a poll far back finds both in one lookup
--- (see rank.lua); `<due>` alone (as by hand) is read too. Returns due
--- (false if none), arrival, and the arrival as written: a heartbeat written
--- again reuses that text (formatting a number of 16 digits costs more than
--- the rest of the write).
+-- (see rank.lua), or `<due>:<arrival>:<number>` for a numbered
+-- registration (see `marks`); `<due>` alone (as by hand) is read too.
+-- Returns due (false if none), arrival, the text after the due as written
+-- (a heartbeat written again reuses it: formatting a number of 16 digits
+-- costs more than the rest of the write), and the number, if any.
 local function parse_heartbeat(value)
   if not value then
     return false, nil
@@ -215,7 +216,14 @@ local function parse_heartbeat(value)
     return tonumber(value) or 0, nil
   end
   local text = string.sub(value, colon + 1)
-  return tonumber(string.sub(value, 1, colon - 1)) or 0, tonumber(text), text
+  local due = tonumber(string.sub(value, 1, colon - 1)) or 0
+  local second = string.find(text, ':', 1, true)
+  if not second then
+    return due, tonumber(text), text
+  end
+  -- `<due>:<arrival>:<number>`: a numbered registration (see `marks`).
+  local arrival = tonumber(string.sub(text, 1, second - 1))
+  return due, arrival, arrival and text, tonumber(string.sub(text, second + 1))
 end
 
 -- Files `user` as a candidate in the bucket ending at `ends`: into lists
@@ -243,8 +251,212 @@ local function file_all(dues_key, lists)
   in_chunks(index, function(...) redis.call('ZADD', dues_key, ...) end)
 end
 
--- heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
--- gives:
+-- Marks: the heartbeats of numbered registrations, four bytes each.
+--
+-- A registration made at the tail is given a dense number: the numbering
+-- HASH keeps `base`, the first number (the arrival of the first
+-- registration numbered, so that a number is never above its arrival, and
+-- numbers after a loss of Redis's data start above every earlier one, as
+-- arrivals do) and `next`. Number n's offset is n - base: the STRING marks
+-- holds four bytes there (a u32), the STRING arrivals eight (the
+-- registration's arrival, an i64). The number is signed into the user's
+-- credential and written after the arrival in the heartbeat
+-- (`<due>:<arrival>:<number>`), so that a poll far back that brings it reads
+-- and writes the mark alone, and a dropout finds it.
+--
+-- A mark is 0 (none) or the time its heartbeat is due (ms) mod 2^32 (1 for
+-- a due time that is 0 mod 2^32, a millisecond later): it tells any due
+-- within 24 days of Redis's time, exactly. A user's heartbeat is the later
+-- of the mark and the `due` HASH's, and cleanup removes a user only when
+-- both are past the cutoff: the dues lists check the mark of a numbered
+-- heartbeat, and a scan of the marks (src/store/marks.rs, lua/lapse.lua)
+-- the HASH of a stale mark.
+local MARK_WRAP = 4294967296
+
+-- The mark of a heartbeat due at due_ms.
+local function mark_of(due_ms)
+  local mark = due_ms % MARK_WRAP
+  if mark == 0 then
+    return 1
+  end
+  return mark
+end
+
+-- When a mark says its heartbeat is due (ms), seen at now_ms; nil for none.
+local function mark_due(mark, now_ms)
+  if not mark or mark == 0 then
+    return nil
+  end
+  local ahead = (mark - now_ms) % MARK_WRAP
+  if ahead >= MARK_WRAP / 2 then
+    ahead = ahead - MARK_WRAP
+  end
+  return now_ms + ahead
+end
+
+-- Runs BITFIELD on key with ops (four arguments an op) in chunks of 100.
+local function bitfield(key, ops)
+  local out = {}
+  for i = 1, #ops, 400 do
+    local got = redis.call('BITFIELD', key, unpack(ops, i, math.min(i + 399, #ops)))
+    for _, v in ipairs(got) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+-- The base of a queue's numbers, or nil while none was given.
+local function numbers_base(numbering_key)
+  return tonumber(redis.call('HGET', numbering_key, 'base'))
+end
+
+-- The marks of numbers (each a number, or false), as read now: a list of
+-- the same length (0 where the number has no mark, false where it is
+-- below the base or none was given).
+local function read_marks(numbering_key, marks_key, numbers)
+  local base = numbers_base(numbering_key)
+  local get, at, out = {}, {}, {}
+  for i = 1, #numbers do
+    local n = numbers[i]
+    out[i] = false
+    if base and n and n >= base then
+      get[#get + 1], get[#get + 2], get[#get + 3] = 'GET', 'u32', '#' .. int(n - base)
+      at[#at + 1] = i
+    end
+  end
+  local j = 0
+  for i = 1, #get, 300 do
+    local marks = redis.call('BITFIELD_RO', marks_key, unpack(get, i, math.min(i + 299, #get)))
+    for _, mark in ipairs(marks) do
+      j = j + 1
+      out[at[j]] = mark
+    end
+  end
+  return out
+end
+
+-- Sets the marks of numbers (n -> mark) at once.
+local function write_marks(numbering_key, marks_key, marks)
+  local base = numbers_base(numbering_key)
+  if not base then
+    return
+  end
+  local ops = {}
+  for n, mark in pairs(marks) do
+    if n >= base then
+      ops[#ops + 1], ops[#ops + 2], ops[#ops + 3], ops[#ops + 4] = 'SET', 'u32', '#' .. int(n - base), int(mark)
+    end
+  end
+  bitfield(marks_key, ops)
+end
+
+-- The users of `stale` (whose `due` HASH heartbeat is past the cutoff,
+-- with values as read) whose mark is past it too, or who have none: a
+-- numbered user polled far back lately has a later heartbeat in the mark.
+local function stale_by_marks(numbering_key, marks_key, stale, values, now_ms, cutoff)
+  local numbers, any = {}, false
+  for i, value in ipairs(values) do
+    local _, _, _, number = parse_heartbeat(value)
+    numbers[i] = number or false
+    any = any or number ~= nil
+  end
+  if not any then
+    return stale
+  end
+  local marks = read_marks(numbering_key, marks_key, numbers)
+  local out = {}
+  for i, user in ipairs(stale) do
+    local due = marks[i] and mark_due(marks[i], now_ms)
+    if not (due and due >= cutoff) then
+      out[#out + 1] = user
+    end
+  end
+  return out
+end
+
+-- The number a registration at `arrival` (a waiting score) was given, or
+-- nil: a binary search of the arrivals STRING (numbers are given in the
+-- order of their arrivals), about log2(n) reads of eight bytes.
+-- marks_keys: the numbering HASH, the marks and the arrivals.
+local function number_of(marks_keys, arrival)
+  local base = marks_keys and numbers_base(marks_keys[1])
+  arrival = tonumber(arrival)
+  if not base or not arrival then
+    return nil
+  end
+  local lo, hi = 0, math.floor(redis.call('STRLEN', marks_keys[3]) / 8) - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local at = redis.call('BITFIELD_RO', marks_keys[3], 'GET', 'i64', '#' .. mid)[1]
+    if at == arrival then
+      return base + mid
+    elseif at < arrival then
+      lo = mid + 1
+    else
+      hi = mid - 1
+    end
+  end
+  return nil
+end
+
+-- Clears the marks of the registrations at `arrivals` (waiting scores, of
+-- users who leave), wherever they were numbered (see `number_of`). Every
+-- removal from waiting but admission (from the head, where nobody is
+-- decided by a mark) goes through it, so that a mark that stays fresh never
+-- speaks for a user who left, whatever the `due` HASH held.
+local function clear_marks(marks_keys, arrivals)
+  if not marks_keys or #arrivals == 0 then
+    return
+  end
+  local cleared = {}
+  for _, arrival in ipairs(arrivals) do
+    local number = number_of(marks_keys, arrival)
+    if number then
+      cleared[number] = 0
+    end
+  end
+  if next(cleared) then
+    write_marks(marks_keys[1], marks_keys[2], cleared)
+  end
+end
+
+-- Numbers a batch's registrations: take(arrival, due_ms) gives the next
+-- number, and flush() writes the numbers, marks and arrivals taken.
+local function numberer(numbering_key, marks_key, arrivals_key)
+  local nb = {}
+  local base, first, next_number
+  local marks, arrivals = {}, {}
+  function nb.take(arrival, due_ms)
+    if not next_number then
+      local v = redis.call('HMGET', numbering_key, 'base', 'next')
+      base, next_number = tonumber(v[1]), tonumber(v[2])
+      if not base then
+        base, next_number = arrival, arrival
+      end
+      first = next_number
+    end
+    local number = next_number
+    next_number = next_number + 1
+    local at = '#' .. int(number - base)
+    marks[#marks + 1], marks[#marks + 2], marks[#marks + 3], marks[#marks + 4] = 'SET', 'u32', at, int(mark_of(due_ms))
+    arrivals[#arrivals + 1], arrivals[#arrivals + 2], arrivals[#arrivals + 3], arrivals[#arrivals + 4] = 'SET', 'i64', at, int(arrival)
+    return number
+  end
+  function nb.flush()
+    if not next_number or next_number == first then
+      return
+    end
+    redis.call('HSET', numbering_key, 'base', int(base), 'next', int(next_number))
+    bitfield(arrivals_key, arrivals)
+    bitfield(marks_key, marks)
+  end
+  return nb
+end
+
+-- heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax, marks)
+-- (marks: {numbering_key, marks_key}, to write the mark of a numbered
+-- heartbeat with it; nil where the script has neither) gives:
 --   poll_after(wait_ms)     the advice: a quarter of the expected wait, from
 --                           pmin to pmax (pmax when the wait is unknown, -1)
 --   read(first, last, hashed)  reads the heartbeats of ARGV[first..last] at
@@ -266,8 +478,10 @@ end
 --   forget(users)           drops the heartbeats of users who leave waiting
 --   flush()                 writes what keep and set decided: a script that
 --                           calls either calls this before it returns
-local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax)
+local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pmin, pmax, marks)
   local h, due, arrivals, writes, lists, moved_out = {}, {}, {}, {}, {}, {}
+  -- The marks to write with the heartbeats (number -> mark).
+  local marked = {}
   local span = math.min(1000, pmin)
   local legacy = redis.call('EXISTS', legacy_key) == 1
   h.legacy = legacy
@@ -285,12 +499,13 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     end
     return hashed
   end
-  local texts = {}
+  local texts, numbers = {}, {}
   local function remember(user, value, old)
-    local d, arrival, text = parse_heartbeat(value)
+    local d, arrival, text, number = parse_heartbeat(value)
     -- The text is reused only if it is a number (a malformed one is
     -- written anew from the waiting set's score).
     due[user], arrivals[user], texts[user] = later(d, old), arrival, arrival and text
+    numbers[user] = arrival and number
   end
   function h.read(first, last, hashed)
     hashed = hashed or redis.call('HMGET', due_key, unpack(ARGV, first, last))
@@ -311,6 +526,12 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   -- `<at>:<arrival>`.
   function h.put(user, at, value)
     due[user] = at
+    if marks then
+      local _, _, _, number = parse_heartbeat(value)
+      if number then
+        marked[number] = mark_of(at)
+      end
+    end
     file(lists, (math.floor(at / span) + 1) * span, user)
     writes[#writes + 1] = user
     writes[#writes + 1] = value
@@ -318,9 +539,17 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
   function h.arrival(user)
     return arrivals[user]
   end
+  -- The number of the user's registration at `arrival`, if it has one
+  -- (see `marks`).
+  function h.number(user, arrival)
+    return arrivals[user] == arrival and numbers[user] or nil
+  end
   -- The arrival to write with a user's heartbeat from now on (a score read
   -- from the waiting set outranks the one the heartbeat had).
   function h.arrive(user, arrival)
+    if arrivals[user] ~= arrival then
+      numbers[user] = nil
+    end
     arrivals[user], texts[user] = arrival, nil
   end
   function h.due(user)
@@ -338,11 +567,25 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     end
     return text
   end
-  function h.set(user, advice, arrival, arrival_text)
+  -- A heartbeat due `advice` from now. With `arrival`, of a registration
+  -- made now, numbered `number` (or not); else of the one the user has.
+  function h.set(user, advice, arrival, arrival_text, number)
     local text = not arrival and texts[user]
+    if arrival then
+      numbers[user] = number
+      if number then
+        arrival_text = (arrival_text or int(arrival)) .. ':' .. int(number)
+      end
+    end
     arrival = arrival or arrivals[user] or tonumber(redis.call('ZSCORE', waiting_key, user))
+    if not text and arrival and numbers[user] and not arrival_text then
+      arrival_text = int(arrival) .. ':' .. int(numbers[user])
+    end
     local at = now_ms + advice
     due[user], arrivals[user] = at, arrival
+    if marks and numbers[user] and not number then
+      marked[numbers[user]] = mark_of(at)
+    end
     file(lists, (math.floor(at / span) + 1) * span, user)
     writes[#writes + 1] = user
     if text then
@@ -382,7 +625,10 @@ local function heartbeats(legacy_key, due_key, dues_key, waiting_key, now_ms, pm
     file_all(dues_key, lists)
     in_chunks(writes, function(...) redis.call('HSET', due_key, ...) end)
     in_chunks(moved_out, function(...) redis.call('ZREM', legacy_key, ...) end)
-    writes, lists, moved_out = {}, {}, {}
+    if next(marked) then
+      write_marks(marks[1], marks[2], marked)
+    end
+    writes, lists, moved_out, marked = {}, {}, {}, {}
   end
   return h
 end
@@ -552,8 +798,10 @@ end
 -- Takes the stale users (a list, each once) out of waiting, and a placed
 -- one's pre-queue entry with them; a pre-queue entry of anyone else is a
 -- registration of its own, and stays. Counts and logs the departures (see
--- `departed`), and returns how many were waiting.
-local function remove_waiting(waiting_key, prequeue_key, admission_key, stale)
+-- `departed`), clears their marks (marks_keys: the numbering HASH, the
+-- marks and the arrivals, see `clear_marks`), and returns how many were
+-- waiting.
+local function remove_waiting(waiting_key, prequeue_key, admission_key, stale, marks_keys)
   local waited, arrivals = {}, {}
   for i = 1, #stale, 500 do
     local last = math.min(i + 499, #stale)
@@ -573,6 +821,7 @@ local function remove_waiting(waiting_key, prequeue_key, admission_key, stale)
     end
   end)
   departed(admission_key, arrivals)
+  clear_marks(marks_keys, arrivals)
   return #waited
 end
 

@@ -6,7 +6,8 @@
 -- KEYS[4] admission HASH (for the wait estimate and the rank counters),
 -- KEYS[5] control HASH (live settings, event), KEYS[6] prequeue ZSET,
 -- KEYS[7] due HASH, KEYS[8] dues ZSET (KEYS[2] and these: see `heartbeats`
--- in lib.lua)
+-- in lib.lua), KEYS[9] numbering HASH, KEYS[10] marks STRING (a numbered
+-- heartbeat's mark is written with it: see `marks` in lib.lua)
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size (as
 --         configured; the control hash may override both)
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
@@ -60,7 +61,7 @@ local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
 local have, expect = string.match(ARGV[9] or '', '^(%-?%d+):?(%d*)$')
 have = tonumber(have)
-if #KEYS ~= 8 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+if #KEYS ~= 10 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not tonumber(ARGV[6]) or not tonumber(ARGV[7]) or not tonumber(ARGV[8])
     or not have or (#ARGV > 9 and not batch_users(10)) then
   return redis.error_reply('ERR waitgate rank: bad arguments')
@@ -71,7 +72,8 @@ local phase = event_phase(control, now_ms)
 interval = control.interval or interval
 local estimate, first_ms, rate = wait_estimator(KEYS[4], now_ms, interval,
   control.batch or batch)
-local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax)
+local beats = heartbeats(KEYS[2], KEYS[7], KEYS[8], KEYS[1], now_ms, pmin, pmax,
+  {KEYS[9], KEYS[10]})
 local values = {}
 if #ARGV > 9 then
   values = redis.call('HMGET', KEYS[7], unpack(ARGV, 10, #ARGV))
@@ -174,7 +176,9 @@ for i = 10, #ARGV do
     -- (A user twice in one batch: the heartbeat this batch wrote.)
     local due = beats.due(user) or tonumber(string.sub(value, 1, colon - 1))
     local text = string.sub(value, colon + 1)
-    local arrival = tonumber(text)
+    -- (`<arrival>:<number>` for a numbered registration.)
+    local second = string.find(text, ':', 1, true)
+    local arrival = tonumber(second and string.sub(text, 1, second - 1) or text)
     if due and arrival and due >= oldest and arrival >= far_from and arrival < far_to then
       local left = due - now_ms
       if left >= keep_low and left <= keep_high then

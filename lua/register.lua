@@ -14,6 +14,8 @@
 --                          dues ZSET (its buckets): see `heartbeats`
 -- KEYS[10] proofs ZSET    (id -> its expiry, ms): proofs of work and invites
 --                          that bought a place
+-- KEYS[11] numbering HASH, KEYS[12] marks STRING, KEYS[13] arrivals STRING
+--                          (the numbers of registrations: see `marks` in lib.lua)
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
@@ -22,8 +24,10 @@
 --         batch (from 1), the proof's id, its expiry (ms)
 -- ARGV[7+3p..] userIds, 1 to 500
 --
--- Returns, for each user in order, five numbers: four below and the poll
--- advice (ms; 0 where there is no place to poll):
+-- Returns, for each user in order, six numbers: four below, the poll
+-- advice (ms; 0 where there is no place to poll) and the registration's
+-- number (0 for none: see `marks` in lib.lua; given to registrations made
+-- at the tail once the queue is open):
 --         {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
 --                                      waitgate signs the arrival into the
 --                                      queueCredential (src/queue_api/credential.rs)
@@ -56,7 +60,7 @@ local proofs = tonumber(ARGV[6])
 -- The first user's ARGV index, and a user's place in the batch from it.
 local first = 7 + 3 * (proofs or 0)
 local count = proofs and batch_users(first)
-if #KEYS ~= 10 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+if #KEYS ~= 13 or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not count or proofs < 0 or proofs > 2 * count then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
@@ -90,11 +94,11 @@ if control.closed then
     local expiry = tonumber(expiries[i - first + 1])
     if expiry and expiry > now_ms then
       for _, n in ipairs({3, expiry, 0, tonumber(redis.call('HGET', KEYS[3], ARGV[i]) or '0'),
-          0}) do
+          0, 0}) do
         out[#out + 1] = n
       end
     else
-      for _, n in ipairs({7, 0, 0, 0, 0}) do
+      for _, n in ipairs({7, 0, 0, 0, 0, 0}) do
         out[#out + 1] = n
       end
     end
@@ -151,7 +155,11 @@ local function committed_at()
   return tonumber(redis.call('HGET', KEYS[6], 'committed_at')) or 0
 end
 local joined = 0
-local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax)
+local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax,
+  {KEYS[11], KEYS[12]})
+local numbers = numberer(KEYS[11], KEYS[12], KEYS[13])
+-- The number of the registration each call of `register` below answered.
+local number = 0
 
 -- Once the queue is open, most of a batch are new users. For them the
 -- batch reads the waiting and active scores of all its users with one call
@@ -207,7 +215,9 @@ local function join(user, i)
   local rank = size - 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
-  beats.set(user, advice, score, score_text)
+  local n = numbers and numbers.take(score, now_ms + advice)
+  beats.set(user, advice, score, score_text, n)
+  number = n or 0
   return 1, rank, wait, score, advice
 end
 
@@ -238,6 +248,9 @@ local function register(user, i)
     -- pre-queue user's arrival is their pre-queue score (their waiting score
     -- is the place the shuffle gave them), as admission and dropout read it.
     local arrival = redis.call('ZSCORE', KEYS[7], user) or place
+    if arrival == place then
+      number = beats.number(user, tonumber(place)) or 0
+    end
     return 2, rank, wait, tonumber(arrival), advice
   end
   local prequeued_at = phase ~= 'open' and redis.call('ZSCORE', KEYS[7], user)
@@ -336,6 +349,7 @@ end
 local out = {}
 for i = 1, count do
   local code, value, wait, arrival, advice = spent_code(i), 0, 0, 0, 0
+  number = 0
   if code and placed(ARGV[first + i - 1]) then
     code = nil
   end
@@ -350,9 +364,13 @@ for i = 1, count do
   out[#out + 1] = wait
   out[#out + 1] = arrival
   out[#out + 1] = advice
+  out[#out + 1] = number
 end
 write_adds()
 beats.flush()
+if numbers then
+  numbers.flush()
+end
 counted(KEYS[5], 'joined', joined)
 -- Last, after every write that may grow memory (see forget_active): the
 -- proofs whose challenge expired go, each once; and the set is given the

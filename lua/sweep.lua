@@ -19,7 +19,8 @@
 -- KEYS as cleanup.lua's: KEYS[1] waiting ZSET, KEYS[2] heartbeat ZSET (of
 -- earlier versions), KEYS[3] credential HASH, KEYS[4] active ZSET,
 -- KEYS[5] prequeue ZSET, KEYS[6] admission HASH, KEYS[7] due HASH,
--- KEYS[8] dues ZSET
+-- KEYS[8] dues ZSET, KEYS[9] numbering HASH, KEYS[10] marks STRING,
+-- KEYS[11] arrivals STRING
 -- ARGV[1] batch size (active entries), ARGV[2] heartbeat timeout (ms),
 -- ARGV[3] outage grace (ms: see `outage_cutoff` in lib.lua),
 -- ARGV[4] the bucket the instance read (its end as stored; '' for none),
@@ -40,7 +41,7 @@ local batch, timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARG
 local bucket = ARGV[4]
 local here = ARGV[5] == ''
 local length, read = tonumber(ARGV[5]), tonumber(ARGV[6])
-if #KEYS ~= 8 or #ARGV < 6 or #ARGV > 10006 or not batch or batch < 1 or not timeout
+if #KEYS ~= 11 or #ARGV < 6 or #ARGV > 10006 or not batch or batch < 1 or not timeout
     or timeout < 1 or not grace or grace < 0 or not read or read < 0
     or read ~= math.floor(read)
     or (here and (#ARGV > 6 or bucket == '' or read > 10000))
@@ -68,6 +69,7 @@ local function still_stale(users, first)
   for i = first, #users, 500 do
     local last = math.min(i + 499, #users)
     local hashed = redis.call('HMGET', KEYS[7], unpack(users, i, last))
+    local these, values = {}, {}
     for j = i, last do
       local value, user = hashed[j - i + 1], users[j]
       if value and not seen[user] then
@@ -75,11 +77,16 @@ local function still_stale(users, first)
         local colon = string.find(value, ':', 1, true)
         local due = tonumber(colon and string.sub(value, 1, colon - 1) or value) or 0
         if due < cutoff then
-          stale[#stale + 1] = user
+          these[#these + 1], values[#values + 1] = user, value
         else
           fresh[#fresh + 1] = user
         end
       end
+    end
+    -- A numbered user whose mark is fresh is not stale (nor a stray: the
+    -- scan of the marks looks at them).
+    for _, user in ipairs(stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff)) do
+      stale[#stale + 1] = user
     end
   end
   local strays = {}
@@ -111,7 +118,7 @@ if bucket ~= '' then
   end
   if #stale > 0 then
     in_chunks(stale, function(...) redis.call('HDEL', KEYS[7], ...) end)
-    removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale)
+    removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]})
   end
   if #strays > 0 then
     in_chunks(strays, function(...) redis.call('HDEL', KEYS[7], ...) end)

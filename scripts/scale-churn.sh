@@ -28,6 +28,11 @@
 #   CHURN_RATE=20000 scripts/scale.sh churn  # 20,000 polls a second, sent on time
 #   CHURN_PERF=1 scripts/scale.sh churn     # also where Redis's CPU went during the
 #                                           # polls (perf record of redis-server)
+#   CHURN_CREDENTIALS=0 scripts/scale.sh churn  # polls without the queueCredential (by
+#                                           # default each poll sends the user's, as the
+#                                           # page and the JS client do: far back its
+#                                           # heartbeat is then a mark at its number)
+#   CHURN_CREDENTIALS=compare scripts/scale.sh churn  # with them, then without, in one run
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -50,6 +55,16 @@ if [ -n "${CHURN_COMPARE:-}" ]; then
   CHURN_COMPARE='' CHURN_BINARY="$reference" "$0" "$@"
   exit
 fi
+# CHURN_CREDENTIALS=compare: polls with the users' credentials, then the
+# same without them, in one command.
+if [ "${CHURN_CREDENTIALS:-}" = compare ]; then
+  echo "# Polls that send the queueCredential"
+  CHURN_CREDENTIALS=1 "$0" "$@"
+  echo
+  echo "# The reference: the same polls without it"
+  CHURN_CREDENTIALS=0 "$0" "$@"
+  exit
+fi
 . scripts/ensure-tools.sh
 ensure_rust
 ensure_packages redis-server python3 curl
@@ -66,6 +81,8 @@ pace=${CHURN_PACE_MS:-}
 # CHURN_RATE: polls a second in all, sent on time (an open loop, as a crowd
 # polls); unset: each connection polls again as soon as it is answered.
 rate=${CHURN_RATE:-}
+# CHURN_CREDENTIALS=0: polls without the users' credentials.
+with_credentials=${CHURN_CREDENTIALS:-1}
 if [ -n "$rate" ] && ! { [[ "$rate" =~ ^[0-9]+$ ]] && [ "$rate" -ge "$instances" ]; }; then
   echo "CHURN_RATE: a whole number of polls a second, at least one per instance" >&2
   exit 1
@@ -134,13 +151,18 @@ done
 for i in $(seq "$instances"); do wait_port "${ports[$((i - 1))]}" "$work/waitgate-$i.log"; done
 
 echo "Registering $users users through the API ..." >&2
-fill=$("$RELEASE"/examples/pollers register --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256)
+fill=$("$RELEASE"/examples/pollers register --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256 \
+  --credentials "$work/credentials")
+# What the pollers send: each user's credential, or none.
+credentials=()
+[ "$with_credentials" = 0 ] || credentials=(--credentials "$work/credentials")
 echo "  $fill" >&2
 waiting=$(R ZCARD "$K:waiting")
 [ "$waiting" = "$users" ] || { echo "expected $users waiting, found $waiting" >&2; exit 1; }
 # Each user polled once (a registration's first poll), as in a queue that
 # has been polling a while.
-"$RELEASE"/examples/pollers sweep --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256 >/dev/null
+"$RELEASE"/examples/pollers sweep --target "127.0.0.1:${ports[0]}" --users "$users" --connections 256 \
+  "${credentials[@]}" >/dev/null
 
 info() { R INFO "$1" | tr -d '\r'; }
 # All commands' usec and calls, the scripts' and the plain poll commands'
@@ -157,7 +179,7 @@ for line in sys.argv[1].splitlines():
     usec += int(fields["usec"]); calls += int(fields["calls"])
     if name in ("evalsha", "eval", "evalsha_ro", "eval_ro"):
         scripts += int(fields["calls"])
-    elif name in ("hmget", "hset", "rpush", "zadd", "zmscore"):
+    elif name in ("hmget", "hset", "rpush", "zadd", "zmscore", "bitfield", "bitfield_ro"):
         plain += int(fields["calls"])
 cpu = sum(float(l.split(":")[1]) for l in sys.argv[2].splitlines()
           if l.startswith(("used_cpu_sys:", "used_cpu_user:")))
@@ -191,7 +213,8 @@ from resp import Redis
 call = Redis(port)
 # dropout.lua's KEYS, in its header's order.
 keys = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
-                              "admission", "due", "spent", "control")]
+                              "admission", "due", "spent", "control", "numbering", "marks",
+                              "arrivals")]
 random.seed(11)
 start = time.monotonic()
 done_dropouts = done_silent = 0
@@ -263,7 +286,8 @@ churn_pid=$!
 poll_pids=()
 for i in $(seq "$instances"); do
   "$RELEASE"/examples/pollers poll --target "127.0.0.1:${ports[$((i - 1))]}" --users "$users" \
-    --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} > "$work/pollers-$i" &
+    --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} \
+    "${credentials[@]}" > "$work/pollers-$i" &
   poll_pids+=($!)
 done
 profile_redis perf
@@ -409,7 +433,7 @@ print(f"The churn alone, no polls: {d(c0, c1, 0) / churn_s:,.0f} usec/s of Redis
 print()
 def delta(key):
     return m1.get(key, 0.0) - m0.get(key, 0.0)
-paths = ["instance", "derived", "near", "walked", "again", "other"]
+paths = ["instance", "marked", "derived", "near", "walked", "again", "other"]
 by_path = {p: delta(f'waitgate_rank_polls_total{{path="{p}",queue="big"}}') for p in paths}
 total = sum(by_path.values()) or 1
 print("How the polls were answered (all instances):")
@@ -420,7 +444,7 @@ for p in paths:
     print(f"| {p} | {by_path[p]:,.0f} | {100 * by_path[p] / total:.1f}% |")
 print()
 print("Against the age of the samples each instance held: the share walked far back")
-print("(walked and again) among the polls far back (instance, derived, walked, again):")
+print("(walked and again) among the polls far back (instance, marked, derived, walked, again):")
 print()
 print("| samples at most | polls far back | walked or asked again |")
 print("|---|---|---|")
@@ -428,7 +452,7 @@ edges = ["0.5", "1", "2", "3", "5", "10", "30", "+Inf"]
 prev = {p: 0.0 for p in paths}
 for le in edges:
     now = {p: delta(f'waitgate_rank_poll_sample_age_seconds_bucket{{path="{p}",queue="big",le="{le}"}}') for p in paths}
-    far = sum(now[p] - prev[p] for p in ("instance", "derived", "walked", "again"))
+    far = sum(now[p] - prev[p] for p in ("instance", "marked", "derived", "walked", "again"))
     slow = sum(now[p] - prev[p] for p in ("walked", "again"))
     if far:
         print(f"| {le} s | {far:,.0f} | {100 * slow / far:.1f}% |")

@@ -205,7 +205,9 @@ const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256
 pub const BATCH_CALLS: [&str; 3] = ["register", "rank", "token"];
 
 /// The `path` label of the rank poll metrics.
-pub const POLL_PATHS: [&str; 6] = ["instance", "derived", "near", "walked", "again", "other"];
+pub const POLL_PATHS: [&str; 7] = [
+    "instance", "marked", "derived", "near", "walked", "again", "other",
+];
 
 /// How far off an estimate was: a second to half an hour.
 const ESTIMATE_ERROR_BUCKETS: &[f64] =

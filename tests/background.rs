@@ -710,7 +710,7 @@ fn load_sweep(c: &mut redis::Connection) -> String {
         .unwrap()
 }
 
-/// The bucket and length (ARGV[4] and ARGV[5], after the script's 8 keys
+/// The bucket and length (ARGV[4] and ARGV[5], after the script's 11 keys
 /// and 3 settings) of each call of the sweep `sha` among MONITOR's `lines`.
 fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
     lines
@@ -719,7 +719,7 @@ fn sweep_steps(lines: &[String], sha: &str) -> Vec<(String, String)> {
         .map(|l| {
             let args: Vec<&str> = l.split("\" \"").collect();
             let arg = |i: usize| args.get(i).unwrap_or(&"?").to_string();
-            (arg(14), arg(15))
+            (arg(17), arg(18))
         })
         .collect()
 }
@@ -757,6 +757,9 @@ fn sweep_call(
         .key("queue:{baseball}:admission")
         .key(DUE)
         .key("queue:{baseball}:dues")
+        .key("queue:{baseball}:numbering")
+        .key("queue:{baseball}:marks")
+        .key("queue:{baseball}:arrivals")
         .arg(500)
         .arg(timeout_ms)
         .arg(10_000)

@@ -282,11 +282,11 @@ fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str
 }
 
 /// `register.lua` as waitgate runs it, called on queue `q` with `users`.
-fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 5]> {
+fn register_script(c: &mut redis::Connection, q: &str, users: &[&str]) -> Vec<[i64; 6]> {
     let flat = eval_register(c, REGISTER_LUA, q, users);
-    assert_eq!(flat.len(), 5 * users.len());
-    flat.chunks(5)
-        .map(|a| [a[0], a[1], a[2], a[3], a[4]])
+    assert_eq!(flat.len(), 6 * users.len());
+    flat.chunks(6)
+        .map(|a| [a[0], a[1], a[2], a[3], a[4], a[5]])
         .collect()
 }
 
@@ -315,7 +315,7 @@ fn a_batch_of_registrations_answers_as_the_same_registrations_one_call_each() {
     }
     let users = ["a", "b", "a", "w", "x", "y", "c", "b"];
     let batch = register_script(&mut c, "batch", &users);
-    let single: Vec<[i64; 5]> = users
+    let single: Vec<[i64; 6]> = users
         .iter()
         .map(|u| register_script(&mut c, "single", &[u])[0])
         .collect();
@@ -348,8 +348,14 @@ fn a_batch_of_registrations_answers_as_the_same_registrations_one_call_each() {
             let answer = users.iter().position(|u| u == user).unwrap();
             assert_eq!(answers[answer][3] as f64, *score, "{how} {user}");
             assert_eq!(answers[answer][1], i as i64, "{how} {user}");
+            // `<due>:<arrival>`, and its number after it if it was given one.
             let due: String = c.hget(k("due"), user).unwrap();
-            assert!(due.ends_with(&format!(":{}", *score as i64)), "{how} {due}");
+            let number = answers[answer][5];
+            let written = match number {
+                0 => format!(":{}", *score as i64),
+                n => format!(":{}:{n}", *score as i64),
+            };
+            assert!(due.ends_with(&written), "{how} {due}");
         }
         // The expired active state and its credential are gone; the live
         // one stays.
@@ -361,7 +367,7 @@ fn a_batch_of_registrations_answers_as_the_same_registrations_one_call_each() {
         assert_eq!(joined, 4, "{how}");
     }
     // Both give the same codes, ranks, waits and advice.
-    let strip = |a: &Vec<[i64; 5]>| {
+    let strip = |a: &Vec<[i64; 6]>| {
         a.iter()
             .map(|x| (x[0], x[1], x[2], x[4]))
             .collect::<Vec<_>>()

@@ -42,6 +42,12 @@ const VALUES: &[&str] = &[
     "1e3:5",
     "15.5:5",
     "1500:5:6",
+    "1500:1700000000000000:1700000000000000",
+    "1500:5:",
+    "1500:5:x",
+    "1500::6",
+    "1500:5:6:7",
+    "1500:x:6",
     "99999999999999999999999:5",
 ];
 
@@ -61,7 +67,7 @@ fn a_heartbeat_read_far_back_is_read_as_lua_reads_it() {
             assert_eq!(value.split_once(':').map(|(_, a)| a), Some(text));
         }
     }
-    assert_eq!(read, 2, "the well-formed values are read");
+    assert_eq!(read, 4, "the well-formed values are read");
 }
 
 /// Cleanup's reading before its script (`heartbeat::may_be_stale`) never

@@ -11,6 +11,11 @@ const DUE: &str = "queue:{baseball}:due";
 const DUES: &str = "queue:{baseball}:dues";
 /// The heartbeat buckets' lists, however many (see `heartbeats` in lua/lib.lua).
 const BUCKETS: &str = "queue:{baseball}:dues:*";
+/// The registrations' numbers, their arrivals and marks (see `marks` in
+/// lua/lib.lua).
+const ARRIVALS: &str = "queue:{baseball}:arrivals";
+const MARKS: &str = "queue:{baseball}:marks";
+const NUMBERING: &str = "queue:{baseball}:numbering";
 
 struct Setup {
     redis: Redis,
@@ -85,9 +90,16 @@ fn first_registration_creates_waiting_heartbeat_and_a_credential() {
     assert!(zscore(&mut c, WAITING_KEY, "user_10").is_some());
     assert!(heartbeat(&mut c, "user_10").is_some());
     // The credential is a MAC that waitgate checks itself: a waiting user
-    // costs Redis a sorted-set entry, a hash field and a place in a list.
+    // costs Redis a sorted-set entry, a hash field, a place in a list, and
+    // twelve bytes at its number (its arrival and its mark).
     assert!(!has_credential(&mut c, "user_10"));
-    assert_eq!(all_keys(&mut c), [DUE, DUES, BUCKETS, WAITING_KEY]);
+    assert_eq!(
+        all_keys(&mut c),
+        [ARRIVALS, DUE, DUES, BUCKETS, MARKS, NUMBERING, WAITING_KEY]
+    );
+    let arrivals: Vec<u8> = c.get(ARRIVALS).unwrap();
+    let marks: Vec<u8> = c.get(MARKS).unwrap();
+    assert_eq!((arrivals.len(), marks.len()), (8, 4));
     // It works: the holder can leave with it.
     assert_eq!(dropout(s.wg.addr, "user_10", credential).status, 204);
 }
@@ -386,7 +398,10 @@ fn dropout_needs_the_right_credential() {
     assert_eq!(twice.status, 400);
 
     assert!(zscore(&mut c, WAITING_KEY, "victim").is_some());
-    assert_eq!(before, [DUE, DUES, BUCKETS, WAITING_KEY]);
+    assert_eq!(
+        before,
+        [ARRIVALS, DUE, DUES, BUCKETS, MARKS, NUMBERING, WAITING_KEY]
+    );
     assert_eq!(all_keys(&mut c), before);
     assert_eq!(dropout(s.wg.addr, "victim", &cred).status, 204);
 }

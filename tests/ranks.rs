@@ -295,6 +295,8 @@ fn the_departure_log_is_read_on_only_where_it_still_holds_what_was_read() {
             "prequeue",
             "due",
             "dues",
+            "numbering",
+            "marks",
         ] {
             call.key(format!("queue:{{baseball}}:{key}"));
         }
@@ -461,8 +463,8 @@ fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
         .collect();
     assert!(!scripts.is_empty(), "{ran:?}");
     for call in &scripts {
-        // EVALSHA sha 8 <8 keys> <9 arguments>: no users.
-        assert_eq!(call.len(), 20, "a script call with users: {call:?}");
+        // EVALSHA sha 10 <10 keys> <9 arguments>: no users.
+        assert_eq!(call.len(), 22, "a script call with users: {call:?}");
     }
     let named = |name: &str, user: &str| {
         ran.iter()
@@ -590,10 +592,17 @@ fn a_dropout_or_a_new_registration_between_an_instances_read_and_write_far_back_
         exact,
         "answered at the new place, exactly"
     );
+    // `<due>:<arrival>`, and the new registration's number after it.
     let value: String = c.hget(DUE, "u20000").unwrap();
-    assert!(
-        value.ends_with(&format!(":{}", arrival as u64)),
+    assert_eq!(
+        value.split(':').nth(1),
+        Some((arrival as u64).to_string().as_str()),
         "the heartbeat names the new arrival {arrival}: {value}"
+    );
+    let number: u64 = c.hget("queue:{baseball}:numbering", "next").unwrap();
+    assert!(
+        value.ends_with(&format!(":{}", number - 1)),
+        "and the new registration's number: {value}"
     );
 
     // A dropout alone: the user is not waiting, and keeps no heartbeat.

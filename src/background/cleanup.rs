@@ -67,6 +67,9 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
             }
             from = next;
         }
+        if !failed {
+            failed = !lapse_marks(&shared, &queue, &mut log).await;
+        }
         if failed {
             // The pass failed: the claim goes back, so that an instance
             // that keeps failing does not keep the queue unswept.
@@ -77,6 +80,37 @@ async fn cleanup_loop(shared: Shared, queue: Arc<Queue>) {
             {
                 tracing::debug!(queue = %queue.name, error = %e, "cleanup claim not given back");
             }
+        }
+    }
+}
+
+/// The scan of the queue's marks (`Store::lapse_marks`): whether it ran.
+async fn lapse_marks(shared: &Shared, queue: &Queue, log: &mut FailureLog) -> bool {
+    match shared
+        .store
+        .lapse_marks(&queue.keys, &queue.config.heartbeat)
+        .await
+    {
+        Ok(lapsed) => {
+            shared
+                .metrics
+                .cleanup_removed
+                .with_label_values(&[&queue.name, CLEANUP_HEARTBEAT])
+                .inc_by(lapsed.removed);
+            if lapsed.removed + lapsed.cleared > 0 {
+                tracing::debug!(
+                    queue = %queue.name,
+                    stale = lapsed.removed,
+                    cleared = lapsed.cleared,
+                    "marks scanned"
+                );
+            }
+            true
+        }
+        Err(e) => {
+            shared.metrics.redis_error("cleanup");
+            log.failed(&queue.name, &e);
+            false
         }
     }
 }

@@ -22,6 +22,9 @@ pub struct ForUser {
     user: String,
     /// The arrival a credential names (token exchange only).
     arrival: u64,
+    /// The arrival and the number a numbered credential names (rank only:
+    /// see `Store::poll_many`).
+    numbered: Option<(u64, u64)>,
     /// The proof of work and the invite the user sent (register only,
     /// where the queue asks them).
     spends: Vec<Spent>,
@@ -94,11 +97,13 @@ fn ranks(
     Box::pin(async move {
         let queue = &requests[0].queue;
         let users: Vec<&str> = requests.iter().map(|r| r.user.as_str()).collect();
+        let numbered: Vec<Option<(u64, u64)>> = requests.iter().map(|r| r.numbered).collect();
         let samples = queue.ranks.get();
         store
             .poll_many(
                 queue.store_ref(),
                 &users,
+                &numbered,
                 samples.as_deref(),
                 &queue.near_head,
             )
@@ -175,6 +180,7 @@ impl Calls {
             queue: queue.clone(),
             user: user.to_string(),
             arrival,
+            numbered: None,
             spends: Vec::new(),
         }
     }
@@ -207,7 +213,14 @@ impl Calls {
         self.of(queue).register.call(request).await
     }
 
-    pub async fn rank(&self, queue: &Arc<Queue>, user: &str) -> Result<Polled, StoreError> {
+    /// The place of `user`, whose credential named this arrival and number
+    /// (`numbered`), if it was a numbered one.
+    pub async fn rank(
+        &self,
+        queue: &Arc<Queue>,
+        user: &str,
+        numbered: Option<(u64, u64)>,
+    ) -> Result<Polled, StoreError> {
         if !self.coalesce {
             return self
                 .store
@@ -216,7 +229,10 @@ impl Calls {
         }
         self.of(queue)
             .rank
-            .call(Calls::request(queue, user, 0))
+            .call(ForUser {
+                numbered,
+                ..Calls::request(queue, user, 0)
+            })
             .await
     }
 

@@ -357,10 +357,14 @@ impl QueueApi {
             // Only the signed-in user can get here without the cookie
             // (another device, or a lost cookie): the login proves who it
             // is, so this registration's credential is made again.
-            Registration::AlreadyWaiting { place, arrival } => {
+            Registration::AlreadyWaiting {
+                place,
+                arrival,
+                number,
+            } => {
                 let again = self.logins().map(|_| {
                     self.credentials()
-                        .issue(&queue.name, user.as_str(), arrival)
+                        .issue(&queue.name, user.as_str(), arrival, number)
                 });
                 Visit::Show(
                     View::Waiting {
@@ -400,9 +404,9 @@ impl QueueApi {
             // credential only it holds), and is shown the head of the queue.
             Registration::Active { arrival, .. } => {
                 if self.logins().is_some() && arrival > 0 {
-                    let credential = self
-                        .credentials()
-                        .issue(&queue.name, user.as_str(), arrival);
+                    let credential =
+                        self.credentials()
+                            .issue(&queue.name, user.as_str(), arrival, None);
                     match self.exchange(queue, user, &credential).await {
                         Ok(issued) => return Ok(Visit::Admitted(issued)),
                         // The active state ended just now: the next load

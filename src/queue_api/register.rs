@@ -235,10 +235,10 @@ impl QueueApi {
             registration.clone(),
             receipt.as_deref(),
             proven,
-            |arrival| {
-                let credential = self
-                    .credentials()
-                    .issue(&queue.name, user.as_str(), arrival);
+            |arrival, number| {
+                let credential =
+                    self.credentials()
+                        .issue(&queue.name, user.as_str(), arrival, number);
                 issued = Some(credential.clone());
                 credential
             },
@@ -324,11 +324,15 @@ fn outcome(
     registration: Registration,
     receipt: Option<&str>,
     proven: bool,
-    credential: impl FnOnce(u64) -> String,
+    credential: impl FnOnce(u64, Option<u64>) -> String,
 ) -> (&'static str, Reply) {
     match registration {
-        Registration::New { place, arrival } => {
-            let credential = credential(arrival);
+        Registration::New {
+            place,
+            arrival,
+            number,
+        } => {
+            let credential = credential(arrival, number);
             (
                 REGISTERED_NEW,
                 body::waiting(
@@ -358,7 +362,7 @@ fn outcome(
             expires_at_ms,
             arrival,
         } => {
-            let again = (proven && arrival > 0).then(|| credential(arrival));
+            let again = (proven && arrival > 0).then(|| credential(arrival, None));
             (
                 REGISTERED_ACTIVE,
                 body::registered_active(
@@ -379,7 +383,7 @@ fn outcome(
             poll_after_ms,
             ..
         } => {
-            let credential = new.then(|| credential(arrival));
+            let credential = new.then(|| credential(arrival, None));
             (
                 if new {
                     REGISTERED_NEW
@@ -447,7 +451,7 @@ mod tests {
         let queue = super::super::tests::queue();
         let user = UserId::parse("u1").unwrap();
         // The answer and its label, and the answer's JSON.
-        let run = |registration, proven, credential: fn(u64) -> String| {
+        let run = |registration, proven, credential: fn(u64, Option<u64>) -> String| {
             let (label, reply) = outcome(&queue, &user, registration, None, proven, credential);
             let v: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
             (label, reply.status, v)
@@ -457,14 +461,26 @@ mod tests {
             wait_ms: Some(0),
             poll_after_ms: 1_000,
         };
-        let made = |arrival| format!("credential-{arrival}");
-        let (label, _, v) = run(Registration::New { place, arrival: 7 }, false, made);
+        let made = |arrival, _| format!("credential-{arrival}");
+        let (label, _, v) = run(
+            Registration::New {
+                place,
+                arrival: 7,
+                number: None,
+            },
+            false,
+            made,
+        );
         assert_eq!(label, REGISTERED_NEW);
         assert_eq!(v["queueCredential"], "credential-7");
         let (label, _, v) = run(
-            Registration::AlreadyWaiting { place, arrival: 7 },
+            Registration::AlreadyWaiting {
+                place,
+                arrival: 7,
+                number: None,
+            },
             false,
-            |_| unreachable!("no credential for a second registration"),
+            |_, _| unreachable!("no credential for a second registration"),
         );
         assert_eq!(label, REGISTERED_AGAIN);
         assert!(v.get("queueCredential").is_none());
@@ -472,7 +488,7 @@ mod tests {
             expires_at_ms: 1_000,
             arrival: 7,
         };
-        let (label, _, v) = run(active(), false, |_| {
+        let (label, _, v) = run(active(), false, |_, _| {
             unreachable!("anyone may send a userId")
         });
         assert_eq!(label, REGISTERED_ACTIVE);
@@ -489,7 +505,7 @@ mod tests {
                 message: "Sold out.".into(),
             }),
             false,
-            |_| unreachable!("nobody joins a closed queue"),
+            |_, _| unreachable!("nobody joins a closed queue"),
         );
         assert_eq!((label, status), (REGISTERED_CLOSED, 410));
         assert_eq!(v["error"], "queue_closed");

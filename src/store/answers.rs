@@ -22,10 +22,20 @@ pub struct Place {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Registration {
     /// Added at the tail at `arrival` (its score in the waiting set), which
-    /// the queueCredential signs.
-    New { place: Place, arrival: u64 },
-    /// Was already waiting, since `arrival`; place and credential unchanged.
-    AlreadyWaiting { place: Place, arrival: u64 },
+    /// the queueCredential signs, with its `number` if Redis numbered it
+    /// (see `marks` in `lua/lib.lua`).
+    New {
+        place: Place,
+        arrival: u64,
+        number: Option<u64>,
+    },
+    /// Was already waiting, since `arrival` (numbered `number`, if it was);
+    /// place and credential unchanged.
+    AlreadyWaiting {
+        place: Place,
+        arrival: u64,
+        number: Option<u64>,
+    },
     /// Is active until this time (Redis clock, ms since the epoch), admitted
     /// from the registration at `arrival` (0 if unknown).
     Active { expires_at_ms: u64, arrival: u64 },

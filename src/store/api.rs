@@ -88,17 +88,20 @@ impl Store {
             invocation.arg(joining.user);
         }
         let flat: Vec<i64> = self.run_write(invocation, &keys.waiting).await?;
-        let mut registrations = answers("register", &flat, 5, users.len())?
+        let mut registrations = answers("register", &flat, 6, users.len())?
             .map(|a| {
                 let (code, value, wait, arrival, advice) = (a[0], a[1], a[2], a[3], a[4]);
+                let number = (a[5] > 0).then(|| count(a[5])).transpose()?;
                 match RegisterCode::of(code)? {
                     RegisterCode::New => Ok(Registration::New {
                         place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
+                        number,
                     }),
                     RegisterCode::AlreadyWaiting => Ok(Registration::AlreadyWaiting {
                         place: place(value, wait, advice)?,
                         arrival: count(arrival)?,
+                        number,
                     }),
                     RegisterCode::Active => Ok(Registration::Active {
                         expires_at_ms: count(value)?,

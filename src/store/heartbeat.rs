@@ -1,6 +1,7 @@
 //! A heartbeat as the `due` HASH keeps it: `<due>:<arrival>` (when the next
-//! poll is due, ms of Redis time, and the place's arrival, µs), or `<due>`
-//! alone (as by hand).
+//! poll is due, ms of Redis time, and the place's arrival, µs), with
+//! `:<number>` after it for a numbered registration (see `marks` in
+//! `lua/lib.lua`), or `<due>` alone (as by hand).
 //!
 //! The codec is Lua's (`parse_heartbeat` in `lua/lib.lua`, and the same
 //! reading inlined in rank.lua, cleanup.lua and sweep.lua, which read it
@@ -8,16 +9,23 @@
 //! more cautiously, and `tests/lua_rules.rs` checks that on a table of
 //! values, malformed ones included.
 
-/// The due time and the arrival (as written, and as a number) of a
-/// heartbeat in plain digits; `None` for any other form, which rank.lua's
+/// The due time and the arrival (the text after the due as written, which
+/// a write reuses, and the arrival as a number) of a heartbeat in plain
+/// digits, `<due>:<arrival>` or, for a numbered registration,
+/// `<due>:<arrival>:<number>`; `None` for any other form, which rank.lua's
 /// path reads instead. Where this reads numbers, Lua reads the same ones.
 pub fn parse(value: &str) -> Option<(u64, (&str, u64))> {
-    let (due, arrival) = value.split_once(':')?;
+    let (due, text) = value.split_once(':')?;
     let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let arrival = match text.split_once(':') {
+        Some((arrival, number)) if digits(number) => arrival,
+        Some(_) => return None,
+        None => text,
+    };
     if !digits(due) || !digits(arrival) {
         return None;
     }
-    Some((due.parse().ok()?, (arrival, arrival.parse().ok()?)))
+    Some((due.parse().ok()?, (text, arrival.parse().ok()?)))
 }
 
 /// Whether a heartbeat may be past `cutoff` (ms): anything but a due time

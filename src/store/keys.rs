@@ -94,6 +94,13 @@ queue_keys! {
     /// STRING: the id of the instance that runs this cleanup interval's
     /// pass, held for most of the interval (see `Store::claim_sweep`).
     sweeper: Sweeper,
+    /// HASH: `base` and `next`, the numbers of registrations (see `marks`
+    /// in `lua/lib.lua`).
+    numbering: Numbering,
+    /// STRING: one byte a number, its heartbeat's mark.
+    marks: Marks,
+    /// STRING: eight bytes a number, its registration's arrival (i64).
+    arrivals: Arrivals,
 }
 
 #[cfg(test)]
@@ -107,7 +114,7 @@ mod tests {
         let all: Vec<&str> = Key::ALL.iter().map(|key| k.of(*key)).collect();
         assert_eq!(
             all.join(" "),
-            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs queue:{baseball}:samples queue:{baseball}:sampler queue:{baseball}:sweeper"
+            "queue:{baseball}:waiting queue:{baseball}:heartbeat queue:{baseball}:due queue:{baseball}:dues queue:{baseball}:active queue:{baseball}:credential queue:{baseball}:admission queue:{baseball}:control queue:{baseball}:prequeue queue:{baseball}:revoked queue:{baseball}:spent queue:{baseball}:proofs queue:{baseball}:samples queue:{baseball}:sampler queue:{baseball}:sweeper queue:{baseball}:numbering queue:{baseball}:marks queue:{baseball}:arrivals"
         );
     }
 }

@@ -17,6 +17,7 @@ mod connection;
 mod error;
 pub mod heartbeat;
 mod keys;
+pub mod marks;
 mod operator;
 mod polls;
 pub mod published;

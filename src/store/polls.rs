@@ -12,6 +12,7 @@ use super::connection::{Resend, Store};
 use super::error::{count, StoreError};
 use super::heartbeat;
 use super::keys::QueueKeys;
+use super::marks;
 use super::ranks::{self, NearHead, Samples};
 use super::scripts::*;
 use crate::config::HeartbeatConfig;
@@ -54,6 +55,9 @@ pub enum PollPath {
     /// A place far back, decided by the instance from the user's heartbeat
     /// and the samples: plain commands, no script.
     Instance,
+    /// The same, from the mark of the number the user's credential brought
+    /// (see `marks` in `lua/lib.lua`): no lookup of the user at all.
+    Marked,
     /// A place far back, derived by rank.lua from the samples.
     Derived,
     /// A place near the head (nearer than ranks are derived), or in a
@@ -72,8 +76,9 @@ pub enum PollPath {
 }
 
 impl PollPath {
-    pub const ALL: [PollPath; 6] = [
+    pub const ALL: [PollPath; 7] = [
         PollPath::Instance,
+        PollPath::Marked,
         PollPath::Derived,
         PollPath::Near,
         PollPath::Walked,
@@ -85,6 +90,7 @@ impl PollPath {
     pub fn label(self) -> &'static str {
         match self {
             PollPath::Instance => "instance",
+            PollPath::Marked => "marked",
             PollPath::Derived => "derived",
             PollPath::Near => "near",
             PollPath::Walked => "walked",
@@ -221,6 +227,113 @@ pub(super) fn decide_far<'u>(
                 poll_after_ms: advice,
             }),
             path: PollPath::Instance,
+        };
+        decided.insert(user, answer.clone());
+        told[i] = Some(answer);
+    }
+    written
+}
+
+/// One reply of a pipeline, as `T`.
+fn reply_as<T: redis::FromRedisValue>(
+    reply: Option<redis::Value>,
+    what: &str,
+) -> Result<T, StoreError> {
+    let reply = reply.ok_or_else(|| StoreError::Failed(format!("poll: no {what}")))?;
+    redis::from_redis_value(reply).map_err(|e| StoreError::Failed(format!("poll: {what}: {e}")))
+}
+
+/// A mark a poll far back writes: the user, the arrival its credential
+/// names, and the number's offset in the marks.
+pub(super) struct MarkWrite<'u> {
+    user: &'u str,
+    arrival: u64,
+    offset: u64,
+}
+
+/// What `poll_many` writes far back: heartbeats (user, value, arrival) and
+/// marks.
+#[derive(Default)]
+pub(super) struct Writes<'u> {
+    hashed: Vec<(&'u str, String, u64)>,
+    marked: Vec<MarkWrite<'u>>,
+}
+
+impl<'u> Writes<'u> {
+    fn users(&self) -> impl Iterator<Item = &'u str> + '_ {
+        self.hashed
+            .iter()
+            .map(|w| w.0)
+            .chain(self.marked.iter().map(|w| w.user))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.hashed.is_empty() && self.marked.is_empty()
+    }
+}
+
+/// The marks `poll_many` read: for each numbered user (its place in the
+/// batch, the arrival its credential names, its number's offset), its mark
+/// and the arrival its number was given at.
+pub(super) struct MarksRead<'a> {
+    marked: &'a [(usize, u64, u64)],
+    marks: &'a [u32],
+    arrivals: &'a [i64],
+}
+
+/// Decides the polls far back of users who brought their number, from
+/// their marks, as [`decide_far`] does from heartbeats: a mark counts only
+/// where its number was given at the arrival the credential names (so that
+/// it is this registration's, whatever Redis lost or numbered since).
+/// Returns the marks to write.
+pub(super) fn decide_marked<'u>(
+    far: &FarBack,
+    batch: &RankBatch,
+    samples: &Samples,
+    users: &[&'u str],
+    read: &MarksRead<'_>,
+    told: &mut [Option<RankAnswer>],
+) -> Vec<MarkWrite<'u>> {
+    let mut written = Vec::new();
+    let mut decided: HashMap<&str, RankAnswer> = HashMap::new();
+    for ((&(i, arrival, offset), &mark), &given) in
+        read.marked.iter().zip(read.marks).zip(read.arrivals)
+    {
+        let user = users[i];
+        if let Some(again) = decided.get(user) {
+            told[i] = Some(again.clone());
+            continue;
+        }
+        if u64::try_from(given) != Ok(arrival) {
+            continue;
+        }
+        let Some(due) = marks::mark_due(mark, batch.now_ms) else {
+            continue;
+        };
+        if !far.holds(due, arrival) {
+            continue;
+        }
+        let Some(rank) = samples.rank(arrival, batch.counters) else {
+            continue;
+        };
+        let left = due as i64 - batch.now_ms as i64;
+        let advice = if far.keeps(left) {
+            left as u64
+        } else {
+            written.push(MarkWrite {
+                user,
+                arrival,
+                offset,
+            });
+            far.advice
+        };
+        let answer = RankAnswer {
+            position: Position::Waiting(Place {
+                rank,
+                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
+                poll_after_ms: advice,
+            }),
+            path: PollPath::Marked,
         };
         decided.insert(user, answer.clone());
         told[i] = Some(answer);
@@ -602,18 +715,24 @@ impl Store {
     /// heartbeats beside a script call for the batch's numbers, one write
     /// for all), as rank.lua's pass far back would decide them with
     /// Redis's time of that call; users `near` names, and any this cannot
-    /// decide, are asked of rank.lua. Invariant: a write that may name an
-    /// arrival no longer the user's is put right before its answer goes
-    /// out ([`Store::write_far`]). Why, and what it gives up: docs/scale.md,
+    /// decide, are asked of rank.lua. A user whose credential brought its
+    /// registration's number (`numbered`, each user's (arrival, number))
+    /// has its mark read and written instead of its heartbeat (see `marks`
+    /// in `lua/lib.lua`). Invariant: a write that may name an arrival no
+    /// longer the user's is put right before its answer goes out
+    /// ([`Store::write_far`]). Why, and what it gives up: docs/scale.md,
     /// "Polls far back decided by the instance".
     pub async fn poll_many(
         &self,
         queue: QueueRef<'_>,
         users: &[&str],
+        numbered: &[Option<(u64, u64)>],
         samples: Option<&Samples>,
         near: &NearHead,
     ) -> Result<Vec<Polled>, StoreError> {
-        let told = self.poll_many_told(queue, users, samples, near).await?;
+        let told = self
+            .poll_many_told(queue, users, numbered, samples, near)
+            .await?;
         // Near the head: walked, and nearer than ranks are derived. (A rank
         // is also walked past the last sample, for users who joined since
         // it was taken: far back, and soon sampled.)
@@ -629,6 +748,7 @@ impl Store {
         &self,
         queue: QueueRef<'_>,
         users: &[&str],
+        numbered: &[Option<(u64, u64)>],
         samples: Option<&Samples>,
         near: &NearHead,
     ) -> Result<Vec<RankAnswer>, StoreError> {
@@ -636,43 +756,103 @@ impl Store {
             return self.rank_many_told(queue, users, samples).await;
         };
         // Users last answered near the head go to rank.lua in the first
-        // call, beside the batch's numbers; the others' heartbeats are read.
+        // call, beside the batch's numbers; of the others, the marks of
+        // those who brought a number are read (at the base of the numbers
+        // last seen: the read says whether it still is), the heartbeats
+        // of the rest.
         let hints = near.hints(users);
-        let (hinted, read): (Vec<usize>, Vec<usize>) = (0..users.len()).partition(|&i| hints[i]);
-        if read.is_empty() {
+        let base = near.numbers_base();
+        let mut hinted = Vec::new();
+        let mut read = Vec::new();
+        let mut marked: Vec<(usize, u64, u64)> = Vec::new();
+        for (i, &hint) in hints.iter().enumerate() {
+            match (numbered.get(i).copied().flatten(), base) {
+                _ if hint => hinted.push(i),
+                (Some((arrival, number)), Some(base)) if number >= base => {
+                    marked.push((i, arrival, number - base))
+                }
+                _ => read.push(i),
+            }
+        }
+        if read.is_empty() && marked.is_empty() {
             return self.rank_many_told(queue, users, Some(samples)).await;
         }
         let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
         let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
-        // The departure counters, read before the heartbeats: see
-        // `write_far`.
+        // The departure counters, read before the heartbeats and the
+        // marks: see `write_far`.
         let mut pipe = redis::pipe();
         read_before(queue.keys, &mut pipe);
-        pipe.cmd("HMGET").arg(&queue.keys.due).arg(&read_users);
+        pipe.cmd("HGET").arg(&queue.keys.numbering).arg("base");
+        if !read_users.is_empty() {
+            pipe.cmd("HMGET").arg(&queue.keys.due).arg(&read_users);
+        }
+        if !marked.is_empty() {
+            let get = |pipe: &mut redis::Pipeline, key: &str, kind: &str| {
+                let mut bitfield = redis::cmd("BITFIELD_RO");
+                bitfield.arg(key);
+                for (_, _, offset) in &marked {
+                    bitfield.arg("GET").arg(kind).arg(format!("#{offset}"));
+                }
+                pipe.add_command(bitfield);
+            };
+            get(&mut pipe, &queue.keys.marks, "u32");
+            get(&mut pipe, &queue.keys.arrivals, "i64");
+        }
         // Both at once on the shared connection: one round trip.
         let pipe = &pipe;
         let asked = std::time::Instant::now();
-        type Read = (Departures, Option<String>, Vec<Option<String>>);
-        let ((first, batch), (counters, newest, values)) = futures::try_join!(
+        let ((first, batch), replies) = futures::try_join!(
             self.rank_call(queue, &first_users, Some((samples, range)), Some(samples)),
             self.call(Resend::Safe, |mut c| async move {
-                pipe.query_async::<Read>(&mut c).await
+                pipe.query_async::<Vec<redis::Value>>(&mut c).await
             }),
         )?;
+        let mut replies = replies.into_iter();
+        let counters: Departures = reply_as(replies.next(), "counters")?;
+        let newest: Option<String> = reply_as(replies.next(), "log")?;
+        let base_now: Option<u64> = reply_as(replies.next(), "base")?;
+        let values: Vec<Option<String>> = match read_users.is_empty() {
+            true => Vec::new(),
+            false => reply_as(replies.next(), "heartbeats")?,
+        };
+        let (mark_values, arrivals): (Vec<i64>, Vec<i64>) = match marked.is_empty() {
+            true => (Vec::new(), Vec::new()),
+            false => (
+                reply_as(replies.next(), "marks")?,
+                reply_as(replies.next(), "arrivals")?,
+            ),
+        };
+        let mark_values: Vec<u32> = mark_values
+            .into_iter()
+            .map(|m| u32::try_from(m).unwrap_or(0))
+            .collect();
+        near.see_numbers_base(base_now);
         let mut told: Vec<Option<RankAnswer>> = vec![None; users.len()];
         for (&i, answer) in hinted.iter().zip(first) {
             told[i] = answer;
         }
-        if batch.fast && values.len() == read_users.len() {
+        if batch.fast {
             let far = FarBack::new(&batch, queue.heartbeat, range.1);
-            let written = decide_far(
-                &far,
-                &batch,
-                samples,
-                (&read, &read_users),
-                &values,
-                &mut told,
-            );
+            let mut written = Writes::default();
+            if values.len() == read_users.len() {
+                written.hashed = decide_far(
+                    &far,
+                    &batch,
+                    samples,
+                    (&read, &read_users),
+                    &values,
+                    &mut told,
+                );
+            }
+            if base_now == base && mark_values.len() == marked.len() {
+                let read = MarksRead {
+                    marked: &marked,
+                    marks: &mark_values,
+                    arrivals: &arrivals,
+                };
+                written.marked = decide_marked(&far, &batch, samples, users, &read, &mut told);
+            }
             if asked.elapsed() > late_write(queue.heartbeat) {
                 // Written late (an instance that stalled between its read
                 // and its write), a heartbeat could overwrite a later one
@@ -680,7 +860,7 @@ impl Store {
                 // bound, those users are asked of rank.lua instead, which
                 // writes with its own time. (Bytes the network delivers late
                 // after they were sent are not covered: see docs/scale.md.)
-                forget(&mut told, users, written.iter().map(|w| w.0));
+                forget(&mut told, users, written.users());
             } else if !written.is_empty() {
                 // Users found moved after the write are asked again, exactly.
                 let before = Before { counters, newest };
@@ -698,42 +878,58 @@ impl Store {
         }
         Ok(told.into_iter().flatten().collect())
     }
-    /// Writes the heartbeats `poll_many` decided (user, value, arrival):
-    /// the candidates first, as rank.lua files them (`file_all` in
-    /// lua/lib.lua), then the values. Returns the users found moved (left,
-    /// or joined again at another arrival, between the read and the
-    /// write), whose writes `lua/recheck.lua` put right and whose answers
-    /// must be asked again. Scores are read only when the departure
-    /// counters moved since the read: nobody leaves the waiting set, or is
-    /// placed in it anywhere but at the tail, without moving one (`counted`
-    /// in lua/lib.lua). Why: docs/scale.md, "Polls far back decided by the
-    /// instance".
+    /// Writes what `poll_many` decided: the heartbeats (user, value,
+    /// arrival), the candidates first, as rank.lua files them (`file_all`
+    /// in lua/lib.lua), then the values; and the marks. Returns the users
+    /// found moved (left, or joined again at another arrival, between the
+    /// read and the write), whose writes are put right (`lua/recheck.lua`
+    /// for heartbeats; a mark of a registration gone is cleared) and whose
+    /// answers must be asked again. Scores are read only when the
+    /// departure counters moved since the read: nobody leaves the waiting
+    /// set, or is placed in it anywhere but at the tail, without moving one
+    /// (`counted` in lua/lib.lua). Why: docs/scale.md, "Polls far back
+    /// decided by the instance".
     async fn write_far<'u>(
         &self,
         keys: &QueueKeys,
         far: &FarBack,
-        written: &[(&'u str, String, u64)],
+        written: &Writes<'u>,
         before: &Before,
     ) -> Result<Vec<&'u str>, StoreError> {
-        let bucket = far.bucket.to_string();
-        let users: Vec<&str> = written.iter().map(|w| w.0).collect();
-        let mut hset = redis::cmd("HSET");
-        hset.arg(&keys.due);
-        for (user, value, _) in written {
-            hset.arg(*user).arg(value);
-        }
         let mut pipe = redis::pipe();
-        pipe.cmd("RPUSH")
-            .arg(format!("{}:{bucket}", keys.dues))
-            .arg(&users)
-            .ignore()
-            .cmd("ZADD")
-            .arg(&keys.dues)
-            .arg(&bucket)
-            .arg(&bucket)
-            .ignore()
-            .add_command(hset)
-            .ignore();
+        if !written.hashed.is_empty() {
+            let bucket = far.bucket.to_string();
+            let users: Vec<&str> = written.hashed.iter().map(|w| w.0).collect();
+            let mut hset = redis::cmd("HSET");
+            hset.arg(&keys.due);
+            for (user, value, _) in &written.hashed {
+                hset.arg(*user).arg(value);
+            }
+            pipe.cmd("RPUSH")
+                .arg(format!("{}:{bucket}", keys.dues))
+                .arg(&users)
+                .ignore()
+                .cmd("ZADD")
+                .arg(&keys.dues)
+                .arg(&bucket)
+                .arg(&bucket)
+                .ignore()
+                .add_command(hset)
+                .ignore();
+        }
+        if !written.marked.is_empty() {
+            let mark = marks::mark_of(far.due);
+            let mut bitfield = redis::cmd("BITFIELD");
+            bitfield.arg(&keys.marks);
+            for w in &written.marked {
+                bitfield
+                    .arg("SET")
+                    .arg("u32")
+                    .arg(format!("#{}", w.offset))
+                    .arg(mark);
+            }
+            pipe.add_command(bitfield).ignore();
+        }
         read_after(keys, &mut pipe);
         let pipe = &pipe;
         type After = (Departures, Vec<String>, Option<String>);
@@ -742,40 +938,82 @@ impl Store {
                 pipe.query_async::<After>(&mut c).await
             })
             .await?;
-        let arrivals = written.iter().map(|w| w.2);
-        let moved = match moved_by_log(before, &after, &tail, frontier.as_deref(), arrivals) {
+        let all: Vec<(&str, u64)> = written
+            .hashed
+            .iter()
+            .map(|w| (w.0, w.2))
+            .chain(written.marked.iter().map(|w| (w.user, w.arrival)))
+            .collect();
+        let moved = match moved_by_log(
+            before,
+            &after,
+            &tail,
+            frontier.as_deref(),
+            all.iter().map(|w| w.1),
+        ) {
             Some(moved) => moved,
             None => {
                 let mut zmscore = redis::cmd("ZMSCORE");
-                zmscore.arg(&keys.waiting).arg(&users);
+                zmscore.arg(&keys.waiting);
+                for (user, _) in &all {
+                    zmscore.arg(*user);
+                }
                 let zmscore = &zmscore;
                 let scores: Vec<Option<f64>> = self
                     .call(Resend::Safe, |mut c| async move {
                         zmscore.query_async::<Vec<Option<f64>>>(&mut c).await
                     })
                     .await?;
-                written
-                    .iter()
+                all.iter()
                     .zip(&scores)
-                    .map(|((_, _, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
+                    .map(|((_, arrival), score)| score.map(|s| s as u64) != Some(*arrival))
                     .collect()
             }
         };
-        let moved: Vec<&(&'u str, String, u64)> = written
+        let (hashed_moved, marked_moved) = moved.split_at(written.hashed.len());
+        let mut out = Vec::new();
+        let hashed: Vec<&(&'u str, String, u64)> = written
+            .hashed
             .iter()
-            .zip(&moved)
+            .zip(hashed_moved)
             .filter(|(_, &moved)| moved)
             .map(|(w, _)| w)
             .collect();
-        if moved.is_empty() {
-            return Ok(Vec::new());
+        if !hashed.is_empty() {
+            let mut invocation = RECHECK.invoke(keys);
+            for (user, value, _) in &hashed {
+                invocation.arg(*user).arg(value);
+            }
+            self.run::<i64>(invocation, Resend::Safe).await?;
+            out.extend(hashed.iter().map(|w| w.0));
         }
-        let mut invocation = RECHECK.invoke(keys);
-        for (user, value, _) in &moved {
-            invocation.arg(*user).arg(value);
+        let marked: Vec<&MarkWrite<'u>> = written
+            .marked
+            .iter()
+            .zip(marked_moved)
+            .filter(|(_, &moved)| moved)
+            .map(|(w, _)| w)
+            .collect();
+        if !marked.is_empty() {
+            // The registration each mark was written for is gone: its mark
+            // is cleared (a number names one registration).
+            let mut bitfield = redis::cmd("BITFIELD");
+            bitfield.arg(&keys.marks);
+            for w in &marked {
+                bitfield
+                    .arg("SET")
+                    .arg("u32")
+                    .arg(format!("#{}", w.offset))
+                    .arg(0);
+            }
+            let bitfield = &bitfield;
+            self.call(Resend::Safe, |mut c| async move {
+                bitfield.query_async::<redis::Value>(&mut c).await
+            })
+            .await?;
+            out.extend(marked.iter().map(|w| w.user));
         }
-        self.run::<i64>(invocation, Resend::Safe).await?;
-        Ok(moved.into_iter().map(|w| w.0).collect())
+        Ok(out)
     }
     /// The counters of a queue's waiting set (`samples.lua` asked for no
     /// place).

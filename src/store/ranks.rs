@@ -560,19 +560,37 @@ const NEAR_HEAD_USERS_REMEMBERED: usize = 32_768;
 /// (54 µs with no users, Redis alone) and the user a second round trip.
 /// Only a hint: a user it names who is far back now is decided far back
 /// by rank.lua, and forgotten.
-pub struct NearHead(Mutex<LruCache<Box<str>, (), ahash::RandomState>>);
+///
+/// It also keeps the base of the queue's numbers as last read (see `marks`
+/// in `lua/lib.lua`), which a poll far back needs to find a number's mark
+/// before it reads the base again.
+pub struct NearHead(
+    Mutex<LruCache<Box<str>, (), ahash::RandomState>>,
+    std::sync::atomic::AtomicU64,
+);
 
 impl Default for NearHead {
     fn default() -> NearHead {
         let capacity = NonZeroUsize::new(NEAR_HEAD_USERS_REMEMBERED).unwrap_or(NonZeroUsize::MIN);
-        NearHead(Mutex::new(LruCache::with_hasher(
-            capacity,
-            ahash::RandomState::new(),
-        )))
+        NearHead(
+            Mutex::new(LruCache::with_hasher(capacity, ahash::RandomState::new())),
+            std::sync::atomic::AtomicU64::new(0),
+        )
     }
 }
 
 impl NearHead {
+    /// The base of the queue's numbers as last read, if any was.
+    pub fn numbers_base(&self) -> Option<u64> {
+        Some(self.1.load(std::sync::atomic::Ordering::Relaxed)).filter(|&b| b > 0)
+    }
+
+    /// Keeps the base of the queue's numbers as just read.
+    pub fn see_numbers_base(&self, base: Option<u64>) {
+        self.1
+            .store(base.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether each of `users` was last answered near the head.
     pub fn hints(&self, users: &[&str]) -> Vec<bool> {
         let near = self.0.lock().unwrap_or_else(|p| p.into_inner());

@@ -105,7 +105,10 @@ macro_rules! codes {
 
 pub(super) static REGISTER: QueueScript = writes!(
     "register.lua",
-    [Waiting, Heartbeat, Credential, Active, Admission, Control, Prequeue, Due, Dues, Proofs]
+    [
+        Waiting, Heartbeat, Credential, Active, Admission, Control, Prequeue, Due, Dues, Proofs,
+        Numbering, Marks, Arrivals
+    ]
 );
 
 codes! {
@@ -125,7 +128,7 @@ codes! {
 
 pub(super) static RANK: QueueScript = writes!(
     "rank.lua",
-    [Waiting, Heartbeat, Active, Admission, Control, Prequeue, Due, Dues]
+    [Waiting, Heartbeat, Active, Admission, Control, Prequeue, Due, Dues, Numbering, Marks]
 );
 
 codes! {
@@ -142,7 +145,10 @@ codes! {
 
 pub(super) static DROPOUT: QueueScript = writes!(
     "dropout.lua",
-    [Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Spent, Control]
+    [
+        Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Spent, Control,
+        Numbering, Marks, Arrivals
+    ]
 );
 
 codes! {
@@ -190,15 +196,27 @@ codes! {
 /// `cleanup.lua` and `sweep.lua` take the same keys.
 pub(super) static CLEANUP: QueueScript = writes!(
     "cleanup.lua",
-    [Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Dues]
+    [
+        Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Dues, Numbering, Marks,
+        Arrivals
+    ]
 );
 
 pub(super) static SWEEP: QueueScript = writes!(
     "sweep.lua",
-    [Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Dues]
+    [
+        Waiting, Heartbeat, Credential, Active, Prequeue, Admission, Due, Dues, Numbering, Marks,
+        Arrivals
+    ]
 );
 
-pub(super) static RECHECK: QueueScript = writes!("recheck.lua", [Waiting, Due]);
+pub(super) static LAPSE: QueueScript = writes!(
+    "lapse.lua",
+    [Waiting, Prequeue, Admission, Due, Numbering, Marks, Arrivals]
+);
+
+pub(super) static RECHECK: QueueScript =
+    writes!("recheck.lua", [Waiting, Due, Numbering, Marks, Arrivals]);
 
 pub(super) static CONTROL: QueueScript = writes!("control.lua", [Control, Admission, Prequeue]);
 
@@ -255,9 +273,9 @@ codes! {
 
 /// Every script, for the checks against their headers.
 #[cfg(test)]
-static ALL: [&QueueScript; 18] = [
+static ALL: [&QueueScript; 19] = [
     &REGISTER, &RANK, &DROPOUT, &CURRENT, &ADMIT, &CLEANUP, &SWEEP, &RECHECK, &CONTROL, &SAMPLES,
-    &REVOKE, &TOKEN, &STATUS, &HEALTH, &WATCH, &RECOVER, &RESEAT, &RELEASE,
+    &REVOKE, &TOKEN, &STATUS, &HEALTH, &WATCH, &RECOVER, &RESEAT, &RELEASE, &LAPSE,
 ];
 
 /// One queue as the store's calls take it: its keys, and the settings its

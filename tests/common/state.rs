@@ -187,7 +187,7 @@ pub const REGISTER_LUA: &str = concat!(
 );
 
 /// Queue `q`'s keys in the order `lua/register.lua` takes them.
-pub fn register_keys(q: &str) -> [String; 10] {
+pub fn register_keys(q: &str) -> [String; 13] {
     let k = waitgate::store::QueueKeys::new(q);
     [
         k.waiting,
@@ -200,6 +200,9 @@ pub fn register_keys(q: &str) -> [String; 10] {
         k.due,
         k.dues,
         k.proofs,
+        k.numbering,
+        k.marks,
+        k.arrivals,
     ]
 }
 
@@ -207,7 +210,7 @@ pub fn register_keys(q: &str) -> [String; 10] {
 /// caller adds the arguments.
 pub fn register_eval(script: &str, q: &str) -> redis::Cmd {
     let mut call = redis::cmd("EVAL");
-    call.arg(script).arg(10).arg(&register_keys(q)[..]);
+    call.arg(script).arg(13).arg(&register_keys(q)[..]);
     call
 }
 
@@ -216,5 +219,6 @@ pub fn register_eval(script: &str, q: &str) -> redis::Cmd {
 /// refusal can only come from Redis's answer.
 pub fn credential_for(user: &str, arrival: u64) -> String {
     let secret = waitgate::edge::secret::Secret::from_base64(SECRET_B64).unwrap();
-    waitgate::queue_api::credential::Credentials::new(&secret).issue("baseball", user, arrival)
+    waitgate::queue_api::credential::Credentials::new(&secret)
+        .issue("baseball", user, arrival, None)
 }

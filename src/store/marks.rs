@@ -1,0 +1,156 @@
+//! Marks: the heartbeats of numbered registrations, four bytes each at
+//! the registration's number (the design: `marks` in `lua/lib.lua`, whose
+//! codec this one follows), and the scan that takes out the users whose
+//! mark stopped.
+
+use super::connection::{Resend, Store};
+use super::error::{count, StoreError};
+use super::keys::QueueKeys;
+use super::scripts::LAPSE;
+use crate::config::HeartbeatConfig;
+
+/// The bytes of a mark.
+pub const MARK_BYTES: u64 = 4;
+
+/// The bytes of the marks one read of the scan takes (16,384 numbers).
+const SCAN_BYTES: u64 = 64 * 1024;
+
+/// The numbers one call of `lua/lapse.lua` looks at, at most.
+const LAPSE_NUMBERS: usize = 1000;
+
+/// The mark of a heartbeat due at `due_ms`: the time mod 2^32, 1 for 0.
+pub fn mark_of(due_ms: u64) -> u32 {
+    match due_ms as u32 {
+        0 => 1,
+        mark => mark,
+    }
+}
+
+/// When a mark says its heartbeat is due (ms), seen at `now_ms`; `None`
+/// for no mark. A mark tells any due within 24 days of `now_ms`.
+pub fn mark_due(mark: u32, now_ms: u64) -> Option<u64> {
+    if mark == 0 {
+        return None;
+    }
+    let ahead = mark.wrapping_sub(now_ms as u32) as i32;
+    Some(now_ms.saturating_add_signed(i64::from(ahead)))
+}
+
+/// What one scan of a queue's marks did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Lapsed {
+    /// Users removed from waiting: silent in their mark and their heartbeat.
+    pub removed: u64,
+    /// Marks cleared: of the users removed, of registrations no longer
+    /// waiting, and of users the `due` HASH's heartbeat keeps.
+    pub cleared: u64,
+}
+
+impl Store {
+    /// Scans the marks of a queue: reads them in plain `GETRANGE`s of
+    /// [`SCAN_BYTES`] and asks `lua/lapse.lua` about each number whose mark
+    /// looked past the timeout by Redis's time at the start (the script
+    /// checks again, with the cutoff cleanup uses).
+    pub async fn lapse_marks(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+    ) -> Result<Lapsed, StoreError> {
+        let mut head = redis::pipe();
+        head.cmd("TIME")
+            .cmd("HGET")
+            .arg(&keys.numbering)
+            .arg("base")
+            .cmd("STRLEN")
+            .arg(&keys.marks);
+        let head = &head;
+        type Head = ((u64, u64), Option<u64>, u64);
+        let ((secs, micros), base, length): Head = self
+            .call(Resend::Safe, |mut c| async move {
+                head.query_async::<Head>(&mut c).await
+            })
+            .await?;
+        let mut done = Lapsed::default();
+        let Some(base) = base else {
+            return Ok(done);
+        };
+        let now_ms = secs * 1000 + micros / 1000;
+        let oldest = now_ms.saturating_sub(heartbeat.timeout.as_millis() as u64);
+        let mut lapsed: Vec<u64> = Vec::new();
+        let mut from = 0;
+        while from < length {
+            let to = (from + SCAN_BYTES).min(length) - 1;
+            let read = redis::cmd("GETRANGE")
+                .arg(&keys.marks)
+                .arg(from)
+                .arg(to)
+                .clone();
+            let read = &read;
+            let bytes: Vec<u8> = self
+                .call(Resend::Safe, |mut c| async move {
+                    read.query_async::<Vec<u8>>(&mut c).await
+                })
+                .await?;
+            for (i, mark) in bytes.chunks_exact(MARK_BYTES as usize).enumerate() {
+                let mark = u32::from_be_bytes(mark.try_into().expect("four bytes"));
+                if mark_due(mark, now_ms).is_some_and(|due| due < oldest) {
+                    lapsed.push(base + from / MARK_BYTES + i as u64);
+                }
+            }
+            while lapsed.len() >= LAPSE_NUMBERS {
+                let rest = lapsed.split_off(LAPSE_NUMBERS);
+                self.lapse(keys, heartbeat, &lapsed, &mut done).await?;
+                lapsed = rest;
+            }
+            from = to + 1;
+        }
+        if !lapsed.is_empty() {
+            self.lapse(keys, heartbeat, &lapsed, &mut done).await?;
+        }
+        Ok(done)
+    }
+
+    /// One call of `lua/lapse.lua` on `numbers`.
+    async fn lapse(
+        &self,
+        keys: &QueueKeys,
+        heartbeat: &HeartbeatConfig,
+        numbers: &[u64],
+        done: &mut Lapsed,
+    ) -> Result<(), StoreError> {
+        let mut invocation = LAPSE.invoke(keys);
+        invocation
+            .arg(heartbeat.timeout.as_millis() as u64)
+            .arg(heartbeat.outage_grace.as_millis() as u64)
+            .arg(numbers);
+        let (removed, cleared): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
+        done.removed += count(removed)?;
+        done.cleared += count(cleared)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_tells_its_due_exactly_within_24_days() {
+        let now = 1_795_000_000_500;
+        let day = 86_400_000;
+        for due in [
+            now,
+            now + 1,
+            now + 30_000,
+            now - 1,
+            now - 24 * day,
+            now + 24 * day,
+        ] {
+            assert_eq!(mark_due(mark_of(due), now), Some(due), "{due}");
+        }
+        assert_eq!(mark_due(0, now), None);
+        // A due time that is 0 mod 2^32 is told a millisecond later.
+        let zero = (now >> 32) << 32;
+        assert_eq!(mark_due(mark_of(zero), zero), Some(zero + 1));
+    }
+}
