@@ -70,7 +70,7 @@ end
 -- Silent: no heartbeat at or past the cutoff in either place (a user with
 -- none at all has left already, or was admitted). Those who polled since
 -- have a later candidate too.
-local stale, seen = {}, {}
+local stale, seen, known = {}, {}, {}
 for i = 1, #candidates, 500 do
   local last = math.min(i + 499, #candidates)
   local hashed = redis.call('HMGET', KEYS[7], unpack(candidates, i, last))
@@ -106,7 +106,7 @@ for i = 1, #candidates, 500 do
     end
     -- (A numbered user whose mark is fresh keeps the HASH's heartbeat,
     -- which holds the number: the scan of the marks looks at them.)
-    these = stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff)
+    these = stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff, known)
     if #these > 0 then
       redis.call('HDEL', KEYS[7], unpack(these))
       for _, user in ipairs(these) do
@@ -117,7 +117,8 @@ for i = 1, #candidates, 500 do
 end
 
 -- The stale who still wait go from waiting (see `remove_waiting`).
-local removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]})
+local removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]},
+  known)
 if legacy then
   in_chunks(stale, function(...)
     redis.call('HDEL', KEYS[7], ...)

@@ -45,8 +45,10 @@ if found == 'waiting' then
     redis.call('ZREM', KEYS[1], user)
     departed(KEYS[6], {score})
     -- A numbered registration's mark goes with it: a poll far back that
-    -- brings the number reads the mark alone.
-    clear_marks({KEYS[10], KEYS[11], KEYS[12]}, {score})
+    -- brings the number reads the mark alone. (The number, from the
+    -- heartbeat; checked against the arrival, searched for without it.)
+    local _, _, _, number = parse_heartbeat(redis.call('HGET', KEYS[7], user))
+    clear_marks({KEYS[10], KEYS[11], KEYS[12]}, {score}, {number or false})
   end
   redis.call('ZREM', KEYS[2], user)
   redis.call('HDEL', KEYS[7], user)

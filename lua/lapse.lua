@@ -16,12 +16,13 @@
 -- (counts the removals: see `counted` in lib.lua), KEYS[4] due HASH,
 -- KEYS[5] numbering HASH, KEYS[6] marks STRING, KEYS[7] arrivals STRING
 -- ARGV[1] heartbeat timeout (ms), ARGV[2] outage grace (ms: see
--- `outage_cutoff` in lib.lua), ARGV[3..] numbers, 1 to 1000
+-- `outage_cutoff` in lib.lua), ARGV[3..] numbers, 0 to 1000
 --
--- Returns {removed, cleared}: the users removed, and the marks cleared
--- (theirs among them).
+-- Returns {removed, cleared, cutoff}: the users removed, the marks cleared
+-- (theirs among them), and the cutoff (ms): a mark due before it is past
+-- (the instance asks for it with no numbers, to pick the numbers to send).
 local timeout, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
-if #KEYS ~= 7 or #ARGV < 3 or #ARGV > 1002 or not timeout or timeout < 1 or not grace
+if #KEYS ~= 7 or #ARGV < 2 or #ARGV > 1002 or not timeout or timeout < 1 or not grace
     or grace < 0 then
   return redis.error_reply('ERR waitgate lapse: bad arguments')
 end
@@ -32,12 +33,12 @@ for i = 3, #ARGV do
   end
   numbers[#numbers + 1] = tonumber(ARGV[i])
 end
-local base = numbers_base(KEYS[5])
-if not base then
-  return {0, 0}
-end
 local now_ms = math.floor(now_us() / 1000)
 local cutoff = outage_cutoff(KEYS[3], now_ms, timeout, grace)
+local base = numbers_base(KEYS[5])
+if not base or #numbers == 0 then
+  return {0, 0, cutoff}
+end
 
 -- The numbers whose mark is past the cutoff still.
 local marks = read_marks(KEYS[5], KEYS[6], numbers)
@@ -56,7 +57,7 @@ for i = 1, #get, 300 do
   end
 end
 
-local stale, writes = {}, {}
+local stale, writes, known = {}, {}, {}
 for i, n in ipairs(lapsed) do
   local arrival = arrivals[i]
   local user = arrival and arrival > 0 and redis.call('ZRANGE', KEYS[1], arrival, arrival,
@@ -65,6 +66,7 @@ for i, n in ipairs(lapsed) do
     local due, _, _, number = parse_heartbeat(redis.call('HGET', KEYS[4], user))
     if number == n and due < cutoff then
       stale[#stale + 1] = user
+      known[user] = n
     end
   end
   writes[n] = 0
@@ -73,6 +75,6 @@ write_marks(KEYS[5], KEYS[6], writes)
 local removed = 0
 if #stale > 0 then
   in_chunks(stale, function(...) redis.call('HDEL', KEYS[4], ...) end)
-  removed = remove_waiting(KEYS[1], KEYS[2], KEYS[3], stale, {KEYS[5], KEYS[6], KEYS[7]})
+  removed = remove_waiting(KEYS[1], KEYS[2], KEYS[3], stale, {KEYS[5], KEYS[6], KEYS[7]}, known)
 end
-return {removed, #lapsed}
+return {removed, #lapsed, cutoff}

@@ -354,12 +354,16 @@ end
 -- The users of `stale` (whose `due` HASH heartbeat is past the cutoff,
 -- with values as read) whose mark is past it too, or who have none: a
 -- numbered user polled far back lately has a later heartbeat in the mark.
-local function stale_by_marks(numbering_key, marks_key, stale, values, now_ms, cutoff)
+-- And the numbers the values named, by user (into `known`).
+local function stale_by_marks(numbering_key, marks_key, stale, values, now_ms, cutoff, known)
   local numbers, any = {}, false
   for i, value in ipairs(values) do
     local _, _, _, number = parse_heartbeat(value)
     numbers[i] = number or false
-    any = any or number ~= nil
+    if number then
+      any = true
+      known[stale[i]] = number
+    end
   end
   if not any then
     return stale
@@ -401,17 +405,29 @@ local function number_of(marks_keys, arrival)
 end
 
 -- Clears the marks of the registrations at `arrivals` (waiting scores, of
--- users who leave), wherever they were numbered (see `number_of`). Every
--- removal from waiting but admission (from the head, where nobody is
--- decided by a mark) goes through it, so that a mark that stays fresh never
--- speaks for a user who left, whatever the `due` HASH held.
-local function clear_marks(marks_keys, arrivals)
-  if not marks_keys or #arrivals == 0 then
+-- users who leave): of `numbers[i]` where the caller read the number with
+-- the user's heartbeat and it was given at that arrival, else wherever
+-- `number_of` finds it. Every removal from waiting but admission (from the
+-- head, where nobody is decided by a mark) goes through it, so that a mark
+-- that stays fresh never speaks for a user who left, whatever the `due`
+-- HASH held.
+local function clear_marks(marks_keys, arrivals, numbers)
+  local base = marks_keys and #arrivals > 0 and numbers_base(marks_keys[1])
+  if not base then
     return
   end
   local cleared = {}
-  for _, arrival in ipairs(arrivals) do
-    local number = number_of(marks_keys, arrival)
+  for i, arrival in ipairs(arrivals) do
+    local number = numbers and numbers[i]
+    if number and number >= base then
+      local at = redis.call('BITFIELD_RO', marks_keys[3], 'GET', 'i64', '#' .. int(number - base))[1]
+      if at ~= tonumber(arrival) then
+        number = nil
+      end
+    else
+      number = nil
+    end
+    number = number or number_of(marks_keys, arrival)
     if number then
       cleared[number] = 0
     end
@@ -421,31 +437,55 @@ local function clear_marks(marks_keys, arrivals)
   end
 end
 
--- Numbers a batch's registrations: take(arrival, due_ms) gives the next
--- number, and flush() writes the numbers, marks and arrivals taken.
+-- The most numbers a queue's marks hold: the arrivals STRING takes eight
+-- bytes a number, and Redis refuses an offset past 512 MB. Past it,
+-- registrations are not numbered (their polls take the `due` HASH's path)
+-- until the numbers start again.
+local MAX_NUMBERS = 60000000
+
+-- Numbers a batch's registrations: take(arrival, due_ms, alone) gives the
+-- next number (nil for none), and flush() writes the numbers, marks and
+-- arrivals taken. `alone`: nobody else waits, so the numbers start again
+-- from this arrival (the marks and arrivals of earlier numbers go: their
+-- credentials name numbers below the new base, which polls do not read).
+-- A number is given only above the last one's arrival, so that arrivals
+-- stay in the order of their numbers (`number_of` searches them): a
+-- registration the clock or a floor placed at or below it is not numbered.
 local function numberer(numbering_key, marks_key, arrivals_key)
   local nb = {}
-  local base, first, next_number
+  local base, first, next_number, last, restart
   local marks, arrivals = {}, {}
-  function nb.take(arrival, due_ms)
+  function nb.take(arrival, due_ms, alone)
     if not next_number then
       local v = redis.call('HMGET', numbering_key, 'base', 'next')
       base, next_number = tonumber(v[1]), tonumber(v[2])
-      if not base then
-        base, next_number = arrival, arrival
+      if not base or not next_number or alone then
+        base, next_number, restart = arrival, arrival, true
+      elseif next_number > base then
+        last = redis.call('BITFIELD_RO', arrivals_key, 'GET', 'i64',
+          '#' .. int(next_number - 1 - base))[1]
       end
       first = next_number
     end
+    if (last and arrival <= last) or next_number - base >= MAX_NUMBERS then
+      return nil
+    end
     local number = next_number
-    next_number = next_number + 1
+    next_number, last = next_number + 1, arrival
     local at = '#' .. int(number - base)
     marks[#marks + 1], marks[#marks + 2], marks[#marks + 3], marks[#marks + 4] = 'SET', 'u32', at, int(mark_of(due_ms))
     arrivals[#arrivals + 1], arrivals[#arrivals + 2], arrivals[#arrivals + 3], arrivals[#arrivals + 4] = 'SET', 'i64', at, int(arrival)
     return number
   end
+  -- Written after the batch's places: over `maxmemory` the first write a
+  -- script makes that may grow memory is refused, and a removal first would
+  -- let every later one through (see register.lua).
   function nb.flush()
     if not next_number or next_number == first then
       return
+    end
+    if restart then
+      redis.call('DEL', marks_key, arrivals_key)
     end
     redis.call('HSET', numbering_key, 'base', int(base), 'next', int(next_number))
     bitfield(arrivals_key, arrivals)
@@ -799,10 +839,10 @@ end
 -- one's pre-queue entry with them; a pre-queue entry of anyone else is a
 -- registration of its own, and stays. Counts and logs the departures (see
 -- `departed`), clears their marks (marks_keys: the numbering HASH, the
--- marks and the arrivals, see `clear_marks`), and returns how many were
--- waiting.
-local function remove_waiting(waiting_key, prequeue_key, admission_key, stale, marks_keys)
-  local waited, arrivals = {}, {}
+-- marks and the arrivals; known: the numbers their heartbeats named, by
+-- user, if read; see `clear_marks`), and returns how many were waiting.
+local function remove_waiting(waiting_key, prequeue_key, admission_key, stale, marks_keys, known)
+  local waited, arrivals, numbers = {}, {}, {}
   for i = 1, #stale, 500 do
     local last = math.min(i + 499, #stale)
     local scores = redis.call('ZMSCORE', waiting_key, unpack(stale, i, last))
@@ -810,6 +850,7 @@ local function remove_waiting(waiting_key, prequeue_key, admission_key, stale, m
       if scores[j] then
         waited[#waited + 1] = stale[i + j - 1]
         arrivals[#arrivals + 1] = scores[j]
+        numbers[#arrivals] = known and known[stale[i + j - 1]] or false
       end
     end
   end
@@ -821,7 +862,7 @@ local function remove_waiting(waiting_key, prequeue_key, admission_key, stale, m
     end
   end)
   departed(admission_key, arrivals)
-  clear_marks(marks_keys, arrivals)
+  clear_marks(marks_keys, arrivals, numbers)
   return #waited
 end
 

@@ -215,7 +215,7 @@ local function join(user, i)
   local rank = size - 1
   local wait = estimate(rank)
   local advice = beats.poll_after(wait)
-  local n = numbers and numbers.take(score, now_ms + advice)
+  local n = numbers and numbers.take(score, now_ms + advice, size == 1)
   beats.set(user, advice, score, score_text, n)
   number = n or 0
   return 1, rank, wait, score, advice

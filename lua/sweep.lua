@@ -64,6 +64,7 @@ local cutoff = outage_cutoff(KEYS[6], now_ms, timeout, grace)
 -- the user, see `poll_many` in src/store/polls.rs): every user with a
 -- heartbeat is waiting, so these go, heartbeat only. A stray that keeps
 -- polling keeps filing candidates, so one is looked at in every bucket.
+local known = {}
 local function still_stale(users, first)
   local stale, seen, fresh = {}, {}, {}
   for i = first, #users, 500 do
@@ -85,7 +86,7 @@ local function still_stale(users, first)
     end
     -- A numbered user whose mark is fresh is not stale (nor a stray: the
     -- scan of the marks looks at them).
-    for _, user in ipairs(stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff)) do
+    for _, user in ipairs(stale_by_marks(KEYS[9], KEYS[10], these, values, now_ms, cutoff, known)) do
       stale[#stale + 1] = user
     end
   end
@@ -118,7 +119,8 @@ if bucket ~= '' then
   end
   if #stale > 0 then
     in_chunks(stale, function(...) redis.call('HDEL', KEYS[7], ...) end)
-    removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]})
+    removed = remove_waiting(KEYS[1], KEYS[5], KEYS[6], stale, {KEYS[9], KEYS[10], KEYS[11]},
+      known)
   end
   if #strays > 0 then
     in_chunks(strays, function(...) redis.call('HDEL', KEYS[7], ...) end)

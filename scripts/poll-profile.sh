@@ -151,9 +151,9 @@ if baseline:
     CLEANUP_BASE = r("SCRIPT", "LOAD", at("lua/lib.lua") + "\n" + at("lua/cleanup.lua"))
 CLEANUP = load(open("lua/cleanup.lua").read())
 RANK_KEYS = [K + k for k in ("waiting", "heartbeat", "active", "admission", "control",
-                             "prequeue", "due", "dues")]
+                             "prequeue", "due", "dues", "numbering", "marks")]
 CLEAN_KEYS = [K + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
-                              "admission", "due", "dues")]
+                              "admission", "due", "dues", "numbering", "marks", "arrivals")]
 
 
 def batches(seed):
@@ -177,7 +177,7 @@ def rank_args(sha):
     # no departures asked for (a baseline from before the departure log
     # takes no ninth argument).
     asked = [] if sha == RANK_BASE and "ARGV[9] the departures" not in BASE_RANK_TEXT else [-1]
-    return lambda b: (["EVALSHA", sha, 8] + RANK_KEYS
+    return lambda b: (["EVALSHA", sha, len(RANK_KEYS)] + RANK_KEYS
                       + [3000, 100, 30000, 1000, 30000, BASE + 10000, BASE + users, 1000]
                       + asked + b)
 
@@ -201,7 +201,7 @@ def cleanup_look(script=None):
     # (A baseline from before the outage grace takes no third setting.)
     settings = (500, TIMEOUT) if script != CLEANUP else (500, TIMEOUT, GRACE)
     while r("EXISTS", K + "dues:1000"):
-        removed = r("EVALSHA", script, 8, *CLEAN_KEYS, *settings)[0]
+        removed = r("EVALSHA", script, len(CLEAN_KEYS), *CLEAN_KEYS, *settings)[0]
         assert removed == 0, "cleanup removed a user who polled"
     return r.usec("evalsha") / CANDIDATES, r.usec("hmget") / CANDIDATES
 
@@ -250,7 +250,7 @@ def cleanup_removals(calls=10):
         r("EVAL", SILENCE, 2, K + "due", K + "dues", users, rng.randrange(1 << 30))
         r("SLOWLOG", "RESET")
         before = r.commandstats()
-        removed = r("EVALSHA", CLEANUP, 8, *CLEAN_KEYS, 500, TIMEOUT, GRACE)[0]
+        removed = r("EVALSHA", CLEANUP, len(CLEAN_KEYS), *CLEAN_KEYS, 500, TIMEOUT, GRACE)[0]
         after = r.commandstats()
         assert removed == 500, f"a cleanup call removed {removed}, not 500"
         times.append(next(e[2] for e in r("SLOWLOG", "GET", 100)
@@ -309,11 +309,11 @@ removals = []
 for _ in range(rounds):
     fill()
     measures["cmd"].append(per_poll("hmget", lambda b: ["HMGET", K + "due"] + b))
-    measures["lua"].append(per_poll("evalsha", lambda b: ["EVALSHA", HMGET_LUA, 8] + RANK_KEYS
+    measures["lua"].append(per_poll("evalsha", lambda b: ["EVALSHA", HMGET_LUA, len(RANK_KEYS)] + RANK_KEYS
                                     + [0] * 8 + b))
-    measures["parse"].append(per_poll("evalsha", lambda b: ["EVALSHA", PARSE_LUA, 8] + RANK_KEYS
+    measures["parse"].append(per_poll("evalsha", lambda b: ["EVALSHA", PARSE_LUA, len(RANK_KEYS)] + RANK_KEYS
                                       + [0] * 8 + b))
-    measures["blind"].append(per_poll("evalsha", lambda b: ["EVALSHA", BLIND_LUA, 8] + RANK_KEYS
+    measures["blind"].append(per_poll("evalsha", lambda b: ["EVALSHA", BLIND_LUA, len(RANK_KEYS)] + RANK_KEYS
                                       + [0] * 8 + with_arrivals(b)))
     # The same writes as plain commands, as an instance sends them
     # (poll_many's write_far): the candidates, the values, and the
@@ -344,7 +344,7 @@ for _ in range(rounds):
     measures["numbers"].append(per_call(rank_args(RANK)))
     measures["numbers_cpu"].append(cpu_per_call(rank_args(RANK)))
     for label, sha in PARTS:
-        measures[label].append(cpu_per_call(lambda b, sha=sha: ["EVALSHA", sha, 8] + RANK_KEYS + [0] * 9))
+        measures[label].append(cpu_per_call(lambda b, sha=sha: ["EVALSHA", sha, len(RANK_KEYS)] + RANK_KEYS + [0] * 9))
     look, look_hmget = cleanup_look()
     measures["look"].append(look)
     measures["look_hmget"].append(look_hmget)

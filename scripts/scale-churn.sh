@@ -229,9 +229,20 @@ while time.monotonic() - start < seconds:
     while done_silent < silent * elapsed:
         # As a user who stops polling leaves it: a heartbeat long past, in
         # a bucket cleanup looks at.
+        # A numbered user's heartbeat is its mark too: a day past, and the
+        # number kept in the `due` entry, so that cleanup checks the mark.
         user = call("ZRANDMEMBER", keys[0])
         if user:
-            call("HSET", K + ":due", user, 1)
+            value = call("HGET", K + ":due", user) or ""
+            rest = value.split(":", 1)[1] if ":" in value else ""
+            call("HSET", K + ":due", user, "1" + (":" + rest if rest else ""))
+            number = rest.split(":")[1] if rest.count(":") == 1 else None
+            base = call("HGET", K + ":numbering", "base")
+            if number and base and int(number) >= int(base):
+                secs, micros = call("TIME")
+                day_ago = (int(secs) * 1000 + int(micros) // 1000 - 86400000) % 2**32
+                call("BITFIELD", K + ":marks", "SET", "u32",
+                     f"#{int(number) - int(base)}", day_ago or 1)
             call("RPUSH", K + ":dues:1000", user)
             call("ZADD", K + ":dues", 1000, 1000)
         done_silent += 1

@@ -269,12 +269,12 @@ timeout = int(sys.argv[4]) if len(sys.argv) > 4 else 3600000
 
 r = Redis(port)
 KEYS = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "prequeue",
-                              "admission", "due", "dues")]
+                              "admission", "due", "dues", "numbering", "marks", "arrivals")]
 
 
 def sweep(bucket="", length=0, read=0, stale=()):
     # 10,000: heartbeat.outage-grace-ms's default.
-    return r("EVALSHA", sha, 8, *KEYS, 500, timeout, 10000, bucket, length, read, *stale)
+    return r("EVALSHA", sha, len(KEYS), *KEYS, 500, timeout, 10000, bucket, length, read, *stale)
 
 
 def stale_of(value, cutoff):
@@ -397,8 +397,9 @@ usec_reg=$(( $(evalsha_usec) - usec_before ))
 echo "  waitgate: $reg" >&2
 cat lua/lib.lua lua/register.lua > "$work/register.lua"
 REG_SHA=$(R SCRIPT LOAD "$(cat "$work/register.lua")")
-reg_args=(EVALSHA "$REG_SHA" 10 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
-  "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:proofs" 3000 100 3600000 1000 30000 0)
+reg_args=(EVALSHA "$REG_SHA" 13 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
+  "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:proofs" "$K:numbering" "$K:marks" "$K:arrivals"
+  3000 100 3600000 1000 30000 0)
 probe=$(R "${reg_args[@]}" b:probe 2>&1 | head -1)
 case "$probe" in *ERR*) echo "the EVALSHA reference fails: $probe" >&2; exit 1 ;; esac
 usec_before=$(evalsha_usec)

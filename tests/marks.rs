@@ -387,3 +387,39 @@ fn a_user_cleanup_removes_polls_no_place_with_its_credential() {
         r.text()
     );
 }
+
+/// The numbers start again when a registration finds nobody waiting: the
+/// marks and arrivals of earlier numbers go, and an earlier credential,
+/// whose number is below the new base, is not read from a mark.
+#[test]
+fn the_numbers_start_again_when_nobody_waits() {
+    let redis = Redis::start();
+    let wg = start(&redis, "{cleanup-interval-ms: 200}");
+    let mut c = redis.conn();
+    let first: Vec<String> = (0..3)
+        .map(|i| register_new(wg.addr, &format!("a{i}")))
+        .collect();
+    let marks: Vec<u8> = c.get(MARKS).unwrap();
+    assert_eq!(marks.len(), 12, "three numbered");
+    for (i, credential) in first.iter().enumerate() {
+        assert_eq!(dropout(wg.addr, &format!("a{i}"), credential).status, 204);
+    }
+    let waiting: usize = c.zcard(WAITING).unwrap();
+    assert_eq!(waiting, 0);
+    let credential = register_new(wg.addr, "b");
+    let (arrival, number) = numbered(&credential);
+    let base: u64 = c.hget(NUMBERING, "base").unwrap();
+    assert_eq!(
+        (base, number),
+        (arrival, arrival),
+        "numbered from its arrival"
+    );
+    let marks: Vec<u8> = c.get(MARKS).unwrap();
+    let arrivals: Vec<u8> = c.get(ARRIVALS).unwrap();
+    assert_eq!((marks.len(), arrivals.len()), (4, 8));
+    let (_, old) = numbered(&first[0]);
+    assert!(
+        old < base,
+        "an earlier number {old} at or past the new base {base}"
+    );
+}

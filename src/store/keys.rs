@@ -97,7 +97,7 @@ queue_keys! {
     /// HASH: `base` and `next`, the numbers of registrations (see `marks`
     /// in `lua/lib.lua`).
     numbering: Numbering,
-    /// STRING: one byte a number, its heartbeat's mark.
+    /// STRING: four bytes a number (u32), its heartbeat's mark.
     marks: Marks,
     /// STRING: eight bytes a number, its registration's arrival (i64).
     arrivals: Arrivals,

@@ -12,6 +12,11 @@ use crate::config::HeartbeatConfig;
 /// The bytes of a mark.
 pub const MARK_BYTES: u64 = 4;
 
+/// The most numbers a queue's marks hold (`MAX_NUMBERS` in `lua/lib.lua`):
+/// a poll reads no mark past it, so that no credential can make a read
+/// Redis refuses (an offset past 512 MB), whatever the batch it is in.
+pub const MAX_NUMBERS: u64 = 60_000_000;
+
 /// The bytes of the marks one read of the scan takes (16,384 numbers).
 const SCAN_BYTES: u64 = 64 * 1024;
 
@@ -49,8 +54,8 @@ pub struct Lapsed {
 impl Store {
     /// Scans the marks of a queue: reads them in plain `GETRANGE`s of
     /// [`SCAN_BYTES`] and asks `lua/lapse.lua` about each number whose mark
-    /// looked past the timeout by Redis's time at the start (the script
-    /// checks again, with the cutoff cleanup uses).
+    /// looked past the cutoff cleanup uses, as of the start (the script
+    /// checks each again).
     pub async fn lapse_marks(
         &self,
         keys: &QueueKeys,
@@ -75,7 +80,9 @@ impl Store {
             return Ok(done);
         };
         let now_ms = secs * 1000 + micros / 1000;
-        let oldest = now_ms.saturating_sub(heartbeat.timeout.as_millis() as u64);
+        // The cutoff as cleanup counts it (outages and closures left out),
+        // asked of the script with no numbers.
+        let oldest = self.lapse(keys, heartbeat, &[], &mut done).await?;
         let mut lapsed: Vec<u64> = Vec::new();
         let mut from = 0;
         while from < length {
@@ -110,23 +117,24 @@ impl Store {
         Ok(done)
     }
 
-    /// One call of `lua/lapse.lua` on `numbers`.
+    /// One call of `lua/lapse.lua` on `numbers`: the cutoff it used.
     async fn lapse(
         &self,
         keys: &QueueKeys,
         heartbeat: &HeartbeatConfig,
         numbers: &[u64],
         done: &mut Lapsed,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         let mut invocation = LAPSE.invoke(keys);
         invocation
             .arg(heartbeat.timeout.as_millis() as u64)
             .arg(heartbeat.outage_grace.as_millis() as u64)
             .arg(numbers);
-        let (removed, cleared): (i64, i64) = self.run_write(invocation, &keys.waiting).await?;
+        let (removed, cleared, cutoff): (i64, i64, i64) =
+            self.run_write(invocation, &keys.waiting).await?;
         done.removed += count(removed)?;
         done.cleared += count(cleared)?;
-        Ok(())
+        Ok(cutoff.max(0) as u64)
     }
 }
 

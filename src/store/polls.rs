@@ -768,7 +768,9 @@ impl Store {
         for (i, &hint) in hints.iter().enumerate() {
             match (numbered.get(i).copied().flatten(), base) {
                 _ if hint => hinted.push(i),
-                (Some((arrival, number)), Some(base)) if number >= base => {
+                (Some((arrival, number)), Some(base))
+                    if number >= base && number - base < marks::MAX_NUMBERS =>
+                {
                     marked.push((i, arrival, number - base))
                 }
                 _ => read.push(i),
