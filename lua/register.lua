@@ -19,15 +19,17 @@
 -- ARGV[1] admission interval (ms), ARGV[2] admission batch size
 -- ARGV[3] heartbeat timeout (ms), ARGV[4], ARGV[5] the bounds of the poll
 --         advice (ms)
--- ARGV[6] p, how many proofs of work and invites the batch carries (a user
+-- ARGV[6] 1 to number the registrations made at the tail (see `marks` in
+--         lib.lua), 0 not to
+-- ARGV[7] p, how many proofs of work and invites the batch carries (a user
 --         may carry one of each); then p triples: the user's place in the
 --         batch (from 1), the proof's id, its expiry (ms)
--- ARGV[7+3p..] userIds, 1 to 500
+-- ARGV[8+3p..] userIds, 1 to 500
 --
 -- Returns, for each user in order, six numbers: four below, the poll
 -- advice (ms; 0 where there is no place to poll) and the registration's
--- number (0 for none: see `marks` in lib.lua; given to registrations made
--- at the tail once the queue is open):
+-- number (0 for none: see `marks` in lib.lua; given, with ARGV[6] 1, to
+-- registrations made at the tail once the queue is open):
 --         {1, rank, wait_ms, arrival}  registered now (rank = users ahead);
 --                                      waitgate signs the arrival into the
 --                                      queueCredential (src/queue_api/credential.rs)
@@ -56,11 +58,12 @@
 -- expires: the set holds at most the places taken in one challenge lifetime.
 local interval, batch = tonumber(ARGV[1]), tonumber(ARGV[2])
 local timeout, pmin, pmax = heartbeat_args(3)
-local proofs = tonumber(ARGV[6])
+local numbered = ARGV[6] == '1'
+local proofs = tonumber(ARGV[7])
 -- The first user's ARGV index, and a user's place in the batch from it.
-local first = 7 + 3 * (proofs or 0)
+local first = 8 + 3 * (proofs or 0)
 local count = proofs and batch_users(first)
-if #KEYS ~= 13 or not interval or interval < 1 or not batch or batch < 1 or not timeout
+if #KEYS ~= 13 or (ARGV[6] ~= '0' and ARGV[6] ~= '1') or not interval or interval < 1 or not batch or batch < 1 or not timeout
     or not count or proofs < 0 or proofs > 2 * count then
   return redis.error_reply('ERR waitgate register: bad arguments')
 end
@@ -69,7 +72,7 @@ local now_ms = math.floor(now / 1000)
 -- The proofs of each user that carries some, by place in the batch.
 local proofs_of = {}
 for j = 0, proofs - 1 do
-  local place, id, expiry = tonumber(ARGV[7 + 3 * j]), ARGV[8 + 3 * j], tonumber(ARGV[9 + 3 * j])
+  local place, id, expiry = tonumber(ARGV[8 + 3 * j]), ARGV[9 + 3 * j], tonumber(ARGV[10 + 3 * j])
   -- An expiry past a year and a month is not one waitgate checked (and
   -- would not print as an integer).
   if not place or place < 1 or place > count or #id == 0 or #id > 80 or not expiry
@@ -157,7 +160,7 @@ end
 local joined = 0
 local beats = heartbeats(KEYS[2], KEYS[8], KEYS[9], KEYS[1], now_ms, pmin, pmax,
   {KEYS[11], KEYS[12]})
-local numbers = numberer(KEYS[11], KEYS[12], KEYS[13])
+local numbers = numbered and numberer(KEYS[11], KEYS[12], KEYS[13])
 -- The number of the registration each call of `register` below answered.
 local number = 0
 

@@ -277,7 +277,7 @@ for round in $(seq "$rounds"); do
   run_wrk register http://127.0.0.1:$P_WG -s "$work/register.lua"
   run_redis_bench evalsha-reg EVALSHA "$REG_SHA" 13 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission" \
     "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:proofs" "$K:numbering" "$K:marks" "$K:arrivals" \
-    3000 100 30000 1000 30000 0 "r:__rand_int__"
+    3000 100 30000 1000 30000 1 0 "r:__rand_int__"
   run_wrk rank "http://127.0.0.1:$P_WG/api/v1/queue/rank?userId=bench-rank" -s "$work/status.lua"
   run_redis_bench evalsha-rank EVALSHA "$RANK_SHA" 10 "$K:waiting" "$K:heartbeat" "$K:active" "$K:admission" \
     "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:numbering" "$K:marks" \

@@ -399,7 +399,7 @@ cat lua/lib.lua lua/register.lua > "$work/register.lua"
 REG_SHA=$(R SCRIPT LOAD "$(cat "$work/register.lua")")
 reg_args=(EVALSHA "$REG_SHA" 13 "$K:waiting" "$K:heartbeat" "$K:credential" "$K:active" "$K:admission"
   "$K:control" "$K:prequeue" "$K:due" "$K:dues" "$K:proofs" "$K:numbering" "$K:marks" "$K:arrivals"
-  3000 100 3600000 1000 30000 0)
+  3000 100 3600000 1000 30000 1 0)
 probe=$(R "${reg_args[@]}" b:probe 2>&1 | head -1)
 case "$probe" in *ERR*) echo "the EVALSHA reference fails: $probe" >&2; exit 1 ;; esac
 usec_before=$(evalsha_usec)

@@ -271,12 +271,13 @@ fn coalesced_registrations_keep_each_clients_order() {
 fn eval_register(c: &mut redis::Connection, script: &str, q: &str, users: &[&str]) -> Vec<i64> {
     give_state(c, q);
     let mut call = register_eval(script, q);
-    // No proofs of work.
+    // Numbered, and no proofs of work.
     call.arg(3000)
         .arg(100)
         .arg(3_600_000)
         .arg(1000)
         .arg(30_000)
+        .arg(1)
         .arg(0);
     call.arg(users).query(c).unwrap()
 }

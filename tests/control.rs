@@ -515,7 +515,8 @@ fn register_script(c: &mut redis::Connection, user: &str) -> Vec<i64> {
         .arg(30_000)
         .arg(1_000)
         .arg(30_000)
-        // No proof of work.
+        // Numbered, and no proof of work.
+        .arg(1)
         .arg(0)
         .arg(user)
         .invoke(c)

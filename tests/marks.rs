@@ -423,3 +423,20 @@ fn the_numbers_start_again_when_nobody_waits() {
         "an earlier number {old} at or past the new base {base}"
     );
 }
+
+/// With `heartbeat.marks: false` (while instances of a version without
+/// marks still run), registrations are not numbered: the credential is the
+/// plain one, and Redis keeps no numbers.
+#[test]
+fn with_marks_off_registrations_are_not_numbered() {
+    let redis = Redis::start();
+    let wg = start(&redis, "{marks: false}");
+    let mut c = redis.conn();
+    let credential = register_new(wg.addr, "plain");
+    assert_eq!(credential.len(), 32, "{credential}");
+    let numbered: bool = c.exists(NUMBERING).unwrap();
+    assert!(!numbered, "numbers given with marks off");
+    let due: String = c.hget(DUE, "plain").unwrap();
+    assert_eq!(due.matches(':').count(), 1, "{due}");
+    assert_eq!(rank_with(&wg, "plain", &credential).status, 200);
+}

@@ -355,7 +355,12 @@ fn the_script_refuses_a_proof_expired_by_its_own_clock() {
     let now = redis.now_ms();
     let call = |c: &mut redis::Connection, user: &str, expiry: u64| -> Vec<i64> {
         let mut eval = register_eval(REGISTER_LUA, "baseball");
-        eval.arg(3000).arg(100).arg(30_000).arg(1000).arg(30_000);
+        eval.arg(3000)
+            .arg(100)
+            .arg(30_000)
+            .arg(1000)
+            .arg(30_000)
+            .arg(1);
         // One proof, for the batch's first (and only) user.
         eval.arg(1).arg(1).arg("the-id").arg(expiry).arg(user);
         eval.query(c).unwrap()

@@ -90,6 +90,11 @@ pub struct HeartbeatConfig {
     /// back before silence counts again (see `outage_cutoff` in
     /// `lua/lib.lua`).
     pub outage_grace: Duration,
+    /// Whether registrations at the tail are numbered, so that a poll far
+    /// back that sends the credential keeps its heartbeat in a mark (see
+    /// `marks` in `lua/lib.lua`). Off while instances of a version without
+    /// marks still run (docs/operations.md, upgrades).
+    pub marks: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +142,7 @@ section! {
         poll_max_ms: u64 = 30_000,
         // The page and the JS client wait at most 8 s between tries.
         outage_grace_ms: u64 = 10_000,
+        marks: bool = true,
     }
 }
 
@@ -181,6 +187,7 @@ impl RawQueue {
                 0,
                 3_600_000,
             )?),
+            marks: h.marks,
         };
         if heartbeat.poll_max < heartbeat.poll_min {
             return Err(invalid(

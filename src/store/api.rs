@@ -76,6 +76,7 @@ impl Store {
         let keys = queue.keys;
         let mut invocation = REGISTER.invoke(keys);
         pace_args(&mut invocation, queue);
+        invocation.arg(u8::from(queue.heartbeat.marks));
         // The proofs and invites, as (user's place in the batch from 1, id,
         // expiry), then the users.
         invocation.arg(users.iter().map(|u| u.spends.len()).sum::<usize>());
