@@ -29,8 +29,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(is_valid_user_id(user));
             assert!(!credential.is_empty());
             let queue = request.queue.as_deref().unwrap_or("baseball");
-            if let Some(arrival) = CREDENTIALS.check(queue, user, credential) {
-                assert_eq!(&CREDENTIALS.issue(queue, user, arrival), credential);
+            if let Some((arrival, number)) = CREDENTIALS.check_numbered(queue, user, credential) {
+                assert_eq!(&CREDENTIALS.issue(queue, user, arrival, number), credential);
             }
         }
     }
