@@ -207,27 +207,13 @@ pub(super) fn decide_far<'u>(
         let Some((due, arrival)) = value.as_deref().and_then(heartbeat::parse) else {
             continue;
         };
-        if !far.holds(due, arrival.1) {
-            continue;
-        }
-        let Some(rank) = samples.rank(arrival.1, batch.counters) else {
+        let Some((answer, write)) = far.decide(batch, samples, due, arrival.1, PollPath::Instance)
+        else {
             continue;
         };
-        let left = due as i64 - batch.now_ms as i64;
-        let advice = if far.keeps(left) {
-            left as u64
-        } else {
+        if write {
             written.push((user, format!("{}:{}", far.due, arrival.0), arrival.1));
-            far.advice
-        };
-        let answer = RankAnswer {
-            position: Position::Waiting(Place {
-                rank,
-                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
-                poll_after_ms: advice,
-            }),
-            path: PollPath::Instance,
-        };
+        }
         decided.insert(user, answer.clone());
         told[i] = Some(answer);
     }
@@ -310,31 +296,17 @@ pub(super) fn decide_marked<'u>(
         let Some(due) = marks::mark_due(mark, batch.now_ms) else {
             continue;
         };
-        if !far.holds(due, arrival) {
-            continue;
-        }
-        let Some(rank) = samples.rank(arrival, batch.counters) else {
+        let Some((answer, write)) = far.decide(batch, samples, due, arrival, PollPath::Marked)
+        else {
             continue;
         };
-        let left = due as i64 - batch.now_ms as i64;
-        let advice = if far.keeps(left) {
-            left as u64
-        } else {
+        if write {
             written.push(MarkWrite {
                 user,
                 arrival,
                 offset,
             });
-            far.advice
-        };
-        let answer = RankAnswer {
-            position: Position::Waiting(Place {
-                rank,
-                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
-                poll_after_ms: advice,
-            }),
-            path: PollPath::Marked,
-        };
+        }
         decided.insert(user, answer.clone());
         told[i] = Some(answer);
     }
@@ -460,6 +432,35 @@ impl FarBack {
     /// Whether `left` ms until the heartbeat is a fair advice.
     fn keeps(&self, left: i64) -> bool {
         left >= self.keep.0 && left <= self.keep.1
+    }
+
+    /// The answer far back to a user whose heartbeat (a `due` entry's or a
+    /// mark's) is due at `due`, at `arrival`, found by `path`, and whether
+    /// the heartbeat must be written anew (due at `self.due`); `None` where
+    /// the poll is not decided far back.
+    fn decide(
+        &self,
+        batch: &RankBatch,
+        samples: &Samples,
+        due: u64,
+        arrival: u64,
+        path: PollPath,
+    ) -> Option<(RankAnswer, bool)> {
+        if !self.holds(due, arrival) {
+            return None;
+        }
+        let rank = samples.rank(arrival, batch.counters)?;
+        let left = due as i64 - batch.now_ms as i64;
+        let keep = self.keeps(left);
+        let answer = RankAnswer {
+            position: Position::Waiting(Place {
+                rank,
+                wait_ms: ranks::wait_ms(rank, batch.first_ms, batch.rate, batch.interval_ms),
+                poll_after_ms: if keep { left as u64 } else { self.advice },
+            }),
+            path,
+        };
+        Some((answer, !keep))
     }
 }
 
