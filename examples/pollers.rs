@@ -46,6 +46,10 @@ struct Args {
     rate: f64,
     /// Where the users' credentials are kept (register) or read (polls).
     credentials: Option<String>,
+    /// Polls: a user told it has no place (404) or admitted (`ACTIVE`) is
+    /// not polled again, as the page and the JS client stop following a
+    /// place once told so.
+    forget: bool,
 }
 
 fn args() -> Args {
@@ -61,6 +65,7 @@ fn args() -> Args {
         prefix: "u".into(),
         rate: 0.0,
         credentials: None,
+        forget: false,
     };
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
@@ -73,6 +78,7 @@ fn args() -> Args {
             "--prefix" => a.prefix = value,
             "--rate" => a.rate = value.parse().unwrap_or_else(|_| usage()),
             "--credentials" => a.credentials = Some(value),
+            "--forget" => a.forget = value == "1",
             _ => usage(),
         }
     }
@@ -82,7 +88,7 @@ fn args() -> Args {
 fn usage() -> ! {
     eprintln!(
         "usage: pollers register|sweep|poll|lone [--target ADDR] [--users N] [--connections C] \
-         [--seconds S] [--queue Q] [--prefix P] [--rate R] [--credentials PATH]"
+         [--seconds S] [--queue Q] [--prefix P] [--rate R] [--credentials PATH] [--forget 1]"
     );
     std::process::exit(2)
 }
@@ -104,6 +110,11 @@ impl Conn {
             buf: Vec::with_capacity(4096),
             body_at: 0,
         })
+    }
+
+    /// Whether the last answer's body says the user was admitted.
+    fn admitted(&self) -> bool {
+        find(&self.buf[self.body_at..], br#""status":"ACTIVE""#).is_some()
     }
 
     /// Sends `request` and reads the answer: its status.
@@ -149,6 +160,19 @@ impl Conn {
         let body = std::str::from_utf8(&self.buf[self.body_at..]).ok()?;
         let v: serde_json::Value = serde_json::from_str(body).ok()?;
         Some(v["queueCredential"].as_str()?.to_string())
+    }
+}
+
+/// Whether `user` is one `--forget` took out (never, without it).
+fn is_gone(gone: &[AtomicU64], user: u64) -> bool {
+    gone.get((user / 64) as usize)
+        .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (user % 64)) != 0)
+}
+
+/// Takes `user` out of the polls, with `--forget`.
+fn forget(gone: &[AtomicU64], user: u64) {
+    if let Some(w) = gone.get((user / 64) as usize) {
+        w.fetch_or(1 << (user % 64), Ordering::Relaxed);
     }
 }
 
@@ -221,12 +245,19 @@ async fn main() {
     let started = Instant::now();
     let deadline = started + Duration::from_secs(a.seconds);
     let next = Arc::new(AtomicU64::new(0));
+    // With --forget: the users not to poll again, a bit each.
+    let words = if a.forget {
+        a.users.div_ceil(64) as usize
+    } else {
+        0
+    };
+    let gone: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
     let done = Arc::new(AtomicUsize::new(0));
     let connections = if a.mode == "lone" { 1 } else { a.connections };
     let tasks: Vec<_> = (0..connections)
         .map(|c| {
             let (a, next, done) = (a.clone(), next.clone(), done.clone());
-            let (credentials, kept) = (credentials.clone(), kept.clone());
+            let (credentials, kept, gone) = (credentials.clone(), kept.clone(), gone.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 let mut conn = match Conn::open(a.target).await {
@@ -258,6 +289,7 @@ async fn main() {
                     let credential_of =
                         |user: u64| credentials.get(user as usize).and_then(|c| c.as_deref());
                     let mut registering = None;
+                    let mut polled = None;
                     let request = match a.mode.as_str() {
                         "register" | "sweep" => {
                             let user = next.fetch_add(1, Ordering::Relaxed);
@@ -275,11 +307,22 @@ async fn main() {
                             if Instant::now() >= deadline {
                                 break;
                             }
-                            // xorshift: a random user, the same sequence every run.
-                            rng ^= rng << 13;
-                            rng ^= rng >> 7;
-                            rng ^= rng << 17;
-                            let user = rng % a.users;
+                            // xorshift: a random user, the same sequence every
+                            // run; with --forget, one not told it left (a few
+                            // tries: few are).
+                            let mut user;
+                            let mut tries = 0;
+                            loop {
+                                rng ^= rng << 13;
+                                rng ^= rng >> 7;
+                                rng ^= rng << 17;
+                                user = rng % a.users;
+                                tries += 1;
+                                if !is_gone(&gone, user) || tries == 64 {
+                                    break;
+                                }
+                            }
+                            polled = Some(user);
                             rank_request(&a, user, credential_of(user))
                         }
                         _ => usage(),
@@ -291,8 +334,16 @@ async fn main() {
                             if let Some(user) = registering.filter(|_| a.credentials.is_some()) {
                                 kept.lock().unwrap()[user as usize] = conn.credential();
                             }
+                            if let Some(user) = polled.filter(|_| conn.admitted()) {
+                                forget(&gone, user);
+                            }
                         }
-                        Ok(_) => tally.errors += 1,
+                        Ok(status) => {
+                            tally.errors += 1;
+                            if let Some(user) = polled.filter(|_| status == 404) {
+                                forget(&gone, user);
+                            }
+                        }
                         Err(_) => {
                             tally.errors += 1;
                             match Conn::open(a.target).await {
@@ -336,7 +387,7 @@ async fn main() {
         all.micros[i] as f64 / 1000.0
     };
     println!(
-        "mode={} connections={} requests={} seconds={elapsed:.2} per_second={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} late={}",
+        "mode={} connections={} requests={} seconds={elapsed:.2} per_second={:.0} p50_ms={:.3} p99_ms={:.3} max_ms={:.3} errors={} late={} forgotten={}",
         a.mode,
         connections,
         all.micros.len(),
@@ -345,6 +396,7 @@ async fn main() {
         pct(0.99),
         pct(1.0),
         all.errors,
-        all.late
+        all.late,
+        gone.iter().map(|w| w.load(Ordering::Relaxed).count_ones()).sum::<u32>()
     );
 }
