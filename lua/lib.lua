@@ -251,15 +251,21 @@ local function file_all(dues_key, lists)
   in_chunks(index, function(...) redis.call('ZADD', dues_key, ...) end)
 end
 
--- Marks: the heartbeats of numbered registrations, four bytes each.
+-- Marks: the heartbeats of numbered registrations, eight bytes each (the
+-- mark and a tag of the arrival).
 --
 -- A registration made at the tail is given a dense number: the numbering
 -- HASH keeps `base`, the first number (the arrival of the first
 -- registration numbered, so that a number is never above its arrival, and
 -- numbers after a loss of Redis's data start above every earlier one, as
 -- arrivals do) and `next`. Number n's offset is n - base: the STRING marks
--- holds four bytes there (a u32), the STRING arrivals eight (the
--- registration's arrival, an i64). The number is signed into the user's
+-- holds eight bytes there, the mark (a u32) then the registration's
+-- arrival mod 2^32 (its tag, a u32), and the STRING arrivals eight (the
+-- arrival, an i64). A poll reads both halves of the slot in one `GET i64`
+-- (Redis parses each of BITFIELD's operations as text, and a second read a
+-- number cost more than the hash lookup marks replace: docs/scale.md); the
+-- tag tells whether the number was given at the arrival its credential
+-- names. The number is signed into the user's
 -- credential and written after the arrival in the heartbeat
 -- (`<due>:<arrival>:<number>`), so that a poll far back that brings it reads
 -- and writes the mark alone, and a dropout finds it.
@@ -272,6 +278,14 @@ end
 -- heartbeat, and a scan of the marks (src/store/marks.rs, lua/lapse.lua)
 -- the HASH of a stale mark.
 local MARK_WRAP = 4294967296
+
+-- BITFIELD's bit offset of the mark at a number's offset, and of its tag.
+local function mark_bits(offset)
+  return int(offset * 64)
+end
+local function tag_bits(offset)
+  return int(offset * 64 + 32)
+end
 
 -- The mark of a heartbeat due at due_ms.
 local function mark_of(due_ms)
@@ -321,7 +335,7 @@ local function read_marks(numbering_key, marks_key, numbers)
     local n = numbers[i]
     out[i] = false
     if base and n and n >= base then
-      get[#get + 1], get[#get + 2], get[#get + 3] = 'GET', 'u32', '#' .. int(n - base)
+      get[#get + 1], get[#get + 2], get[#get + 3] = 'GET', 'u32', mark_bits(n - base)
       at[#at + 1] = i
     end
   end
@@ -345,7 +359,7 @@ local function write_marks(numbering_key, marks_key, marks)
   local ops = {}
   for n, mark in pairs(marks) do
     if n >= base then
-      ops[#ops + 1], ops[#ops + 2], ops[#ops + 3], ops[#ops + 4] = 'SET', 'u32', '#' .. int(n - base), int(mark)
+      ops[#ops + 1], ops[#ops + 2], ops[#ops + 3], ops[#ops + 4] = 'SET', 'u32', mark_bits(n - base), int(mark)
     end
   end
   bitfield(marks_key, ops)
@@ -437,8 +451,8 @@ local function clear_marks(marks_keys, arrivals, numbers)
   end
 end
 
--- The most numbers a queue's marks hold: the arrivals STRING takes eight
--- bytes a number, and Redis refuses an offset past 512 MB. Past it,
+-- The most numbers a queue's marks hold: the marks and arrivals STRINGs
+-- take eight bytes a number each, and Redis refuses an offset past 512 MB. Past it,
 -- registrations are not numbered (their polls take the `due` HASH's path)
 -- until the numbers start again.
 local MAX_NUMBERS = 60000000
@@ -472,9 +486,10 @@ local function numberer(numbering_key, marks_key, arrivals_key)
     end
     local number = next_number
     next_number, last = next_number + 1, arrival
-    local at = '#' .. int(number - base)
-    marks[#marks + 1], marks[#marks + 2], marks[#marks + 3], marks[#marks + 4] = 'SET', 'u32', at, int(mark_of(due_ms))
-    arrivals[#arrivals + 1], arrivals[#arrivals + 2], arrivals[#arrivals + 3], arrivals[#arrivals + 4] = 'SET', 'i64', at, int(arrival)
+    local offset = number - base
+    marks[#marks + 1], marks[#marks + 2], marks[#marks + 3], marks[#marks + 4] = 'SET', 'u32', mark_bits(offset), int(mark_of(due_ms))
+    marks[#marks + 1], marks[#marks + 2], marks[#marks + 3], marks[#marks + 4] = 'SET', 'u32', tag_bits(offset), int(arrival % MARK_WRAP)
+    arrivals[#arrivals + 1], arrivals[#arrivals + 2], arrivals[#arrivals + 3], arrivals[#arrivals + 4] = 'SET', 'i64', '#' .. int(offset), int(arrival)
     return number
   end
   -- Written after the batch's places: over `maxmemory` the first write a

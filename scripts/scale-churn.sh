@@ -33,6 +33,10 @@
 #                                           # page and the JS client do: far back its
 #                                           # heartbeat is then a mark at its number)
 #   CHURN_CREDENTIALS=compare scripts/scale.sh churn  # with them, then without, in one run
+#   CHURN_FORGET=0 scripts/scale.sh churn   # the pollers keep polling users who left (by
+#                                           # default a user answered 404 or ACTIVE is not
+#                                           # polled again, as the page and the JS client
+#                                           # stop following a place once told so)
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -83,6 +87,7 @@ pace=${CHURN_PACE_MS:-}
 rate=${CHURN_RATE:-}
 # CHURN_CREDENTIALS=0: polls without the users' credentials.
 with_credentials=${CHURN_CREDENTIALS:-1}
+forget=${CHURN_FORGET:-1}
 if [ -n "$rate" ] && ! { [[ "$rate" =~ ^[0-9]+$ ]] && [ "$rate" -ge "$instances" ]; }; then
   echo "CHURN_RATE: a whole number of polls a second, at least one per instance" >&2
   exit 1
@@ -241,8 +246,9 @@ while time.monotonic() - start < seconds:
             if number and base and int(number) >= int(base):
                 secs, micros = call("TIME")
                 day_ago = (int(secs) * 1000 + int(micros) // 1000 - 86400000) % 2**32
+                # The mark is the first half of the number's eight bytes.
                 call("BITFIELD", K + ":marks", "SET", "u32",
-                     f"#{int(number) - int(base)}", day_ago or 1)
+                     (int(number) - int(base)) * 64, day_ago or 1)
             call("RPUSH", K + ":dues:1000", user)
             call("ZADD", K + ":dues", 1000, 1000)
         done_silent += 1
@@ -298,7 +304,7 @@ poll_pids=()
 for i in $(seq "$instances"); do
   "$RELEASE"/examples/pollers poll --target "127.0.0.1:${ports[$((i - 1))]}" --users "$users" \
     --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} \
-    "${credentials[@]}" > "$work/pollers-$i" &
+    "${credentials[@]}" --forget "$forget" > "$work/pollers-$i" &
   poll_pids+=($!)
 done
 profile_redis perf
@@ -395,7 +401,7 @@ quiet_commands = open(a[16]).read().split("\n")
 poll_commands = open(a[17]).read().split("\n")
 polls = errors = 0
 p50 = p99 = 0.0
-late = 0
+late = forgotten = 0
 for path in a[18:]:
     out = open(path).read()
     polls += int(re.search(r"requests=(\d+)", out).group(1))
@@ -403,6 +409,7 @@ for path in a[18:]:
     p50 = max(p50, float(re.search(r"p50_ms=([\d.]+)", out).group(1)))
     p99 = max(p99, float(re.search(r"p99_ms=([\d.]+)", out).group(1)))
     late += int(re.search(r"late=(\d+)", out).group(1))
+    forgotten += int(re.search(r"forgotten=(\d+)", out).group(1))
 answered = polls + errors
 d = lambda x0, x1, i: x1[i] - x0[i]
 quiet_s = 10.0
@@ -411,7 +418,9 @@ print(f"## Churn at {users:,} waiting: {instances} instances, admission {admit}/
       f"dropouts {dropouts}/s, silent {silent}/s")
 print()
 print(f"Polls: {answered:,} in {seconds:.0f} s ({answered / seconds:,.0f}/s; "
-      f"{errors:,} not 200: users admitted or gone); a poll's answer took "
+      f"{errors:,} not 200: users admitted or gone; "
+      f"{forgotten:,} users not polled again once told they left, as the page stops, "
+      f"CHURN_FORGET=0 to poll them still); a poll's answer took "
       f"{p50:.1f} ms at the median and {p99:.1f} ms at the 99th percentile "
       f"(the slowest instance's{'; from when each was due, ' + format(late, ',') + ' sent over 1 ms late' if os.environ.get('CHURN_RATE') else ''})")
 print()

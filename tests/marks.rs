@@ -74,6 +74,20 @@ fn polls(wg: &Waitgate, path: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
+/// The tag of a number's slot in the marks: the arrival it was given at,
+/// mod 2^32 (the slot's second half).
+fn tag(c: &mut redis::Connection, number: u64) -> u32 {
+    let at = offset(c, number);
+    let got: Vec<u32> = redis::cmd("BITFIELD")
+        .arg(MARKS)
+        .arg("GET")
+        .arg("u32")
+        .arg(at * 64 + 32)
+        .query(c)
+        .unwrap();
+    got[0]
+}
+
 /// The offset of a number in the marks.
 fn offset(c: &mut redis::Connection, number: u64) -> u64 {
     let base: u64 = c.hget(NUMBERING, "base").unwrap();
@@ -86,7 +100,7 @@ fn mark(c: &mut redis::Connection, number: u64) -> u32 {
         .arg(MARKS)
         .arg("GET")
         .arg("u32")
-        .arg(format!("#{at}"))
+        .arg(at * 64)
         .query(c)
         .unwrap();
     got[0]
@@ -98,7 +112,7 @@ fn set_mark(c: &mut redis::Connection, number: u64, mark: u32) {
         .arg(MARKS)
         .arg("SET")
         .arg("u32")
-        .arg(format!("#{at}"))
+        .arg(at * 64)
         .arg(mark)
         .query(c)
         .unwrap();
@@ -164,6 +178,7 @@ fn a_poll_far_back_that_brings_its_number_reads_and_writes_its_mark_alone() {
         .query(&mut c)
         .unwrap();
     assert_eq!(given[0] as u64, arrival, "the number's arrival");
+    assert_eq!(tag(&mut c, number), arrival as u32, "the slot's tag");
     let due: String = c.hget(DUE, "far").unwrap();
     assert!(due.ends_with(&format!(":{arrival}:{number}")), "{due}");
     assert_ne!(mark(&mut c, number), 0, "a mark at registration");
@@ -209,6 +224,21 @@ fn a_poll_far_back_that_brings_its_number_reads_and_writes_its_mark_alone() {
             .any(|a| a[0].eq_ignore_ascii_case("bitfield") && a[1] == MARKS),
         "no write of the mark: {ran:?}"
     );
+    // One read a number: the slot holds the mark and the arrival's tag, so
+    // the arrivals are not read.
+    assert!(
+        !ran.iter().any(|a| a.iter().any(|x| x == ARRIVALS)),
+        "the arrivals read: {ran:?}"
+    );
+    let reads: Vec<_> = ran
+        .iter()
+        .filter(|a| a[0].eq_ignore_ascii_case("bitfield_ro") && a[1] == MARKS)
+        .collect();
+    assert_eq!(reads.len(), 1, "{ran:?}");
+    assert_eq!(
+        reads[0][2..],
+        ["GET", "i64", &format!("#{}", offset(&mut c, number))]
+    );
 }
 
 /// The mark counts only for the registration its number was given at: a
@@ -229,11 +259,11 @@ fn a_mark_whose_number_names_another_arrival_is_not_read() {
     let (arrival, number) = numbered(&credential);
     let at = offset(&mut c, number);
     let _: Vec<i64> = redis::cmd("BITFIELD")
-        .arg(ARRIVALS)
+        .arg(MARKS)
         .arg("SET")
-        .arg("i64")
-        .arg(format!("#{at}"))
-        .arg(arrival + 1)
+        .arg("u32")
+        .arg(at * 64 + 32)
+        .arg(arrival.wrapping_add(1) as u32)
         .query(&mut c)
         .unwrap();
     let marked = polls(&wg, "marked");
@@ -400,7 +430,7 @@ fn the_numbers_start_again_when_nobody_waits() {
         .map(|i| register_new(wg.addr, &format!("a{i}")))
         .collect();
     let marks: Vec<u8> = c.get(MARKS).unwrap();
-    assert_eq!(marks.len(), 12, "three numbered");
+    assert_eq!(marks.len(), 24, "three numbered");
     for (i, credential) in first.iter().enumerate() {
         assert_eq!(dropout(wg.addr, &format!("a{i}"), credential).status, 204);
     }
@@ -416,7 +446,7 @@ fn the_numbers_start_again_when_nobody_waits() {
     );
     let marks: Vec<u8> = c.get(MARKS).unwrap();
     let arrivals: Vec<u8> = c.get(ARRIVALS).unwrap();
-    assert_eq!((marks.len(), arrivals.len()), (4, 8));
+    assert_eq!((marks.len(), arrivals.len()), (8, 8));
     let (_, old) = numbered(&first[0]);
     assert!(
         old < base,

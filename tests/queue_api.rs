@@ -91,7 +91,7 @@ fn first_registration_creates_waiting_heartbeat_and_a_credential() {
     assert!(heartbeat(&mut c, "user_10").is_some());
     // The credential is a MAC that waitgate checks itself: a waiting user
     // costs Redis a sorted-set entry, a hash field, a place in a list, and
-    // twelve bytes at its number (its arrival and its mark).
+    // sixteen bytes at its number (its arrival, and its mark with a tag).
     assert!(!has_credential(&mut c, "user_10"));
     assert_eq!(
         all_keys(&mut c),
@@ -99,7 +99,7 @@ fn first_registration_creates_waiting_heartbeat_and_a_credential() {
     );
     let arrivals: Vec<u8> = c.get(ARRIVALS).unwrap();
     let marks: Vec<u8> = c.get(MARKS).unwrap();
-    assert_eq!((arrivals.len(), marks.len()), (8, 4));
+    assert_eq!((arrivals.len(), marks.len()), (8, 8));
     // It works: the holder can leave with it.
     assert_eq!(dropout(s.wg.addr, "user_10", credential).status, 204);
 }

@@ -1,5 +1,6 @@
-//! Marks: the heartbeats of numbered registrations, four bytes each at
-//! the registration's number (the design: `marks` in `lua/lib.lua`, whose
+//! Marks: the heartbeats of numbered registrations, a slot of eight bytes
+//! each at the registration's number (the mark, then a tag of the arrival
+//! the number was given at; the design: `marks` in `lua/lib.lua`, whose
 //! codec this one follows), and the scan that takes out the users whose
 //! mark stopped.
 
@@ -9,15 +10,35 @@ use super::keys::QueueKeys;
 use super::scripts::LAPSE;
 use crate::config::HeartbeatConfig;
 
-/// The bytes of a mark.
-pub const MARK_BYTES: u64 = 4;
+/// The bytes of a number's slot: the mark (a u32), then its tag (a u32).
+pub const SLOT_BYTES: u64 = 8;
+
+/// BITFIELD's bit offset of the mark at a number's offset.
+pub fn mark_bits(offset: u64) -> u64 {
+    offset * SLOT_BYTES * 8
+}
+
+/// The tag of a registration at `arrival` (microseconds): the arrival mod
+/// 2^32. A number is given again only after Redis lost it (a failover's
+/// lag), seconds later, and its new arrival has the old one's tag only if
+/// they are a multiple of 2^32 µs (71 minutes) apart to the microsecond.
+pub fn tag_of(arrival: u64) -> u32 {
+    arrival as u32
+}
+
+/// The mark and the tag of a slot read whole, as `GET i64` (big-endian:
+/// the mark is the high half).
+pub fn slot_parts(slot: i64) -> (u32, u32) {
+    let slot = slot as u64;
+    ((slot >> 32) as u32, slot as u32)
+}
 
 /// The most numbers a queue's marks hold (`MAX_NUMBERS` in `lua/lib.lua`):
 /// a poll reads no mark past it, so that no credential can make a read
 /// Redis refuses (an offset past 512 MB), whatever the batch it is in.
 pub const MAX_NUMBERS: u64 = 60_000_000;
 
-/// The bytes of the marks one read of the scan takes (16,384 numbers).
+/// The bytes of the marks one read of the scan takes (8,192 numbers).
 const SCAN_BYTES: u64 = 64 * 1024;
 
 /// The numbers one call of `lua/lapse.lua` looks at, at most.
@@ -98,10 +119,10 @@ impl Store {
                     read.query_async::<Vec<u8>>(&mut c).await
                 })
                 .await?;
-            for (i, mark) in bytes.chunks_exact(MARK_BYTES as usize).enumerate() {
-                let mark = u32::from_be_bytes(mark.try_into().expect("four bytes"));
+            for (i, slot) in bytes.chunks_exact(SLOT_BYTES as usize).enumerate() {
+                let mark = u32::from_be_bytes(slot[..4].try_into().expect("four bytes"));
                 if mark_due(mark, now_ms).is_some_and(|due| due < oldest) {
-                    lapsed.push(base + from / MARK_BYTES + i as u64);
+                    lapsed.push(base + from / SLOT_BYTES + i as u64);
                 }
             }
             while lapsed.len() >= LAPSE_NUMBERS {
@@ -160,5 +181,23 @@ mod tests {
         // A due time that is 0 mod 2^32 is told a millisecond later.
         let zero = (now >> 32) << 32;
         assert_eq!(mark_due(mark_of(zero), zero), Some(zero + 1));
+    }
+
+    #[test]
+    fn a_slot_reads_as_its_mark_then_its_tag() {
+        let arrival = 1_795_000_000_123_456u64;
+        let mark = mark_of(1_795_000_030_500);
+        // As Redis returns the eight bytes read as `GET i64`.
+        let bytes = [mark.to_be_bytes(), tag_of(arrival).to_be_bytes()].concat();
+        let slot = i64::from_be_bytes(bytes.try_into().unwrap());
+        assert_eq!(slot_parts(slot), (mark, tag_of(arrival)));
+        assert_eq!(tag_of(arrival), (arrival % (1 << 32)) as u32);
+        // A mark past 2^31 makes the slot negative as an i64.
+        let high = [u32::MAX.to_be_bytes(), 7u32.to_be_bytes()].concat();
+        assert_eq!(
+            slot_parts(i64::from_be_bytes(high.try_into().unwrap())),
+            (u32::MAX, 7)
+        );
+        assert_eq!(mark_bits(3), 192);
     }
 }

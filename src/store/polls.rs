@@ -259,18 +259,19 @@ impl<'u> Writes<'u> {
 }
 
 /// The marks `poll_many` read: for each numbered user (its place in the
-/// batch, the arrival its credential names, its number's offset), its mark
-/// and the arrival its number was given at.
+/// batch, the arrival its credential names, its number's offset), its
+/// number's slot (the mark and the tag of the arrival it was given at, see
+/// [`marks::slot_parts`]).
 pub(super) struct MarksRead<'a> {
     marked: &'a [(usize, u64, u64)],
-    marks: &'a [u32],
-    arrivals: &'a [i64],
+    slots: &'a [i64],
 }
 
 /// Decides the polls far back of users who brought their number, from
 /// their marks, as [`decide_far`] does from heartbeats: a mark counts only
-/// where its number was given at the arrival the credential names (so that
-/// it is this registration's, whatever Redis lost or numbered since).
+/// where its number was given at the arrival the credential names (its tag,
+/// the arrival mod 2^32, so that it is this registration's, whatever Redis
+/// lost or numbered since).
 /// Returns the marks to write.
 pub(super) fn decide_marked<'u>(
     far: &FarBack,
@@ -282,15 +283,14 @@ pub(super) fn decide_marked<'u>(
 ) -> Vec<MarkWrite<'u>> {
     let mut written = Vec::new();
     let mut decided: HashMap<&str, RankAnswer> = HashMap::new();
-    for ((&(i, arrival, offset), &mark), &given) in
-        read.marked.iter().zip(read.marks).zip(read.arrivals)
-    {
+    for (&(i, arrival, offset), &slot) in read.marked.iter().zip(read.slots) {
         let user = users[i];
         if let Some(again) = decided.get(user) {
             told[i] = Some(again.clone());
             continue;
         }
-        if u64::try_from(given) != Ok(arrival) {
+        let (mark, tag) = marks::slot_parts(slot);
+        if tag != marks::tag_of(arrival) {
             continue;
         }
         let Some(due) = marks::mark_due(mark, batch.now_ms) else {
@@ -791,16 +791,13 @@ impl Store {
             pipe.cmd("HMGET").arg(&queue.keys.due).arg(&read_users);
         }
         if !marked.is_empty() {
-            let get = |pipe: &mut redis::Pipeline, key: &str, kind: &str| {
-                let mut bitfield = redis::cmd("BITFIELD_RO");
-                bitfield.arg(key);
-                for (_, _, offset) in &marked {
-                    bitfield.arg("GET").arg(kind).arg(format!("#{offset}"));
-                }
-                pipe.add_command(bitfield);
-            };
-            get(&mut pipe, &queue.keys.marks, "u32");
-            get(&mut pipe, &queue.keys.arrivals, "i64");
+            // Each number's whole slot, the mark and its tag, in one read.
+            let mut bitfield = redis::cmd("BITFIELD_RO");
+            bitfield.arg(&queue.keys.marks);
+            for (_, _, offset) in &marked {
+                bitfield.arg("GET").arg("i64").arg(format!("#{offset}"));
+            }
+            pipe.add_command(bitfield);
         }
         // Both at once on the shared connection: one round trip.
         let pipe = &pipe;
@@ -819,17 +816,10 @@ impl Store {
             true => Vec::new(),
             false => reply_as(replies.next(), "heartbeats")?,
         };
-        let (mark_values, arrivals): (Vec<i64>, Vec<i64>) = match marked.is_empty() {
-            true => (Vec::new(), Vec::new()),
-            false => (
-                reply_as(replies.next(), "marks")?,
-                reply_as(replies.next(), "arrivals")?,
-            ),
+        let slots: Vec<i64> = match marked.is_empty() {
+            true => Vec::new(),
+            false => reply_as(replies.next(), "marks")?,
         };
-        let mark_values: Vec<u32> = mark_values
-            .into_iter()
-            .map(|m| u32::try_from(m).unwrap_or(0))
-            .collect();
         near.see_numbers_base(base_now);
         let mut told: Vec<Option<RankAnswer>> = vec![None; users.len()];
         for (&i, answer) in hinted.iter().zip(first) {
@@ -848,11 +838,10 @@ impl Store {
                     &mut told,
                 );
             }
-            if base_now == base && mark_values.len() == marked.len() {
+            if base_now == base && slots.len() == marked.len() {
                 let read = MarksRead {
                     marked: &marked,
-                    marks: &mark_values,
-                    arrivals: &arrivals,
+                    slots: &slots,
                 };
                 written.marked = decide_marked(&far, &batch, samples, users, &read, &mut told);
             }
@@ -928,7 +917,7 @@ impl Store {
                 bitfield
                     .arg("SET")
                     .arg("u32")
-                    .arg(format!("#{}", w.offset))
+                    .arg(marks::mark_bits(w.offset))
                     .arg(mark);
             }
             pipe.add_command(bitfield).ignore();
@@ -1006,7 +995,7 @@ impl Store {
                 bitfield
                     .arg("SET")
                     .arg("u32")
-                    .arg(format!("#{}", w.offset))
+                    .arg(marks::mark_bits(w.offset))
                     .arg(0);
             }
             let bitfield = &bitfield;
