@@ -35,7 +35,11 @@
 --         4, opens_in_ms, 0, advice  pre-queued: the queue opens in
 --                                    opens_in_ms (0: opening now, the
 --                                    pre-queue is being placed)
---         0, 0, 0, 0                 not queued: nothing is written
+--         0, lost_at, 0, 0           not queued: nothing is written; lost_at
+--                                    (ms) of the last loss of state while
+--                                    its users may still be seated again
+--                                    (lua/reseat.lua: the instance asks only
+--                                    for a credential older than it), else 0
 --         6, 0, 0, 0                 the queue is closed (control.lua), for
 --                                    anyone not active: nothing is written,
 --                                    the place (if any) is kept as it is
@@ -153,6 +157,9 @@ local function rank_of(user)
   local expiry = redis.call('ZSCORE', KEYS[3], user)
   if expiry and tonumber(expiry) > now_ms then
     return 3, tonumber(expiry), 0, 0
+  end
+  if control.lost_at and now_ms <= control.reseat_until then
+    return 0, control.lost_at, 0, 0
   end
   return 0, 0, 0, 0
 end

@@ -809,3 +809,30 @@ fn after_a_data_loss_the_waiting_come_back_in_order_while_admission_runs() {
     expected.extend(newcomers.iter().map(|(u, _)| u.clone()));
     assert_eq!(order, expected, "first come, first served, each once");
 }
+
+/// Without a loss of state, a poll whose credential names a registration
+/// that left is answered 404 from the one call that found the user not
+/// queued: Redis is not asked to seat them again (no second script call
+/// names them), since only a registration older than a loss whose users
+/// may still come back can have lost its place.
+#[test]
+fn a_user_who_left_polls_once_without_a_loss() {
+    let redis = Redis::start_free();
+    let wg = operated(&redis, OPERATED);
+    let joined = join(wg.addr, "left", 2);
+    let (user, credential) = &joined[0];
+    assert_eq!(leave(wg.addr, user, credential).status, 204);
+    // The other, still waiting, is answered as before (and rank.lua is
+    // loaded: a first call of a script Redis does not hold is sent twice).
+    let r = rank_with(wg.addr, &joined[1].0, &joined[1].1);
+    assert_eq!(r.status, 200, "{}", r.text());
+    redis.slowlog_from_now(0, 1000);
+    let r = rank_with(wg.addr, user, credential);
+    assert_eq!(r.status, 404, "{}", r.text());
+    let ran = redis.commands_logged();
+    let scripts: Vec<&Vec<String>> = ran
+        .iter()
+        .filter(|a| a[0].eq_ignore_ascii_case("evalsha") && a.contains(user))
+        .collect();
+    assert_eq!(scripts.len(), 1, "script calls naming {user}: {scripts:?}");
+}

@@ -136,19 +136,6 @@ fn until_marked(wg: &Waitgate, user: &str, credential: &str) {
     );
 }
 
-/// The Redis commands that ran, from `SLOWLOG` (every command logged).
-fn commands_logged(c: &mut redis::Connection) -> Vec<Vec<String>> {
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(c).unwrap();
-    log.into_iter()
-        .map(|entry| {
-            let redis::Value::Array(fields) = entry else {
-                panic!("a slowlog entry: {entry:?}")
-            };
-            redis::from_redis_value::<Vec<String>>(fields[3].clone()).unwrap()
-        })
-        .collect()
-}
-
 /// A registration at the tail is numbered: its credential names the number,
 /// whose arrival and mark Redis keeps. A poll far back with that credential
 /// is answered from the mark: Redis is asked no heartbeat of the user (no
@@ -193,7 +180,7 @@ fn a_poll_far_back_that_brings_its_number_reads_and_writes_its_mark_alone() {
     let before = redis.now_ms();
     let r = rank_with(&wg, "far", &credential);
     let after = redis.now_ms();
-    let ran = commands_logged(&mut c);
+    let ran = redis.commands_logged();
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["pollAfterMs"].as_u64(), Some(30_000));
     let exact: u64 = c.zrank(WAITING, "far").unwrap();

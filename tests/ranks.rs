@@ -377,23 +377,6 @@ fn a_new_waiting_set_is_never_read_off_the_samples_of_the_last() {
     panic!("the sampler ran between the two sets every time");
 }
 
-/// The Redis commands that ran, from `SLOWLOG` (every command logged):
-/// each one's name and arguments, oldest first.
-fn commands_logged(c: &mut redis::Connection) -> Vec<Vec<String>> {
-    let log: Vec<redis::Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(c).unwrap();
-    let mut out: Vec<Vec<String>> = log
-        .into_iter()
-        .map(|entry| {
-            let redis::Value::Array(fields) = entry else {
-                panic!("a slowlog entry: {entry:?}")
-            };
-            redis::from_redis_value::<Vec<String>>(fields[3].clone()).unwrap()
-        })
-        .collect();
-    out.reverse();
-    out
-}
-
 /// A poll far back is decided by the instance, with plain commands: the
 /// rank script is asked for the batch's numbers alone (no user passes
 /// through Lua), the heartbeats are read with `HMGET`, and a heartbeat that
@@ -449,7 +432,7 @@ fn a_poll_far_back_is_decided_by_the_instance_in_plain_commands() {
 
     // What ran: no call of rank.lua with a user in it, and the plain
     // commands. (The admitter's and cleanup's scripts may run meanwhile.)
-    let ran = commands_logged(&mut c);
+    let ran = redis.commands_logged();
     let rank_sha = redis::Script::new(&format!(
         "{}{}",
         include_str!("../lua/lib.lua"),

@@ -9,7 +9,7 @@
 //! or, for a registration Redis numbered (see `marks` in `lua/lib.lua`),
 //! `base64url( arrival ‖ number ‖ HMAC-SHA256(K, queue, userId, arrival,
 //! number)[..16] )`: a poll far back that brings it reads and writes its
-//! heartbeat as four bytes at that number, with no lookup of the user.
+//! heartbeat as eight bytes at that number, with no lookup of the user.
 //!
 //! `arrival` is the user's score in the waiting set (8 bytes, big-endian), so
 //! a credential names one registration: after a dropout or a cleanup the user

@@ -67,9 +67,18 @@ impl QueueApi {
             );
             return Ok(position);
         }
+        // Only a registration older than a loss whose users may still come
+        // back can have lost its place (`lua/reseat.lua`'s first refusal, as
+        // the call that found the user not queued read it): any other user
+        // not queued left, and costs Redis no second call.
+        let Some(lost_at) = polled.lost_at else {
+            return Ok(position);
+        };
         match credential.and_then(|c| self.credentials().check(&queue.name, user, c)) {
-            Some(arrival) => self.reseat(queue, user, arrival).await,
-            None => Ok(position),
+            Some(arrival) if arrival < lost_at.saturating_mul(1000) => {
+                self.reseat(queue, user, arrival).await
+            }
+            _ => Ok(position),
         }
     }
 

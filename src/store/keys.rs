@@ -97,7 +97,8 @@ queue_keys! {
     /// HASH: `base` and `next`, the numbers of registrations (see `marks`
     /// in `lua/lib.lua`).
     numbering: Numbering,
-    /// STRING: four bytes a number (u32), its heartbeat's mark.
+    /// STRING: eight bytes a number, its heartbeat's mark (u32) then the
+    /// tag of its arrival (u32, the arrival mod 2^32).
     marks: Marks,
     /// STRING: eight bytes a number, its registration's arrival (i64).
     arrivals: Arrivals,

@@ -107,6 +107,11 @@ pub struct Polled {
     pub position: Position,
     pub path: PollPath,
     pub sample_age: Option<Duration>,
+    /// For a user not queued: when Redis last lost state (ms), while that
+    /// loss's users may still be seated again, as the call that found the
+    /// user not queued read it. A credential older than it may name a
+    /// place lost then (`lua/reseat.lua`); without one, none can.
+    pub lost_at: Option<u64>,
 }
 
 /// An answer to a poll, and how it was found.
@@ -114,6 +119,8 @@ pub struct Polled {
 pub(super) struct RankAnswer {
     position: Position,
     path: PollPath,
+    /// See [`Polled::lost_at`].
+    lost_at: Option<u64>,
 }
 
 impl RankAnswer {
@@ -135,12 +142,22 @@ pub(super) fn rank_answers(
     samples: Option<&Samples>,
     asked: usize,
 ) -> Result<Vec<Option<RankAnswer>>, StoreError> {
-    let told = |position, path| Ok(Some(RankAnswer { position, path }));
+    let told = |position, path| {
+        Ok(Some(RankAnswer {
+            position,
+            path,
+            lost_at: None,
+        }))
+    };
     answers("rank", each, 4, asked)?
         .map(|a| {
             let (code, value, wait, advice) = (a[0], a[1], a[2], a[3]);
             match RankCode::of(code)? {
-                RankCode::NotQueued => told(Position::NotQueued, PollPath::Other),
+                RankCode::NotQueued => Ok(Some(RankAnswer {
+                    position: Position::NotQueued,
+                    path: PollPath::Other,
+                    lost_at: Some(count(value)?).filter(|&at| at > 0),
+                })),
                 RankCode::Waiting => told(
                     Position::Waiting(place(value, wait, advice)?),
                     PollPath::Walked,
@@ -459,6 +476,7 @@ impl FarBack {
                 poll_after_ms: if keep { left as u64 } else { self.advice },
             }),
             path,
+            lost_at: None,
         };
         Some((answer, !keep))
     }
@@ -648,6 +666,7 @@ impl Store {
                 },
                 position: t.position,
                 sample_age,
+                lost_at: t.lost_at,
             })
             .collect();
         if polled

@@ -149,6 +149,27 @@ impl Redis {
             .unwrap();
     }
 
+    /// The Redis commands that ran since [`Redis::slowlog_from_now`] (with
+    /// every command logged): each one's name and arguments, oldest first.
+    pub fn commands_logged(&self) -> Vec<Vec<String>> {
+        let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query(&mut self.conn())
+            .unwrap();
+        let mut out: Vec<Vec<String>> = log
+            .into_iter()
+            .map(|entry| {
+                let redis::Value::Array(fields) = entry else {
+                    panic!("a slowlog entry: {entry:?}")
+                };
+                redis::from_redis_value::<Vec<String>>(fields[3].clone()).unwrap()
+            })
+            .collect();
+        out.reverse();
+        out
+    }
+
     /// The text of `INFO section`.
     pub fn info(&self, section: &str) -> String {
         redis::cmd("INFO")
