@@ -457,3 +457,35 @@ fn with_marks_off_registrations_are_not_numbered() {
     assert_eq!(due.matches(':').count(), 1, "{due}");
     assert_eq!(rank_with(&wg, "plain", &credential).status, 200);
 }
+
+/// A numbered credential whose arrival is nearer the head than polls are
+/// decided far back is walked wherever it is asked, so it is asked of
+/// rank.lua in the batch's first call, beside the batch's numbers: one
+/// script call for the poll, not a first one and then a second for it.
+#[test]
+fn a_poll_near_the_head_with_its_number_takes_one_script_call() {
+    let redis = Redis::start();
+    let wg = start(&redis, "{cleanup-interval-ms: 200}");
+    let first = register_new(wg.addr, "first");
+    assert_eq!(first.len(), 43, "{first}");
+    fill(&wg, &redis, 30_000);
+    let far = register_new(wg.addr, "far");
+    for i in 0..3 {
+        register(wg.addr, &format!("tail{i}"));
+    }
+    // The instance has decided a poll far back: it knows where far back
+    // starts.
+    until_marked(&wg, "far", &far);
+    redis.slowlog_from_now(0, 1000);
+    let r = rank_with(&wg, "first", &first);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rank"].as_u64(), Some(0));
+    // rank.lua's calls: ten keys, the waiting set first.
+    let calls: Vec<Vec<String>> = redis
+        .commands_logged()
+        .into_iter()
+        .filter(|a| a[0].eq_ignore_ascii_case("evalsha") && a[2] == "10" && a[3] == WAITING)
+        .collect();
+    assert_eq!(calls.len(), 1, "rank.lua calls: {calls:?}");
+    assert!(calls[0].iter().any(|x| x == "first"), "{calls:?}");
+}

@@ -782,12 +782,17 @@ impl Store {
         // of the rest.
         let hints = near.hints(users);
         let base = near.numbers_base();
+        // A credential's arrival nearer the head than the last batch decided
+        // far back, or past the samples, is walked: in the first call.
+        let (far_from, far_to) = (near.far_from(), range.1);
+        let walked = |(arrival, _): (u64, u64)| arrival < far_from || arrival >= far_to;
         let mut hinted = Vec::new();
         let mut read = Vec::new();
         let mut marked: Vec<(usize, u64, u64)> = Vec::new();
         for (i, &hint) in hints.iter().enumerate() {
             match (numbered.get(i).copied().flatten(), base) {
                 _ if hint => hinted.push(i),
+                (Some(n), _) if walked(n) => hinted.push(i),
                 (Some((arrival, number)), Some(base))
                     if number >= base && number - base < marks::MAX_NUMBERS =>
                 {
@@ -840,6 +845,7 @@ impl Store {
             false => reply_as(replies.next(), "marks")?,
         };
         near.see_numbers_base(base_now);
+        near.see_far_from(batch.far_from);
         let mut told: Vec<Option<RankAnswer>> = vec![None; users.len()];
         for (&i, answer) in hinted.iter().zip(first) {
             told[i] = answer;

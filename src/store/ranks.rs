@@ -563,9 +563,13 @@ const NEAR_HEAD_USERS_REMEMBERED: usize = 32_768;
 ///
 /// It also keeps the base of the queue's numbers as last read (see `marks`
 /// in `lua/lib.lua`), which a poll far back needs to find a number's mark
-/// before it reads the base again.
+/// before it reads the base again, and the arrival from which the last
+/// batch decided polls far back: a poll whose credential names an arrival
+/// nearer the head is walked wherever it is asked, so it is asked in the
+/// first call too, from its first poll on.
 pub struct NearHead(
     Mutex<LruCache<Box<str>, (), ahash::RandomState>>,
+    std::sync::atomic::AtomicU64,
     std::sync::atomic::AtomicU64,
 );
 
@@ -574,6 +578,7 @@ impl Default for NearHead {
         let capacity = NonZeroUsize::new(NEAR_HEAD_USERS_REMEMBERED).unwrap_or(NonZeroUsize::MIN);
         NearHead(
             Mutex::new(LruCache::with_hasher(capacity, ahash::RandomState::new())),
+            std::sync::atomic::AtomicU64::new(0),
             std::sync::atomic::AtomicU64::new(0),
         )
     }
@@ -589,6 +594,17 @@ impl NearHead {
     pub fn see_numbers_base(&self, base: Option<u64>) {
         self.1
             .store(base.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The arrival from which the last batch decided polls far back (0
+    /// before any).
+    pub fn far_from(&self) -> u64 {
+        self.2.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keeps the arrival from which a batch decided polls far back.
+    pub fn see_far_from(&self, far_from: u64) {
+        self.2.store(far_from, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether each of `users` was last answered near the head.
