@@ -50,6 +50,10 @@ struct Args {
     /// not polled again, as the page and the JS client stop following a
     /// place once told so.
     forget: bool,
+    /// Polls: one user in this many (those numbered K-1 mod K) is never
+    /// polled: the load's leavers, whom it drops out or makes silent (0:
+    /// none).
+    leavers: u64,
 }
 
 fn args() -> Args {
@@ -66,6 +70,7 @@ fn args() -> Args {
         rate: 0.0,
         credentials: None,
         forget: false,
+        leavers: 0,
     };
     while let Some(flag) = argv.next() {
         let value = argv.next().unwrap_or_else(|| usage());
@@ -79,6 +84,7 @@ fn args() -> Args {
             "--rate" => a.rate = value.parse().unwrap_or_else(|_| usage()),
             "--credentials" => a.credentials = Some(value),
             "--forget" => a.forget = value == "1",
+            "--leavers" => a.leavers = value.parse().unwrap_or_else(|_| usage()),
             _ => usage(),
         }
     }
@@ -88,7 +94,7 @@ fn args() -> Args {
 fn usage() -> ! {
     eprintln!(
         "usage: pollers register|sweep|poll|lone [--target ADDR] [--users N] [--connections C] \
-         [--seconds S] [--queue Q] [--prefix P] [--rate R] [--credentials PATH] [--forget 1]"
+         [--seconds S] [--queue Q] [--prefix P] [--rate R] [--credentials PATH] [--forget 1] [--leavers K]"
     );
     std::process::exit(2)
 }
@@ -308,8 +314,8 @@ async fn main() {
                                 break;
                             }
                             // xorshift: a random user, the same sequence every
-                            // run; with --forget, one not told it left (a few
-                            // tries: few are).
+                            // run; not a leaver, and with --forget, one not told
+                            // it left (a few tries: few are).
                             let mut user;
                             let mut tries = 0;
                             loop {
@@ -318,7 +324,8 @@ async fn main() {
                                 rng ^= rng << 17;
                                 user = rng % a.users;
                                 tries += 1;
-                                if !is_gone(&gone, user) || tries == 64 {
+                                let leaver = a.leavers > 0 && user % a.leavers == a.leavers - 1;
+                                if !(leaver || is_gone(&gone, user)) || tries == 64 {
                                     break;
                                 }
                             }

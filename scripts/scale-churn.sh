@@ -33,10 +33,14 @@
 #                                           # page and the JS client do: far back its
 #                                           # heartbeat is then a mark at its number)
 #   CHURN_CREDENTIALS=compare scripts/scale.sh churn  # with them, then without, in one run
-#   CHURN_FORGET=0 scripts/scale.sh churn   # the pollers keep polling users who left (by
-#                                           # default a user answered 404 or ACTIVE is not
-#                                           # polled again, as the page and the JS client
-#                                           # stop following a place once told so)
+#   CHURN_FORGET=0 scripts/scale.sh churn   # the pollers poll every user, those who left
+#                                           # too. By default, as a crowd does: one user in
+#                                           # 16 is a leaver, the dropouts and silent users
+#                                           # are drawn from them, and the pollers never poll
+#                                           # a leaver (a user who dropped out or went
+#                                           # silent sends no polls); and a user answered
+#                                           # 404 or ACTIVE is not polled again, as the page
+#                                           # and the JS client stop following a place
 #
 # The churn: admission of CHURN_ADMIT a second from the head with no cap
 # (the queue's own admission: interval 1 s, batch CHURN_ADMIT); dropouts of
@@ -44,7 +48,9 @@
 # calls it once the credential is checked); CHURN_SILENT users a second
 # gone silent (their heartbeat made stale, as a user who stops polling
 # leaves it) and removed by the instances' cleanup. The pollers poll
-# random users of the 1,000,000, as scripts/scale.sh does.
+# random users of the 1,000,000, as scripts/scale.sh does, but for the
+# leavers the dropouts and silent users are drawn from (one in 16, see
+# CHURN_FORGET above).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # CHURN_COMPARE: a reference build, measured the same way right after this
@@ -88,6 +94,8 @@ rate=${CHURN_RATE:-}
 # CHURN_CREDENTIALS=0: polls without the users' credentials.
 with_credentials=${CHURN_CREDENTIALS:-1}
 forget=${CHURN_FORGET:-1}
+leavers=16
+[ "$forget" = 1 ] || leavers=0
 if [ -n "$rate" ] && ! { [[ "$rate" =~ ^[0-9]+$ ]] && [ "$rate" -ge "$instances" ]; }; then
   echo "CHURN_RATE: a whole number of polls a second, at least one per instance" >&2
   exit 1
@@ -213,6 +221,7 @@ cat > "$work/churn.py" <<'PY'
 import random, sys, time
 port, K, sha, dropouts, silent, seconds = sys.argv[1], sys.argv[2], sys.argv[3], \
     int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+users, leavers = int(sys.argv[7]), int(sys.argv[8])
 sys.path.insert(0, "scripts")
 from resp import Redis
 call = Redis(port)
@@ -221,12 +230,22 @@ keys = [K + ":" + k for k in ("waiting", "heartbeat", "credential", "active", "p
                               "admission", "due", "spent", "control", "numbering", "marks",
                               "arrivals")]
 random.seed(11)
+def someone():
+    """A waiting user: a leaver (one numbered K-1 mod K, whom the pollers
+    never poll) with leavers K, else anyone."""
+    if not leavers:
+        return call("ZRANDMEMBER", keys[0])
+    for _ in range(64):
+        user = f"u{random.randrange(users // leavers) * leavers + leavers - 1}"
+        if call("ZSCORE", keys[0], user):
+            return user
+    return None
 start = time.monotonic()
 done_dropouts = done_silent = 0
 while time.monotonic() - start < seconds:
     elapsed = time.monotonic() - start
     while done_dropouts < dropouts * elapsed:
-        user = call("ZRANDMEMBER", keys[0])
+        user = someone()
         arrival = user and call("ZSCORE", keys[0], user)
         if arrival:
             call("EVALSHA", sha, len(keys), *keys, user, int(float(arrival)))
@@ -236,7 +255,7 @@ while time.monotonic() - start < seconds:
         # a bucket cleanup looks at.
         # A numbered user's heartbeat is its mark too: a day past, and the
         # number kept in the `due` entry, so that cleanup checks the mark.
-        user = call("ZRANDMEMBER", keys[0])
+        user = someone()
         if user:
             value = call("HGET", K + ":due", user) or ""
             rest = value.split(":", 1)[1] if ":" in value else ""
@@ -255,7 +274,7 @@ while time.monotonic() - start < seconds:
     time.sleep(0.005)
 print(f"dropouts={done_dropouts} silent={done_silent}")
 PY
-churn() { python3 "$work/churn.py" "$P_REDIS" "$K" "$DROPOUT" "$dropouts" "$silent" "$1"; }
+churn() { python3 "$work/churn.py" "$P_REDIS" "$K" "$DROPOUT" "$dropouts" "$silent" "$1" "$users" "$leavers"; }
 
 # The sweep's heartbeats are cleanup's candidates once their bucket is a
 # timeout past: the background is measured once cleanup has looked at
@@ -304,7 +323,7 @@ poll_pids=()
 for i in $(seq "$instances"); do
   "$RELEASE"/examples/pollers poll --target "127.0.0.1:${ports[$((i - 1))]}" --users "$users" \
     --connections "$per" --seconds "$seconds" ${rate:+--rate "$((rate / instances))"} \
-    "${credentials[@]}" --forget "$forget" > "$work/pollers-$i" &
+    "${credentials[@]}" --forget "$forget" --leavers "$leavers" > "$work/pollers-$i" &
   poll_pids+=($!)
 done
 profile_redis perf
