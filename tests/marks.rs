@@ -51,6 +51,19 @@ fn fill(wg: &Waitgate, redis: &Redis, n: usize) {
     let () = pipe.query(&mut c).unwrap();
 }
 
+/// `far`, registered through the API behind the 30,000 users `fill` writes
+/// and ahead of three more: numbered, and far back once the instance's
+/// samples cover it. Its credential.
+fn far_back(wg: &Waitgate, redis: &Redis) -> String {
+    fill(wg, redis, 30_000);
+    let credential = register_new(wg.addr, "far");
+    assert_eq!(credential.len(), 43, "{credential}");
+    for i in 0..3 {
+        register(wg.addr, &format!("tail{i}"));
+    }
+    credential
+}
+
 /// The arrival and the number a numbered credential names.
 fn numbered(credential: &str) -> (u64, u64) {
     let raw = URL_SAFE_NO_PAD.decode(credential).unwrap();
@@ -147,12 +160,7 @@ fn a_poll_far_back_that_brings_its_number_reads_and_writes_its_mark_alone() {
     let redis = Redis::start();
     let wg = start(&redis, "{cleanup-interval-ms: 200}");
     let mut c = redis.conn();
-    fill(&wg, &redis, 30_000);
-    let credential = register_new(wg.addr, "far");
-    assert_eq!(credential.len(), 43, "{credential}");
-    for i in 0..3 {
-        register(wg.addr, &format!("tail{i}"));
-    }
+    let credential = far_back(&wg, &redis);
     let (arrival, number) = numbered(&credential);
     let waiting: f64 = c.zscore(WAITING, "far").unwrap();
     assert_eq!(waiting as u64, arrival);
@@ -237,11 +245,7 @@ fn a_mark_whose_number_names_another_arrival_is_not_read() {
     let redis = Redis::start();
     let wg = start(&redis, "{cleanup-interval-ms: 200}");
     let mut c = redis.conn();
-    fill(&wg, &redis, 30_000);
-    let credential = register_new(wg.addr, "far");
-    for i in 0..3 {
-        register(wg.addr, &format!("tail{i}"));
-    }
+    let credential = far_back(&wg, &redis);
     until_marked(&wg, "far", &credential);
     let (arrival, number) = numbered(&credential);
     let at = offset(&mut c, number);
@@ -271,11 +275,7 @@ fn a_dropout_clears_the_mark_and_the_old_credential_polls_no_place() {
     let redis = Redis::start();
     let wg = start(&redis, "{cleanup-interval-ms: 200}");
     let mut c = redis.conn();
-    fill(&wg, &redis, 30_000);
-    let credential = register_new(wg.addr, "far");
-    for i in 0..3 {
-        register(wg.addr, &format!("tail{i}"));
-    }
+    let credential = far_back(&wg, &redis);
     until_marked(&wg, "far", &credential);
     let (_, number) = numbered(&credential);
     let left = dropout(wg.addr, "far", &credential);
@@ -376,11 +376,7 @@ fn a_user_cleanup_removes_polls_no_place_with_its_credential() {
     let redis = Redis::start();
     let wg = start(&redis, "{cleanup-interval-ms: 100}");
     let mut c = redis.conn();
-    fill(&wg, &redis, 30_000);
-    let credential = register_new(wg.addr, "far");
-    for i in 0..3 {
-        register(wg.addr, &format!("tail{i}"));
-    }
+    let credential = far_back(&wg, &redis);
     until_marked(&wg, "far", &credential);
     let (_, number) = numbered(&credential);
     assert_ne!(mark(&mut c, number), 0);
@@ -468,11 +464,7 @@ fn a_poll_near_the_head_with_its_number_takes_one_script_call() {
     let wg = start(&redis, "{cleanup-interval-ms: 200}");
     let first = register_new(wg.addr, "first");
     assert_eq!(first.len(), 43, "{first}");
-    fill(&wg, &redis, 30_000);
-    let far = register_new(wg.addr, "far");
-    for i in 0..3 {
-        register(wg.addr, &format!("tail{i}"));
-    }
+    let far = far_back(&wg, &redis);
     // The instance has decided a poll far back: it knows where far back
     // starts.
     until_marked(&wg, "far", &far);
