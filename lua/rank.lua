@@ -37,7 +37,9 @@
 --                                    pre-queue is being placed)
 --         0, lost_at, 0, 0           not queued: nothing is written; lost_at
 --                                    (ms) of the last loss of state while
---                                    its users may still be seated again
+--                                    its users may still be seated again,
+--                                    Redis's time now while the state is
+--                                    missing and not yet written back
 --                                    (lua/reseat.lua: the instance asks only
 --                                    for a credential older than it), else 0
 --         6, 0, 0, 0                 the queue is closed (control.lua), for
@@ -157,6 +159,12 @@ local function rank_of(user)
   local expiry = redis.call('ZSCORE', KEYS[3], user)
   if expiry and tonumber(expiry) > now_ms then
     return 3, tonumber(expiry), 0, 0
+  end
+  if not control.incarnation then
+    -- The state is gone and no instance has noticed yet: any credential
+    -- may name a place lost now (reseat.lua answers WAITGATE_LOST, and the
+    -- instance writes back what it knows before it asks again).
+    return 0, now_ms, 0, 0
   end
   if control.lost_at and now_ms <= control.reseat_until then
     return 0, control.lost_at, 0, 0

@@ -836,3 +836,25 @@ fn a_user_who_left_polls_once_without_a_loss() {
         .collect();
     assert_eq!(scripts.len(), 1, "script calls naming {user}: {scripts:?}");
 }
+
+/// Redis lost everything a moment ago and no instance has noticed yet (its
+/// look comes each second): a user who comes back with their credential is
+/// seated again by that very poll, not told 404, because the call that
+/// found them missing also found the state gone.
+#[test]
+fn a_user_back_before_the_loss_is_noticed_is_seated_again() {
+    let redis = Redis::start_free();
+    let wg = operated(&redis, OPERATED);
+    assert_eq!(
+        admin(&wg, "POST", "/admin/v1/queues/baseball/pause", None).status,
+        200
+    );
+    let joined = join(wg.addr, "back", 2);
+    // The instance's look learns the pause, which it writes back.
+    std::thread::sleep(Duration::from_millis(1500));
+    let () = redis::cmd("FLUSHALL").query(&mut redis.conn()).unwrap();
+    let (user, credential) = &joined[0];
+    let r = rank_with(wg.addr, user, credential);
+    assert_eq!(r.status, 200, "{r:?} {}", r.text());
+    assert_eq!(r.json()["rank"], 0, "{}", r.text());
+}

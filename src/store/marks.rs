@@ -20,8 +20,10 @@ pub fn mark_bits(offset: u64) -> u64 {
 
 /// The tag of a registration at `arrival` (microseconds): the arrival mod
 /// 2^32. A number is given again only after Redis lost it (a failover's
-/// lag), seconds later, and its new arrival has the old one's tag only if
-/// they are a multiple of 2^32 µs (71 minutes) apart to the microsecond.
+/// lag, or a restore from an older snapshot), and its new arrival has the
+/// old one's tag only if the two are a multiple of 2^32 µs (71 minutes)
+/// apart to the microsecond: a 32-bit check where the arrival's full
+/// 64 bits were checked before, for one read a number instead of two.
 pub fn tag_of(arrival: u64) -> u32 {
     arrival as u32
 }

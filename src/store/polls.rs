@@ -690,9 +690,22 @@ impl Store {
         users: &[&str],
         samples: Option<&Samples>,
     ) -> Result<Vec<RankAnswer>, StoreError> {
-        let (mut told, _) = self
-            .rank_call(queue, users, derive(samples), samples)
-            .await?;
+        self.rank_many_seen(queue, users, samples, None).await
+    }
+    /// [`Store::rank_many_told`], keeping in `near` (where given) the
+    /// arrival from which the call decided polls far back.
+    async fn rank_many_seen(
+        &self,
+        queue: QueueRef<'_>,
+        users: &[&str],
+        samples: Option<&Samples>,
+        near: Option<&NearHead>,
+    ) -> Result<Vec<RankAnswer>, StoreError> {
+        let derived = derive(samples);
+        let (mut told, batch) = self.rank_call(queue, users, derived, samples).await?;
+        if let (Some(near), Some(_)) = (near, derived) {
+            near.see_far_from(batch.far_from);
+        }
         let exact: Vec<usize> = (0..users.len()).filter(|&i| told[i].is_none()).collect();
         if !exact.is_empty() {
             let again: Vec<&str> = exact.iter().map(|&i| users[i]).collect();
@@ -802,7 +815,12 @@ impl Store {
             }
         }
         if read.is_empty() && marked.is_empty() {
-            return self.rank_many_told(queue, users, Some(samples)).await;
+            // (Every user asked in the first call: where far back starts is
+            // kept all the same, or a hint past it would keep every poll
+            // here.)
+            return self
+                .rank_many_seen(queue, users, Some(samples), Some(near))
+                .await;
         }
         let first_users: Vec<&str> = hinted.iter().map(|&i| users[i]).collect();
         let read_users: Vec<&str> = read.iter().map(|&i| users[i]).collect();
