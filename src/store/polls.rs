@@ -1148,6 +1148,30 @@ mod tests {
     }
 
     #[test]
+    fn a_user_not_queued_carries_the_loss_that_may_have_taken_the_place() {
+        // Two users not queued, one told of a loss at 1,795,000,000,000 ms,
+        // one of none; then the batch's twelve numbers: the counters, then
+        // first_ms, rate, interval, Redis's time, far_from and fast.
+        let mut flat = vec![0, 1_795_000_000_000, 0, 0, 0, 0, 0, 0];
+        flat.extend([1, 10, 5, 0, 0, 5]);
+        flat.extend([0, 1_000_000, 1000, 1_795_000_001_000, 0, 1]);
+        let (each, batch, departed) = rank_batch(&flat, 2).unwrap();
+        assert!(departed.is_none());
+        let told = rank_answers(each, &batch, None, 2).unwrap();
+        let told: Vec<(Position, Option<u64>)> = told
+            .into_iter()
+            .map(|t| t.map(|t| (t.position, t.lost_at)).unwrap())
+            .collect();
+        assert_eq!(
+            told,
+            [
+                (Position::NotQueued, Some(1_795_000_000_000)),
+                (Position::NotQueued, None)
+            ]
+        );
+    }
+
+    #[test]
     fn the_log_and_the_frontier_tell_who_left_between_the_read_and_the_write() {
         let b = before(10, 5, Some((5, 100)));
         let tail = log(&[(4, 90), (5, 100), (6, 300), (7, 500)]);
