@@ -87,18 +87,22 @@ fn polls(wg: &Waitgate, path: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// The tag of a number's slot in the marks: the arrival it was given at,
-/// mod 2^32 (the slot's second half).
-fn tag(c: &mut redis::Connection, number: u64) -> u32 {
+/// A half of a number's slot in the marks: the mark (`bits` 0) or the tag
+/// of the arrival it was given at, mod 2^32 (`bits` 32).
+fn slot_half(c: &mut redis::Connection, number: u64, bits: u64) -> u32 {
     let at = offset(c, number);
     let got: Vec<u32> = redis::cmd("BITFIELD")
         .arg(MARKS)
         .arg("GET")
         .arg("u32")
-        .arg(at * 64 + 32)
+        .arg(at * 64 + bits)
         .query(c)
         .unwrap();
     got[0]
+}
+
+fn tag(c: &mut redis::Connection, number: u64) -> u32 {
+    slot_half(c, number, 32)
 }
 
 /// The offset of a number in the marks.
@@ -108,15 +112,7 @@ fn offset(c: &mut redis::Connection, number: u64) -> u64 {
 }
 
 fn mark(c: &mut redis::Connection, number: u64) -> u32 {
-    let at = offset(c, number);
-    let got: Vec<u32> = redis::cmd("BITFIELD")
-        .arg(MARKS)
-        .arg("GET")
-        .arg("u32")
-        .arg(at * 64)
-        .query(c)
-        .unwrap();
-    got[0]
+    slot_half(c, number, 0)
 }
 
 fn set_mark(c: &mut redis::Connection, number: u64, mark: u32) {
